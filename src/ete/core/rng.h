@@ -1,0 +1,33 @@
+// ete/core/rng.h — counter-based, layout-invariant randomness (DESIGN.md §3).
+//
+// Philox4x32-10 maps (key, counter) to four random 32-bit words with no state. ETE keys it by
+// (seed, a stream id) and counts by a global element index, so element i of a tensor gets the same
+// random number whether it lives on one process or on a shard of eight. Stream ids are derived
+// from names (a tensor's HF name, "dropout/layer3", ...) with a stable 64-bit hash.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace ete {
+
+std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 2> key, std::array<uint32_t, 4> ctr);
+
+uint64_t stable_hash(std::string_view s);  // FNV-1a 64-bit
+
+class CounterRng {
+  public:
+    CounterRng(uint64_t seed, uint64_t stream) : seed_(seed), stream_(stream) {}
+    CounterRng(uint64_t seed, std::string_view stream) : CounterRng(seed, stable_hash(stream)) {}
+
+    uint32_t u32(uint64_t index) const;   // uniform 32-bit word for element `index`
+    float uniform(uint64_t index) const;  // in [0, 1)
+    float normal(uint64_t index) const;   // standard normal (Box-Muller on two words)
+
+  private:
+    std::array<uint32_t, 4> block(uint64_t index) const;
+    uint64_t seed_, stream_;
+};
+
+}  // namespace ete

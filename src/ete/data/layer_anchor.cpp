@@ -1,0 +1,1 @@
+// ete/data — layer placeholder so the library has a translation unit.

@@ -1,0 +1,1 @@
+// ete/io — layer placeholder so the library has a translation unit.

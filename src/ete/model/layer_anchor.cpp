@@ -1,0 +1,1 @@
+// ete/model — layer placeholder so the library has a translation unit.

@@ -1,0 +1,1 @@
+// ete/nn — layer placeholder so the library has a translation unit.

@@ -1,0 +1,1 @@
+// ete/optim — layer placeholder so the library has a translation unit.

@@ -1,0 +1,1 @@
+// ete/train — layer placeholder so the library has a translation unit.
