@@ -1,11 +1,119 @@
-// ete/cli/cli.cpp — placeholder dispatch (subcommands land with the trainer).
+// ete/cli/cli.cpp — argument parsing (CLI11) and the only place errors become exit codes:
+// 0 success, 1 a user error (bad config, file, value), 2 a command-line usage error.
 #include "ete/cli/cli.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "ete/cli/commands.h"
+#include "ete/core/error.h"
+#include "ete/train/config.h"
+
 namespace ete {
-int cli_main(int argc, char** argv) {
-    std::fprintf(stderr, "ete: no subcommands yet\n");
-    return 2;
+namespace {
+
+std::string config_keys_text() {
+    std::string s = "\nConfig keys (TOML [section] key = value, or --set section.key=value):\n";
+    for (const auto& [k, h] : config_keys_help()) s += fmt::format("  {:<30} {}\n", k, h);
+    return s;
 }
+
+void add_train(CLI::App& app, TrainArgs& a, std::function<int()>& run) {
+    auto* c = app.add_subcommand("train", "Train a model (no CONFIG = the embedded default)");
+    c->add_option("config", a.config_path, "TOML config file")->check(CLI::ExistingFile);
+    c->add_option("--out", a.out_dir, "run directory (config.toml, metrics.jsonl, final/)")
+        ->capture_default_str();
+    c->add_option("--set", a.overrides, "override a config key: section.key=value")
+        ->allow_extra_args(false);
+    c->add_flag("--dump-config", a.dump_config, "print the resolved config as TOML and exit");
+    c->footer(config_keys_text());
+    c->callback([&] { run = [&] { return cmd_train(a); }; });
+}
+
+void add_eval(CLI::App& app, EvalArgs& a, std::function<int()>& run) {
+    auto* c = app.add_subcommand("eval", "Mean next-token loss of a model on a token shard");
+    c->add_option("--model", a.model_dir, "HF model dir")->required();
+    c->add_option("--tokens", a.tokens, "token shard (ETETOK01)")->required();
+    c->add_option("--batch", a.batch, "rows B")->check(CLI::PositiveNumber)->capture_default_str();
+    c->add_option("--seq", a.seq, "predicted tokens per row T")
+        ->required()
+        ->check(CLI::PositiveNumber);
+    c->add_option("--dump-logits", a.dump_logits, "write logits F32 [B, T, V] as safetensors");
+    c->add_flag("--json", a.json, "print one JSON line");
+    c->callback([&] { run = [&] { return cmd_eval(a); }; });
+}
+
+void add_generate(CLI::App& app, GenerateArgs& a, std::function<int()>& run) {
+    auto* c = app.add_subcommand("generate", "Sample text from a model");
+    c->add_option("--model", a.model_dir, "HF model dir")->required();
+    c->add_option("--prompt", a.prompt, "text to continue");
+    c->add_option("--tokenizer", a.tokenizer, "tokenizer.json (default: the model dir's)");
+    c->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    c->add_option("--temperature", a.temperature, "0 = greedy")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    c->add_option("--top-k", a.top_k, "keep the k most likely (0 = off)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    c->add_option("--top-p", a.top_p, "nucleus mass (1 = off)")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    c->add_option("--seed", a.seed, "sampling seed")->capture_default_str();
+    c->callback([&] { run = [&] { return cmd_generate(a); }; });
+}
+
+void add_data(CLI::App& app, TokenizerTrainArgs& t, TokenizeArgs& k, std::function<int()>& run) {
+    auto* tok = app.add_subcommand("tokenizer", "Tokenizer tools");
+    tok->require_subcommand(1);
+    auto* tr = tok->add_subcommand("train", "Train a byte-level BPE tokenizer on text files");
+    tr->add_option("inputs", t.inputs, "UTF-8 text files")->required()->check(CLI::ExistingFile);
+    tr->add_option("--vocab-size", t.vocab_size, "vocabulary size incl. 256 bytes + specials")
+        ->check(CLI::Range(257, 1 << 20))
+        ->capture_default_str();
+    tr->add_option("--out", t.out, "tokenizer.json to write")->required();
+    tr->callback([&] { run = [&] { return cmd_tokenizer_train(t); }; });
+    auto* tz = app.add_subcommand("tokenize", "Encode a text file into a token shard");
+    tz->add_option("input", k.input, "UTF-8 text file")->required()->check(CLI::ExistingFile);
+    tz->add_option("--tokenizer", k.tokenizer, "tokenizer.json")
+        ->required()
+        ->check(CLI::ExistingFile);
+    tz->add_option("--out", k.out, "token shard to write (ETETOK01)")->required();
+    tz->add_flag("--append-eos", k.append_eos, "end the shard with the tokenizer's eos token");
+    tz->callback([&] { run = [&] { return cmd_tokenize(k); }; });
+}
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+    CLI::App app{"ete — the Efficient Training Engine (Llama and GPT-2 families)", "ete"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "ete 0.1.0");
+    std::function<int()> run;
+    TrainArgs train;
+    EvalArgs eval;
+    GenerateArgs gen;
+    TokenizerTrainArgs tok_train;
+    TokenizeArgs tokenize;
+    add_train(app, train, run);
+    add_eval(app, eval, run);
+    add_generate(app, gen, run);
+    add_data(app, tok_train, tokenize, run);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+    try {
+        return run ? run() : 2;
+    } catch (const Error& e) {
+        std::fprintf(stderr, "ete: error: %s\n", e.what());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "ete: error: %s\n", e.what());
+        return 1;
+    }
+}
+
 }  // namespace ete

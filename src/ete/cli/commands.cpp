@@ -1,0 +1,134 @@
+// ete/cli/commands.cpp — the subcommands' bodies.
+#include "ete/cli/commands.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ete/core/log.h"
+#include "ete/data/corpus.h"
+#include "ete/data/loader.h"
+#include "ete/data/token_shard.h"
+#include "ete/data/tokenizer.h"
+#include "ete/io/file_util.h"
+#include "ete/io/hf_model.h"
+#include "ete/io/safetensors.h"
+#include "ete/model/transformer.h"
+#include "ete/train/config.h"
+#include "ete/train/generate.h"
+#include "ete/train/trainer.h"
+
+namespace ete {
+
+namespace fs = std::filesystem;
+
+int cmd_train(const TrainArgs& a) {
+    RunConfig cfg = default_run_config();
+    if (!a.config_path.empty()) apply_toml(cfg, read_file(a.config_path), a.config_path);
+    for (const auto& o : a.overrides) apply_override(cfg, o);
+    validate(cfg);
+    if (a.dump_config) {
+        std::fputs(dump_toml(cfg).c_str(), stdout);
+        return 0;
+    }
+    run_training(cfg, a.out_dir);
+    return 0;
+}
+
+namespace {
+
+// A model dir loaded for inference on the CPU backend.
+struct LoadedModel {
+    std::unique_ptr<Backend> backend = make_cpu_backend();
+    std::unique_ptr<Transformer> model;
+};
+
+LoadedModel load_model(const std::string& dir) {
+    LoadedModel m;
+    ModelConfig cfg = load_hf_config(dir);
+    m.model = std::make_unique<Transformer>(cfg, *m.backend);
+    load_hf_weights(dir, m.model->params());
+    return m;
+}
+
+}  // namespace
+
+int cmd_eval(const EvalArgs& a) {
+    LoadedModel m = load_model(a.model_dir);
+    TokenShard shard(a.tokens);
+    const int B = a.batch, T = a.seq, V = m.model->config().vocab_size;
+    uint64_t need = uint64_t(B) * uint64_t(T + 1);
+    ETE_CHECK(shard.size() >= need, "--tokens '{}': holds {} tokens, --batch {} --seq {} needs {}",
+              a.tokens, shard.size(), B, T, need);
+    // Row b is tokens [b(T+1), (b+1)(T+1)): inputs are its first T, targets its last T.
+    std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) {
+            in[size_t(b) * T + t] = shard.at(uint64_t(b) * (T + 1) + t);
+            tgt[size_t(b) * T + t] = shard.at(uint64_t(b) * (T + 1) + t + 1);
+        }
+    m.model->setup(B, T);
+    Tensor logits = Tensor::empty({B, T, V});
+    m.model->forward_logits(in.data(), B, T, logits.f32());
+    std::vector<float> losses(size_t(B) * T);
+    m.backend->cross_entropy_forward(losses.data(), logits.f32(), tgt.data(), B * T, V);
+    double sum = 0;
+    for (float l : losses) sum += l;
+    double loss = sum / double(B * T);
+    if (!a.dump_logits.empty()) write_safetensors(a.dump_logits, {{"logits", logits}});
+    if (a.json) {
+        std::printf("%s\n", nlohmann::json{{"loss", loss}, {"tokens", B * T}}.dump().c_str());
+    } else {
+        std::printf("loss: %.6f | tokens: %d | perplexity: %.3f\n", loss, B * T, std::exp(loss));
+    }
+    return 0;
+}
+
+int cmd_generate(const GenerateArgs& a) {
+    LoadedModel m = load_model(a.model_dir);
+    std::string tok_path = a.tokenizer.empty() ? a.model_dir + "/tokenizer.json" : a.tokenizer;
+    ETE_CHECK(fs::exists(tok_path), "tokenizer '{}' not found (pass --tokenizer)", tok_path);
+    Tokenizer tok = Tokenizer::load(tok_path);
+    ETE_CHECK(tok.vocab_size() <= m.model->config().vocab_size,
+              "tokenizer '{}' has {} tokens, more than the model's vocabulary {}", tok_path,
+              tok.vocab_size(), m.model->config().vocab_size);
+    std::vector<int32_t> prompt = tok.encode(a.prompt);
+    if (prompt.empty()) {
+        ETE_CHECK(tok.bos_id() >= 0, "an empty --prompt needs a bos/eos token in the tokenizer");
+        prompt.push_back(tok.bos_id());
+    }
+    m.model->setup(1, std::min(m.model->config().max_position_embeddings, 1024));
+    SampleOptions opt{a.max_new_tokens, a.temperature, a.top_k, a.top_p, a.seed, tok.eos_id()};
+    std::fputs(a.prompt.c_str(), stdout);
+    generate(*m.model, prompt, opt, [&](int32_t id) {
+        if (id == tok.eos_id()) return;
+        std::string piece = tok.decode(std::span<const int32_t>(&id, 1));
+        std::fputs(piece.c_str(), stdout);
+        std::fflush(stdout);
+    });
+    std::fputc('\n', stdout);
+    return 0;
+}
+
+int cmd_tokenizer_train(const TokenizerTrainArgs& a) {
+    auto t0 = std::chrono::steady_clock::now();
+    Tokenizer tok = Tokenizer::train_files(a.inputs, a.vocab_size, {"<|endoftext|>"});
+    tok.save(a.out);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log_info("tokenizer: {} tokens ({} merges) trained in {:.1f}s -> {}", tok.vocab_size(),
+             tok.num_merges(), s, a.out);
+    return 0;
+}
+
+int cmd_tokenize(const TokenizeArgs& a) {
+    auto t0 = std::chrono::steady_clock::now();
+    Tokenizer tok = Tokenizer::load(a.tokenizer);
+    TokenizeStats st = tokenize_text_file_to_shard(a.input, tok, a.out, a.append_eos);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log_info("tokenize: {} tokens in {:.1f}s ({:.0f} tokens/s encoding) -> {}", st.tokens, s,
+             st.tokens_per_second(), a.out);
+    return 0;
+}
+
+}  // namespace ete

@@ -1,0 +1,45 @@
+// ete/cli/commands.h — one function per subcommand; cli.cpp parses, these run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ete {
+
+struct TrainArgs {
+    std::string config_path;  // empty = embedded default
+    std::string out_dir = "runs/train";
+    std::vector<std::string> overrides;
+    bool dump_config = false;
+};
+int cmd_train(const TrainArgs& a);
+
+struct EvalArgs {
+    std::string model_dir, tokens, dump_logits;
+    int batch = 1, seq = 0;
+    bool json = false;
+};
+int cmd_eval(const EvalArgs& a);
+
+struct GenerateArgs {
+    std::string model_dir, prompt = "", tokenizer;
+    int max_new_tokens = 200, top_k = 0;
+    double temperature = 0.8, top_p = 0.95;
+    uint64_t seed = 0;
+};
+int cmd_generate(const GenerateArgs& a);
+
+struct TokenizerTrainArgs {
+    std::vector<std::string> inputs;
+    std::string out;
+    int vocab_size = 4096;
+};
+int cmd_tokenizer_train(const TokenizerTrainArgs& a);
+
+struct TokenizeArgs {
+    std::string input, tokenizer, out;
+    bool append_eos = false;
+};
+int cmd_tokenize(const TokenizeArgs& a);
+
+}  // namespace ete

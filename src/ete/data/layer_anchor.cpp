@@ -1,1 +1,0 @@
-// ete/data — layer placeholder so the library has a translation unit.

@@ -1,1 +1,0 @@
-// ete/io — layer placeholder so the library has a translation unit.

@@ -1,0 +1,198 @@
+// ete/model/config.cpp
+#include "ete/model/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "ete/core/error.h"
+
+namespace ete {
+
+using json = nlohmann::json;
+
+std::string arch_name(Arch a) {
+    return a == Arch::Llama ? "llama" : "gpt2";
+}
+
+void ModelConfig::validate() const {
+    auto pos = [](int v, const char* k) { ETE_CHECK(v > 0, "model.{} = {}: expected > 0", k, v); };
+    pos(vocab_size, "vocab_size");
+    pos(hidden_size, "hidden_size");
+    pos(intermediate_size, "intermediate_size");
+    pos(num_layers, "num_layers");
+    pos(num_heads, "num_heads");
+    pos(num_kv_heads, "num_kv_heads");
+    pos(max_position_embeddings, "max_position_embeddings");
+    ETE_CHECK(head_dim > 0 || hidden_size % num_heads == 0,
+              "model.hidden_size = {} is not divisible by model.num_heads = {}", hidden_size,
+              num_heads);
+    ETE_CHECK(D() % 2 == 0 || arch == Arch::GPT2, "model.head_dim = {}: expected an even number",
+              D());
+    ETE_CHECK(num_heads % num_kv_heads == 0,
+              "model.num_heads = {} is not a multiple of model.num_kv_heads = {}", num_heads,
+              num_kv_heads);
+    ETE_CHECK(arch != Arch::GPT2 || (num_kv_heads == num_heads && D() * num_heads == hidden_size),
+              "gpt2: expected num_kv_heads == num_heads and head_dim * num_heads == hidden_size");
+    ETE_CHECK(norm_eps > 0, "model.norm_eps = {}: expected > 0", norm_eps);
+    ETE_CHECK(rope_theta > 0, "model.rope_theta = {}: expected > 0", rope_theta);
+}
+
+namespace {
+
+template <typename T>
+T get_or(const json& j, const char* key, T fallback, const std::string& where) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    try {
+        return j[key].get<T>();
+    } catch (const json::exception&) {
+        throw_error(
+            fmt::format("{}: field '{}' has the wrong type ({})", where, key, j[key].type_name()));
+    }
+}
+
+int first_id(const json& j, const char* key) {
+    if (!j.contains(key) || j[key].is_null()) return -1;
+    if (j[key].is_array()) return j[key].empty() ? -1 : j[key][0].get<int>();
+    return j[key].get<int>();
+}
+
+RopeScaling parse_rope_scaling(const json& r, const std::string& where) {
+    RopeScaling s;
+    std::string type = r.contains("rope_type") ? r["rope_type"].get<std::string>()
+                       : r.contains("type")    ? r["type"].get<std::string>()
+                                               : "default";
+    ETE_CHECK(type == "default" || type == "llama3",
+              "{}: rope type '{}' is not implemented (supported: default, llama3)", where, type);
+    s.type = type;
+    if (type == "llama3") {
+        s.factor = get_or<double>(r, "factor", 8.0, where);
+        s.low_freq_factor = get_or<double>(r, "low_freq_factor", 1.0, where);
+        s.high_freq_factor = get_or<double>(r, "high_freq_factor", 4.0, where);
+        s.original_max_position_embeddings =
+            get_or<int>(r, "original_max_position_embeddings", 8192, where);
+    }
+    return s;
+}
+
+ModelConfig llama_from_json(const json& j, const std::string& w) {
+    ModelConfig c;
+    c.arch = Arch::Llama;
+    c.vocab_size = get_or(j, "vocab_size", 32000, w);
+    c.hidden_size = get_or(j, "hidden_size", 4096, w);
+    c.intermediate_size = get_or(j, "intermediate_size", 11008, w);
+    c.num_layers = get_or(j, "num_hidden_layers", 32, w);
+    c.num_heads = get_or(j, "num_attention_heads", 32, w);
+    c.num_kv_heads = get_or(j, "num_key_value_heads", c.num_heads, w);
+    c.head_dim = get_or(j, "head_dim", 0, w);
+    c.max_position_embeddings = get_or(j, "max_position_embeddings", 2048, w);
+    c.norm_eps = get_or(j, "rms_norm_eps", 1e-6, w);
+    c.tie_word_embeddings = get_or(j, "tie_word_embeddings", false, w);
+    c.attention_bias = get_or(j, "attention_bias", false, w);
+    c.mlp_bias = get_or(j, "mlp_bias", false, w);
+    c.initializer_range = get_or(j, "initializer_range", 0.02, w);
+    std::string act = get_or<std::string>(j, "hidden_act", "silu", w);
+    ETE_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (expected silu)", w, act);
+    // Rope settings: newer files use one rope_parameters dict, older ones rope_theta +
+    // rope_scaling (with `type` or `rope_type`).
+    c.rope_theta = get_or(j, "rope_theta", 10000.0, w);
+    if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+        const json& rp = j["rope_parameters"];
+        c.rope_theta = get_or(rp, "rope_theta", c.rope_theta, w);
+        c.rope_scaling = parse_rope_scaling(rp, w);
+    } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+        c.rope_scaling = parse_rope_scaling(j["rope_scaling"], w);
+    }
+    return c;
+}
+
+ModelConfig gpt2_from_json(const json& j, const std::string& w) {
+    ModelConfig c;
+    c.arch = Arch::GPT2;
+    c.vocab_size = get_or(j, "vocab_size", 50257, w);
+    c.hidden_size = get_or(j, "n_embd", 768, w);
+    c.num_layers = get_or(j, "n_layer", 12, w);
+    c.num_heads = get_or(j, "n_head", 12, w);
+    c.num_kv_heads = c.num_heads;
+    c.intermediate_size = get_or(j, "n_inner", 4 * c.hidden_size, w);
+    c.max_position_embeddings = get_or(j, "n_positions", 1024, w);
+    c.norm_eps = get_or(j, "layer_norm_epsilon", 1e-5, w);
+    c.tie_word_embeddings = true;
+    c.initializer_range = get_or(j, "initializer_range", 0.02, w);
+    std::string act = get_or<std::string>(j, "activation_function", "gelu_new", w);
+    ETE_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
+              "{}: activation_function '{}' is not supported (expected gelu_new)", w, act);
+    return c;
+}
+
+}  // namespace
+
+ModelConfig config_from_hf_json(const json& j, const std::string& where) {
+    ETE_CHECK(j.is_object(), "{}: expected a JSON object", where);
+    std::string type = get_or<std::string>(j, "model_type", "", where);
+    ModelConfig c;
+    if (type == "llama" || type == "mistral") {
+        c = llama_from_json(j, where);
+    } else if (type == "gpt2") {
+        c = gpt2_from_json(j, where);
+    } else {
+        throw_error(fmt::format("{}: model_type '{}' is not supported (expected llama or gpt2)",
+                                where, type));
+    }
+    c.bos_token_id = first_id(j, "bos_token_id");
+    c.eos_token_id = first_id(j, "eos_token_id");
+    c.validate();
+    return c;
+}
+
+json config_to_hf_json(const ModelConfig& c) {
+    json j;
+    if (c.arch == Arch::Llama) {
+        j = {{"architectures", {"LlamaForCausalLM"}},
+             {"model_type", "llama"},
+             {"vocab_size", c.vocab_size},
+             {"hidden_size", c.hidden_size},
+             {"intermediate_size", c.intermediate_size},
+             {"num_hidden_layers", c.num_layers},
+             {"num_attention_heads", c.num_heads},
+             {"num_key_value_heads", c.num_kv_heads},
+             {"head_dim", c.D()},
+             {"hidden_act", "silu"},
+             {"max_position_embeddings", c.max_position_embeddings},
+             {"rms_norm_eps", c.norm_eps},
+             {"rope_theta", c.rope_theta},
+             {"tie_word_embeddings", c.tie_word_embeddings},
+             {"attention_bias", c.attention_bias},
+             {"mlp_bias", c.mlp_bias},
+             {"initializer_range", c.initializer_range},
+             {"torch_dtype", "float32"}};
+        if (c.rope_scaling.type == "llama3") {
+            j["rope_scaling"] = {{"rope_type", "llama3"},
+                                 {"factor", c.rope_scaling.factor},
+                                 {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                                 {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                                 {"original_max_position_embeddings",
+                                  c.rope_scaling.original_max_position_embeddings}};
+        } else {
+            j["rope_scaling"] = nullptr;
+        }
+    } else {
+        j = {{"architectures", {"GPT2LMHeadModel"}},
+             {"model_type", "gpt2"},
+             {"vocab_size", c.vocab_size},
+             {"n_embd", c.hidden_size},
+             {"n_layer", c.num_layers},
+             {"n_head", c.num_heads},
+             {"n_inner", c.intermediate_size},
+             {"n_positions", c.max_position_embeddings},
+             {"n_ctx", c.max_position_embeddings},
+             {"layer_norm_epsilon", c.norm_eps},
+             {"activation_function", "gelu_new"},
+             {"initializer_range", c.initializer_range},
+             {"tie_word_embeddings", true},
+             {"torch_dtype", "float32"}};
+    }
+    if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
+    if (c.eos_token_id >= 0) j["eos_token_id"] = c.eos_token_id;
+    return j;
+}
+
+}  // namespace ete

@@ -1,1 +1,0 @@
-// ete/model — layer placeholder so the library has a translation unit.

@@ -1,1 +1,0 @@
-// ete/nn — layer placeholder so the library has a translation unit.

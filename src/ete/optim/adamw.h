@@ -1,0 +1,53 @@
+// ete/optim/adamw.h — AdamW with decoupled weight decay, global-norm clipping, LR schedules.
+//
+// Moments are f32 and live beside the flat parameter buffer (same offsets). Weight decay applies
+// per ParamSpec (matrices only by default). The update follows torch.optim.AdamW's operation
+// order so PyTorch goldens match to rounding.
+#pragma once
+
+#include <string>
+
+#include "ete/backend/backend.h"
+#include "ete/model/param_store.h"
+
+namespace ete {
+
+struct AdamWConfig {
+    double lr = 3e-4;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double weight_decay = 0.1;
+};
+
+class AdamW {
+  public:
+    AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg);
+    // One update with learning rate lr; increments the step counter first (t starts at 1).
+    void step(double lr);
+    int64_t steps_taken() const { return t_; }
+    Tensor& exp_avg() { return m_; }
+    Tensor& exp_avg_sq() { return v_; }
+    void set_steps_taken(int64_t t) { t_ = t; }
+
+  private:
+    ParamStore& store_;
+    Backend& be_;
+    AdamWConfig cfg_;
+    Tensor m_, v_;
+    int64_t t_ = 0;
+};
+
+// Global L2 norm of all gradients; when clip > 0 and the norm exceeds it, scales the gradients
+// by clip / (norm + 1e-6) exactly like torch.nn.utils.clip_grad_norm_. Returns the norm before
+// clipping.
+double clip_grad_norm(ParamStore& store, Backend& backend, double clip);
+
+enum class LrSchedule { Constant, Cosine, Linear };
+LrSchedule lr_schedule_from_name(const std::string& name);  // throws with the expected names
+
+// lr at 0-based optimizer step `step` of `total`: linear warmup over `warmup` steps to `peak`,
+// then constant, cosine or linear decay to `min_lr` at the last step.
+double lr_at(LrSchedule s, int64_t step, int64_t total, int64_t warmup, double peak, double min_lr);
+
+}  // namespace ete

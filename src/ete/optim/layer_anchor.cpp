@@ -1,1 +1,0 @@
-// ete/optim — layer placeholder so the library has a translation unit.

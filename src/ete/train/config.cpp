@@ -1,0 +1,298 @@
+// ete/train/config.cpp — the key table behind TOML, --set and --dump-config.
+#include "ete/train/config.h"
+
+#include <toml++/toml.h>
+#include <charconv>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <variant>
+
+#include "ete/core/error.h"
+
+namespace ete {
+namespace {
+
+enum class Kind { Int, Float, Bool, String };
+using Value = std::variant<int64_t, double, bool, std::string>;
+
+struct Key {
+    std::string name;
+    std::string help;
+    Kind kind;
+    std::function<void(RunConfig&, const Value&)> set;
+    std::function<Value(const RunConfig&)> get;
+};
+
+const char* kind_expect(Kind k) {
+    switch (k) {
+        case Kind::Int:
+            return "an integer";
+        case Kind::Float:
+            return "a number";
+        case Kind::Bool:
+            return "true or false";
+        case Kind::String:
+            return "a string";
+    }
+    return "";
+}
+
+// Builds a key bound to a field, either of RunConfig or of its ModelConfig.
+template <typename T, typename Owner>
+Key field(std::string name, T Owner::*member, std::string help) {
+    constexpr bool kModel = std::is_same_v<Owner, ModelConfig>;
+    auto owner = [](auto& cfg) -> auto& {
+        if constexpr (kModel)
+            return cfg.model;
+        else
+            return cfg;
+    };
+    Kind kind = std::is_same_v<T, bool>       ? Kind::Bool
+                : std::is_integral_v<T>       ? Kind::Int
+                : std::is_floating_point_v<T> ? Kind::Float
+                                              : Kind::String;
+    Key k{std::move(name), std::move(help), kind, nullptr, nullptr};
+    k.set = [member, owner, name = k.name](RunConfig& c, const Value& v) {
+        if constexpr (std::is_same_v<T, bool>) {
+            owner(c).*member = std::get<bool>(v);
+        } else if constexpr (std::is_integral_v<T>) {
+            int64_t x = std::get<int64_t>(v);
+            ETE_CHECK(x >= int64_t(std::numeric_limits<T>::min()) &&
+                          uint64_t(x) <= uint64_t(std::numeric_limits<T>::max()),
+                      "config key '{}' = {}: out of range", name, x);
+            owner(c).*member = T(x);
+        } else if constexpr (std::is_floating_point_v<T>) {
+            owner(c).*member = std::get<double>(v);
+        } else {
+            owner(c).*member = std::get<std::string>(v);
+        }
+    };
+    k.get = [member, owner](const RunConfig& c) -> Value {
+        const auto& o = owner(const_cast<RunConfig&>(c));
+        if constexpr (std::is_same_v<T, bool>)
+            return bool(o.*member);
+        else if constexpr (std::is_integral_v<T>)
+            return int64_t(o.*member);
+        else if constexpr (std::is_floating_point_v<T>)
+            return double(o.*member);
+        else
+            return std::string(o.*member);
+    };
+    return k;
+}
+
+const std::vector<Key>& keys() {
+    static const std::vector<Key> table = [] {
+        using M = ModelConfig;
+        using R = RunConfig;
+        std::vector<Key> t;
+        t.push_back(field("model.arch", &R::model_arch, "llama or gpt2"));
+        t.push_back(field("model.init_from", &R::model_init_from,
+                          "HF model dir to start from (empty = fresh init from [model])"));
+        t.push_back(field("model.vocab_size", &M::vocab_size, "vocabulary size (0 = tokenizer's)"));
+        t.push_back(field("model.hidden_size", &M::hidden_size, "C, the residual width"));
+        t.push_back(field("model.intermediate_size", &M::intermediate_size, "F, the MLP width"));
+        t.push_back(field("model.num_layers", &M::num_layers, "L, transformer blocks"));
+        t.push_back(field("model.num_heads", &M::num_heads, "H, query heads"));
+        t.push_back(field("model.num_kv_heads", &M::num_kv_heads, "KV heads (GQA), divides H"));
+        t.push_back(field("model.head_dim", &M::head_dim, "D (0 = hidden_size / num_heads)"));
+        t.push_back(field("model.max_position_embeddings", &M::max_position_embeddings,
+                          "longest sequence"));
+        t.push_back(field("model.norm_eps", &M::norm_eps, "RMSNorm/LayerNorm epsilon"));
+        t.push_back(field("model.rope_theta", &M::rope_theta, "RoPE base"));
+        t.push_back(field("model.tie_word_embeddings", &M::tie_word_embeddings,
+                          "share the embedding with the LM head"));
+        t.push_back(field("model.initializer_range", &M::initializer_range, "init std"));
+        t.push_back(field("train.steps", &R::steps, "optimizer steps"));
+        t.push_back(field("train.micro_batch", &R::micro_batch, "sequences per micro-batch"));
+        t.push_back(field("train.seq_len", &R::seq_len, "tokens per sequence"));
+        t.push_back(field("train.grad_accum", &R::grad_accum, "micro-batches per step"));
+        t.push_back(field("train.lr", &R::lr, "peak learning rate"));
+        t.push_back(field("train.min_lr", &R::min_lr, "final learning rate of the decay"));
+        t.push_back(field("train.warmup_steps", &R::warmup_steps, "linear warmup steps"));
+        t.push_back(field("train.lr_schedule", &R::lr_schedule, "constant, cosine or linear"));
+        t.push_back(field("train.weight_decay", &R::weight_decay, "AdamW decay (matrices only)"));
+        t.push_back(field("train.beta1", &R::beta1, "AdamW beta1"));
+        t.push_back(field("train.beta2", &R::beta2, "AdamW beta2"));
+        t.push_back(field("train.adam_eps", &R::adam_eps, "AdamW epsilon"));
+        t.push_back(field("train.grad_clip", &R::grad_clip, "global grad-norm clip (0 = off)"));
+        t.push_back(field("train.seed", &R::seed, "seed for init and data order"));
+        t.push_back(field("train.recompute", &R::recompute, "activation recompute: none or full"));
+        t.push_back(field("train.eval_every", &R::eval_every, "validation interval (0 = off)"));
+        t.push_back(field("train.eval_batches", &R::eval_batches, "validation micro-batches"));
+        t.push_back(field("train.log_every", &R::log_every, "log-line interval (non-TTY)"));
+        t.push_back(field("train.backend", &R::backend, "compute backend: cpu, ref or cuda"));
+        t.push_back(field("data.train", &R::data_train, "token shard (.bin, ETETOK01)"));
+        t.push_back(
+            field("data.tokenizer", &R::data_tokenizer, "tokenizer.json saved with the model"));
+        t.push_back(
+            field("data.val_fraction", &R::data_val_fraction, "share held out for validation"));
+        return t;
+    }();
+    return table;
+}
+
+const Key& find_key(const std::string& name, const std::string& where) {
+    for (const Key& k : keys())
+        if (k.name == name) return k;
+    std::string section = name.substr(0, name.find('.')), known;
+    for (const Key& k : keys())
+        if (k.name.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + k.name;
+    throw_error(fmt::format(
+        "{}: unknown config key '{}'{}", where, name,
+        known.empty() ? " (sections: model, train, data)" : " (known keys: " + known + ")"));
+}
+
+Value from_node(const Key& k, const toml::node& n, const std::string& where) {
+    auto bad = [&]() {
+        throw_error(
+            fmt::format("{}: config key '{}': expected {}", where, k.name, kind_expect(k.kind)));
+    };
+    switch (k.kind) {
+        case Kind::Int:
+            if (!n.is_integer()) bad();
+            return n.as_integer()->get();
+        case Kind::Float:
+            if (n.is_integer()) return double(n.as_integer()->get());
+            if (!n.is_floating_point()) bad();
+            return n.as_floating_point()->get();
+        case Kind::Bool:
+            if (!n.is_boolean()) bad();
+            return n.as_boolean()->get();
+        case Kind::String:
+            if (!n.is_string()) bad();
+            return n.as_string()->get();
+    }
+    bad();
+    return {};
+}
+
+Value from_text(const Key& k, std::string s) {
+    auto bad = [&]() {
+        throw_error(fmt::format("--set {}={}: expected {}", k.name, s, kind_expect(k.kind)));
+    };
+    switch (k.kind) {
+        case Kind::Int: {
+            int64_t v = 0;
+            auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+            if (ec != std::errc() || p != s.data() + s.size()) bad();
+            return v;
+        }
+        case Kind::Float: {
+            double v = 0;
+            auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+            if (ec != std::errc() || p != s.data() + s.size() || s.empty()) bad();
+            return v;
+        }
+        case Kind::Bool:
+            if (s == "true") return true;
+            if (s == "false") return false;
+            bad();
+            break;
+        case Kind::String:
+            if (s.size() >= 2 && (s.front() == '"' || s.front() == '\'') && s.back() == s.front())
+                s = s.substr(1, s.size() - 2);
+            return s;
+    }
+    return {};
+}
+
+}  // namespace
+
+RunConfig default_run_config() {
+    RunConfig c;
+    c.model.arch = Arch::Llama;
+    c.model.vocab_size = 0;  // taken from the tokenizer
+    c.model.hidden_size = 256;
+    c.model.intermediate_size = 688;
+    c.model.num_layers = 4;
+    c.model.num_heads = 4;
+    c.model.num_kv_heads = 2;
+    c.model.head_dim = 0;
+    c.model.max_position_embeddings = 256;
+    c.model.norm_eps = 1e-5;
+    c.model.rope_theta = 10000.0;
+    c.model.tie_word_embeddings = true;
+    return c;
+}
+
+void apply_toml(RunConfig& cfg, const std::string& text, const std::string& where) {
+    toml::table root;
+    try {
+        root = toml::parse(text, where);
+    } catch (const toml::parse_error& e) {
+        const auto& b = e.source().begin;
+        throw_error(
+            fmt::format("{}:{}:{}: invalid TOML: {}", where, b.line, b.column, e.description()));
+    }
+    for (auto&& [section, node] : root) {
+        const toml::table* tbl = node.as_table();
+        ETE_CHECK(tbl, "{}: top-level key '{}': expected a [section] (model, train, data)", where,
+                  section.str());
+        for (auto&& [key, value] : *tbl) {
+            const Key& k =
+                find_key(std::string(section.str()) + "." + std::string(key.str()), where);
+            k.set(cfg, from_node(k, value, where));
+        }
+    }
+    cfg.model.arch = cfg.model_arch == "gpt2" ? Arch::GPT2 : Arch::Llama;
+}
+
+void apply_override(RunConfig& cfg, const std::string& assignment) {
+    auto eq = assignment.find('=');
+    ETE_CHECK(eq != std::string::npos && eq > 0,
+              "--set '{}': expected section.key=value (e.g. train.lr=1e-3)", assignment);
+    const Key& k = find_key(assignment.substr(0, eq), "--set");
+    k.set(cfg, from_text(k, assignment.substr(eq + 1)));
+    cfg.model.arch = cfg.model_arch == "gpt2" ? Arch::GPT2 : Arch::Llama;
+}
+
+std::string dump_toml(const RunConfig& cfg) {
+    std::map<std::string, toml::table> sections;
+    for (const Key& k : keys()) {
+        auto dot = k.name.find('.');
+        auto& t = sections[k.name.substr(0, dot)];
+        std::string leaf = k.name.substr(dot + 1);
+        std::visit([&](const auto& v) { t.insert(leaf, v); }, k.get(cfg));
+    }
+    std::ostringstream out;
+    for (const char* s : {"model", "train", "data"}) {
+        out << "[" << s << "]\n" << sections[s] << "\n\n";
+    }
+    return out.str();
+}
+
+void validate(const RunConfig& c) {
+    ETE_CHECK(c.model_arch == "llama" || c.model_arch == "gpt2",
+              "model.arch = '{}': expected llama or gpt2", c.model_arch);
+    ETE_CHECK(c.steps > 0, "train.steps = {}: expected > 0", c.steps);
+    ETE_CHECK(c.micro_batch > 0, "train.micro_batch = {}: expected > 0", c.micro_batch);
+    ETE_CHECK(c.seq_len > 0, "train.seq_len = {}: expected > 0", c.seq_len);
+    ETE_CHECK(c.grad_accum > 0, "train.grad_accum = {}: expected > 0", c.grad_accum);
+    ETE_CHECK(c.lr > 0, "train.lr = {}: expected > 0", c.lr);
+    ETE_CHECK(c.min_lr >= 0 && c.min_lr <= c.lr, "train.min_lr = {}: expected in [0, train.lr]",
+              c.min_lr);
+    ETE_CHECK(c.warmup_steps >= 0, "train.warmup_steps = {}: expected >= 0", c.warmup_steps);
+    ETE_CHECK(c.weight_decay >= 0, "train.weight_decay = {}: expected >= 0", c.weight_decay);
+    ETE_CHECK(c.beta1 >= 0 && c.beta1 < 1, "train.beta1 = {}: expected in [0, 1)", c.beta1);
+    ETE_CHECK(c.beta2 >= 0 && c.beta2 < 1, "train.beta2 = {}: expected in [0, 1)", c.beta2);
+    ETE_CHECK(c.adam_eps > 0, "train.adam_eps = {}: expected > 0", c.adam_eps);
+    ETE_CHECK(c.grad_clip >= 0, "train.grad_clip = {}: expected >= 0", c.grad_clip);
+    ETE_CHECK(c.recompute == "none" || c.recompute == "full",
+              "train.recompute = '{}': expected none or full", c.recompute);
+    ETE_CHECK(c.eval_every >= 0, "train.eval_every = {}: expected >= 0", c.eval_every);
+    ETE_CHECK(c.eval_batches > 0, "train.eval_batches = {}: expected > 0", c.eval_batches);
+    ETE_CHECK(c.log_every > 0, "train.log_every = {}: expected > 0", c.log_every);
+    ETE_CHECK(c.data_val_fraction >= 0 && c.data_val_fraction < 1,
+              "data.val_fraction = {}: expected in [0, 1)", c.data_val_fraction);
+    ETE_CHECK(!c.data_train.empty(), "data.train: expected a token shard path");
+}
+
+std::vector<std::pair<std::string, std::string>> config_keys_help() {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const Key& k : keys()) out.emplace_back(k.name, k.help);
+    return out;
+}
+
+}  // namespace ete

@@ -1,0 +1,58 @@
+// ete/train/config.h — the run configuration: TOML file, `--set section.key=value` overrides,
+// and `--dump-config`, all driven by one key table so the three can never disagree.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ete/model/config.h"
+
+namespace ete {
+
+struct RunConfig {
+    // [model] — used when model.init_from is empty (fresh init).
+    std::string model_arch = "llama";
+    ModelConfig model;
+    std::string model_init_from;  // HF model dir to start from
+    // [train]
+    int64_t steps = 400;
+    int micro_batch = 8;
+    int seq_len = 128;
+    int grad_accum = 1;
+    double lr = 3e-3;
+    double min_lr = 3e-4;
+    int64_t warmup_steps = 40;
+    std::string lr_schedule = "cosine";
+    double weight_decay = 0.1;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double adam_eps = 1e-8;
+    double grad_clip = 1.0;
+    uint64_t seed = 1337;
+    std::string recompute = "none";
+    int64_t eval_every = 100;
+    int eval_batches = 8;
+    int64_t log_every = 10;
+    std::string backend = "cpu";
+    // [data]
+    std::string data_train = "data/kjv.bin";
+    std::string data_tokenizer = "data/tokenizer.json";
+    double data_val_fraction = 0.02;
+};
+
+// The embedded default: a small Llama on the bundled KJV corpus (see README quickstart).
+RunConfig default_run_config();
+
+// Applies a TOML document (file contents) onto cfg; unknown keys and bad values throw ete::Error
+// naming the key and the expected form. `where` names the source in messages.
+void apply_toml(RunConfig& cfg, const std::string& toml_text, const std::string& where);
+// Applies one `section.key=value` override.
+void apply_override(RunConfig& cfg, const std::string& assignment);
+// The resolved config as TOML (every key, so the output is a complete, reloadable config).
+std::string dump_toml(const RunConfig& cfg);
+// Cross-key checks after all sources are applied (model shape, batch sizes, ...).
+void validate(const RunConfig& cfg);
+// All keys with a one-line description, for --help.
+std::vector<std::pair<std::string, std::string>> config_keys_help();
+
+}  // namespace ete

@@ -1,1 +1,0 @@
-// ete/train — layer placeholder so the library has a translation unit.

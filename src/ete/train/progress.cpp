@@ -1,0 +1,72 @@
+// ete/train/progress.cpp
+#include "ete/train/progress.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "ete/core/error.h"
+
+namespace ete {
+
+Progress::Progress(const std::string& path, int64_t total_steps, int64_t log_every)
+    : total_(total_steps), log_every_(log_every), tty_(::isatty(STDERR_FILENO) != 0) {
+    if (!path.empty()) {
+        metrics_ = std::fopen(path.c_str(), "a");
+        ETE_CHECK(metrics_, "metrics file '{}': cannot open for writing", path);
+    }
+}
+
+Progress::~Progress() {
+    if (metrics_) std::fclose(metrics_);
+}
+
+std::string format_duration(double s) {
+    if (!std::isfinite(s) || s < 0) return "?";
+    auto t = int64_t(s + 0.5);
+    if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
+    if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+    return fmt::format("{}s", t);
+}
+
+void Progress::record(const StepMetrics& m, double elapsed_s) {
+    if (metrics_) {
+        nlohmann::json j = {{"step", m.step},      {"loss", m.loss},
+                            {"lr", m.lr},          {"grad_norm", m.grad_norm},
+                            {"tokens", m.tokens},  {"tokens_per_s", m.tokens_per_s},
+                            {"step_ms", m.step_ms}};
+        if (m.val_loss) j["val_loss"] = *m.val_loss;
+        std::fputs((j.dump() + "\n").c_str(), metrics_);
+        std::fflush(metrics_);
+    }
+    double eta = elapsed_s / double(m.step) * double(total_ - m.step);
+    std::string line = fmt::format(
+        "step: {}/{} | loss: {:.4f} | lr: {:.3e} | grad_norm: {:.3f} | tok/s: {:.0f} | eta: {}",
+        m.step, total_, m.loss, m.lr, m.grad_norm, m.tokens_per_s, format_duration(eta));
+    if (m.val_loss) line += fmt::format(" | val_loss: {:.4f}", *m.val_loss);
+    if (tty_) {
+        std::fprintf(stderr, "\r\033[K%s", line.c_str());
+        live_ = true;
+        if (m.val_loss) {
+            std::fputc('\n', stderr);
+            live_ = false;
+        }
+    } else if (m.step % log_every_ == 0 || m.step == total_ || m.step == 1 || m.val_loss) {
+        std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+}
+
+void Progress::message(const std::string& line) {
+    if (live_) std::fputc('\n', stderr);
+    live_ = false;
+    std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void Progress::finish() {
+    if (live_) std::fputc('\n', stderr);
+    live_ = false;
+}
+
+}  // namespace ete

@@ -1,0 +1,41 @@
+// ete/train/progress.h — what a run prints and records: metrics.jsonl (one JSON object per
+// optimizer step) and the console (a live line on a TTY, plain `key: value | ...` lines
+// otherwise). Only rank 0 writes either.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+namespace ete {
+
+struct StepMetrics {
+    int64_t step = 0;  // 1-based: the number of optimizer steps taken
+    double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, step_ms = 0;
+    int64_t tokens = 0;  // target tokens in this step
+    std::optional<double> val_loss;
+};
+
+class Progress {
+  public:
+    // metrics_path may be empty (no file). total_steps is for the ETA.
+    Progress(const std::string& metrics_path, int64_t total_steps, int64_t log_every);
+    ~Progress();
+    Progress(const Progress&) = delete;
+    Progress& operator=(const Progress&) = delete;
+
+    void record(const StepMetrics& m, double elapsed_s);
+    void finish();                          // ends the live line
+    void message(const std::string& line);  // a line that does not break the live bar
+
+  private:
+    std::FILE* metrics_ = nullptr;
+    int64_t total_, log_every_;
+    bool tty_;
+    bool live_ = false;
+};
+
+std::string format_duration(double seconds);  // "1h02m", "3m07s", "42s"
+
+}  // namespace ete

@@ -1,0 +1,83 @@
+// tests/train/config_test.cpp — the key table: TOML, --set and --dump-config agree; bad keys and
+// values give errors that name the key and the expected form.
+#include <gtest/gtest.h>
+
+#include "ete/core/error.h"
+#include "ete/optim/adamw.h"
+#include "ete/train/config.h"
+
+namespace ete {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(Config, TomlAndOverridesSetFields) {
+    RunConfig c = default_run_config();
+    apply_toml(c, "[train]\nsteps = 7\nlr = 1\n[model]\nhidden_size = 64\narch = \"gpt2\"\n",
+               "t.toml");
+    EXPECT_EQ(c.steps, 7);
+    EXPECT_DOUBLE_EQ(c.lr, 1.0);  // an integer is accepted for a float key
+    EXPECT_EQ(c.model.hidden_size, 64);
+    EXPECT_EQ(c.model.arch, Arch::GPT2);
+    apply_override(c, "train.lr=2.5e-4");
+    apply_override(c, "data.train=\"x.bin\"");
+    apply_override(c, "model.tie_word_embeddings=false");
+    EXPECT_DOUBLE_EQ(c.lr, 2.5e-4);
+    EXPECT_EQ(c.data_train, "x.bin");
+    EXPECT_FALSE(c.model.tie_word_embeddings);
+}
+
+TEST(Config, DumpReloadsToTheSameConfig) {
+    RunConfig a = default_run_config();
+    apply_override(a, "train.seed=99");
+    apply_override(a, "train.lr_schedule=linear");
+    RunConfig b;  // starts from other values on purpose
+    apply_toml(b, dump_toml(a), "dump");
+    EXPECT_EQ(dump_toml(a), dump_toml(b));
+    EXPECT_EQ(b.seed, 99u);
+    EXPECT_EQ(b.lr_schedule, "linear");
+    EXPECT_EQ(b.model.num_kv_heads, a.model.num_kv_heads);
+}
+
+TEST(Config, ErrorsNameTheKeyAndExpectation) {
+    RunConfig c = default_run_config();
+    auto e1 = error_of([&] { apply_toml(c, "[train]\nstepz = 3\n", "f.toml"); });
+    EXPECT_NE(e1.find("unknown config key 'train.stepz'"), std::string::npos) << e1;
+    EXPECT_NE(e1.find("train.steps"), std::string::npos) << e1;  // lists the known keys
+    auto e2 = error_of([&] { apply_toml(c, "[train]\nsteps = \"many\"\n", "f.toml"); });
+    EXPECT_NE(e2.find("'train.steps': expected an integer"), std::string::npos) << e2;
+    auto e3 = error_of([&] { apply_override(c, "train.lr=fast"); });
+    EXPECT_NE(e3.find("train.lr=fast: expected a number"), std::string::npos) << e3;
+    auto e4 = error_of([&] { apply_override(c, "steps"); });
+    EXPECT_NE(e4.find("expected section.key=value"), std::string::npos) << e4;
+    auto e5 = error_of([&] { apply_toml(c, "[train\n", "broken.toml"); });
+    EXPECT_NE(e5.find("broken.toml:1"), std::string::npos) << e5;
+    RunConfig bad = default_run_config();
+    apply_override(bad, "train.micro_batch=0");
+    auto e6 = error_of([&] { validate(bad); });
+    EXPECT_NE(e6.find("train.micro_batch = 0: expected > 0"), std::string::npos) << e6;
+    auto e7 = error_of([&] { apply_override(c, "train.seq_len=99999999999"); });
+    EXPECT_NE(e7.find("out of range"), std::string::npos) << e7;
+}
+
+TEST(LrSchedule, WarmupThenCosineToMin) {
+    // 10 warmup steps to 1.0, then cosine to 0.1 at the last of 110 steps.
+    EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Cosine, 0, 110, 10, 1.0, 0.1), 0.1);
+    EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Cosine, 9, 110, 10, 1.0, 0.1), 1.0);
+    EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Cosine, 10, 110, 10, 1.0, 0.1), 1.0);
+    EXPECT_NEAR(lr_at(LrSchedule::Cosine, 109, 110, 10, 1.0, 0.1), 0.1, 1e-12);
+    EXPECT_NEAR(lr_at(LrSchedule::Cosine, 59, 110, 10, 1.0, 0.1), 0.55 + 0.45 * std::cos(M_PI * 49 / 99), 1e-12);
+    EXPECT_NEAR(lr_at(LrSchedule::Linear, 59, 110, 10, 1.0, 0.0), 1.0 - 49.0 / 99.0, 1e-12);
+    EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Constant, 100, 110, 10, 1.0, 0.1), 1.0);
+    EXPECT_THROW(lr_schedule_from_name("exp"), Error);
+}
+
+}  // namespace
+}  // namespace ete
