@@ -1,0 +1,399 @@
+#!/usr/bin/python3
+"""Whole-model PyTorch goldens for tests/model/golden_test.cpp.
+
+Run from the repository root with Debian's python3-torch (1.13 CPU; no `transformers` needed):
+
+    /usr/bin/python3 tools/gen_model_goldens.py            # writes tests/golden/*.safetensors
+    /usr/bin/python3 tools/gen_model_goldens.py --out DIR  # somewhere else
+
+Re-running produces identical bytes (fixed torch.Generator seeds, one thread, sorted JSON).
+
+The Llama and GPT-2 models below are plain-torch re-implementations of Hugging Face's
+LlamaForCausalLM and GPT2LMHeadModel (same tensor names, layouts and operations). Parameters are
+drawn in f32 and stored as f32; the model itself runs in float64 so each golden is the exact maths
+of those f32 weights and the C++ test measures only ETE's own f32 rounding. The RoPE tables are the
+exception: HF builds inv_freq and the angles position * inv_freq in f32, so we do the same.
+
+Each variant becomes one safetensors file holding:
+  <hf name>           every parameter, HF layout (GPT-2 Conv1D weights are (in, out)), F32
+  inputs, targets     I32 [B, T]; a few targets are -100 (ignored)
+  logits              F32 [B, T, V]
+  loss                F32 [] mean cross-entropy over non-ignored targets
+  grad.<hf name>      d loss / d parameter, HF layout
+  adamw_losses        F32 [10] loss before each AdamW step (same batch every step)
+  final.<hf name>     parameters after the 10 steps
+and __metadata__ {"config": HF config.json, "adamw": hyper-parameters} as JSON strings.
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+ADAMW = {
+    "lr": 1e-2,
+    "beta1": 0.9,
+    "beta2": 0.95,
+    "eps": 1e-8,
+    "weight_decay": 0.1,  # matrices only: linear/Conv1D weights and an untied lm_head
+    "clip_grad_norm": 1.0,
+    "steps": 10,
+}
+IGNORE_INDEX = -100
+
+
+# ----------------------------------------------------------------------------------------------
+# Configs (HF config.json form, as ete::config_to_hf_json writes them)
+
+
+def llama_config(V, C, H, KV, F_, L, head_dim=None, max_pos=64, tie=False, rope_scaling=None,
+                 attention_bias=False, mlp_bias=False):
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": V,
+        "hidden_size": C,
+        "intermediate_size": F_,
+        "num_hidden_layers": L,
+        "num_attention_heads": H,
+        "num_key_value_heads": KV,
+        "hidden_act": "silu",
+        "max_position_embeddings": max_pos,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": rope_scaling,
+        "tie_word_embeddings": tie,
+        "attention_bias": attention_bias,
+        "mlp_bias": mlp_bias,
+        "initializer_range": 0.02,
+        "torch_dtype": "float32",
+    }
+    if head_dim is not None:
+        cfg["head_dim"] = head_dim
+    return cfg
+
+
+def gpt2_config(V, C, H, L, n_positions):
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": V,
+        "n_embd": C,
+        "n_layer": L,
+        "n_head": H,
+        "n_inner": 4 * C,
+        "n_positions": n_positions,
+        "n_ctx": n_positions,
+        "layer_norm_epsilon": 1e-5,
+        "activation_function": "gelu_new",
+        "initializer_range": 0.02,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameters: (name, HF shape, kind) in execution order. kind: matrix | embedding | norm | bias.
+# Only "matrix" gets weight decay (ete::param_decays).
+
+
+def llama_param_table(cfg):
+    C, V, F_ = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = cfg.get("head_dim", C // H)
+    t = [("model.embed_tokens.weight", (V, C), "embedding")]
+    attn = [("q_proj", H * D, C), ("k_proj", KV * D, C), ("v_proj", KV * D, C),
+            ("o_proj", C, H * D)]
+    mlp = [("gate_proj", F_, C), ("up_proj", F_, C), ("down_proj", C, F_)]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+
+        def linears(group, table, bias):  # weights, then biases (ETE's fused-group order)
+            out = [(f"{p}{group}.{n}.weight", (o, k), "matrix") for n, o, k in table]
+            if bias:
+                out += [(f"{p}{group}.{n}.bias", (o,), "bias") for n, o, _ in table]
+            return out
+
+        t.append((p + "input_layernorm.weight", (C,), "norm"))
+        t += linears("self_attn", attn, cfg["attention_bias"])
+        t.append((p + "post_attention_layernorm.weight", (C,), "norm"))
+        t += linears("mlp", mlp, cfg["mlp_bias"])
+    t.append(("model.norm.weight", (C,), "norm"))
+    if not cfg["tie_word_embeddings"]:
+        t.append(("lm_head.weight", (V, C), "matrix"))
+    return t
+
+
+def gpt2_param_table(cfg):
+    C, V, P, F_ = cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"], cfg["n_inner"]
+    t = [("wte.weight", (V, C), "embedding"), ("wpe.weight", (P, C), "embedding")]
+    for i in range(cfg["n_layer"]):
+        p = f"h.{i}."
+
+        def ln(n):
+            return [(p + n + ".weight", (C,), "norm"), (p + n + ".bias", (C,), "bias")]
+
+        def conv(n, inp, out):  # Conv1D: weight (in, out)
+            return [(p + n + ".weight", (inp, out), "matrix"), (p + n + ".bias", (out,), "bias")]
+
+        t += ln("ln_1") + conv("attn.c_attn", C, 3 * C) + conv("attn.c_proj", C, C)
+        t += ln("ln_2") + conv("mlp.c_fc", C, F_) + conv("mlp.c_proj", F_, C)
+    t += [("ln_f.weight", (C,), "norm"), ("ln_f.bias", (C,), "bias")]
+    return t
+
+
+def init_params(table, gen):
+    """Non-trivial f32 values: matrices/embeddings normal(0.1), norms 1 + normal(0.1), biases
+    normal(0.05), so every gradient path (including norm weights and biases) is exercised."""
+    params = {}
+    for name, shape, kind in table:
+        x = torch.randn(shape, generator=gen, dtype=torch.float32)
+        if kind == "norm":
+            x = 1.0 + 0.1 * x
+        elif kind == "bias":
+            x = 0.05 * x
+        else:
+            x = 0.1 * x
+        params[name] = x
+    return params
+
+
+# ----------------------------------------------------------------------------------------------
+# Models (float64 maths, HF semantics)
+
+
+def rms_norm(x, w, eps):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rope_inv_freq(cfg, D):
+    # HF _compute_default_rope_parameters / _compute_llama3_parameters, in f32 like HF.
+    base = cfg["rope_theta"]
+    inv_freq = 1.0 / (base ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+    rs = cfg.get("rope_scaling")
+    if rs is None:
+        return inv_freq
+    assert rs["rope_type"] == "llama3"
+    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    orig = rs["original_max_position_embeddings"]
+    low_wl, high_wl = orig / lo, orig / hi
+    wavelen = 2 * math.pi / inv_freq
+    inv_llama = torch.where(wavelen > low_wl, inv_freq / factor, inv_freq)
+    smooth = (orig / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * inv_llama / factor + smooth * inv_llama
+    medium = ~(wavelen < high_wl) * ~(wavelen > low_wl)
+    return torch.where(medium, smoothed, inv_llama)
+
+
+def rope_cos_sin(cfg, D, T):
+    inv_freq = rope_inv_freq(cfg, D)
+    pos = torch.arange(T, dtype=torch.float32)
+    freqs = pos[:, None] * inv_freq[None, :]  # (T, D/2), f32 like HF
+    emb = torch.cat([freqs, freqs], dim=-1)  # (T, D)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+def causal_attention(q, k, v, scale):
+    # q (B, H, T, D); k, v (B, H, T, D) after repeat_kv.
+    T = q.shape[2]
+    s = (q @ k.transpose(-1, -2)) * scale
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    s = s.masked_fill(mask, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def linear(x, P, name):
+    y = x @ P[name + ".weight"].t()
+    b = P.get(name + ".bias")
+    return y if b is None else y + b
+
+
+def llama_forward(cfg, P, inputs):
+    B, T = inputs.shape
+    C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = cfg.get("head_dim", C // H)
+    eps = cfg["rms_norm_eps"]
+    cos, sin = (t.to(P["model.embed_tokens.weight"].dtype) for t in rope_cos_sin(cfg, D, T))
+    x = P["model.embed_tokens.weight"][inputs]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, P[p + "input_layernorm.weight"], eps)
+        q = linear(h, P, p + "self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
+        k = linear(h, P, p + "self_attn.k_proj").view(B, T, KV, D).transpose(1, 2)
+        v = linear(h, P, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        # repeat_kv: query head h uses kv head h // (H / KV)
+        k = k.repeat_interleave(H // KV, dim=1)
+        v = v.repeat_interleave(H // KV, dim=1)
+        a = causal_attention(q, k, v, D ** -0.5).transpose(1, 2).reshape(B, T, H * D)
+        x = x + linear(a, P, p + "self_attn.o_proj")
+        h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
+        m = F.silu(linear(h, P, p + "mlp.gate_proj")) * linear(h, P, p + "mlp.up_proj")
+        x = x + linear(m, P, p + "mlp.down_proj")
+    x = rms_norm(x, P["model.norm.weight"], eps)
+    head = P["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else P["lm_head.weight"]
+    return x @ head.t()
+
+
+def gelu_new(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+
+def conv1d(x, P, name):
+    return x @ P[name + ".weight"] + P[name + ".bias"]
+
+
+def gpt2_forward(cfg, P, inputs):
+    B, T = inputs.shape
+    C, H = cfg["n_embd"], cfg["n_head"]
+    D, eps = C // H, cfg["layer_norm_epsilon"]
+
+    def ln(x, n):
+        return F.layer_norm(x, (C,), P[n + ".weight"], P[n + ".bias"], eps)
+
+    x = P["wte.weight"][inputs] + P["wpe.weight"][torch.arange(T)]
+    for i in range(cfg["n_layer"]):
+        p = f"h.{i}."
+        qkv = conv1d(ln(x, p + "ln_1"), P, p + "attn.c_attn")
+        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in qkv.split(C, dim=-1))
+        a = causal_attention(q, k, v, 1.0 / math.sqrt(D)).transpose(1, 2).reshape(B, T, C)
+        x = x + conv1d(a, P, p + "attn.c_proj")
+        m = gelu_new(conv1d(ln(x, p + "ln_2"), P, p + "mlp.c_fc"))
+        x = x + conv1d(m, P, p + "mlp.c_proj")
+    return ln(x, "ln_f") @ P["wte.weight"].t()
+
+
+def mean_loss(logits, targets):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1).long(),
+                           ignore_index=IGNORE_INDEX)
+
+
+# ----------------------------------------------------------------------------------------------
+# Golden computation
+
+
+def make_golden(cfg, table, forward, B, T, seed):
+    gen = torch.Generator().manual_seed(seed)
+    V = cfg["vocab_size"]
+    params32 = init_params(table, gen)
+    inputs = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+    targets = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+    for b, t in [(0, 2), (1, 0), (1, T - 1)]:  # ignored targets, incl. first/last positions
+        targets[b, t] = IGNORE_INDEX
+
+    P = {n: p.double().requires_grad_(True) for n, p in params32.items()}
+    logits = forward(cfg, P, inputs)
+    loss = mean_loss(logits, targets)
+    loss.backward()
+
+    out = {n: params32[n] for n, _, _ in table}
+    out["inputs"] = inputs.to(torch.int32)
+    out["targets"] = targets.to(torch.int32)
+    out["logits"] = logits.detach().float()
+    out["loss"] = loss.detach().float().reshape(())
+    for n, _, _ in table:
+        out["grad." + n] = P[n].grad.float()
+
+    losses, final = adamw_trajectory(cfg, table, forward, params32, inputs, targets)
+    out["adamw_losses"] = torch.tensor(losses, dtype=torch.float64).float()
+    for n, _, _ in table:
+        out["final." + n] = final[n].float()
+    meta = {"config": json.dumps(cfg, sort_keys=True), "adamw": json.dumps(ADAMW, sort_keys=True)}
+    return out, meta, float(loss)
+
+
+def adamw_trajectory(cfg, table, forward, params32, inputs, targets):
+    P = {n: p.double().requires_grad_(True) for n, p in params32.items()}
+    decay = [P[n] for n, _, kind in table if kind == "matrix"]
+    no_decay = [P[n] for n, _, kind in table if kind != "matrix"]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": ADAMW["weight_decay"]},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]), eps=ADAMW["eps"], foreach=False)
+    losses = []
+    for _ in range(ADAMW["steps"]):
+        opt.zero_grad(set_to_none=False)
+        loss = mean_loss(forward(cfg, P, inputs), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(P.values()), ADAMW["clip_grad_norm"])
+        opt.step()
+        losses.append(float(loss))
+    return losses, {n: p.detach() for n, p in P.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# safetensors writer (the official layout: u64 LE header length, JSON padded with spaces to a
+# multiple of 8, data ordered by dtype alignment then name)
+
+DTYPES = {torch.float32: ("F32", 4), torch.int32: ("I32", 4)}
+
+
+def write_safetensors(path, tensors, metadata):
+    order = sorted(tensors, key=lambda n: (-DTYPES[tensors[n].dtype][1], n))
+    header, blobs, offset = {"__metadata__": metadata}, [], 0
+    for n in order:
+        t = tensors[n].contiguous()
+        data = t.numpy().tobytes()  # host order; main() checks it is little-endian
+        header[n] = {"dtype": DTYPES[t.dtype][0], "shape": list(t.shape),
+                     "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    hjson = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hjson += b" " * (-len(hjson) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(hjson)))
+        f.write(hjson)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+
+def variants():
+    llama = llama_config(V=97, C=32, H=4, KV=2, F_=56, L=2)
+    gpt2 = gpt2_config(V=101, C=32, H=4, L=2, n_positions=16)
+    # Llama-3 rope scaling, explicit head_dim (H·D = 64 != C = 32), MQA, tied embeddings and
+    # biases. original_max_position_embeddings = 32 (not 8) so the three inv_freq branches all
+    # occur with D = 16: wavelength 2π < 8 kept, 19.9 in [8, 32] blended, the rest divided.
+    llama3 = llama_config(V=97, C=32, H=4, KV=1, F_=56, L=2, head_dim=16, max_pos=128, tie=True,
+                          rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                        "original_max_position_embeddings": 32},
+                          attention_bias=True, mlp_bias=True)
+    return [
+        ("llama_gqa", llama, llama_param_table(llama), llama_forward, 1001),
+        ("gpt2", gpt2, gpt2_param_table(gpt2), gpt2_forward, 1002),
+        ("llama3_rope_tied", llama3, llama_param_table(llama3), llama_forward, 1003),
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--out", default=os.path.join(root, "tests", "golden"))
+    args = ap.parse_args()
+    assert sys.byteorder == "little", "safetensors is little-endian"
+    torch.set_num_threads(1)  # bitwise-reproducible reductions
+    os.makedirs(args.out, exist_ok=True)
+    B, T = 2, 9
+    for name, cfg, table, forward, seed in variants():
+        tensors, meta, loss = make_golden(cfg, table, forward, B, T, seed)
+        path = os.path.join(args.out, name + ".safetensors")
+        write_safetensors(path, tensors, meta)
+        print(f"{path}: loss {loss:.6f}, {len(tensors)} tensors, {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()
