@@ -122,12 +122,8 @@ int cmd_tokenizer_train(const TokenizerTrainArgs& a) {
 }
 
 int cmd_tokenize(const TokenizeArgs& a) {
-    auto t0 = std::chrono::steady_clock::now();
     Tokenizer tok = Tokenizer::load(a.tokenizer);
-    TokenizeStats st = tokenize_text_file_to_shard(a.input, tok, a.out, a.append_eos);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    log_info("tokenize: {} tokens in {:.1f}s ({:.0f} tokens/s encoding) -> {}", st.tokens, s,
-             st.tokens_per_second(), a.out);
+    tokenize_text_file_to_shard(a.input, tok, a.out, a.append_eos);  // logs its own summary
     return 0;
 }
 
