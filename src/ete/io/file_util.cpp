@@ -1,0 +1,176 @@
+// ete/io/file_util.cpp — POSIX implementation of atomic writes, whole-file reads and mmap.
+#include "ete/io/file_util.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "ete/core/error.h"
+
+namespace ete {
+namespace {
+
+constexpr size_t kSinkBufferBytes = size_t(1) << 20;  // gathers small writes into 1 MiB chunks
+
+std::string errno_text(int err) {
+    return std::generic_category().message(err);
+}
+
+// Closes a descriptor on scope exit unless released; close errors here are ignored because the
+// paths that care (the written file) close explicitly and check.
+class FdGuard {
+  public:
+    explicit FdGuard(int fd) : fd_(fd) {}
+    ~FdGuard() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    FdGuard(const FdGuard&) = delete;
+    FdGuard& operator=(const FdGuard&) = delete;
+    int get() const { return fd_; }
+    int release() { return std::exchange(fd_, -1); }
+
+  private:
+    int fd_;
+};
+
+int open_checked(const std::string& path, int flags, const char* what) {
+    int fd;
+    do {
+        fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+    } while (fd < 0 && errno == EINTR);
+    ETE_CHECK(fd >= 0, "{} {}: cannot open: {}", what, path, errno_text(errno));
+    return fd;
+}
+
+// fsync of the parent directory makes the rename durable; `path` is the renamed target.
+void fsync_parent_dir(const std::string& path) {
+    std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    const std::string dir = parent.empty() ? std::string(".") : parent.string();
+    FdGuard fd(open_checked(dir, O_RDONLY | O_DIRECTORY, "write_file_atomic: directory of"));
+    ETE_CHECK(::fsync(fd.get()) == 0, "write_file_atomic {}: fsync of directory {} failed: {}",
+              path, dir, errno_text(errno));
+}
+
+}  // namespace
+
+FileSink::FileSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+    buf_.reserve(kSinkBufferBytes);
+}
+
+void FileSink::write(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    if (buf_.size() + n > kSinkBufferBytes) flush();
+    if (n >= kSinkBufferBytes) {
+        write_fd(p, n);
+    } else {
+        buf_.insert(buf_.end(), p, p + n);
+    }
+    written_ += n;
+}
+
+void FileSink::flush() {
+    write_fd(buf_.data(), buf_.size());
+    buf_.clear();
+}
+
+void FileSink::write_fd(const char* data, size_t n) {
+    while (n > 0) {
+        ssize_t w = ::write(fd_, data, n);
+        if (w < 0 && errno == EINTR) continue;
+        ETE_CHECK(w > 0, "write_file_atomic {}: write failed: {}", path_,
+                  errno_text(w < 0 ? errno : EIO));
+        data += w;
+        n -= size_t(w);
+    }
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+    write_file_atomic(path, [bytes](FileSink& sink) { sink.write(bytes); });
+}
+
+void write_file_atomic(const std::string& path, const FileWriter& writer) {
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    FdGuard fd(open_checked(tmp, O_WRONLY | O_CREAT | O_TRUNC, "write_file_atomic: temporary"));
+    try {
+        FileSink sink(fd.get(), path);
+        writer(sink);
+        sink.flush();
+        ETE_CHECK(::fsync(fd.get()) == 0, "write_file_atomic {}: fsync failed: {}", path,
+                  errno_text(errno));
+        // close() can report a deferred write error (e.g. on NFS), so it is checked too.
+        ETE_CHECK(::close(fd.release()) == 0, "write_file_atomic {}: close failed: {}", path,
+                  errno_text(errno));
+        ETE_CHECK(::rename(tmp.c_str(), path.c_str()) == 0,
+                  "write_file_atomic {}: rename from {} failed: {}", path, tmp, errno_text(errno));
+    } catch (...) {
+        if (fd.get() >= 0) ::close(fd.release());
+        ::unlink(tmp.c_str());
+        throw;
+    }
+    fsync_parent_dir(path);
+}
+
+std::string read_file(const std::string& path) {
+    FdGuard fd(open_checked(path, O_RDONLY, "read_file"));
+    struct stat st;
+    ETE_CHECK(::fstat(fd.get(), &st) == 0, "read_file {}: stat failed: {}", path,
+              errno_text(errno));
+    ETE_CHECK(!S_ISDIR(st.st_mode), "read_file {}: is a directory, expected a file", path);
+    std::string out;
+    out.reserve(size_t(st.st_size));
+    char chunk[1 << 16];
+    for (;;) {  // read to EOF rather than trusting st_size (pipes, /proc files)
+        ssize_t r = ::read(fd.get(), chunk, sizeof(chunk));
+        if (r < 0 && errno == EINTR) continue;
+        ETE_CHECK(r >= 0, "read_file {}: read failed: {}", path, errno_text(errno));
+        if (r == 0) break;
+        out.append(chunk, size_t(r));
+    }
+    return out;
+}
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+    FdGuard fd(open_checked(path, O_RDONLY, "mmap"));
+    struct stat st;
+    ETE_CHECK(::fstat(fd.get(), &st) == 0, "mmap {}: stat failed: {}", path, errno_text(errno));
+    ETE_CHECK(S_ISREG(st.st_mode), "mmap {}: not a regular file", path);
+    size_ = size_t(st.st_size);
+    if (size_ == 0) return;  // mmap rejects length 0; an empty span needs no mapping
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    ETE_CHECK(p != MAP_FAILED, "mmap {}: mapping {} bytes failed: {}", path, size_,
+              errno_text(errno));
+    data_ = static_cast<const std::byte*>(p);
+}
+
+MappedFile::~MappedFile() {
+    reset();
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      path_(std::move(other.path_)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+    if (this != &other) {
+        reset();
+        data_ = std::exchange(other.data_, nullptr);
+        size_ = std::exchange(other.size_, 0);
+        path_ = std::move(other.path_);
+    }
+    return *this;
+}
+
+void MappedFile::reset() noexcept {
+    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+    data_ = nullptr;
+    size_ = 0;
+}
+
+}  // namespace ete

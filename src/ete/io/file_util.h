@@ -1,0 +1,79 @@
+// ete/io/file_util.h — whole-file reads, crash-safe writes and read-only memory maps.
+//
+// write_file_atomic gives "old file or new file, never a torn one" (DESIGN.md §7): bytes go to
+// `path + ".tmp.<pid>"` in the same directory, the file is fsynced, renamed over the target, and
+// the directory is fsynced so the rename itself survives a crash. On any failure the temporary
+// file is removed and the target is left untouched. The temporary name is per process, so two
+// threads of one process must not write the same target at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ete {
+
+// Appends bytes to an open file descriptor. Small writes are gathered in a buffer; large ones go
+// straight to the file, so streaming a multi-GB tensor never copies it. Errors throw ete::Error
+// naming `path` (the user-visible target, not the temporary name).
+class FileSink {
+  public:
+    FileSink(int fd, std::string path);
+    FileSink(const FileSink&) = delete;
+    FileSink& operator=(const FileSink&) = delete;
+
+    void write(const void* data, size_t n);
+    void write(std::string_view s) { write(s.data(), s.size()); }
+    void flush();  // pushes buffered bytes to the descriptor (not to disk: that is fsync's job)
+    uint64_t bytes_written() const { return written_; }
+
+  private:
+    void write_fd(const char* data, size_t n);
+
+    int fd_;
+    std::string path_;
+    std::vector<char> buf_;
+    uint64_t written_ = 0;
+};
+
+using FileWriter = std::function<void(FileSink&)>;
+
+void write_file_atomic(const std::string& path, std::string_view bytes);
+// `writer` streams the content into the sink; if it throws, its exception propagates unchanged
+// after the temporary file is removed.
+void write_file_atomic(const std::string& path, const FileWriter& writer);
+
+// Reads a whole file; throws ete::Error naming the path and the system error.
+std::string read_file(const std::string& path);
+
+// A read-only private mapping of a whole regular file. Zero-length files map to size() == 0 and
+// data() == nullptr. The bytes are only as stable as the file: truncating it while mapped makes
+// later reads fault (SIGBUS), which is why ETE writes files only by atomic rename.
+class MappedFile {
+  public:
+    MappedFile() = default;
+    explicit MappedFile(const std::string& path);
+    ~MappedFile();
+    MappedFile(MappedFile&& other) noexcept;
+    MappedFile& operator=(MappedFile&& other) noexcept;
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    const std::byte* data() const { return data_; }
+    size_t size() const { return size_; }
+    std::span<const std::byte> bytes() const { return {data_, size_}; }
+    const std::string& path() const { return path_; }
+
+  private:
+    void reset() noexcept;
+
+    const std::byte* data_ = nullptr;
+    size_t size_ = 0;
+    std::string path_;
+};
+
+}  // namespace ete
