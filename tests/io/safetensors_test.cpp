@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ete/core/error.h"
-#include "ete/io/file_util.h"
+#include "ete/core/file_util.h"
 
 namespace ete {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "ete/core/error.h"
 #include "ete/core/log.h"
-#include "ete/data/file_util.h"
+#include "ete/core/file_util.h"
 #include "ete/data/pretokenize.h"
 #include "ete/data/tokenizer.h"
 
@@ -256,7 +256,7 @@ Tokenizer Tokenizer::train_files(const std::vector<std::string>& paths, int voca
     Tokenizer counter = make_counting_tokenizer(special_tokens);
     WordCounts counts;
     for (const std::string& p : paths) {
-        std::string text = data::read_file(p, "tokenizer training file");
+        std::string text = read_file(p);
         counter.count_words(text, counts);
     }
     return from_word_counts(sorted_words(counts), vocab_size, special_tokens);

@@ -5,7 +5,7 @@
 
 #include "ete/core/error.h"
 #include "ete/core/log.h"
-#include "ete/data/file_util.h"
+#include "ete/core/file_util.h"
 #include "ete/data/token_shard.h"
 
 namespace ete {
@@ -17,7 +17,7 @@ TokenizeStats tokenize_text_file_to_shard(const std::string& text_path, const To
               "tokenize '{}': append_eos needs an end-of-text token (<|endoftext|>), the "
               "tokenizer has none",
               text_path);
-    std::string text = data::read_file(text_path, "text file");
+    std::string text = read_file(text_path);
     TokenizeStats stats;
     stats.bytes = text.size();
     auto t0 = std::chrono::steady_clock::now();

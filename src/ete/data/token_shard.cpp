@@ -45,7 +45,7 @@ std::vector<unsigned char> header_bytes(uint32_t bytes_per_token, uint32_t vocab
 }  // namespace
 
 TokenShardWriter::TokenShardWriter(std::string path, uint32_t vocab_size)
-    : file_(std::move(path), "token shard"),
+    : file_(std::move(path)),
       vocab_size_(vocab_size),
       bytes_per_token_(vocab_size != 0 && vocab_size <= 65536 ? 2 : 4) {
     auto h = header_bytes(bytes_per_token_, vocab_size_, 0);  // count patched by commit()

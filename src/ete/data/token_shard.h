@@ -15,7 +15,7 @@
 #include <span>
 #include <string>
 
-#include "ete/data/file_util.h"
+#include "ete/core/file_util.h"
 
 namespace ete {
 
@@ -33,7 +33,7 @@ class TokenShardWriter {
     uint32_t bytes_per_token() const { return bytes_per_token_; }
 
   private:
-    data::AtomicFileWriter file_;
+    AtomicFileWriter file_;
     uint32_t vocab_size_;
     uint32_t bytes_per_token_;
     uint64_t count_ = 0;

@@ -10,7 +10,7 @@
 
 #include "ete/core/error.h"
 #include "ete/data/byte_level.h"
-#include "ete/data/file_util.h"
+#include "ete/core/file_util.h"
 #include "ete/data/pretokenize.h"
 #include "ete/data/tokenizer.h"
 
@@ -318,13 +318,13 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, std::string_view sour
 
 void Tokenizer::save(const std::string& path) const {
     std::string text = to_json();
-    data::AtomicFileWriter w(path, "tokenizer.json");
+    AtomicFileWriter w(path);
     w.write(text.data(), text.size());
     w.commit();
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
-    std::string text = data::read_file(path, "tokenizer.json");
+    std::string text = read_file(path);
     return from_json(text, fmt::format("tokenizer.json '{}'", path));
 }
 

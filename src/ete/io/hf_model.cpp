@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
-#include "ete/io/file_util.h"
+#include "ete/core/file_util.h"
 #include "ete/io/safetensors.h"
 
 namespace ete {

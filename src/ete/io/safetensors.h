@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "ete/core/tensor.h"
-#include "ete/io/file_util.h"
+#include "ete/core/file_util.h"
 
 namespace ete {
 

@@ -1,5 +1,5 @@
-// ete/io/file_util.cpp — POSIX implementation of atomic writes, whole-file reads and mmap.
-#include "ete/io/file_util.h"
+// ete/core/file_util.cpp — POSIX implementation of atomic writes, whole-file reads and mmap.
+#include "ete/core/file_util.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -95,25 +95,58 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 }
 
 void write_file_atomic(const std::string& path, const FileWriter& writer) {
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    FdGuard fd(open_checked(tmp, O_WRONLY | O_CREAT | O_TRUNC, "write_file_atomic: temporary"));
-    try {
-        FileSink sink(fd.get(), path);
-        writer(sink);
-        sink.flush();
-        ETE_CHECK(::fsync(fd.get()) == 0, "write_file_atomic {}: fsync failed: {}", path,
-                  errno_text(errno));
-        // close() can report a deferred write error (e.g. on NFS), so it is checked too.
-        ETE_CHECK(::close(fd.release()) == 0, "write_file_atomic {}: close failed: {}", path,
-                  errno_text(errno));
-        ETE_CHECK(::rename(tmp.c_str(), path.c_str()) == 0,
-                  "write_file_atomic {}: rename from {} failed: {}", path, tmp, errno_text(errno));
-    } catch (...) {
-        if (fd.get() >= 0) ::close(fd.release());
-        ::unlink(tmp.c_str());
-        throw;
+    AtomicFileWriter file(path);
+    FileSink sink(file.fd(), path);
+    writer(sink);
+    sink.flush();
+    file.commit();
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path)
+    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+    fd_ = open_checked(tmp_, O_WRONLY | O_CREAT | O_TRUNC, "write_file_atomic: temporary");
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+    if (fd_ >= 0) {  // not committed: drop the partial file
+        ::close(fd_);
+        ::unlink(tmp_.c_str());
     }
-    fsync_parent_dir(path);
+}
+
+void AtomicFileWriter::write(const void* data, size_t n) {
+    ETE_ASSERT(fd_ >= 0);
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+        ssize_t w = ::write(fd_, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        ETE_CHECK(w > 0, "write_file_atomic {}: write failed: {}", path_,
+                  errno_text(w < 0 ? errno : EIO));
+        p += w;
+        n -= size_t(w);
+    }
+}
+
+void AtomicFileWriter::pwrite(uint64_t offset, const void* data, size_t n) {
+    ETE_ASSERT(fd_ >= 0);
+    ssize_t w = ::pwrite(fd_, data, n, off_t(offset));
+    ETE_CHECK(w == ssize_t(n), "write_file_atomic {}: write at offset {} failed: {}", path_, offset,
+              errno_text(w < 0 ? errno : EIO));
+}
+
+void AtomicFileWriter::commit() {
+    ETE_ASSERT(fd_ >= 0);
+    ETE_CHECK(::fsync(fd_) == 0, "write_file_atomic {}: fsync failed: {}", path_,
+              errno_text(errno));
+    // close() can report a deferred write error (e.g. on NFS), so it is checked too.
+    int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0 || ::rename(tmp_.c_str(), path_.c_str()) != 0) {
+        int err = errno;
+        ::unlink(tmp_.c_str());
+        throw_error(fmt::format("write_file_atomic {}: rename from {} failed: {}", path_, tmp_,
+                                errno_text(err)));
+    }
+    fsync_parent_dir(path_);
 }
 
 std::string read_file(const std::string& path) {

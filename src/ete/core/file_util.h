@@ -1,4 +1,4 @@
-// ete/io/file_util.h — whole-file reads, crash-safe writes and read-only memory maps.
+// ete/core/file_util.h — whole-file reads, crash-safe writes and read-only memory maps.
 //
 // write_file_atomic gives "old file or new file, never a torn one" (DESIGN.md §7): bytes go to
 // `path + ".tmp.<pid>"` in the same directory, the file is fsynced, renamed over the target, and
@@ -41,6 +41,27 @@ class FileSink {
 };
 
 using FileWriter = std::function<void(FileSink&)>;
+
+// A file streamed under its temporary name and published by commit(), for content whose header
+// is only known at the end (pwrite), such as token shards. Destroyed without commit(), it removes
+// the temporary file and leaves the target untouched. write_file_atomic is built on it.
+class AtomicFileWriter {
+  public:
+    explicit AtomicFileWriter(std::string path);
+    ~AtomicFileWriter();
+    AtomicFileWriter(const AtomicFileWriter&) = delete;
+    AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+    void write(const void* data, size_t n);
+    void pwrite(uint64_t offset, const void* data, size_t n);  // overwrite written bytes
+    void commit();  // fsync, close, rename over the target, fsync the directory
+    const std::string& path() const { return path_; }
+    int fd() const { return fd_; }
+
+  private:
+    std::string path_, tmp_;
+    int fd_ = -1;
+};
 
 void write_file_atomic(const std::string& path, std::string_view bytes);
 // `writer` streams the content into the sink; if it throws, its exception propagates unchanged

@@ -1,6 +1,6 @@
 // tests/io/file_util_test.cpp — atomic writes (no temp left, old file kept on failure), reads,
 // mmap.
-#include "ete/io/file_util.h"
+#include "ete/core/file_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
