@@ -11,7 +11,7 @@
 #include "ete/data/loader.h"
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
-#include "ete/io/file_util.h"
+#include "ete/core/file_util.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/safetensors.h"
 #include "ete/model/transformer.h"

@@ -10,7 +10,7 @@
 #include "ete/data/loader.h"
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
-#include "ete/io/file_util.h"
+#include "ete/core/file_util.h"
 #include "ete/io/hf_model.h"
 #include "ete/model/transformer.h"
 #include "ete/optim/adamw.h"
