@@ -1,22 +1,402 @@
-// ete/backend/cpu/attention.cpp — PLACEHOLDER: forwards to the reference kernels until the
-// optimized versions land (tracked in this session's work; must not ship as-is).
+// ete/backend/cpu/attention.cpp — optimized CPU RoPE and causal GQA flash attention.
+//
+// FlashAttention-2 style: queries and keys are cut into tiles; the forward keeps an online softmax
+// per query (running max m and sum l) so no (T, T) score matrix exists, and the backward
+// recomputes probabilities from the saved lse with D_i = dO_i . O_i. Key tiles entirely above
+// the diagonal are never visited.
+//
+// Score tiles are stored transposed, S^T (keys, queries): queries run along the vector lanes, so
+// the softmax over keys is a lane-wise max/sum down the rows (no horizontal reductions), and the
+// key operand is a scalar broadcast (no transposed copy of K). Scores are in log2 units: the
+// query is pre-scaled by scale * log2(e), so exp(s) = 2^(s') and exponentials are exp2.
+//
+// Parallelism (OpenMP, static schedule; every output element is produced by exactly one work item
+// in a fixed order, so results do not depend on the thread count):
+//   forward:  one item per (b, h) query head.
+//   backward: one item per (b, kv head); it loops over the H/KV query heads of its group, so the
+//             dK/dV of a kv head and the dQ of its query heads are written by that item alone.
+// The backward loops keys outside queries (dK/dV of a key tile stay hot while every later query
+// chunk passes by; dQ accumulates in a per-head buffer), and needs queries and output gradients
+// both as rows and transposed.
+// Scratch is a thread_local buffer that only grows: no allocation per call in steady state.
+// Micro-kernels (matrix tile, transpose, exp2) live in attention_tiles.h.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <numbers>
+#include <vector>
+
+#include "ete/backend/cpu/attention_tiles.h"
 #include "ete/backend/cpu/cpu_kernels.h"
-#include "ete/backend/cpu/ref/ref_kernels.h"
+#include "ete/core/error.h"
 
 namespace ete::cpu {
+namespace {
+
+using attn::exp2_scalar;
+using attn::gemm_tile;
+using attn::Init;
+using attn::kLanes;
+using attn::round_up;
+
+constexpr float kLog2e = std::numbers::log2e_v<float>;
+constexpr float kLn2 = std::numbers::ln2_v<float>;
+
+// Tile sizes. Query counts are lane multiples (the vector dimension of score tiles); the forward
+// key tile is a multiple of its query tile so every key tile holds a live key for every query.
+constexpr int kFwdQ = 32;   // queries per forward tile
+constexpr int kFwdK = 64;   // keys per forward tile
+constexpr int kBwdK = 32;   // keys per backward tile (rows of the dK/dV accumulators)
+constexpr int kBwdQ = 128;  // queries per backward chunk (the inner length of dK/dV updates)
+static_assert(kFwdQ % kLanes == 0 && kFwdK % kFwdQ == 0 && kBwdK % kLanes == 0 &&
+              kBwdQ % kLanes == 0);
+
+void check_dims(const char* op, AttnDims d) {
+    ETE_CHECK(d.B >= 0 && d.T >= 0 && d.H > 0 && d.KV > 0 && d.D > 0,
+              "{}: dims B={} T={} H={} KV={} D={} must be positive", op, d.B, d.T, d.H, d.KV, d.D);
+    ETE_CHECK(d.H % d.KV == 0, "{}: query heads H={} must be a multiple of kv heads KV={}", op, d.H,
+              d.KV);
+    ETE_CHECK(d.D % 2 == 0, "{}: head dim D={} must be even (RoPE pairs j with j + D/2)", op, d.D);
+}
+
+// A bump allocator over a per-thread buffer that only grows. Views are 64-byte aligned so the
+// micro-kernels can use aligned vector loads; reserve() restarts it for each work item.
+class Scratch {
+  public:
+    static size_t padded(size_t floats) { return (floats + kAlign - 1) / kAlign * kAlign; }
+    void reserve(size_t floats) {
+        if (buf_.size() < floats + kAlign) buf_.resize(floats + kAlign);
+        auto addr = reinterpret_cast<uintptr_t>(buf_.data());
+        next_ = buf_.data() + (kAlign - (addr / sizeof(float)) % kAlign) % kAlign;
+    }
+    float* take(size_t floats) {
+        float* p = next_;
+        next_ += padded(floats);
+        ETE_ASSERT(next_ <= buf_.data() + buf_.size());
+        return p;
+    }
+
+  private:
+    static constexpr size_t kAlign = 16;  // floats per 64 bytes
+    std::vector<float> buf_;
+    float* next_ = nullptr;
+};
+
+Scratch& thread_scratch() {
+    thread_local Scratch s;
+    return s;
+}
+
+// dst rows = mul * src rows, the first D columns only (both sides strided).
+void copy_rows(float* dst, size_t dst_ld, const float* src, size_t src_ld, int rows, int D,
+               float mul) {
+    for (int r = 0; r < rows; ++r) {
+        const float* s = src + size_t(r) * src_ld;
+        float* o = dst + size_t(r) * dst_ld;
+#pragma omp simd
+        for (int e = 0; e < D; ++e) o[e] = s[e] * mul;
+    }
+}
+
+// dst(rows, Dp) = mul * src rows (row stride src_ld, D wide), zero in columns D..Dp.
+void pack_rows(float* dst, int Dp, const float* src, size_t src_ld, int rows, int D, float mul) {
+    copy_rows(dst, size_t(Dp), src, src_ld, rows, D, mul);
+    for (int r = 0; r < rows; ++r)
+        std::fill(dst + size_t(r) * Dp + D, dst + size_t(r + 1) * Dp, 0.0f);
+}
+
+// One online-softmax step over a score tile st(nk, kFwdQ) (rows = keys j0 + c, columns = queries
+// i0 + r, shift = j0 - i0). Key c is live for query r iff r >= shift + c (causal; kMasked is false
+// when the whole tile is live). Updates the running max m and sum l, overwrites st with
+// 2^(s - m_new) (0 where masked) and sets alpha to 2^(m_old - m_new), the factor that rescales
+// the output accumulated so far.
+template <bool kMasked>
+void softmax_step(float* st, int nk, int shift, float* m, float* l, float* alpha) {
+    float mx[kFwdQ], sum[kFwdQ];
+    std::fill(mx, mx + kFwdQ, -INFINITY);
+    std::fill(sum, sum + kFwdQ, 0.0f);
+    for (int c = 0; c < nk; ++c) {
+        const float* row = st + c * kFwdQ;
+        const int first = shift + c;
+#pragma omp simd
+        for (int r = 0; r < kFwdQ; ++r)
+            mx[r] = std::max(mx[r], !kMasked || r >= first ? row[r] : -INFINITY);
+    }
+#pragma omp simd
+    for (int r = 0; r < kFwdQ; ++r) {
+        const float m_new = std::max(m[r], mx[r]);
+        alpha[r] = exp2_scalar(m[r] - m_new);
+        m[r] = m_new;
+    }
+    for (int c = 0; c < nk; ++c) {
+        float* row = st + c * kFwdQ;
+        const int first = shift + c;
+#pragma omp simd
+        for (int r = 0; r < kFwdQ; ++r) {
+            const float p = exp2_scalar(row[r] - m[r]);
+            row[r] = !kMasked || r >= first ? p : 0.0f;
+            sum[r] += row[r];
+        }
+    }
+#pragma omp simd
+    for (int r = 0; r < kFwdQ; ++r) l[r] = l[r] * alpha[r] + sum[r];
+}
+
+// Forward scratch of one (b, h) work item: the head's packed operands and one tile of state.
+struct HeadBuffers {
+    int Dp, Tp;
+    float* qt;  // (D, Tp) queries * scale*log2e, transposed, zero past T
+    float* ks;  // (T, Dp) keys
+    float* vs;  // (T, Dp) values
+    float* st;  // (kFwdK, kFwdQ) score / probability tile, keys by queries
+    float* o;   // (kFwdQ, Dp) unnormalised output of the query tile
+    float m[kFwdQ] = {}, l[kFwdQ] = {}, alpha[kFwdQ] = {};  // running max (log2), sum, rescale
+};
+
+// Queries [i0, i0 + nq) against keys [0, i0 + nq): leaves o, m and l of the tile in hb.
+void forward_query_tile(HeadBuffers& hb, int D, int i0, int nq) {
+    const int i_end = i0 + nq, Dp = hb.Dp;
+    std::fill(hb.m, hb.m + kFwdQ, -INFINITY);
+    std::fill(hb.l, hb.l + kFwdQ, 0.0f);
+    for (int j0 = 0; j0 < i_end; j0 += kFwdK) {  // keys past the last query are skipped
+        const int nk = std::min(kFwdK, i_end - j0);
+        // S^T(nk, kFwdQ) = K(nk, D) Q'^T(D, kFwdQ)
+        gemm_tile(hb.st, kFwdQ, hb.ks + size_t(j0) * Dp, Dp, 1, hb.qt + i0, hb.Tp, nk, D, kFwdQ,
+                  Init::kZero);
+        if (j0 + nk - 1 > i0) {  // the tile reaches past the first query: causal mask
+            softmax_step<true>(hb.st, nk, j0 - i0, hb.m, hb.l, hb.alpha);
+        } else {
+            softmax_step<false>(hb.st, nk, j0 - i0, hb.m, hb.l, hb.alpha);
+        }
+        // O(nq, Dp) = alpha * O + P(nq, nk) V(nk, Dp), P read from st transposed
+        gemm_tile(hb.o, Dp, hb.st, 1, kFwdQ, hb.vs + size_t(j0) * Dp, Dp, nq, nk, Dp,
+                  j0 == 0 ? Init::kZero : Init::kScaled, hb.alpha);
+    }
+}
+
+// Forward for one (b, h): out rows of head h and lse(b, h, :).
+void forward_head(float* out, float* lse, const float* qkv, AttnDims d, float scale, int b, int h) {
+    const int T = d.T, D = d.D, Dp = round_up(D, kLanes), Tp = round_up(T, kFwdQ);
+    const size_t S = size_t(d.qkv_stride()), ldo = size_t(d.H) * D;
+    const int kvh = h / (d.H / d.KV);
+    const float* base = qkv + size_t(b) * T * S;
+
+    Scratch& sc = thread_scratch();
+    sc.reserve(Scratch::padded(size_t(D) * Tp) + Scratch::padded(size_t(T) * Dp) * 3 +
+               Scratch::padded(size_t(kFwdK) * kFwdQ) + Scratch::padded(size_t(kFwdQ) * Dp));
+    float* qs = sc.take(size_t(T) * Dp);  // (T, Dp) queries * scale*log2e
+    HeadBuffers hb{.Dp = Dp,
+                   .Tp = Tp,
+                   .qt = sc.take(size_t(D) * Tp),
+                   .ks = sc.take(size_t(T) * Dp),
+                   .vs = sc.take(size_t(T) * Dp),
+                   .st = sc.take(size_t(kFwdK) * kFwdQ),
+                   .o = sc.take(size_t(kFwdQ) * Dp)};
+    // Transposed from the packed copy, where 16 consecutive rows are contiguous (in qkv they are
+    // a tensor row apart and would compete for one L1 set).
+    pack_rows(qs, Dp, base + size_t(h) * D, S, T, D, scale * kLog2e);
+    attn::transpose_pack(hb.qt, Tp, qs, size_t(Dp), T, Tp, D);
+    pack_rows(hb.ks, Dp, base + size_t(d.H + kvh) * D, S, T, D, 1.0f);
+    pack_rows(hb.vs, Dp, base + size_t(d.H + d.KV + kvh) * D, S, T, D, 1.0f);
+
+    for (int i0 = 0; i0 < T; i0 += kFwdQ) {
+        const int nq = std::min(kFwdQ, T - i0);
+        forward_query_tile(hb, D, i0, nq);
+        float* out_rows = out + (size_t(b) * T + i0) * ldo + size_t(h) * D;
+        for (int r = 0; r < nq; ++r) {
+            copy_rows(out_rows + size_t(r) * ldo, 0, hb.o + size_t(r) * Dp, 0, 1, D,
+                      1.0f / hb.l[r]);
+            lse[(size_t(b) * d.H + h) * T + i0 + r] = (hb.m[r] + std::log2(hb.l[r])) * kLn2;
+        }
+    }
+}
+
+// Backward scratch of one (b, kv head) work item. Its query heads are processed one at a time
+// (so scratch does not grow with H/KV); dK and dV accumulate over them for the whole sequence.
+// Tp = round_up(T, 16) is the column count of transposed layouts and per-query scalars.
+struct GroupBuffers {
+    int Dp, Tp;
+    float* ks;    // (T, Dp) keys
+    float* vs;    // (T, Dp) values
+    float* d_k;   // (T, Dp) dK accumulator (times 1/ln2, see backward_group)
+    float* d_v;   // (T, Dp) dV accumulator
+    float* q;     // (T, Dp) current head's queries * scale*log2e
+    float* qt;    // (D, Tp) the same, transposed, zero past T
+    float* d_o;   // (T, Dp) current head's output gradients
+    float* d_ot;  // (D, Tp) the same, transposed, zero past T
+    float* d_q;   // (T, Dp) sum_j dS_ij k_j; d_q = scale * this
+    float* lse2;  // (Tp) lse in log2 units; +inf past T so padded queries get P = 0
+    float* di;    // (Tp) D_i = dO_i . O_i; 0 past T
+    float* st;    // (kBwdK, kBwdQ) probability tile P^T, keys by queries
+    float* dst;   // (kBwdK, kBwdQ) dP^T, then dS^T
+};
+
+// Packs query head h of batch b: q, dO (rows and transposed), lse2, D_i; clears d_q.
+void pack_head(GroupBuffers& g, const float* d_out, const float* out, const float* lse,
+               const float* qkv, AttnDims d, float scale, int b, int h) {
+    const int T = d.T, D = d.D, Dp = g.Dp, Tp = g.Tp;
+    const size_t S = size_t(d.qkv_stride()), ldo = size_t(d.H) * D;
+    const float* dy = d_out + size_t(b) * T * ldo + size_t(h) * D;
+    const float* o = out + size_t(b) * T * ldo + size_t(h) * D;
+    // Transposed from the packed rows (contiguous), as in forward_head.
+    pack_rows(g.q, Dp, qkv + size_t(b) * T * S + size_t(h) * D, S, T, D, scale * kLog2e);
+    attn::transpose_pack(g.qt, Tp, g.q, size_t(Dp), T, Tp, D);
+    pack_rows(g.d_o, Dp, dy, ldo, T, D, 1.0f);
+    attn::transpose_pack(g.d_ot, Tp, g.d_o, size_t(Dp), T, Tp, D);
+    std::fill(g.d_q, g.d_q + size_t(T) * Dp, 0.0f);
+    for (int i = 0; i < T; ++i) {
+        const float* dyi = dy + size_t(i) * ldo;
+        const float* oi = o + size_t(i) * ldo;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int e = 0; e < D; ++e) acc += dyi[e] * oi[e];
+        g.di[i] = acc;
+        g.lse2[i] = lse[(size_t(b) * d.H + h) * T + i] * kLog2e;
+    }
+    std::fill(g.lse2 + T, g.lse2 + Tp, INFINITY);
+    std::fill(g.di + T, g.di + Tp, 0.0f);
+}
+
+// Probabilities and their softmax gradient on a transposed tile pair (rows = keys j0 + c,
+// columns = queries c0 + r, shift = j0 - c0): st = 2^(s - lse2) where r >= shift + c (causal;
+// kMasked is false when the whole tile is live), else 0; then dst = st * (dst - di), which turns
+// dP^T into dS^T.
+template <bool kMasked>
+void probs_and_dsoft(float* st, float* dst, int nk, int ncols, int shift, const float* lse2,
+                     const float* di) {
+    for (int c = 0; c < nk; ++c) {
+        float* p = st + size_t(c) * kBwdQ;
+        float* ds = dst + size_t(c) * kBwdQ;
+        const int first = shift + c;
+#pragma omp simd
+        for (int r = 0; r < ncols; ++r) {
+            const float e = exp2_scalar(p[r] - lse2[r]);
+            p[r] = !kMasked || r >= first ? e : 0.0f;
+            ds[r] = p[r] * (ds[r] - di[r]);
+        }
+    }
+}
+
+// The current head's queries against keys [j0, j0 + nk): updates dK, dV of those keys and dQ.
+void backward_key_tile(GroupBuffers& g, int T, int D, int j0, int nk) {
+    const int Dp = g.Dp, Tp = g.Tp;
+    const float* kr = g.ks + size_t(j0) * Dp;
+    const float* vr = g.vs + size_t(j0) * Dp;
+    float* dk = g.d_k + size_t(j0) * Dp;
+    float* dv = g.d_v + size_t(j0) * Dp;
+    for (int c0 = j0; c0 < T; c0 += kBwdQ) {  // queries before the tile see none of it
+        const int nq = std::min(kBwdQ, T - c0), ncols = round_up(nq, kLanes);
+        // S^T(nk, ncols) = K Q'^T and dP^T = V dO^T
+        gemm_tile(g.st, kBwdQ, kr, Dp, 1, g.qt + c0, Tp, nk, D, ncols, Init::kZero);
+        gemm_tile(g.dst, kBwdQ, vr, Dp, 1, g.d_ot + c0, Tp, nk, D, ncols, Init::kZero);
+        if (j0 + nk - 1 > c0) {  // the tile reaches past the first query: causal mask
+            probs_and_dsoft<true>(g.st, g.dst, nk, ncols, j0 - c0, g.lse2 + c0, g.di + c0);
+        } else {
+            probs_and_dsoft<false>(g.st, g.dst, nk, ncols, j0 - c0, g.lse2 + c0, g.di + c0);
+        }
+        const size_t q_off = size_t(c0) * Dp;
+        // dV += P^T dO, dK += dS^T Q', dQ += dS K (dS read from dst transposed)
+        gemm_tile(dv, Dp, g.st, kBwdQ, 1, g.d_o + q_off, Dp, nk, nq, Dp, Init::kLoad);
+        gemm_tile(dk, Dp, g.dst, kBwdQ, 1, g.q + q_off, Dp, nk, nq, Dp, Init::kLoad);
+        gemm_tile(g.d_q + q_off, Dp, g.dst, 1, kBwdQ, kr, Dp, nq, nk, Dp, Init::kLoad);
+    }
+}
+
+// Backward for one (b, kv head): writes d_qkv for its G query heads, its key and value head.
+void backward_group(float* d_qkv, const float* d_out, const float* out, const float* lse,
+                    const float* qkv, AttnDims d, float scale, int b, int kvh) {
+    const int T = d.T, D = d.D, Dp = round_up(D, kLanes), G = d.H / d.KV, Tp = round_up(T, kLanes);
+    const size_t S = size_t(d.qkv_stride()), rows = size_t(T) * Dp, cols = size_t(D) * Tp;
+    const size_t score = size_t(kBwdK) * kBwdQ;
+    Scratch& sc = thread_scratch();
+    sc.reserve(Scratch::padded(rows) * 7 + Scratch::padded(cols) * 2 + Scratch::padded(Tp) * 2 +
+               Scratch::padded(score) * 2);
+    GroupBuffers g{.Dp = Dp,
+                   .Tp = Tp,
+                   .ks = sc.take(rows),
+                   .vs = sc.take(rows),
+                   .d_k = sc.take(rows),
+                   .d_v = sc.take(rows),
+                   .q = sc.take(rows),
+                   .qt = sc.take(cols),
+                   .d_o = sc.take(rows),
+                   .d_ot = sc.take(cols),
+                   .d_q = sc.take(rows),
+                   .lse2 = sc.take(size_t(Tp)),
+                   .di = sc.take(size_t(Tp)),
+                   .st = sc.take(score),
+                   .dst = sc.take(score)};
+    const float* base = qkv + size_t(b) * T * S;
+    const size_t k_off = size_t(d.H + kvh) * D, v_off = size_t(d.H + d.KV + kvh) * D;
+    pack_rows(g.ks, Dp, base + k_off, S, T, D, 1.0f);
+    pack_rows(g.vs, Dp, base + v_off, S, T, D, 1.0f);
+    std::fill(g.d_k, g.d_k + rows, 0.0f);
+    std::fill(g.d_v, g.d_v + rows, 0.0f);
+
+    float* d_base = d_qkv + size_t(b) * T * S;
+    for (int h = kvh * G; h < (kvh + 1) * G; ++h) {
+        pack_head(g, d_out, out, lse, qkv, d, scale, b, h);
+        for (int j0 = 0; j0 < T; j0 += kBwdK)
+            backward_key_tile(g, T, D, j0, std::min(kBwdK, T - j0));
+        copy_rows(d_base + size_t(h) * D, S, g.d_q, size_t(Dp), T, D, scale);
+    }
+    // dK = scale * sum dS q = ln2 * sum dS q' since q' = q * scale * log2e.
+    copy_rows(d_base + k_off, S, g.d_k, size_t(Dp), T, D, kLn2);
+    copy_rows(d_base + v_off, S, g.d_v, size_t(Dp), T, D, 1.0f);
+}
+
+// Elements below which RoPE runs on the calling thread: a parallel region costs more.
+constexpr int64_t kRopeParallelMin = 32768;
+
+// In-place rotate-half rotation of the q and k heads; sign = +1 forward, -1 inverse.
+void rope_apply(float* x, const float* cos, const float* sin, AttnDims d, float sign) {
+    const int half = d.D / 2, heads = d.H + d.KV;
+    const int64_t N = int64_t(d.B) * d.T;
+    const size_t S = size_t(d.qkv_stride());
+#pragma omp parallel for schedule(static) if (N * heads * d.D > kRopeParallelMin)
+    for (int64_t n = 0; n < N; ++n) {
+        const size_t t = size_t(n % d.T);
+        const float* c = cos + t * half;
+        const float* s = sin + t * half;
+        for (int h = 0; h < heads; ++h) {
+            float* v = x + size_t(n) * S + size_t(h) * d.D;
+#pragma omp simd
+            for (int j = 0; j < half; ++j) {
+                const float x0 = v[j], x1 = v[j + half], sn = sign * s[j];
+                v[j] = x0 * c[j] - x1 * sn;
+                v[j + half] = x1 * c[j] + x0 * sn;
+            }
+        }
+    }
+}
+
+}  // namespace
 
 void rope_forward(float* qkv, const float* cos, const float* sin, AttnDims d) {
-    ref::rope_apply(qkv, cos, sin, d, 1);
+    check_dims("rope_forward", d);
+    rope_apply(qkv, cos, sin, d, 1.0f);
 }
+
 void rope_backward(float* d_qkv, const float* cos, const float* sin, AttnDims d) {
-    ref::rope_apply(d_qkv, cos, sin, d, -1);
+    check_dims("rope_backward", d);
+    rope_apply(d_qkv, cos, sin, d, -1.0f);
 }
+
 void attention_forward(float* out, float* lse, const float* qkv, AttnDims d, float scale) {
-    ref::attention_forward(out, lse, qkv, d, scale);
+    check_dims("attention_forward", d);
+    const int items = d.B * d.H;
+#pragma omp parallel for schedule(static)
+    for (int it = 0; it < items; ++it) forward_head(out, lse, qkv, d, scale, it / d.H, it % d.H);
 }
+
 void attention_backward(float* d_qkv, const float* d_out, const float* out, const float* lse,
                         const float* qkv, AttnDims d, float scale) {
-    ref::attention_backward(d_qkv, d_out, out, lse, qkv, d, scale);
+    check_dims("attention_backward", d);
+    const int items = d.B * d.KV;
+#pragma omp parallel for schedule(static)
+    for (int it = 0; it < items; ++it)
+        backward_group(d_qkv, d_out, out, lse, qkv, d, scale, it / d.KV, it % d.KV);
 }
 
 }  // namespace ete::cpu
