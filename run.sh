@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
-BUILD_PKGS=(cmake ninja-build g++ pkg-config libopenblas-dev nlohmann-json3-dev
+BUILD_PKGS=(cmake ninja-build g++ pkg-config libopenblas-dev libopenblas0-openmp nlohmann-json3-dev
             libtomlplusplus-dev libcli11-dev libfmt-dev libpcre2-dev)
 TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev)
 DEMO_PKGS=(bible-kjv)
