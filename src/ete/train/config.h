@@ -15,7 +15,7 @@ struct RunConfig {
     ModelConfig model;
     std::string model_init_from;  // HF model dir to start from
     // [train]
-    int64_t steps = 400;
+    int64_t steps = 600;
     int micro_batch = 8;
     int seq_len = 128;
     int grad_accum = 1;
@@ -30,7 +30,7 @@ struct RunConfig {
     double grad_clip = 1.0;
     uint64_t seed = 1337;
     std::string recompute = "none";
-    int64_t eval_every = 100;
+    int64_t eval_every = 200;
     int eval_batches = 8;
     int64_t log_every = 10;
     std::string backend = "cpu";
