@@ -196,18 +196,25 @@ void Transformer::layer_backward(int l, const LayerActs& s, AttnDims d) {
     attention_backward(l, s, d);
 }
 
+namespace {
+
+const char* embed_name(const ModelConfig& c) {
+    return c.arch == Arch::Llama ? "model.embed_tokens.weight" : "wte.weight";
+}
+
+// The LM head is its own matrix only for untied Llama; otherwise it is the embedding table.
+const char* head_name(const ModelConfig& c) {
+    return c.arch == Arch::Llama && !c.tie_word_embeddings ? "lm_head.weight" : embed_name(c);
+}
+
+}  // namespace
+
 const float* Transformer::head_weight() const {
-    const char* name = cfg_.arch == Arch::GPT2    ? "wte.weight"
-                       : cfg_.tie_word_embeddings ? "model.embed_tokens.weight"
-                                                  : "lm_head.weight";
-    return params_.param(params_.index(name));
+    return params_.param(params_.index(head_name(cfg_)));
 }
 
 float* Transformer::head_grad() {
-    const char* name = cfg_.arch == Arch::GPT2    ? "wte.weight"
-                       : cfg_.tie_word_embeddings ? "model.embed_tokens.weight"
-                                                  : "lm_head.weight";
-    return params_.grad(name);
+    return params_.grad(head_name(cfg_));
 }
 
 void Transformer::forward_body(const int32_t* inputs, int B, int T) {
@@ -220,8 +227,7 @@ void Transformer::forward_body(const int32_t* inputs, int B, int T) {
                   inputs[i], i, V);
     }
     std::memcpy(ids_, inputs, sizeof(int32_t) * size_t(N));
-    const char* emb = cfg_.arch == Arch::Llama ? "model.embed_tokens.weight" : "wte.weight";
-    be_.embedding_forward(resid_[0], ids_, params_.param(params_.index(emb)), N, C);
+    be_.embedding_forward(resid_[0], ids_, params_.param(embed_name(cfg_)), N, C);
     if (cfg_.arch == Arch::GPT2) {
         be_.pos_embedding_forward(resid_[0], params_.param("wpe.weight"), B, T, C);
     }
@@ -275,8 +281,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     final_norm_backward(N);
     AttnDims d{B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.D()};
     for (int l = cfg_.num_layers - 1; l >= 0; --l) layer_backward(l, acts(l), d);
-    const char* emb = cfg_.arch == Arch::Llama ? "model.embed_tokens.weight" : "wte.weight";
-    be_.embedding_backward(params_.grad(emb), d_resid_, ids_, N, C);
+    be_.embedding_backward(params_.grad(embed_name(cfg_)), d_resid_, ids_, N, C);
     if (cfg_.arch == Arch::GPT2) {
         be_.pos_embedding_backward(params_.grad("wpe.weight"), d_resid_, B, T, C);
     }
