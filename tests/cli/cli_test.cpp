@@ -55,9 +55,10 @@ TEST(Cli, MissingFiles) {
     auto r = run_ete("train /nonexistent/cfg.toml");
     EXPECT_EQ(r.code, 2);  // usage error reported by the parser
     EXPECT_NE(r.err.find("/nonexistent/cfg.toml"), std::string::npos) << r.err;
-    auto r2 = run_ete("train --set data.train=/nonexistent/x.bin --set data.tokenizer=\"\" "
-                      "--set model.vocab_size=64 --out " +
-                      (std::filesystem::temp_directory_path() / "ete_cli_missing").string());
+    auto r2 = run_ete(
+        "train --set data.train=/nonexistent/x.bin --set data.tokenizer=\"\" "
+        "--set model.vocab_size=64 --out " +
+        (std::filesystem::temp_directory_path() / "ete_cli_missing").string());
     EXPECT_EQ(r2.code, 1);
     EXPECT_NE(r2.err.find("data.train '/nonexistent/x.bin': file not found"), std::string::npos)
         << r2.err;
@@ -68,14 +69,39 @@ TEST(Cli, MissingFiles) {
 
 TEST(Cli, DumpConfigPrintsEveryKey) {
     auto path = std::filesystem::temp_directory_path() / "ete_dump.toml";
-    std::string cmd = std::string(ETE_BINARY_DIR) + "/ete train --set train.steps=5 --dump-config > " +
-                      path.string();
+    std::string cmd = std::string(ETE_BINARY_DIR) +
+                      "/ete train --set train.steps=5 --dump-config > " + path.string();
     ASSERT_EQ(std::system(cmd.c_str()), 0);
     std::ifstream in(path);
     std::string text((std::istreambuf_iterator<char>(in)), {});
     EXPECT_NE(text.find("steps = 5"), std::string::npos) << text;
     EXPECT_NE(text.find("[model]"), std::string::npos);
     EXPECT_NE(text.find("init_from"), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+std::string run_stdout(const std::string& cmd) {
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 512> buf{};
+    while (p && fgets(buf.data(), int(buf.size()), p)) out += buf.data();
+    if (p) pclose(p);
+    return out;
+}
+
+TEST(Cli, UserOpenBlasCoreTypeWins) {
+    std::string ete = std::string(ETE_BINARY_DIR) + "/ete --version";
+    EXPECT_NE(run_stdout("OPENBLAS_CORETYPE=Haswell " + ete).find("OpenBLAS core Haswell"),
+              std::string::npos);
+    // Left alone, the core is never a generic fallback on a CPU with AVX2 or AVX-512.
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) {
+        std::string v = run_stdout("env -u OPENBLAS_CORETYPE -u ETE_OPENBLAS_FIXED " + ete);
+        EXPECT_EQ(v.find("core Prescott"), std::string::npos) << v;
+    }
 }
 
 }  // namespace

@@ -73,7 +73,8 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
     EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Cosine, 9, 110, 10, 1.0, 0.1), 1.0);
     EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Cosine, 10, 110, 10, 1.0, 0.1), 1.0);
     EXPECT_NEAR(lr_at(LrSchedule::Cosine, 109, 110, 10, 1.0, 0.1), 0.1, 1e-12);
-    EXPECT_NEAR(lr_at(LrSchedule::Cosine, 59, 110, 10, 1.0, 0.1), 0.55 + 0.45 * std::cos(M_PI * 49 / 99), 1e-12);
+    EXPECT_NEAR(lr_at(LrSchedule::Cosine, 59, 110, 10, 1.0, 0.1),
+                0.55 + 0.45 * std::cos(M_PI * 49 / 99), 1e-12);
     EXPECT_NEAR(lr_at(LrSchedule::Linear, 59, 110, 10, 1.0, 0.0), 1.0 - 49.0 / 99.0, 1e-12);
     EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Constant, 100, 110, 10, 1.0, 0.1), 1.0);
     EXPECT_THROW(lr_schedule_from_name("exp"), Error);

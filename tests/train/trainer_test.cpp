@@ -25,7 +25,7 @@ std::vector<nlohmann::json> read_metrics(const std::string& path) {
 }
 
 class TrainerTest : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         dir_ = fs::temp_directory_path() / ("ete_trainer_" + std::to_string(::getpid()));
         fs::create_directories(dir_);
@@ -68,7 +68,8 @@ TEST_F(TrainerTest, SameSeedSameRunAndLossDecreases) {
         EXPECT_EQ(a[i]["step"], int(i) + 1);
         EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "step " << i + 1;
         EXPECT_EQ(a[i]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>());
-        for (const char* k : {"lr", "tokens_per_s", "step_ms", "tokens"}) EXPECT_TRUE(a[i].contains(k));
+        for (const char* k : {"lr", "tokens_per_s", "step_ms", "tokens"})
+            EXPECT_TRUE(a[i].contains(k));
     }
     EXPECT_EQ(a[0]["tokens"], 2 * 2 * 16);
     EXPECT_TRUE(a[2].contains("val_loss"));

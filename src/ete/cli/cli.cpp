@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "ete/backend/cpu/cpu_kernels.h"
 #include "ete/cli/commands.h"
 #include "ete/core/error.h"
 #include "ete/train/config.h"
@@ -89,7 +90,8 @@ void add_data(CLI::App& app, TokenizerTrainArgs& t, TokenizeArgs& k, std::functi
 int cli_main(int argc, char** argv) {
     CLI::App app{"ete — the Efficient Training Engine (Llama and GPT-2 families)", "ete"};
     app.require_subcommand(1);
-    app.set_version_flag("--version", "ete 0.1.0");
+    app.set_version_flag("--version",
+                         fmt::format("ete 0.1.0 (OpenBLAS core {})", cpu::openblas_core_name()));
     std::function<int()> run;
     TrainArgs train;
     EvalArgs eval;

@@ -31,21 +31,23 @@ bool is_generic_core(std::string_view core) {
     return false;
 }
 
-const char* best_core_for_cpu() {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-        return "SkylakeX";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+}  // namespace
+
+const char* openblas_core_override(std::string_view current_core, bool has_avx512,
+                                   bool has_avx2_fma) {
+    if (!is_generic_core(current_core)) return nullptr;
+    if (has_avx512) return "SkylakeX";
+    if (has_avx2_fma) return "Haswell";
     return nullptr;
 }
 
-}  // namespace
-
 void openblas_fix_coretype(char** argv) {
     if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("ETE_OPENBLAS_FIXED")) return;
-    if (!is_generic_core(openblas_get_corename())) return;
-    const char* core = best_core_for_cpu();
+    __builtin_cpu_init();
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const char* core = openblas_core_override(openblas_get_corename(), avx512, avx2);
     if (!core) return;
     setenv("OPENBLAS_CORETYPE", core, 1);
     setenv("ETE_OPENBLAS_FIXED", "1", 1);  // never loop, even if the library ignores the value

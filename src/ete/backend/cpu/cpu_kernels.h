@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "ete/backend/backend.h"
 
@@ -58,6 +59,10 @@ void scale(float* x, float s, int64_t n);
 // re-executes the process once so the library loads with the right kernels. A user's own value
 // always wins; CPUs without the instructions are left alone.
 void openblas_fix_coretype(char** argv);
+// The decision itself: the core to force, or null to leave OpenBLAS's choice alone (it already
+// picked a specific core, or the CPU lacks the instructions).
+const char* openblas_core_override(std::string_view current_core, bool has_avx512,
+                                   bool has_avx2_fma);
 // "SkylakeX", "Prescott", ... as OpenBLAS reports it.
 const char* openblas_core_name();
 
