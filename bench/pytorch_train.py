@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""bench/pytorch_train.py — the ETE bench model trained in plain PyTorch (the side-by-side peer).
+
+Same model and step as bench/train_throughput.cpp: a Llama with V 8192, C 512, L 8, H 8, KV 4,
+F 1408, untied head, fp32, micro-batch (B, T) = (8, 256) of random token ids with a fixed seed;
+a step is zero_grad, forward, F.cross_entropy (mean over the B*T tokens), backward,
+clip_grad_norm_(1.0) and torch.optim.AdamW (weight decay on matrices only). The layers are
+written here the way Hugging Face's LlamaForCausalLM writes them (separate q/k/v and gate/up
+projections, RoPE rotate-half, GQA by repeating kv heads, causal attention as
+matmul + mask + softmax + matmul, since PyTorch 1.13 has no scaled_dot_product_attention).
+
+Prints one JSON object with the median tokens/s of the measured steps. Run it under Debian's
+python3-torch (1.13, /usr/bin/python3). Its matmuls go through Debian's OpenBLAS (torch's
+BLAS_INFO=generic links libblas.so.3), whose kernel is chosen by OPENBLAS_CORETYPE when the
+library loads: set it to the core ETE reports so both run the same sgemm kernel.
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = torch default)")
+    p.add_argument("--steps", type=int, default=8, help="measured optimizer steps")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up steps (not measured)")
+    p.add_argument("--batch", type=int, default=8, help="micro-batch rows B")
+    p.add_argument("--seq", type=int, default=256, help="sequence length T")
+    p.add_argument("--seed", type=int, default=1234, help="init and token seed")
+    a = p.parse_args()
+    if a.steps < 1 or a.warmup < 0 or a.threads < 0 or a.batch < 1 or a.seq < 1:
+        p.error("--steps, --batch, --seq must be >= 1; --warmup, --threads >= 0")
+    return a
+
+
+ARGS = parse_args()
+if ARGS.threads > 0:
+    # OpenBLAS (pthread build) sizes its own pool at load time; torch.set_num_threads only
+    # sizes torch's OpenMP pool. Both must see the same count, so set it before importing torch.
+    os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.threads)
+
+import torch  # noqa: E402  (after the thread environment above)
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = 8192, 512, 8, 8, 4, 1408
+HEAD_DIM = HIDDEN // HEADS
+ROPE_THETA, NORM_EPS, INIT_STD = 10000.0, 1e-6, 0.02
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS) * self.weight
+
+
+def rope_tables(T, D):
+    inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+    freqs = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)  # (T, D/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (T, D)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def repeat_kv(x):
+    """GQA as HF does it: query head h reads kv head h // (H / KV). expand + reshape (its
+    backward is a sum), not repeat_interleave (whose backward is a slow index_add_ on CPU)."""
+    B, KV, T, D = x.shape
+    rep = HEADS // KV
+    return x[:, :, None].expand(B, KV, rep, T, D).reshape(B, KV * rep, T, D)
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj = nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=False)
+        self.k_proj = nn.Linear(HIDDEN, KV_HEADS * HEAD_DIM, bias=False)
+        self.v_proj = nn.Linear(HIDDEN, KV_HEADS * HEAD_DIM, bias=False)
+        self.o_proj = nn.Linear(HEADS * HEAD_DIM, HIDDEN, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, HEADS, HEAD_DIM).transpose(1, 2)  # (B, H, T, D)
+        k = self.k_proj(x).view(B, T, KV_HEADS, HEAD_DIM).transpose(1, 2)  # (B, KV, T, D)
+        v = self.v_proj(x).view(B, T, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k, v = repeat_kv(k), repeat_kv(v)  # (B, H, T, D)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HEAD_DIM)  # (B, H, T, T)
+        scores = scores.masked_fill(mask, float("-inf"))
+        att = torch.matmul(F.softmax(scores, dim=-1), v)  # (B, H, T, D)
+        return self.o_proj(att.transpose(1, 2).reshape(B, T, HEADS * HEAD_DIM))
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate_proj = nn.Linear(HIDDEN, INTERMEDIATE, bias=False)
+        self.up_proj = nn.Linear(HIDDEN, INTERMEDIATE, bias=False)
+        self.down_proj = nn.Linear(INTERMEDIATE, HIDDEN, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.input_layernorm = RMSNorm(HIDDEN)
+        self.self_attn = Attention()
+        self.post_attention_layernorm = RMSNorm(HIDDEN)
+        self.mlp = MLP()
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, T):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
+        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.norm = RMSNorm(HIDDEN)
+        self.lm_head = nn.Linear(HIDDEN, VOCAB, bias=False)
+        cos, sin = rope_tables(T, HEAD_DIM)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)  # True = masked
+        self.register_buffer("mask", mask, persistent=False)
+        for p in self.parameters():
+            if p.dim() == 2:  # linears and the embedding; norms stay at ones
+                nn.init.normal_(p, std=INIT_STD)
+
+    def forward(self, ids):
+        x = self.embed_tokens(ids)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin, self.mask)
+        return self.lm_head(self.norm(x))  # (B, T, V)
+
+
+def make_optimizer(model):
+    # Same groups as ETE's ParamSpec: decay on linear weights only (not embedding, not norms).
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n]
+    rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "embed" not in n)]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+
+
+def train_step(model, opt, ids):
+    inputs, targets = ids[:, :-1], ids[:, 1:]
+    opt.zero_grad(set_to_none=True)
+    logits = model(inputs)
+    loss = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss.item()
+
+
+def openblas_core():
+    """The core type of the OpenBLAS torch loaded (the same shared object, so same state)."""
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return "unknown"
+
+
+def model_flops_per_step(B, T):
+    # Same formula as ete_bench_train: 6 * matmul params * tokens + causal attention.
+    S = (HEADS + 2 * KV_HEADS) * HEAD_DIM
+    per_layer = S * HIDDEN + HEADS * HEAD_DIM * HIDDEN + 3 * INTERMEDIATE * HIDDEN
+    p_mm = LAYERS * per_layer + VOCAB * HIDDEN
+    return 6.0 * p_mm * B * T + 6.0 * LAYERS * B * HEADS * HEAD_DIM * T * (T + 1)
+
+
+def main():
+    a = ARGS
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    model = Llama(a.seq)
+    opt = make_optimizer(model)
+    gen = torch.Generator().manual_seed(a.seed)
+    times, first_loss = [], None
+    for s in range(a.warmup + a.steps):
+        ids = torch.randint(0, VOCAB, (a.batch, a.seq + 1), generator=gen)
+        t0 = time.perf_counter()
+        loss = train_step(model, opt, ids)
+        dt = time.perf_counter() - t0
+        if first_loss is None:
+            # Correctness before speed: at init the first loss must be near ln V.
+            first_loss = loss
+            if not abs(loss - math.log(VOCAB)) < 0.5:
+                sys.exit(f"pytorch_train: first loss {loss} is not near ln(V) = {math.log(VOCAB)}")
+        tag = "warmup" if s < a.warmup else "      "
+        print(f"{tag} step {s:2d}: {dt * 1e3:8.1f} ms  loss {loss:.4f}", file=sys.stderr)
+        if s >= a.warmup:
+            times.append(dt)
+    med = statistics.median(times)
+    tokens = a.batch * a.seq
+    flops = model_flops_per_step(a.batch, a.seq)
+    print(json.dumps({
+        "bench": "pytorch_train", "torch": torch.__version__,
+        "threads": torch.get_num_threads(), "openblas_core": openblas_core(),
+        "params": sum(p.numel() for p in model.parameters()),
+        "step_ms": [t * 1e3 for t in times], "median_step_ms": med * 1e3,
+        "tokens_per_s": tokens / med, "model_flops_per_step": flops,
+        "model_flop_per_s": flops / med, "first_loss": first_loss}))
+
+
+if __name__ == "__main__":
+    main()
