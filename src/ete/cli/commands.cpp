@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "ete/core/file_util.h"
 #include "ete/core/log.h"
 #include "ete/data/corpus.h"
 #include "ete/data/loader.h"
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
-#include "ete/core/file_util.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/safetensors.h"
 #include "ete/model/transformer.h"

@@ -12,8 +12,8 @@
 #include <queue>
 
 #include "ete/core/error.h"
-#include "ete/core/log.h"
 #include "ete/core/file_util.h"
+#include "ete/core/log.h"
 #include "ete/data/pretokenize.h"
 #include "ete/data/tokenizer.h"
 

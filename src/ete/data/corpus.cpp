@@ -4,8 +4,8 @@
 #include <chrono>
 
 #include "ete/core/error.h"
-#include "ete/core/log.h"
 #include "ete/core/file_util.h"
+#include "ete/core/log.h"
 #include "ete/data/token_shard.h"
 
 namespace ete {

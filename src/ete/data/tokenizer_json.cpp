@@ -9,8 +9,8 @@
 #include <unordered_set>
 
 #include "ete/core/error.h"
-#include "ete/data/byte_level.h"
 #include "ete/core/file_util.h"
+#include "ete/data/byte_level.h"
 #include "ete/data/pretokenize.h"
 #include "ete/data/tokenizer.h"
 

@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "ete/core/tensor.h"
 #include "ete/core/file_util.h"
+#include "ete/core/tensor.h"
 
 namespace ete {
 

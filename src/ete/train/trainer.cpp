@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <optional>
 
+#include "ete/core/file_util.h"
 #include "ete/core/log.h"
 #include "ete/data/loader.h"
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
-#include "ete/core/file_util.h"
 #include "ete/io/hf_model.h"
 #include "ete/model/transformer.h"
 #include "ete/optim/adamw.h"
