@@ -15,7 +15,7 @@ struct RunConfig {
     ModelConfig model;
     std::string model_init_from;  // HF model dir to start from
     // [train]
-    int64_t steps = 600;
+    int64_t steps = 900;
     int micro_batch = 8;
     int seq_len = 128;
     int grad_accum = 1;
@@ -30,9 +30,9 @@ struct RunConfig {
     double grad_clip = 1.0;
     uint64_t seed = 1337;
     std::string recompute = "none";
-    int64_t eval_every = 200;
+    int64_t eval_every = 300;
     int eval_batches = 8;
-    int64_t log_every = 10;
+    int64_t log_every = 50;
     std::string backend = "cpu";
     // [data]
     std::string data_train = "data/kjv.bin";
