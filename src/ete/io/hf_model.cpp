@@ -39,7 +39,9 @@ std::string canonical_name(const ModelConfig& c, const std::string& name) {
         std::string_view v(n), suffix(s);
         return v.size() >= suffix.size() && v.substr(v.size() - suffix.size()) == suffix;
     };
-    if (ends_with("attn.bias") || ends_with("attn.masked_bias")) return "";
+    // Old GPT-2 files store the causal mask as buffers h.i.attn.bias / h.i.attn.masked_bias
+    // (not h.i.attn.c_attn.bias, which is a parameter).
+    if (ends_with(".attn.bias") || ends_with(".attn.masked_bias")) return "";
     if (n == "lm_head.weight") return "";  // tied to wte; some exports store a copy
     return n;
 }
