@@ -1,0 +1,72 @@
+// tests/cli/eval_test.cpp — the `ete eval` contract: B rows of T+1 tokens, row b starting at
+// b·(T+1); the JSON loss is the mean over the B×T predictions; --dump-logits writes F32 [B, T, V].
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ete/backend/backend.h"
+#include "ete/data/token_shard.h"
+#include "ete/io/hf_model.h"
+#include "ete/io/safetensors.h"
+#include "ete/model/transformer.h"
+
+namespace ete {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(CliEval, LossAndLogitsFollowTheContract) {
+    fs::path dir = fs::temp_directory_path() / ("ete_eval_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    ModelConfig c;
+    c.vocab_size = 29;
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_layers = 2;
+    c.num_heads = 2;
+    c.num_kv_heads = 1;
+    c.max_position_embeddings = 16;
+    auto be = make_cpu_backend();
+    Transformer m(c, *be);
+    m.params().init(11);
+    save_hf_model((dir / "model").string(), c, m.params(), "");
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 40; ++i) ids.push_back((i * 5 + i / 3) % 29);
+    write_token_shard((dir / "t.bin").string(), ids, 29);
+
+    const int B = 3, T = 6;
+    std::string cmd = std::string(ETE_BINARY_DIR) + "/ete eval --model " +
+                      (dir / "model").string() + " --tokens " + (dir / "t.bin").string() +
+                      " --batch 3 --seq 6 --json --dump-logits " + (dir / "l.st").string();
+    FILE* p = popen(cmd.c_str(), "r");
+    std::array<char, 512> buf{};
+    std::string out;
+    while (p && fgets(buf.data(), int(buf.size()), p)) out += buf.data();
+    ASSERT_EQ(pclose(p), 0) << out;
+    double loss = nlohmann::json::parse(out)["loss"].get<double>();
+
+    // The same computation in process: row b is ids[b(T+1) .. b(T+1)+T].
+    std::vector<int32_t> in, tgt;
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) {
+            in.push_back(ids[size_t(b * (T + 1) + t)]);
+            tgt.push_back(ids[size_t(b * (T + 1) + t + 1)]);
+        }
+    m.setup(B, T);
+    double expect = m.forward_loss(in.data(), tgt.data(), B, T) / (B * T);
+    EXPECT_NEAR(loss, expect, 1e-6 * expect);
+    std::vector<float> logits(size_t(B) * T * 29);
+    m.forward_logits(in.data(), B, T, logits.data());
+    auto f = SafetensorsFile::open((dir / "l.st").string());
+    EXPECT_EQ(f.info("logits").shape, (Shape{B, T, 29}));
+    EXPECT_EQ(f.info("logits").dtype, DType::F32);
+    Tensor got = f.to_f32("logits");
+    for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(got.f32()[i], logits[i]) << i;
+    fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ete
