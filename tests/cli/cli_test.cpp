@@ -47,7 +47,8 @@ TEST(Cli, BadValue) {
     EXPECT_NE(r.err.find("train.lr=abc: expected a number"), std::string::npos) << r.err;
     auto r2 = run_ete("train " + write_tmp("ete_bad_val.toml", "[train]\nrecompute = \"some\"\n"));
     EXPECT_EQ(r2.code, 1);
-    EXPECT_NE(r2.err.find("train.recompute = 'some': expected none or full"), std::string::npos)
+    EXPECT_NE(r2.err.find("train.recompute = 'some': expected none, full or layer indices"),
+              std::string::npos)
         << r2.err;
 }
 

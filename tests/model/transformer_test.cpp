@@ -127,6 +127,33 @@ TEST_P(TransformerTest, RecomputeFullIsBitwiseIdenticalToNone) {
     }
 }
 
+// Recomputing only some layers (here layer 1 of 2) is also bit-identical. Memory: one kept layer
+// plus one shared scratch — with two layers that equals none; full keeps only the scratch.
+TEST_P(TransformerTest, RecomputeSomeLayersIsBitwiseIdenticalToNone) {
+    auto a = make_model(cfg_, *be_, B_, T_, Recompute::None);
+    auto full = make_model(cfg_, *be_, B_, T_, Recompute::Full);
+    Transformer b(cfg_, *be_);
+    b.params().init(7);
+    perturb_norms_and_biases(b.params());
+    b.setup(B_, T_, recompute_plan("1", cfg_.num_layers));
+    EXPECT_EQ(b.activation_bytes(), a->activation_bytes());
+    EXPECT_GT(b.activation_bytes(), full->activation_bytes());
+    double la = a->forward_backward(inputs_.data(), targets_.data(), B_, T_, d_scale_);
+    double lb = b.forward_backward(inputs_.data(), targets_.data(), B_, T_, d_scale_);
+    EXPECT_EQ(la, lb);
+    size_t n = size_t(a->params().numel());
+    EXPECT_EQ(std::memcmp(a->params().grads(), b.params().grads(), sizeof(float) * n), 0);
+}
+
+TEST(RecomputePlan, ParsesNamesListsAndRanges) {
+    EXPECT_EQ(recompute_plan("none", 3), (std::vector<bool>{false, false, false}));
+    EXPECT_EQ(recompute_plan("full", 3), (std::vector<bool>{true, true, true}));
+    EXPECT_EQ(recompute_plan("0-1,3", 5), (std::vector<bool>{true, true, false, true, false}));
+    for (const char* bad : {"", "4", "2-1", "a", "1-", "0,,1", "1x", "-1"}) {
+        EXPECT_THROW(recompute_plan(bad, 4), Error) << bad;
+    }
+}
+
 // forward_loss and forward_backward run the same forward; only the loss kernel differs (forward
 // only vs fused with its gradient), which the ref kernels compute identically in double.
 TEST_P(TransformerTest, ForwardLossEqualsForwardBackwardSum) {

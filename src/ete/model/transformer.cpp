@@ -54,14 +54,50 @@ LayerWeights Transformer::weights(int l, bool grads) {
     return w;
 }
 
+std::vector<bool> recompute_plan(const std::string& spec, int L) {
+    if (spec == "none" || spec == "full") return std::vector<bool>(size_t(L), spec == "full");
+    std::vector<bool> plan(size_t(L), false);
+    auto bad = [&]() {
+        throw_error(
+            fmt::format("train.recompute = '{}': expected none, full or layer indices "
+                        "and ranges like 0-3,6 within 0..{}",
+                        spec, L - 1));
+    };
+    size_t pos = 0;
+    while (pos <= spec.size()) {
+        size_t end = std::min(spec.find(',', pos), spec.size());
+        std::string item = spec.substr(pos, end - pos);
+        size_t dash = item.find('-');
+        int lo = 0, hi = 0;
+        try {
+            size_t used = 0;
+            lo = std::stoi(item.substr(0, dash), &used);
+            if (used != (dash == std::string::npos ? item.size() : dash)) bad();
+            hi = dash == std::string::npos ? lo : std::stoi(item.substr(dash + 1), &used);
+            if (dash != std::string::npos && used != item.size() - dash - 1) bad();
+        } catch (const std::logic_error&) {
+            bad();
+        }
+        if (lo < 0 || hi >= L || lo > hi) bad();
+        for (int l = lo; l <= hi; ++l) plan[size_t(l)] = true;
+        pos = end + 1;
+    }
+    return plan;
+}
+
 void Transformer::setup(int B, int T, Recompute recompute) {
+    setup(B, T, std::vector<bool>(size_t(cfg_.num_layers), recompute == Recompute::Full));
+}
+
+void Transformer::setup(int B, int T, const std::vector<bool>& plan) {
+    ETE_ASSERT(plan.size() == size_t(cfg_.num_layers));
     ETE_CHECK(B > 0 && T > 0, "model setup: batch {} and sequence {} must be > 0", B, T);
     ETE_CHECK(T <= cfg_.max_position_embeddings,
               "sequence length {} exceeds model.max_position_embeddings = {}", T,
               cfg_.max_position_embeddings);
     B_ = B;
     T_ = T;
-    recompute_ = recompute;
+    recompute_ = plan;
     // Logits are produced in row chunks of at most ~64 MB so a large vocabulary never needs a
     // full (N, V) buffer.
     int64_t N = int64_t(B) * T;
@@ -81,7 +117,11 @@ void Transformer::allocate(Arena& a) {
     bool ln = cfg_.arch == Arch::GPT2;
     resid_.assign(size_t(cfg_.num_layers) + 1, nullptr);
     for (auto& r : resid_) r = a.alloc_f32(N * C);
-    layer_acts_.assign(recompute_ == Recompute::Full ? 1 : size_t(cfg_.num_layers), LayerActs{});
+    act_slot_.clear();
+    size_t kept = 0, recomputed = 0;
+    for (bool r : recompute_) act_slot_.push_back(r ? SIZE_MAX : kept++), recomputed += r;
+    for (size_t& slot : act_slot_) slot = slot == SIZE_MAX ? kept : slot;  // the shared scratch
+    layer_acts_.assign(kept + (recomputed ? 1 : 0), LayerActs{});
     for (LayerActs& s : layer_acts_) {
         s.ln1 = a.alloc_f32(N * C);
         s.ln1_mean = ln ? a.alloc_f32(N) : nullptr;
@@ -191,7 +231,7 @@ void Transformer::attention_backward(int l, const LayerActs& s, AttnDims d) {
 }
 
 void Transformer::layer_backward(int l, const LayerActs& s, AttnDims d) {
-    if (recompute_ == Recompute::Full) layer_forward(l, s, d);
+    if (recompute_[size_t(l)]) layer_forward(l, s, d);
     mlp_backward(l, s, d);
     attention_backward(l, s, d);
 }

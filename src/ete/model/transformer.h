@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ete/backend/backend.h"
@@ -19,6 +20,10 @@
 namespace ete {
 
 enum class Recompute { None, Full };
+
+// Which layers recompute their activations in backward, from "none", "full" or a list of layer
+// indices and ranges such as "0-3,6" (memory is then spent only on the layers not listed).
+std::vector<bool> recompute_plan(const std::string& spec, int num_layers);
 
 // Pointers into the ParamStore (weights or gradients) for one layer; unused ones are null.
 struct LayerWeights {
@@ -57,6 +62,8 @@ class Transformer {
 
     // Allocates activations for batches up to (B, T). Call again to resize.
     void setup(int B, int T, Recompute recompute = Recompute::None);
+    // Same, recomputing exactly the layers flagged in `plan` (size L).
+    void setup(int B, int T, const std::vector<bool>& plan);
     int max_batch() const { return B_; }
     int max_seq() const { return T_; }
     size_t activation_bytes() const { return arena_.capacity(); }
@@ -84,9 +91,7 @@ class Transformer {
     const float* head_weight() const;
     float* head_grad();
     LayerWeights weights(int l, bool grads);
-    const LayerActs& acts(int l) const {
-        return layer_acts_[recompute_ == Recompute::Full ? 0 : l];
-    }
+    const LayerActs& acts(int l) const { return layer_acts_[act_slot_[size_t(l)]]; }
 
     ModelConfig cfg_;
     Backend& be_;
@@ -94,10 +99,11 @@ class Transformer {
     std::vector<LayerWeights> w_, g_;
 
     int B_ = 0, T_ = 0, head_rows_ = 0;
-    Recompute recompute_ = Recompute::None;
+    std::vector<bool> recompute_;   // per layer
+    std::vector<size_t> act_slot_;  // layer -> its LayerActs; recomputed layers share one scratch
     Arena arena_;
     std::vector<float*> resid_;          // L+1 buffers (N, C): input of layer l, resid_[L] output
-    std::vector<LayerActs> layer_acts_;  // L entries, or 1 shared scratch under recompute
+    std::vector<LayerActs> layer_acts_;  // one per kept layer, plus one scratch if any recompute
     float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (N, C), (N), (N)
     float* logits_ = nullptr;                                           // (head_rows, V)
     float* losses_ = nullptr;                                           // (N)

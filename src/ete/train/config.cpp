@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "ete/core/error.h"
+#include "ete/model/transformer.h"
 
 namespace ete {
 namespace {
@@ -118,7 +119,8 @@ const std::vector<Key>& keys() {
         t.push_back(field("train.adam_eps", &R::adam_eps, "AdamW epsilon"));
         t.push_back(field("train.grad_clip", &R::grad_clip, "global grad-norm clip (0 = off)"));
         t.push_back(field("train.seed", &R::seed, "seed for init and data order"));
-        t.push_back(field("train.recompute", &R::recompute, "activation recompute: none or full"));
+        t.push_back(field("train.recompute", &R::recompute,
+                          "recompute in backward: none, full or layers (0-3,6)"));
         t.push_back(field("train.eval_every", &R::eval_every, "validation interval (0 = off)"));
         t.push_back(field("train.eval_batches", &R::eval_batches, "validation micro-batches"));
         t.push_back(field("train.log_every", &R::log_every, "log-line interval (non-TTY)"));
@@ -279,8 +281,10 @@ void validate(const RunConfig& c) {
     ETE_CHECK(c.beta2 >= 0 && c.beta2 < 1, "train.beta2 = {}: expected in [0, 1)", c.beta2);
     ETE_CHECK(c.adam_eps > 0, "train.adam_eps = {}: expected > 0", c.adam_eps);
     ETE_CHECK(c.grad_clip >= 0, "train.grad_clip = {}: expected >= 0", c.grad_clip);
-    ETE_CHECK(c.recompute == "none" || c.recompute == "full",
-              "train.recompute = '{}': expected none or full", c.recompute);
+    // With model.init_from the layer count is known only once the model dir is read.
+    if (c.model_init_from.empty() && c.model.num_layers > 0) {
+        recompute_plan(c.recompute, c.model.num_layers);
+    }
     ETE_CHECK(c.eval_every >= 0, "train.eval_every = {}: expected >= 0", c.eval_every);
     ETE_CHECK(c.eval_batches > 0, "train.eval_batches = {}: expected > 0", c.eval_batches);
     ETE_CHECK(c.log_every > 0, "train.log_every = {}: expected > 0", c.log_every);

@@ -95,7 +95,7 @@ TrainSummary run_training(RunConfig cfg, const std::string& out_dir) {
         load_hf_weights(cfg.model_init_from, model.params());
     }
     const int B = cfg.micro_batch, T = cfg.seq_len, A = cfg.grad_accum;
-    model.setup(B, T, cfg.recompute == "full" ? Recompute::Full : Recompute::None);
+    model.setup(B, T, recompute_plan(cfg.recompute, mc.num_layers));
     AdamW opt(model.params(), *backend,
               {cfg.lr, cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay});
     LrSchedule sched = lr_schedule_from_name(cfg.lr_schedule);
