@@ -27,6 +27,11 @@ void add_train(CLI::App& app, TrainArgs& a, std::function<int()>& run) {
     c->add_option("--set", a.overrides, "override a config key: section.key=value")
         ->allow_extra_args(false);
     c->add_flag("--dump-config", a.dump_config, "print the resolved config as TOML and exit");
+    c->add_option("--resume", a.resume,
+                  "continue from a checkpoint: auto (newest in --out) or a step_XXXXXXXX dir");
+    c->add_option("--resume-force", a.resume_force,
+                  "accept a changed setting on resume (e.g. train.steps); repeatable")
+        ->allow_extra_args(false);
     c->footer(config_keys_text());
     c->callback([&] { run = [&] { return cmd_train(a); }; });
 }

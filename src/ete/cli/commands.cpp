@@ -32,8 +32,8 @@ int cmd_train(const TrainArgs& a) {
         std::fputs(dump_toml(cfg).c_str(), stdout);
         return 0;
     }
-    run_training(cfg, a.out_dir);
-    return 0;
+    run_training(cfg, a.out_dir, {a.resume, a.resume_force});
+    return 0;  // also after a clean stop on SIGTERM/SIGINT: the checkpoint is saved
 }
 
 namespace {

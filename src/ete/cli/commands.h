@@ -11,6 +11,8 @@ struct TrainArgs {
     std::string out_dir = "runs/train";
     std::vector<std::string> overrides;
     bool dump_config = false;
+    std::string resume;                     // "", "auto" or a checkpoint dir
+    std::vector<std::string> resume_force;  // keys a resume may see changed
 };
 int cmd_train(const TrainArgs& a);
 

@@ -125,6 +125,10 @@ const std::vector<Key>& keys() {
         t.push_back(field("train.eval_batches", &R::eval_batches, "validation micro-batches"));
         t.push_back(field("train.log_every", &R::log_every, "log-line interval (non-TTY)"));
         t.push_back(field("train.backend", &R::backend, "compute backend: cpu, ref or cuda"));
+        t.push_back(field("train.checkpoint_every", &R::checkpoint_every,
+                          "steps between checkpoints (0 = only on SIGTERM/SIGINT)"));
+        t.push_back(field("train.keep_checkpoints", &R::keep_checkpoints,
+                          "newest checkpoints kept (0 = all)"));
         t.push_back(field("data.train", &R::data_train, "token shard (.bin, ETETOK01)"));
         t.push_back(
             field("data.tokenizer", &R::data_tokenizer, "tokenizer.json saved with the model"));
@@ -288,6 +292,10 @@ void validate(const RunConfig& c) {
     ETE_CHECK(c.eval_every >= 0, "train.eval_every = {}: expected >= 0", c.eval_every);
     ETE_CHECK(c.eval_batches > 0, "train.eval_batches = {}: expected > 0", c.eval_batches);
     ETE_CHECK(c.log_every > 0, "train.log_every = {}: expected > 0", c.log_every);
+    ETE_CHECK(c.checkpoint_every >= 0, "train.checkpoint_every = {}: expected >= 0",
+              c.checkpoint_every);
+    ETE_CHECK(c.keep_checkpoints >= 0, "train.keep_checkpoints = {}: expected >= 0",
+              c.keep_checkpoints);
     ETE_CHECK(c.data_val_fraction >= 0 && c.data_val_fraction < 1,
               "data.val_fraction = {}: expected in [0, 1)", c.data_val_fraction);
     ETE_CHECK(!c.data_train.empty(), "data.train: expected a token shard path");

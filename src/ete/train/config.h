@@ -34,6 +34,8 @@ struct RunConfig {
     int eval_batches = 8;
     int64_t log_every = 50;
     std::string backend = "cpu";
+    int64_t checkpoint_every = 0;  // steps between checkpoints (0 = only on SIGTERM/SIGINT)
+    int keep_checkpoints = 3;      // newest committed checkpoints kept (0 = all)
     // [data]
     std::string data_train = "data/kjv.bin";
     std::string data_tokenizer = "data/tokenizer.json";

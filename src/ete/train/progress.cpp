@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -30,7 +31,7 @@ std::string format_duration(double s) {
     return fmt::format("{}s", t);
 }
 
-void Progress::record(const StepMetrics& m, double elapsed_s) {
+void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run) {
     if (metrics_) {
         nlohmann::json j = {{"step", m.step},      {"loss", m.loss},
                             {"lr", m.lr},          {"grad_norm", m.grad_norm},
@@ -40,7 +41,7 @@ void Progress::record(const StepMetrics& m, double elapsed_s) {
         std::fputs((j.dump() + "\n").c_str(), metrics_);
         std::fflush(metrics_);
     }
-    double eta = elapsed_s / double(m.step) * double(total_ - m.step);
+    double eta = elapsed_s / double(std::max<int64_t>(steps_run, 1)) * double(total_ - m.step);
     std::string line = fmt::format(
         "step: {}/{} | loss: {:.4f} | lr: {:.3e} | grad_norm: {:.3f} | tok/s: {:.0f} | eta: {}",
         m.step, total_, m.loss, m.lr, m.grad_norm, m.tokens_per_s, format_duration(eta));

@@ -25,7 +25,8 @@ class Progress {
     Progress(const Progress&) = delete;
     Progress& operator=(const Progress&) = delete;
 
-    void record(const StepMetrics& m, double elapsed_s);
+    // elapsed_s and steps_run cover this invocation only (a resumed run starts mid-way).
+    void record(const StepMetrics& m, double elapsed_s, int64_t steps_run);
     void finish();                          // ends the live line
     void message(const std::string& line);  // a line that does not break the live bar
 

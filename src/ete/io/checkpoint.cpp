@@ -1,0 +1,165 @@
+// ete/io/checkpoint.cpp
+#include "ete/io/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "ete/core/file_util.h"
+#include "ete/io/safetensors.h"
+
+namespace ete {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string step_name(int64_t step) {
+    return fmt::format("step_{:08d}", step);
+}
+
+// Committed checkpoint directories: exactly "step_" + 8 digits.
+bool is_committed_name(const std::string& n) {
+    return n.size() == 13 && n.rfind("step_", 0) == 0 &&
+           std::all_of(n.begin() + 5, n.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::vector<fs::path> committed(const std::string& run_dir) {
+    std::vector<fs::path> out;
+    fs::path root = fs::path(run_dir) / "checkpoints";
+    if (!fs::is_directory(root)) return out;
+    for (const auto& e : fs::directory_iterator(root)) {
+        if (e.is_directory() && is_committed_name(e.path().filename().string())) {
+            out.push_back(e.path());
+        }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+void fsync_path(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ETE_CHECK(fd >= 0, "checkpoint: cannot open directory '{}'", path);
+    int rc = ::fsync(fd);
+    ::close(fd);
+    ETE_CHECK(rc == 0, "checkpoint: fsync of directory '{}' failed", path);
+}
+
+// One f32 tensor per parameter, viewing `base` (params, m or v) at the store's offsets.
+std::vector<std::pair<std::string, Tensor>> views(const ParamStore& store, const float* base,
+                                                  const std::string& prefix) {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (size_t i = 0; i < store.specs().size(); ++i) {
+        const ParamSpec& s = store.specs()[i];
+        out.emplace_back(prefix + s.name,
+                         Tensor::view(const_cast<float*>(base) + store.offset(int(i)), s.shape));
+    }
+    return out;
+}
+
+// Copies every parameter-shaped tensor `prefix + name` of a file into `base`.
+void read_into(const SafetensorsFile& f, const ParamStore& store, float* base,
+               const std::string& prefix) {
+    for (size_t i = 0; i < store.specs().size(); ++i) {
+        const ParamSpec& s = store.specs()[i];
+        std::string n = prefix + s.name;
+        ETE_CHECK(f.has(n), "{}: tensor '{}' is missing", f.path(), n);
+        ETE_CHECK(f.info(n).shape == s.shape && f.info(n).dtype == DType::F32,
+                  "{}: tensor '{}' is {} {}, expected F32 {}", f.path(), n,
+                  dtype_name(f.info(n).dtype), shape_str(f.info(n).shape), shape_str(s.shape));
+        Tensor t = f.to_f32(n);
+        std::copy(t.f32(), t.f32() + t.numel(), base + store.offset(int(i)));
+    }
+}
+
+// Each tensor's slice of its global shape; whole tensors until the parallel layouts land.
+std::string slices_metadata(const ParamStore& store) {
+    json j = json::object();
+    for (const ParamSpec& s : store.specs()) {
+        j[s.name] = {{"global_shape", s.shape},
+                     {"offset", std::vector<int64_t>(s.shape.size(), 0)}};
+    }
+    return j.dump();
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
+                            const ParamStore& store, const float* m, const float* v,
+                            const std::string& config_toml) {
+    fs::path root = fs::path(run_dir) / "checkpoints";
+    fs::create_directories(root);
+    fs::path final_dir = root / step_name(st.step);
+    fs::path tmp = root / (step_name(st.step) + ".tmp." + std::to_string(::getpid()));
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    json state = {{"format_version", kCheckpointFormatVersion},
+                  {"step", st.step},
+                  {"optimizer_steps", st.optimizer_steps},
+                  {"data_position", st.data_position},
+                  {"run", st.run}};
+    std::string meta = slices_metadata(store);
+    write_safetensors((tmp / "model.safetensors").string(), views(store, store.params(), ""),
+                      {{"format", "ete"}, {"layout", "ete"}, {"slices", meta}});
+    auto opt = views(store, m, "exp_avg.");
+    auto v_views = views(store, v, "exp_avg_sq.");
+    opt.insert(opt.end(), v_views.begin(), v_views.end());
+    write_safetensors((tmp / "optimizer.safetensors").string(), opt, {{"format", "ete"}});
+    write_file_atomic((tmp / "config.toml").string(), config_toml);
+    write_file_atomic((tmp / "state.json").string(), state.dump(2) + "\n");  // written last
+    fsync_path(tmp.string());
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-save of the same step
+    fs::rename(tmp, final_dir);
+    fsync_path(root.string());
+    return final_dir.string();
+}
+
+CheckpointState load_checkpoint(const std::string& dir, ParamStore& store, float* m, float* v) {
+    fs::path d(dir);
+    ETE_CHECK(is_committed_name(d.filename().string()) && fs::is_directory(d),
+              "checkpoint '{}': expected a committed checkpoint directory step_XXXXXXXX", dir);
+    json state;
+    std::string state_path = (d / "state.json").string();
+    try {
+        state = json::parse(read_file(state_path));
+    } catch (const json::exception& e) {
+        throw_error(fmt::format("{}: invalid JSON ({})", state_path, e.what()));
+    }
+    int version = state.value("format_version", -1);
+    ETE_CHECK(version == kCheckpointFormatVersion,
+              "{}: format_version {} is not supported "
+              "(this ETE reads version {})",
+              state_path, version, kCheckpointFormatVersion);
+    read_into(SafetensorsFile::open((d / "model.safetensors").string()), store, store.params(), "");
+    SafetensorsFile opt = SafetensorsFile::open((d / "optimizer.safetensors").string());
+    read_into(opt, store, m, "exp_avg.");
+    read_into(opt, store, v, "exp_avg_sq.");
+    CheckpointState st;
+    try {
+        st.step = state.at("step").get<int64_t>();
+        st.optimizer_steps = state.at("optimizer_steps").get<int64_t>();
+        st.data_position = state.at("data_position").get<uint64_t>();
+        st.run = state.at("run");
+    } catch (const json::exception& e) {
+        throw_error(fmt::format("{}: expected step, optimizer_steps, data_position and run ({})",
+                                state_path, e.what()));
+    }
+    return st;
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
+    auto all = committed(run_dir);
+    if (all.empty()) return std::nullopt;
+    return all.back().string();
+}
+
+void prune_checkpoints(const std::string& run_dir, int keep) {
+    if (keep <= 0) return;
+    auto all = committed(run_dir);
+    for (size_t i = 0; i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i]);
+}
+
+}  // namespace ete

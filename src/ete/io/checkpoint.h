@@ -1,0 +1,47 @@
+// ete/io/checkpoint.h — resumable training state (DESIGN.md §7).
+//
+// RUN/checkpoints/step_XXXXXXXX/ holds:
+//   model.safetensors      every parameter under its HF name, in ETE layout (linears (out, in)),
+//                          with `__metadata__` recording each tensor's slice of the global shape
+//   optimizer.safetensors  AdamW moments `exp_avg.<name>`, `exp_avg_sq.<name>` (same layout)
+//   state.json             format version, step, optimizer step count, data position, seed, the
+//                          model config and the run settings that a resume must not change
+//   config.toml            the resolved run config
+// It is written under `step_XXXXXXXX.tmp.<pid>`, every file fsynced, then renamed: a directory
+// named step_XXXXXXXX is complete. Only such directories are ever loaded.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "ete/model/param_store.h"
+
+namespace ete {
+
+constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointState {
+    int64_t step = 0;             // optimizer steps completed
+    int64_t optimizer_steps = 0;  // AdamW's t (bias-correction counter)
+    uint64_t data_position = 0;   // global sample index of the next micro-batch
+    nlohmann::json run;           // settings a resume checks (model config, seed, data, batch)
+};
+
+// Writes RUN/checkpoints/step_XXXXXXXX/ atomically; returns its path. m and v are the AdamW
+// moments (flat, same offsets as the store).
+std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
+                            const ParamStore& store, const float* m, const float* v,
+                            const std::string& config_toml);
+
+// Reads a committed checkpoint into store, m and v; returns its state. Names, shapes and the
+// format version are checked against the store.
+CheckpointState load_checkpoint(const std::string& dir, ParamStore& store, float* m, float* v);
+
+// The newest committed checkpoint of a run, if any (temporary directories are ignored).
+std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+
+// Deletes committed checkpoints beyond the newest `keep` (keep <= 0 keeps all).
+void prune_checkpoints(const std::string& run_dir, int keep);
+
+}  // namespace ete

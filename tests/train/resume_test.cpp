@@ -1,0 +1,166 @@
+// tests/train/resume_test.cpp — checkpoints and resume: N steps + resume + N steps equals 2N
+// straight (same losses, bit-identical weights); SIGTERM stops cleanly with a checkpoint; a torn
+// (uncommitted) checkpoint directory is never loaded; changed settings are refused.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "ete/core/file_util.h"
+#include "ete/data/token_shard.h"
+#include "ete/io/checkpoint.h"
+#include "ete/train/trainer.h"
+
+namespace ete {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<double> losses(const fs::path& metrics) {
+    std::ifstream in(metrics);
+    std::vector<double> out;
+    for (std::string line; std::getline(in, line);)
+        out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    return out;
+}
+
+class ResumeTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        dir_ = fs::temp_directory_path() / ("ete_resume_" + std::to_string(::getpid()));
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+        std::vector<int32_t> ids;
+        for (int i = 0; i < 8000; ++i) ids.push_back((i * 11 + (i / 7) % 5) % 61);
+        write_token_shard((dir_ / "toks.bin").string(), ids, 61);
+        cfg_ = default_run_config();
+        cfg_.model.vocab_size = 61;
+        cfg_.model.hidden_size = 32;
+        cfg_.model.intermediate_size = 48;
+        cfg_.model.num_layers = 2;
+        cfg_.model.num_heads = 4;
+        cfg_.model.num_kv_heads = 2;
+        cfg_.model.max_position_embeddings = 32;
+        cfg_.steps = 8;
+        cfg_.micro_batch = 2;
+        cfg_.seq_len = 16;
+        cfg_.grad_accum = 2;
+        cfg_.warmup_steps = 2;
+        cfg_.eval_every = 4;
+        cfg_.eval_batches = 1;
+        cfg_.data_train = (dir_ / "toks.bin").string();
+        cfg_.data_tokenizer = "";
+    }
+    void TearDown() override { fs::remove_all(dir_); }
+
+    fs::path dir_;
+    RunConfig cfg_;
+};
+
+TEST_F(ResumeTest, HalfThenResumeEqualsStraightBitForBit) {
+    run_training(cfg_, (dir_ / "straight").string());
+    RunConfig half = cfg_;
+    half.checkpoint_every = 4;
+    // Train 8 steps with a checkpoint at 4 into "a", then resume "b" from that checkpoint.
+    run_training(half, (dir_ / "a").string());
+    fs::create_directories(dir_ / "b");
+    fs::copy(dir_ / "a" / "metrics.jsonl", dir_ / "b" / "metrics.jsonl");
+    TrainSummary s = run_training(half, (dir_ / "b").string(),
+                                  {(dir_ / "a" / "checkpoints" / "step_00000004").string(), {}});
+    EXPECT_EQ(s.start_step, 4);
+    EXPECT_EQ(s.steps, 8);
+    auto straight = losses(dir_ / "straight" / "metrics.jsonl");
+    auto resumed = losses(dir_ / "b" / "metrics.jsonl");
+    ASSERT_EQ(straight.size(), 8u);
+    EXPECT_EQ(resumed, straight);  // the first 4 kept, the last 4 recomputed identically
+    EXPECT_EQ(read_file((dir_ / "straight" / "final" / "model.safetensors").string()),
+              read_file((dir_ / "b" / "final" / "model.safetensors").string()));
+}
+
+TEST_F(ResumeTest, ChangedSettingsAreRefusedUnlessForced) {
+    cfg_.checkpoint_every = 4;
+    run_training(cfg_, (dir_ / "r").string());
+    RunConfig changed = cfg_;
+    changed.seed = 99;
+    try {
+        run_training(changed, (dir_ / "r").string(), {"auto", {}});
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("train.seed changed (1337 -> 99)"), std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("--resume-force train.seed"), std::string::npos);
+    }
+    changed = cfg_;
+    changed.steps = 12;
+    TrainSummary s = run_training(changed, (dir_ / "r").string(), {"auto", {"train.steps"}});
+    EXPECT_EQ(s.start_step, 8);
+    EXPECT_EQ(s.steps, 12);
+    EXPECT_EQ(losses(dir_ / "r" / "metrics.jsonl").size(), 12u);
+}
+
+TEST_F(ResumeTest, TornCheckpointIsIgnoredAndOldOnesPruned) {
+    cfg_.checkpoint_every = 2;
+    cfg_.keep_checkpoints = 2;
+    run_training(cfg_, (dir_ / "r").string());
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_ / "r" / "checkpoints"))
+        names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"step_00000006", "step_00000008"}));
+    // A save killed half-way leaves only a temporary directory: never picked up.
+    fs::path torn = dir_ / "r" / "checkpoints" / "step_00000009.tmp.4242";
+    fs::create_directories(torn);
+    std::ofstream(torn / "model.safetensors") << "partial";
+    EXPECT_EQ(latest_checkpoint((dir_ / "r").string()),
+              (dir_ / "r" / "checkpoints" / "step_00000008").string());
+    EXPECT_THROW(run_training(cfg_, (dir_ / "x").string(), {torn.string(), {}}), Error);
+}
+
+// The real binary: SIGTERM finishes the step, saves a checkpoint, exits 0; --resume auto then
+// completes the run with the same final weights as an uninterrupted one.
+TEST_F(ResumeTest, SigtermSavesAndResumeCompletes) {
+    cfg_.model.hidden_size = 128;  // steps of a few ms, so the signal lands mid-run
+    cfg_.model.intermediate_size = 256;
+    cfg_.steps = 400;
+    cfg_.eval_every = 0;
+    std::string cfg_path = (dir_ / "cfg.toml").string();
+    write_file_atomic(cfg_path, dump_toml(cfg_));
+    std::string out = (dir_ / "sig").string();
+    std::string ete = std::string(ETE_BINARY_DIR) + "/ete";
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        execl(ete.c_str(), ete.c_str(), "train", cfg_path.c_str(), "--out", out.c_str(),
+              static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    fs::path metrics = fs::path(out) / "metrics.jsonl";
+    for (int i = 0; i < 3000 && losses(metrics).size() < 3; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    auto ckpt = latest_checkpoint(out);
+    ASSERT_TRUE(ckpt.has_value()) << "no checkpoint after SIGTERM";
+    size_t done = losses(metrics).size();
+    EXPECT_LT(done, 400u) << "the run finished before the signal; make steps slower";
+    EXPECT_EQ(fs::path(*ckpt).filename().string(), fmt::format("step_{:08d}", done));
+    EXPECT_FALSE(fs::exists(fs::path(out) / "final"));
+    std::string cmd = ete + " train " + cfg_path + " --out " + out + " --resume auto 2>/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    run_training(cfg_, (dir_ / "straight").string());
+    EXPECT_EQ(losses(metrics), losses(dir_ / "straight" / "metrics.jsonl"));
+    EXPECT_EQ(read_file(out + "/final/model.safetensors"),
+              read_file((dir_ / "straight" / "final" / "model.safetensors").string()));
+}
+
+}  // namespace
+}  // namespace ete
