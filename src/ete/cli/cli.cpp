@@ -90,6 +90,14 @@ void add_data(CLI::App& app, TokenizerTrainArgs& t, TokenizeArgs& k, std::functi
     tz->callback([&] { run = [&] { return cmd_tokenize(k); }; });
 }
 
+void add_inspect(CLI::App& app, InspectArgs& a, std::function<int()>& run) {
+    auto* c = app.add_subcommand(
+        "inspect", "Show a safetensors file, HF model dir, checkpoint or token shard");
+    c->add_option("path", a.path, "file or directory")->required();
+    c->add_flag("--summary", a.summary, "totals only, no per-tensor lines");
+    c->callback([&] { run = [&] { return cmd_inspect(a); }; });
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -103,10 +111,12 @@ int cli_main(int argc, char** argv) {
     GenerateArgs gen;
     TokenizerTrainArgs tok_train;
     TokenizeArgs tokenize;
+    InspectArgs inspect;
     add_train(app, train, run);
     add_eval(app, eval, run);
     add_generate(app, gen, run);
     add_data(app, tok_train, tokenize, run);
+    add_inspect(app, inspect, run);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -44,4 +44,10 @@ struct TokenizeArgs {
 };
 int cmd_tokenize(const TokenizeArgs& a);
 
+struct InspectArgs {
+    std::string path;
+    bool summary = false;  // totals only, no per-tensor lines
+};
+int cmd_inspect(const InspectArgs& a);
+
 }  // namespace ete

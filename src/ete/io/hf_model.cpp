@@ -1,11 +1,13 @@
-// ete/io/hf_model.cpp
+// ete/io/hf_model.cpp — HF model dirs: config, single-file or sharded weights, atomic save.
 #include "ete/io/hf_model.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "ete/core/file_util.h"
@@ -15,6 +17,13 @@ namespace ete {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+}  // namespace
 
 ModelConfig load_hf_config(const std::string& dir) {
     std::string path = (fs::path(dir) / "config.json").string();
@@ -32,8 +41,8 @@ ModelConfig load_hf_config(const std::string& dir) {
 namespace {
 
 // The ETE name for a tensor name found in a file, or "" for names to ignore.
-std::string canonical_name(const ModelConfig& c, const std::string& name) {
-    if (c.arch != Arch::GPT2) return name;
+std::string canonical_name(Arch arch, const std::string& name) {
+    if (arch != Arch::GPT2) return name;
     std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
     auto ends_with = [&](const char* s) {
         std::string_view v(n), suffix(s);
@@ -46,20 +55,14 @@ std::string canonical_name(const ModelConfig& c, const std::string& name) {
     return n;
 }
 
-}  // namespace
-
-void load_hf_weights(const std::string& dir, ParamStore& store) {
-    std::string path = (fs::path(dir) / "model.safetensors").string();
-    ETE_CHECK(fs::exists(path),
-              "model dir '{}': model.safetensors is missing (sharded and .bin "
-              "checkpoints are not supported yet)",
-              dir);
-    SafetensorsFile f = SafetensorsFile::open(path);
-    ModelConfig cfg;
-    cfg.arch = store.has("wte.weight") ? Arch::GPT2 : Arch::Llama;
-    std::unordered_set<std::string> loaded;
+// Checks every tensor of `f` against the ParamSpec table and copies it into `store`; `loaded`
+// collects ETE names across files so a parameter stored twice (under two spellings) is caught.
+void load_file(const SafetensorsFile& f, ParamStore& store,
+               std::unordered_set<std::string>& loaded) {
+    const std::string& path = f.path();
+    Arch arch = store.has("wte.weight") ? Arch::GPT2 : Arch::Llama;
     for (const std::string& name : f.names()) {
-        std::string n = canonical_name(cfg, name);
+        std::string n = canonical_name(arch, name);
         if (n.empty()) continue;
         ETE_CHECK(store.has(n), "{}: tensor '{}' is not a parameter of this model config", path,
                   name);
@@ -75,8 +78,82 @@ void load_hf_weights(const std::string& dir, ParamStore& store) {
         Tensor t = f.to_f32(name);
         param_from_hf(store, i, t.f32());
     }
+}
+
+// Parses the index into file -> tensor names (std::map: shards opened in name order).
+std::map<std::string, std::vector<std::string>> read_index(const std::string& path) {
+    json j;
+    try {
+        j = json::parse(read_file(path));
+    } catch (const json::exception& e) {
+        throw_error(fmt::format("{}: invalid JSON ({})", path, e.what()));
+    }
+    ETE_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+              "{}: expected an object with a \"weight_map\" object", path);
+    std::map<std::string, std::vector<std::string>> shards;
+    for (const auto& [name, file] : j["weight_map"].items()) {
+        ETE_CHECK(file.is_string(), "{}: weight_map entry for tensor '{}' is not a file name", path,
+                  name);
+        std::string f = file.get<std::string>();
+        // Shards live next to the index: a path could read files outside the model dir.
+        ETE_CHECK(!f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos,
+                  "{}: tensor '{}' maps to '{}', expected a file name in the model dir", path, name,
+                  f);
+        shards[f].push_back(name);
+    }
+    ETE_CHECK(!shards.empty(), "{}: weight_map is empty", path);
+    return shards;
+}
+
+// Opens each shard once, checks it agrees exactly with the index, then loads it.
+void load_sharded(const std::string& dir, ParamStore& store,
+                  std::unordered_set<std::string>& loaded) {
+    std::string index = (fs::path(dir) / kIndexFile).string();
+    auto shards = read_index(index);
+    std::unordered_map<std::string, std::string> owner;  // tensor -> shard per the index
+    for (const auto& [file, names] : shards)
+        for (const auto& n : names) owner[n] = file;
+    std::unordered_map<std::string, std::string> seen;  // tensor -> shard it was found in
+    for (const auto& [file, names] : shards) {
+        std::string path = (fs::path(dir) / file).string();
+        ETE_CHECK(fs::exists(path), "{}: shard '{}' (holding tensor '{}') is missing", index, file,
+                  names.front());
+        SafetensorsFile f = SafetensorsFile::open(path);
+        for (const std::string& n : f.names()) {
+            auto [it, fresh] = seen.emplace(n, file);
+            ETE_CHECK(fresh, "{}: tensor '{}' is also in shard '{}'", path, n, it->second);
+            auto o = owner.find(n);
+            ETE_CHECK(o != owner.end(), "{}: tensor '{}' is not in the index weight_map ({})", path,
+                      n, index);
+            ETE_CHECK(o->second == file, "{}: tensor '{}' is mapped to shard '{}' by {}", path, n,
+                      o->second, index);
+        }
+        for (const std::string& n : names)
+            ETE_CHECK(f.has(n), "{}: tensor '{}' listed in {} is missing from this shard", path, n,
+                      index);
+        load_file(f, store, loaded);
+    }
+}
+
+}  // namespace
+
+void load_hf_weights(const std::string& dir, ParamStore& store) {
+    std::string single = (fs::path(dir) / kSingleFile).string();
+    std::string index = (fs::path(dir) / kIndexFile).string();
+    std::unordered_set<std::string> loaded;
+    std::string where;
+    if (fs::exists(single)) {
+        load_file(SafetensorsFile::open(single), store, loaded);
+        where = single;
+    } else {
+        ETE_CHECK(fs::exists(index),
+                  "model dir '{}': neither {} nor {} exists (.bin checkpoints are not supported)",
+                  dir, kSingleFile, kIndexFile);
+        load_sharded(dir, store, loaded);
+        where = index;
+    }
     for (const ParamSpec& s : store.specs()) {
-        ETE_CHECK(loaded.count(s.name), "{}: tensor '{}' is missing", path, s.name);
+        ETE_CHECK(loaded.count(s.name), "{}: tensor '{}' is missing", where, s.name);
     }
 }
 
@@ -90,21 +167,70 @@ void fsync_dir(const std::string& dir) {
     }
 }
 
+// Groups parameter indices into shards: ParamSpec order, a new shard whenever the next tensor
+// would push the current one past `max_bytes`; a tensor larger than the limit sits alone.
+std::vector<std::vector<int>> plan_shards(const ParamStore& store, uint64_t max_bytes) {
+    std::vector<std::vector<int>> shards;
+    uint64_t current = 0;
+    for (size_t i = 0; i < store.specs().size(); ++i) {
+        uint64_t bytes = uint64_t(shape_numel(hf_shape(store.specs()[i]))) * sizeof(float);
+        if (shards.empty() || (!shards.back().empty() && current + bytes > max_bytes)) {
+            shards.emplace_back();
+            current = 0;
+        }
+        shards.back().push_back(int(i));
+        current += bytes;
+    }
+    return shards;
+}
+
+// Writes one safetensors file holding the given parameters in HF layout (F32).
+void write_weights(const std::string& path, const ParamStore& store, const std::vector<int>& ids) {
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (int i : ids) {
+        const ParamSpec& s = store.specs()[size_t(i)];
+        Tensor t = Tensor::empty(hf_shape(s));
+        param_to_hf(store, i, t.f32());
+        tensors.emplace_back(s.name, std::move(t));
+    }
+    write_safetensors(path, tensors, {{"format", "pt"}});
+}
+
+// HF's shard name: model-00001-of-00003.safetensors.
+std::string shard_name(size_t k, size_t n) {
+    return fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, n);
+}
+
+void write_weight_files(const std::string& tmp, const ParamStore& store, uint64_t max_bytes) {
+    auto shards = plan_shards(store, max_bytes);
+    if (shards.size() <= 1) {
+        write_weights(tmp + "/" + kSingleFile, store,
+                      shards.empty() ? std::vector<int>{} : shards[0]);
+        return;
+    }
+    json map = json::object();
+    uint64_t total = 0;
+    for (size_t k = 0; k < shards.size(); ++k) {
+        std::string file = shard_name(k, shards.size());
+        write_weights(tmp + "/" + file, store, shards[k]);  // one shard in memory at a time
+        for (int i : shards[k]) {
+            const ParamSpec& s = store.specs()[size_t(i)];
+            map[s.name] = file;
+            total += uint64_t(shape_numel(hf_shape(s))) * sizeof(float);
+        }
+    }
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+    write_file_atomic(tmp + "/" + kIndexFile, index.dump(2) + "\n");
+}
+
 void write_model_files(const std::string& tmp, const ModelConfig& c, const ParamStore& store,
-                       const std::string& tokenizer_json) {
+                       const std::string& tokenizer_json, uint64_t max_shard_bytes) {
     write_file_atomic(tmp + "/config.json", config_to_hf_json(c).dump(2) + "\n");
     json gen = {{"_from_model_config", true}};
     if (c.bos_token_id >= 0) gen["bos_token_id"] = c.bos_token_id;
     if (c.eos_token_id >= 0) gen["eos_token_id"] = c.eos_token_id;
     write_file_atomic(tmp + "/generation_config.json", gen.dump(2) + "\n");
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    for (size_t i = 0; i < store.specs().size(); ++i) {
-        const ParamSpec& s = store.specs()[i];
-        Tensor t = Tensor::empty(hf_shape(s));
-        param_to_hf(store, int(i), t.f32());
-        tensors.emplace_back(s.name, std::move(t));
-    }
-    write_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});
+    write_weight_files(tmp, store, max_shard_bytes);
     if (!tokenizer_json.empty()) {
         write_file_atomic(tmp + "/tokenizer.json", read_file(tokenizer_json));
     }
@@ -113,7 +239,8 @@ void write_model_files(const std::string& tmp, const ModelConfig& c, const Param
 }  // namespace
 
 void save_hf_model(const std::string& dir, const ModelConfig& c, const ParamStore& store,
-                   const std::string& tokenizer_json) {
+                   const std::string& tokenizer_json, uint64_t max_shard_bytes) {
+    ETE_CHECK(max_shard_bytes > 0, "saving model dir '{}': max_shard_bytes must be positive", dir);
     fs::path target = fs::absolute(dir);
     fs::create_directories(target.parent_path());
     std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
@@ -121,7 +248,7 @@ void save_hf_model(const std::string& dir, const ModelConfig& c, const ParamStor
     fs::remove_all(tmp);
     fs::create_directories(tmp);
     try {
-        write_model_files(tmp, c, store, tokenizer_json);
+        write_model_files(tmp, c, store, tokenizer_json, max_shard_bytes);
         fsync_dir(tmp);
         if (fs::exists(target)) fs::rename(target, old);
         fs::rename(tmp, target);

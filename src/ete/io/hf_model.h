@@ -1,11 +1,14 @@
 // ete/io/hf_model.h — Hugging Face model directories in and out.
 //
-// A directory holds config.json, model.safetensors (F32, HF tensor names and layouts: GPT-2
-// Conv1D weights transposed back to (in, out)), generation_config.json and, when the model was
-// trained with one, tokenizer.json. Names and shapes are checked against the ParamSpec table
-// before any weight is used.
+// A directory holds config.json, the weights (F32, HF tensor names and layouts: GPT-2 Conv1D
+// weights transposed back to (in, out)), generation_config.json and, when the model was trained
+// with one, tokenizer.json. The weights are either one model.safetensors or, like HF's
+// save_pretrained beyond its shard size, shards model-00001-of-0000N.safetensors listed by
+// model.safetensors.index.json = {"metadata": {"total_size": bytes}, "weight_map": {name: file}}.
+// Names and shapes are checked against the ParamSpec table before any weight is used.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "ete/model/config.h"
@@ -16,15 +19,25 @@ namespace ete {
 // Reads DIR/config.json.
 ModelConfig load_hf_config(const std::string& dir);
 
-// Loads DIR/model.safetensors into `store` (which must have been built from the same config).
-// Accepts F32/BF16/F16 weights, GPT-2 names with or without the `transformer.` prefix, and
-// ignores the GPT-2 attention-mask buffers (`attn.bias`, `attn.masked_bias`).
+// HF's default max_shard_size ("5GB", decimal).
+inline constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000;
+
+// Loads DIR/model.safetensors, or when it is absent the shards named by
+// DIR/model.safetensors.index.json, into `store` (which must have been built from the same
+// config). Accepts F32/BF16/F16 weights, GPT-2 names with or without the `transformer.` prefix,
+// and ignores the GPT-2 attention-mask buffers (`attn.bias`, `attn.masked_bias`). A sharded dir
+// must agree exactly with its index: every mapped tensor in the shard the map names, no tensor in
+// a shard that the map does not name there, no tensor in two shards.
 void load_hf_weights(const std::string& dir, ParamStore& store);
 
 // Writes a complete HF model dir atomically: everything goes to a temporary sibling directory,
 // is fsynced, then renamed over `dir`, so `dir` is either the old or the new model, never half.
-// tokenizer_json may be empty (no tokenizer copied).
+// tokenizer_json may be empty (no tokenizer copied). When the F32 tensors exceed
+// max_shard_bytes they are split like HF does: tensors in ParamSpec order, a new shard started
+// whenever the next tensor would push the current one past the limit (a tensor larger than the
+// limit gets a shard of its own), plus model.safetensors.index.json.
 void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamStore& store,
-                   const std::string& tokenizer_json);
+                   const std::string& tokenizer_json,
+                   uint64_t max_shard_bytes = kDefaultMaxShardBytes);
 
 }  // namespace ete

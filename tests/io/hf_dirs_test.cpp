@@ -1,0 +1,291 @@
+// tests/io/hf_dirs_test.cpp — real HF model directories: the dirs in tests/golden/hf (written by
+// tools/gen_hf_dirs.py the way save_pretrained writes them) load and reproduce PyTorch's logits;
+// sharded saving follows HF's split and naming and round-trips bit-exactly; a sharded dir that
+// disagrees with its index is rejected with a message naming the file and the tensor.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "ete/backend/backend.h"
+#include "ete/core/file_util.h"
+#include "ete/io/hf_model.h"
+#include "ete/io/safetensors.h"
+#include "ete/model/transformer.h"
+
+namespace ete {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Tensors = std::vector<std::pair<std::string, Tensor>>;
+
+// max |ete - torch| / max |torch| over the logits. The torch logits are float64 maths on the
+// stored weights, so this bounds ETE's own f32 rounding on the cpu backend (blocked GEMMs, SIMD
+// reductions, approximate exp/tanh), as in tests/model/golden_test.cpp; a wrong layout, a
+// transposed Conv1D or a mis-converted BF16 weight gives errors of order 1.
+constexpr double kLogitTol = 1e-5;
+
+std::string hf_dir(const std::string& name) {
+    return std::string(ETE_SOURCE_DIR) + "/tests/golden/hf/" + name;
+}
+
+// Loads `dir` into a fresh Transformer and returns the relative max logit error.
+double logit_error(const std::string& dir, ModelConfig* cfg_out = nullptr,
+                   std::vector<float>* params_out = nullptr) {
+    ModelConfig cfg = load_hf_config(dir);
+    auto expected = SafetensorsFile::open(dir + "/expected.safetensors");
+    Tensor in = expected.to_tensor("inputs"), want = expected.to_f32("logits");
+    int B = int(in.dim(0)), T = int(in.dim(1));
+    EXPECT_EQ(want.shape(), (Shape{B, T, cfg.vocab_size}));
+    auto backend = make_cpu_backend();
+    Transformer model(cfg, *backend);
+    model.setup(B, T);
+    load_hf_weights(dir, model.params());
+    std::vector<float> got(size_t(B) * size_t(T) * size_t(cfg.vocab_size));
+    model.forward_logits(in.i32(), B, T, got.data());
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        err = std::max(err, std::abs(double(got[i]) - double(want.f32()[i])));
+        ref = std::max(ref, std::abs(double(want.f32()[i])));
+    }
+    if (cfg_out) *cfg_out = cfg;
+    if (params_out)
+        params_out->assign(model.params().params(),
+                           model.params().params() + model.params().numel());
+    return err / ref;
+}
+
+TEST(HfDirsTest, Gpt2PrefixedWithMaskBuffersMatchesTorch) {
+    ModelConfig cfg;
+    double err = logit_error(hf_dir("gpt2_prefixed"), &cfg);
+    std::cout << "gpt2_prefixed: relative max logit error " << err << "\n";
+    EXPECT_EQ(cfg.arch, Arch::GPT2);
+    EXPECT_EQ(cfg.intermediate_size, 4 * cfg.hidden_size);  // n_inner null -> 4C
+    EXPECT_LT(err, kLogitTol);
+}
+
+TEST(HfDirsTest, LlamaBf16GqaUntiedMatchesTorch) {
+    ModelConfig cfg;
+    double err = logit_error(hf_dir("llama_bf16"), &cfg);
+    std::cout << "llama_bf16: relative max logit error " << err << "\n";
+    EXPECT_EQ(cfg.arch, Arch::Llama);
+    EXPECT_EQ(cfg.num_kv_heads, 2);
+    EXPECT_EQ(cfg.num_heads, 4);
+    EXPECT_FALSE(cfg.tie_word_embeddings);
+    EXPECT_LT(err, kLogitTol);
+}
+
+TEST(HfDirsTest, LlamaBf16ShardedMatchesTorchAndSingleFile) {
+    std::vector<float> sharded, single;
+    double err = logit_error(hf_dir("llama_bf16_sharded"), nullptr, &sharded);
+    std::cout << "llama_bf16_sharded: relative max logit error " << err << "\n";
+    EXPECT_LT(err, kLogitTol);
+    EXPECT_FALSE(fs::exists(hf_dir("llama_bf16_sharded") + "/model.safetensors"));
+    logit_error(hf_dir("llama_bf16"), nullptr, &single);
+    ASSERT_EQ(sharded.size(), single.size());
+    for (size_t i = 0; i < single.size(); ++i) ASSERT_EQ(sharded[i], single[i]) << i;
+}
+
+ModelConfig tiny_llama() {
+    ModelConfig c;
+    c.arch = Arch::Llama;
+    c.vocab_size = 37;
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_layers = 2;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.max_position_embeddings = 32;
+    c.tie_word_embeddings = false;
+    return c;
+}
+
+uint64_t f32_bytes(const ParamSpec& s) {
+    return uint64_t(shape_numel(hf_shape(s))) * 4;
+}
+
+class HfShardTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        root_ = fs::temp_directory_path() / ("ete_hf_dirs_" + std::to_string(::getpid()));
+        fs::create_directories(root_);
+        store_.init(11);
+    }
+    void TearDown() override { fs::remove_all(root_); }
+
+    // Saves the tiny model split at `limit` bytes into root/name and returns the dir.
+    std::string save(const std::string& name, uint64_t limit) {
+        std::string d = (root_ / name).string();
+        save_hf_model(d, cfg_, store_, "", limit);
+        return d;
+    }
+    static json index(const std::string& d) {
+        return json::parse(read_file(d + "/model.safetensors.index.json"));
+    }
+    // The load error for `d`, or "" when it loads.
+    std::string load_error(const std::string& d) {
+        ParamStore b(param_specs(cfg_));
+        try {
+            load_hf_weights(d, b);
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "";
+    }
+    static Tensors read_all(const std::string& path) {
+        Tensors ts;
+        auto f = SafetensorsFile::open(path);
+        for (const auto& n : f.names()) ts.emplace_back(n, f.to_tensor(n));
+        return ts;
+    }
+
+    ModelConfig cfg_ = tiny_llama();
+    ParamStore store_{param_specs(tiny_llama())};
+    fs::path root_;
+};
+
+TEST_F(HfShardTest, SplitsLikeHfAndRoundTripsBitExact) {
+    const auto& specs = store_.specs();
+    uint64_t total = 0;
+    for (const auto& s : specs) total += f32_bytes(s);
+    const uint64_t limit = total / 3;
+    std::string d = save("m", limit);
+    json j = index(d);
+    EXPECT_EQ(j["metadata"]["total_size"].get<uint64_t>(), total);
+    EXPECT_FALSE(fs::exists(d + "/model.safetensors"));
+    const json& map = j["weight_map"];
+    EXPECT_EQ(map.size(), specs.size());  // every tensor once, nothing else
+    // Expected split, recomputed: ParamSpec order, new shard when the next tensor won't fit.
+    std::vector<int> shard_of;
+    uint64_t fill = 0;
+    int k = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+        if (i > 0 && fill + f32_bytes(specs[i]) > limit) ++k, fill = 0;
+        fill += f32_bytes(specs[i]);
+        shard_of.push_back(k);
+    }
+    const int n = k + 1;
+    ASSERT_GE(n, 3);
+    const std::regex pattern("model-(\\d{5})-of-(\\d{5})\\.safetensors");
+    for (size_t i = 0; i < specs.size(); ++i) {
+        ASSERT_TRUE(map.contains(specs[i].name)) << specs[i].name;
+        std::string file = map[specs[i].name];
+        std::smatch m;
+        ASSERT_TRUE(std::regex_match(file, m, pattern)) << file;
+        EXPECT_EQ(std::stoi(m[1]), shard_of[i] + 1) << specs[i].name;
+        EXPECT_EQ(std::stoi(m[2]), n) << file;
+        EXPECT_TRUE(SafetensorsFile::open(d + "/" + file).has(specs[i].name)) << specs[i].name;
+    }
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(d))
+        files += std::regex_match(e.path().filename().string(), pattern);
+    EXPECT_EQ(files, n);
+
+    ParamStore b(param_specs(load_hf_config(d)));
+    load_hf_weights(d, b);
+    ASSERT_EQ(b.numel(), store_.numel());
+    for (int64_t i = 0; i < b.numel(); ++i) ASSERT_EQ(b.params()[i], store_.params()[i]) << i;
+}
+
+TEST_F(HfShardTest, TensorLargerThanLimitGetsOwnShardAndDefaultIsOneFile) {
+    // A 1-byte limit: every tensor exceeds it, so each sits alone.
+    std::string d = save("tiny_limit", 1);
+    const size_t n = store_.specs().size();
+    json map = index(d)["weight_map"];
+    std::set<std::string> files;
+    for (const auto& [name, file] : map.items()) files.insert(file.get<std::string>());
+    EXPECT_EQ(files.size(), n);
+    EXPECT_EQ(map[store_.specs().back().name],
+              fmt::format("model-{:05d}-of-{:05d}.safetensors", n, n));
+    EXPECT_EQ(load_error(d), "");
+    // Re-saving with the default limit over the same dir replaces the shards with one file.
+    save_hf_model(d, cfg_, store_, "");
+    EXPECT_TRUE(fs::exists(d + "/model.safetensors"));
+    EXPECT_FALSE(fs::exists(d + "/model.safetensors.index.json"));
+    EXPECT_FALSE(fs::exists(d + "/model-00001-of-" + fmt::format("{:05d}", n) + ".safetensors"));
+    EXPECT_THROW(save_hf_model(d, cfg_, store_, "", 0), Error);
+}
+
+// The error tests break a dir saved with a 4000-byte limit (several shards of the 20 kB model).
+TEST_F(HfShardTest, MissingShardNamesFileAndTensor) {
+    std::string d = save("m", 4000);
+    std::string file = index(d)["weight_map"]["model.norm.weight"];
+    fs::remove(d + "/" + file);
+    std::string msg = load_error(d);
+    EXPECT_NE(msg.find("shard '" + file + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("is missing"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("model.safetensors.index.json"), std::string::npos) << msg;
+}
+
+TEST_F(HfShardTest, TensorMissingFromItsShardIsNamed) {
+    std::string d = save("m", 4000);
+    std::string file = index(d)["weight_map"]["model.norm.weight"];
+    Tensors ts = read_all(d + "/" + file);
+    std::erase_if(ts, [](const auto& p) { return p.first == "model.norm.weight"; });
+    write_safetensors(d + "/" + file, ts);
+    std::string msg = load_error(d);
+    EXPECT_NE(msg.find(file + ": tensor 'model.norm.weight' listed in"), std::string::npos) << msg;
+}
+
+TEST_F(HfShardTest, ShardMustAgreeWithIndex) {
+    std::string d = save("m", 4000);
+    json j = index(d);
+    std::string f1 = j["weight_map"]["model.embed_tokens.weight"];
+    std::string fn = j["weight_map"]["lm_head.weight"];
+    ASSERT_NE(f1, fn);
+    // A tensor in a shard that the index does not list: reject rather than silently load it.
+    json dropped = j;
+    dropped["weight_map"].erase("model.norm.weight");
+    write_file_atomic(d + "/model.safetensors.index.json", dropped.dump());
+    std::string msg = load_error(d);
+    EXPECT_NE(msg.find("tensor 'model.norm.weight' is not in the index weight_map"),
+              std::string::npos)
+        << msg;
+    // The same tensor in two shards.
+    write_file_atomic(d + "/model.safetensors.index.json", j.dump());
+    Tensors last = read_all(d + "/" + fn);
+    last.emplace_back("model.embed_tokens.weight",
+                      SafetensorsFile::open(d + "/" + f1).to_tensor("model.embed_tokens.weight"));
+    write_safetensors(d + "/" + fn, last);
+    msg = load_error(d);
+    EXPECT_NE(msg.find("tensor 'model.embed_tokens.weight' is also in shard '" + f1 + "'"),
+              std::string::npos)
+        << msg;
+}
+
+TEST_F(HfShardTest, BadIndexIsRejected) {
+    std::string d = save("m", 4000);
+    const std::string index_path = d + "/model.safetensors.index.json";
+    json j = index(d);
+    auto error_with = [&](const std::string& text) {
+        write_file_atomic(index_path, text);
+        return load_error(d);
+    };
+    std::string msg = error_with("{\"weight_map\": {");
+    EXPECT_NE(msg.find(index_path + ": invalid JSON"), std::string::npos) << msg;
+    msg = error_with(R"({"metadata": {"total_size": 1}})");
+    EXPECT_NE(msg.find(index_path + ": expected an object with a \"weight_map\""),
+              std::string::npos)
+        << msg;
+    json escape = j;
+    escape["weight_map"]["model.norm.weight"] = "../model.safetensors";
+    msg = error_with(escape.dump());
+    EXPECT_NE(msg.find("tensor 'model.norm.weight' maps to '../model.safetensors'"),
+              std::string::npos)
+        << msg;
+    // Neither weights file: the message names both.
+    fs::remove(index_path);
+    msg = load_error(d);
+    EXPECT_NE(msg.find("neither model.safetensors nor model.safetensors.index.json"),
+              std::string::npos)
+        << msg;
+}
+
+}  // namespace
+}  // namespace ete
