@@ -70,3 +70,49 @@ TEST(CliEval, LossAndLogitsFollowTheContract) {
 
 }  // namespace
 }  // namespace ete
+
+namespace ete {
+namespace {
+
+std::string run_capture(const std::string& args) {
+    std::string cmd = std::string(ETE_BINARY_DIR) + "/ete " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::array<char, 512> buf{};
+    std::string out;
+    while (p && fgets(buf.data(), int(buf.size()), p)) out += buf.data();
+    if (p) pclose(p);
+    return out;
+}
+
+TEST(CliInspect, ModelDirShardAndSafetensors) {
+    fs::path dir = fs::temp_directory_path() / ("ete_inspect_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    ModelConfig c;
+    c.vocab_size = 29;
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_layers = 1;
+    c.num_heads = 2;
+    c.num_kv_heads = 1;
+    c.max_position_embeddings = 16;
+    ParamStore store(param_specs(c));
+    save_hf_model((dir / "m").string(), c, store, "");
+    std::string out = run_capture("inspect " + (dir / "m").string());
+    EXPECT_NE(out.find("model: llama | layers 1 | hidden 16 | heads 2 (kv 1, head_dim 8)"),
+              std::string::npos)
+        << out;
+    // 29*16 embed + 2*16 norms + (16+8+8)*16 qkv + 16*16 o + 2*24*16 gate|up + 16*24 down
+    // + 16 final norm + 29*16 lm_head = 464+32+512+256+768+384+16+464 = 2896 elements.
+    EXPECT_NE(out.find("total: 2896 elements"), std::string::npos) << out;
+    EXPECT_NE(out.find("model.layers.0.self_attn.k_proj.weight"), std::string::npos) << out;
+    write_token_shard((dir / "t.bin").string(), std::vector<int32_t>{1, 2, 3}, 29);
+    EXPECT_NE(run_capture("inspect " + (dir / "t.bin").string())
+                  .find("token shard | 3 tokens | 2 bytes per token | vocab 29"),
+              std::string::npos);
+    std::string bad = run_capture("inspect " + (dir / "nothing").string());
+    EXPECT_NE(bad.find("no such file or directory"), std::string::npos) << bad;
+    fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ete
