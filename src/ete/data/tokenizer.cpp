@@ -7,6 +7,7 @@
 
 #include "ete/core/error.h"
 #include "ete/data/byte_level.h"
+#include "ete/data/piece_cache.h"
 #include "ete/data/pretokenize.h"
 
 namespace ete {
@@ -19,43 +20,12 @@ constexpr std::string_view kLlama3SplitPattern =
 
 // Encoding splits texts above this size into line-aligned chunks encoded in parallel.
 constexpr size_t kParallelChunkBytes = 256 * 1024;
-// A per-thread cache of piece encodings is dropped when it holds this many token ids.
-constexpr size_t kCacheMaxIds = size_t{1} << 22;
 
 uint64_t pair_key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
 }  // namespace
-
-// Per-thread scratch: piece views, memoized piece encodings, and BPE working arrays.
-class Tokenizer::PieceCache {
-  public:
-    std::vector<std::string_view> pieces;
-    std::vector<int32_t> sym, prev, next;           // BPE symbols as a linked list over piece bytes
-    std::vector<std::pair<int32_t, int32_t>> heap;  // (rank, position) of mergeable pairs
-
-    // Returns the cached ids of `piece`, or nullptr.
-    std::span<const int32_t> find(std::string_view piece) const {
-        auto it = map_.find(piece);
-        if (it == map_.end()) return {};
-        return {pool_.data() + it->second.first, it->second.second};
-    }
-    void insert(std::string_view piece, std::span<const int32_t> ids) {
-        if (pool_.size() + ids.size() > kCacheMaxIds) {
-            map_.clear();
-            pool_.clear();
-        }
-        map_.emplace(std::string(piece), std::make_pair(static_cast<uint32_t>(pool_.size()),
-                                                        static_cast<uint32_t>(ids.size())));
-        pool_.insert(pool_.end(), ids.begin(), ids.end());
-    }
-
-  private:
-    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>>
-        map_;  // piece -> (offset, length) in pool_
-    std::vector<int32_t> pool_;
-};
 
 void Tokenizer::set_pre_tokenizer(PreTokForm form, std::string pattern) {
     pre_form_ = form;
@@ -74,6 +44,27 @@ void Tokenizer::finalize(std::string_view source) {
         ETE_CHECK(!t.content.empty(), "{}: added token {} has empty content", source, t.id);
         ETE_ASSERT(t.id >= 0 && t.id < vocab_size() && kind_[t.id] == TokenKind::Added);
     }
+    if (sp_) {
+        finalize_metaspace(source);
+    } else {
+        finalize_byte_level(source);
+    }
+    merge_rule_.clear();
+    for (size_t r = 0; r < merges_.size(); ++r) {
+        auto [a, b] = merges_[r];
+        auto it = bytes_id_.find(bytes_[a] + bytes_[b]);
+        ETE_CHECK(it != bytes_id_.end(), "{}: merge {} '{} {}' makes a token missing from vocab",
+                  source, r, id_to_token(a), id_to_token(b));
+        merge_rule_.emplace(pair_key(a, b), MergeRule{static_cast<int32_t>(r), it->second});
+    }
+    added_by_length_.resize(added_.size());
+    for (size_t i = 0; i < added_.size(); ++i) added_by_length_[i] = i;
+    std::stable_sort(added_by_length_.begin(), added_by_length_.end(), [&](size_t x, size_t y) {
+        return added_[x].content.size() > added_[y].content.size();
+    });
+}
+
+void Tokenizer::finalize_byte_level(std::string_view source) {
     byte_id_.fill(-1);
     token_id_.clear();
     bytes_id_.clear();
@@ -93,19 +84,6 @@ void Tokenizer::finalize(std::string_view source) {
                   "{}: vocab has no token for byte 0x{:02X} (a byte-level BPE needs all 256)",
                   source, b);
     }
-    merge_rule_.clear();
-    for (size_t r = 0; r < merges_.size(); ++r) {
-        auto [a, b] = merges_[r];
-        auto it = bytes_id_.find(bytes_[a] + bytes_[b]);
-        ETE_CHECK(it != bytes_id_.end(), "{}: merge {} '{} {}' makes a token missing from vocab",
-                  source, r, id_to_token(a), id_to_token(b));
-        merge_rule_.emplace(pair_key(a, b), MergeRule{static_cast<int32_t>(r), it->second});
-    }
-    added_by_length_.resize(added_.size());
-    for (size_t i = 0; i < added_.size(); ++i) added_by_length_[i] = i;
-    std::stable_sort(added_by_length_.begin(), added_by_length_.end(), [&](size_t x, size_t y) {
-        return added_[x].content.size() > added_[y].content.size();
-    });
 }
 
 std::vector<Tokenizer::Segment> Tokenizer::split_added(std::string_view text) const {
@@ -147,6 +125,12 @@ void Tokenizer::bpe_piece(std::string_view piece, PieceCache& c, std::vector<int
         if (it != bytes_id_.end()) return out.push_back(it->second);
     }
     c.sym.resize(n);
+    for (int32_t i = 0; i < n; ++i) c.sym[i] = byte_id_[static_cast<unsigned char>(piece[i])];
+    merge_symbols(n, c, out);
+}
+
+void Tokenizer::merge_symbols(int32_t n, PieceCache& c, std::vector<int32_t>& out) const {
+    ETE_ASSERT(n > 0 && c.sym.size() >= static_cast<size_t>(n));
     c.prev.resize(n);
     c.next.resize(n);
     c.heap.clear();
@@ -160,7 +144,6 @@ void Tokenizer::bpe_piece(std::string_view piece, PieceCache& c, std::vector<int
         std::push_heap(c.heap.begin(), c.heap.end(), std::greater<>());
     };
     for (int32_t i = 0; i < n; ++i) {
-        c.sym[i] = byte_id_[static_cast<unsigned char>(piece[i])];
         c.prev[i] = i - 1;
         c.next[i] = i + 1 < n ? i + 1 : -1;
     }
@@ -191,6 +174,7 @@ void Tokenizer::bpe_piece(std::string_view piece, PieceCache& c, std::vector<int
 
 void Tokenizer::encode_segment(std::string_view text, bool at_start, PieceCache& cache,
                                std::vector<int32_t>& out) const {
+    ETE_ASSERT(!sp_);
     std::string prefixed;
     if (add_prefix_space_ && at_start && !text.empty() && text[0] != ' ') {
         prefixed = " " + std::string(text);
@@ -233,6 +217,18 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) 
             first = false;
         }
     }
+    if (sp_) {
+        // Metaspace mode: no chunking (a stretch's normalization depends on its whole text).
+        PieceCache cache;
+        for (const Segment& s : items) {
+            if (s.id >= 0) {
+                out.push_back(s.id);
+            } else {
+                encode_metaspace(s.text, s.text.data() == text.data(), cache, out);
+            }
+        }
+        return;
+    }
     if (items.size() < 2 || omp_get_max_threads() < 2 || omp_in_parallel()) {
         PieceCache cache;
         for (const Segment& s : items) {
@@ -269,6 +265,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+    if (sp_) return decode_metaspace(ids);
     std::string out;
     for (int32_t id : ids) out += id_to_bytes(id);
     return out;
@@ -282,7 +279,7 @@ const std::string& Tokenizer::id_to_bytes(int32_t id) const {
 
 std::string Tokenizer::id_to_token(int32_t id) const {
     const std::string& b = id_to_bytes(id);
-    return kind_[id] == TokenKind::Added ? b : data::bytes_to_byte_level(b);
+    return kind_[id] == TokenKind::Added || sp_ ? b : data::bytes_to_byte_level(b);
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {

@@ -1,4 +1,5 @@
-// ete/data/tokenizer.h — byte-level BPE tokenizer, GPT-2 style, stored as HF tokenizer.json.
+// ete/data/tokenizer.h — BPE tokenizer stored as HF tokenizer.json: byte-level (GPT-2, Llama-3)
+// or SentencePiece-style "metaspace" (Llama-2: '▁' marks a space, <0xNN> byte fallback).
 //
 // Pipeline of encode(): (1) added/special tokens are matched in the raw text first (leftmost
 // match, longest on ties) and emit their ids; (2) each stretch between them is split by the
@@ -9,6 +10,16 @@
 // Ids: a trained tokenizer has ids 0..255 = the single bytes 0x00..0xFF, then one id per merge in
 // merge order, then the special tokens; a loaded tokenizer keeps the file's ids. Tokens are shown
 // in their tokenizer.json ("byte-level") form: raw bytes mapped by byte_level.h ("Ġthe").
+//
+// Metaspace mode (loaded only; see tokenizer_metaspace.cpp): each plain stretch is normalized as
+// the file says (Prepend "▁" normalizer: always; Metaspace prepend_scheme "first": only at text
+// offset 0, "always": every stretch, both only when it does not already start with "▁"; spaces
+// become "▁"), optionally split before each "▁" (Metaspace split), then BPE runs over UTF-8 code
+// points. A code point missing from the vocab becomes the <0xNN> tokens of its bytes
+// (byte_fallback), else unk_token (consecutive ones fused with fuse_unk), else it is dropped, as
+// in HF. decode() maps "▁" to space, joins <0xNN> runs into bytes (U+FFFD per byte when a run is
+// not valid UTF-8) and strips one leading space when the decoder says so. Tokens are kept in
+// their vocab form ("▁the", "<0xE9>") and id_to_bytes() returns that form too.
 #pragma once
 
 #include <array>
@@ -53,7 +64,9 @@ class Tokenizer {
                                  const std::vector<std::string>& special_tokens = {});
 
     // HF tokenizer.json. load() accepts a BPE model with a ByteLevel pre-tokenizer (or a
-    // Sequence of one regex Split then ByteLevel), merges as "a b" or ["a", "b"].
+    // Sequence of one regex Split then ByteLevel), or Llama-2's SentencePiece-style files (a
+    // Sequence [Prepend "▁", Replace " " -> "▁"] normalizer and/or a Metaspace pre-tokenizer,
+    // byte_fallback); merges as "a b" or ["a", "b"].
     static Tokenizer load(const std::string& path);
     static Tokenizer from_json(std::string_view json, std::string_view source_name);
     void save(const std::string& path) const;  // atomic (temporary file + rename)
@@ -63,11 +76,12 @@ class Tokenizer {
     void encode_append(std::string_view text, std::vector<int32_t>& out) const;
     std::string decode(std::span<const int32_t> ids) const;
     std::vector<std::string_view> pretokenize(std::string_view text) const;  // step (2) alone
+    bool is_byte_level() const { return !sp_; }  // false: metaspace (Llama-2) mode
 
     int32_t vocab_size() const { return static_cast<int32_t>(bytes_.size()); }  // max id + 1
     std::optional<int32_t> token_to_id(std::string_view token) const;           // byte-level form
     std::string id_to_token(int32_t id) const;                                  // byte-level form
-    const std::string& id_to_bytes(int32_t id) const;                           // raw bytes
+    const std::string& id_to_bytes(int32_t id) const;  // raw bytes (metaspace: vocab form)
     int32_t eos_id() const;  // "<|endoftext|>", "<|end_of_text|>" or "</s>"; -1 if none
     int32_t bos_id() const;  // "<|begin_of_text|>" or "<s>"; else eos_id() (GPT-2 convention)
 
@@ -89,17 +103,40 @@ class Tokenizer {
         int32_t id;             // added token id
         bool at_start;          // first stretch of a text (add_prefix_space applies)
     };
+    // Metaspace (SentencePiece-style) settings as read from tokenizer.json.
+    enum class Prepend : uint8_t { Never, First, Always };
+    struct Metaspace {
+        bool prepend_normalizer = false;  // normalizer Prepend "▁" (non-empty stretches)
+        bool replace_normalizer = false;  // normalizer Replace " " -> "▁"
+        bool pre_tokenizer = false;       // a Metaspace pre-tokenizer follows
+        Prepend scheme = Prepend::First;  // its prepend_scheme
+        bool split = false;               // its split (cut before each "▁")
+        bool strip_space = true;          // decoder Strip(" ", start 1)
+        bool byte_fallback = false;
+        bool fuse_unk = false;
+        std::string unk_token;       // empty: none
+        std::string post_processor;  // JSON text, written back verbatim by save()
+    };
     class PieceCache;
     friend class TokenizerJson;
 
     Tokenizer() = default;
     // Builds the lookup tables; `source` names the file in error messages.
     void finalize(std::string_view source);
+    void finalize_byte_level(std::string_view source);
     void set_pre_tokenizer(PreTokForm form, std::string pattern);
     std::vector<Segment> split_added(std::string_view text) const;
     void encode_segment(std::string_view text, bool at_start, PieceCache& cache,
                         std::vector<int32_t>& out) const;
     void bpe_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& out) const;
+    // Applies the merges to the c.sym[0..n) symbols and appends the result to `out`.
+    void merge_symbols(int32_t n, PieceCache& c, std::vector<int32_t>& out) const;
+    // Metaspace mode (tokenizer_metaspace.cpp).
+    void finalize_metaspace(std::string_view source);
+    void encode_metaspace(std::string_view text, bool text_start, PieceCache& cache,
+                          std::vector<int32_t>& out) const;
+    void sp_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& out) const;
+    std::string decode_metaspace(std::span<const int32_t> ids) const;
     void count_words(std::string_view text, WordCounts& counts) const;  // training, step (1)
     static Tokenizer from_word_counts(const std::vector<std::pair<std::string, int64_t>>& words,
                                       int vocab_size,
@@ -114,6 +151,7 @@ class Tokenizer {
     bool add_prefix_space_ = false;
     bool ignore_merges_ = false;  // a whole piece found in the vocab is taken as is (Llama-3)
     std::shared_ptr<const RegexSplitter> splitter_;
+    std::shared_ptr<const Metaspace> sp_;  // set: metaspace mode (immutable)
     bool chunkable_ = false;  // splitter_ ends a match at every line start (parallel encode)
 
     // Derived by finalize().
@@ -122,6 +160,8 @@ class Tokenizer {
     StringIdMap token_id_;                 // byte-level form (an added token's content) -> id
     StringIdMap bytes_id_;                 // raw bytes -> model token id
     std::vector<size_t> added_by_length_;  // indices into added_, longest content first
+    std::array<int32_t, 256> fallback_id_{};  // metaspace: id of "<0xNN>", -1 if absent
+    int32_t unk_id_ = -1;                     // metaspace: id of unk_token, -1 if none
 };
 
 }  // namespace ete

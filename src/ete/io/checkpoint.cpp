@@ -157,6 +157,17 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
 }
 
 void prune_checkpoints(const std::string& run_dir, int keep) {
+    // Temporary directories of saves that were killed half-way are never loaded; drop them.
+    fs::path root = fs::path(run_dir) / "checkpoints";
+    std::string mine = ".tmp." + std::to_string(::getpid());
+    if (fs::is_directory(root)) {
+        for (const auto& e : fs::directory_iterator(root)) {
+            std::string n = e.path().filename().string();
+            if (n.find(".tmp.") != std::string::npos && n.find(mine) == std::string::npos) {
+                fs::remove_all(e.path());
+            }
+        }
+    }
     if (keep <= 0) return;
     auto all = committed(run_dir);
     for (size_t i = 0; i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i]);

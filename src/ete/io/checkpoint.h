@@ -41,7 +41,8 @@ CheckpointState load_checkpoint(const std::string& dir, ParamStore& store, float
 // The newest committed checkpoint of a run, if any (temporary directories are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
-// Deletes committed checkpoints beyond the newest `keep` (keep <= 0 keeps all).
+// Deletes committed checkpoints beyond the newest `keep` (keep <= 0 keeps all) and the temporary
+// directories that saves killed half-way left behind.
 void prune_checkpoints(const std::string& run_dir, int keep);
 
 }  // namespace ete
