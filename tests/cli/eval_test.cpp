@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "ete/backend/backend.h"
+#include "ete/core/file_util.h"
 #include "ete/data/token_shard.h"
+#include "ete/data/tokenizer.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/safetensors.h"
 #include "ete/model/transformer.h"
@@ -111,6 +113,51 @@ TEST(CliInspect, ModelDirShardAndSafetensors) {
               std::string::npos);
     std::string bad = run_capture("inspect " + (dir / "nothing").string());
     EXPECT_NE(bad.find("no such file or directory"), std::string::npos) << bad;
+    fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ete
+
+namespace ete {
+namespace {
+
+// --text encodes the file with the model dir's tokenizer.json and then follows the same row
+// layout as --tokens.
+TEST(CliEval, TextUsesTheModelTokenizer) {
+    fs::path dir = fs::temp_directory_path() / ("ete_eval_text_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::string text;
+    for (int i = 0; i < 40; ++i) text += "In the beginning God created the heaven and the earth.\n";
+    Tokenizer tok = Tokenizer::train(text, 300, {"<|endoftext|>"});
+    tok.save((dir / "tokenizer.json").string());
+    write_file_atomic((dir / "in.txt").string(), text);
+    ModelConfig c;
+    c.vocab_size = tok.vocab_size();
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_layers = 1;
+    c.num_heads = 2;
+    c.num_kv_heads = 2;
+    c.max_position_embeddings = 16;
+    auto be = make_cpu_backend();
+    Transformer m(c, *be);
+    m.params().init(5);
+    save_hf_model((dir / "m").string(), c, m.params(), (dir / "tokenizer.json").string());
+    std::string out = run_capture("eval --model " + (dir / "m").string() + " --text " +
+                                  (dir / "in.txt").string() + " --batch 2 --seq 7 --json");
+    double loss = nlohmann::json::parse(out)["loss"].get<double>();
+    std::vector<int32_t> ids = tok.encode(text), in, tgt;
+    for (int b = 0; b < 2; ++b)
+        for (int t = 0; t < 7; ++t) {
+            in.push_back(ids[size_t(b * 8 + t)]);
+            tgt.push_back(ids[size_t(b * 8 + t + 1)]);
+        }
+    m.setup(2, 7);
+    double expect = m.forward_loss(in.data(), tgt.data(), 2, 7) / 14;
+    EXPECT_NEAR(loss, expect, 1e-6 * expect);
+    std::string both = run_capture("eval --model " + (dir / "m").string() + " --seq 7");
+    EXPECT_NE(both.find("exactly one of --tokens or --text"), std::string::npos) << both;
     fs::remove_all(dir);
 }
 

@@ -37,9 +37,11 @@ void add_train(CLI::App& app, TrainArgs& a, std::function<int()>& run) {
 }
 
 void add_eval(CLI::App& app, EvalArgs& a, std::function<int()>& run) {
-    auto* c = app.add_subcommand("eval", "Mean next-token loss of a model on a token shard");
+    auto* c = app.add_subcommand("eval", "Mean next-token loss on a token shard or a text file");
     c->add_option("--model", a.model_dir, "HF model dir")->required();
-    c->add_option("--tokens", a.tokens, "token shard (ETETOK01)")->required();
+    c->add_option("--tokens", a.tokens, "token shard (ETETOK01)");
+    c->add_option("--text", a.text, "UTF-8 text file, encoded with the model's tokenizer");
+    c->add_option("--tokenizer", a.tokenizer, "tokenizer.json for --text (default: the model's)");
     c->add_option("--batch", a.batch, "rows B")->check(CLI::PositiveNumber)->capture_default_str();
     c->add_option("--seq", a.seq, "predicted tokens per row T")
         ->required()

@@ -54,19 +54,42 @@ LoadedModel load_model(const std::string& dir) {
 
 }  // namespace
 
+namespace {
+
+// The first `need` token ids of --tokens (a shard) or --text (encoded with the model's tokenizer).
+std::vector<int32_t> eval_tokens(const EvalArgs& a, uint64_t need) {
+    std::vector<int32_t> ids;
+    std::string what;
+    if (!a.text.empty()) {
+        std::string tok_path = a.tokenizer.empty() ? a.model_dir + "/tokenizer.json" : a.tokenizer;
+        ETE_CHECK(fs::exists(tok_path),
+                  "--text needs a tokenizer: '{}' not found (pass --tokenizer)", tok_path);
+        ids = Tokenizer::load(tok_path).encode(read_file(a.text));
+        what = "--text '" + a.text + "'";
+    } else {
+        TokenShard shard(a.tokens);
+        ids.resize(std::min<uint64_t>(shard.size(), need));
+        shard.read(0, ids.size(), ids.data());
+        what = "--tokens '" + a.tokens + "'";
+    }
+    ETE_CHECK(ids.size() >= need, "{}: holds {} tokens, --batch {} --seq {} needs {}", what,
+              ids.size(), a.batch, a.seq, need);
+    return ids;
+}
+
+}  // namespace
+
 int cmd_eval(const EvalArgs& a) {
+    ETE_CHECK(a.tokens.empty() != a.text.empty(), "eval: pass exactly one of --tokens or --text");
     LoadedModel m = load_model(a.model_dir);
-    TokenShard shard(a.tokens);
     const int B = a.batch, T = a.seq, V = m.model->config().vocab_size;
-    uint64_t need = uint64_t(B) * uint64_t(T + 1);
-    ETE_CHECK(shard.size() >= need, "--tokens '{}': holds {} tokens, --batch {} --seq {} needs {}",
-              a.tokens, shard.size(), B, T, need);
+    std::vector<int32_t> ids = eval_tokens(a, uint64_t(B) * uint64_t(T + 1));
     // Row b is tokens [b(T+1), (b+1)(T+1)): inputs are its first T, targets its last T.
     std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
     for (int b = 0; b < B; ++b)
         for (int t = 0; t < T; ++t) {
-            in[size_t(b) * T + t] = shard.at(uint64_t(b) * (T + 1) + t);
-            tgt[size_t(b) * T + t] = shard.at(uint64_t(b) * (T + 1) + t + 1);
+            in[size_t(b) * T + t] = ids[size_t(b) * (T + 1) + t];
+            tgt[size_t(b) * T + t] = ids[size_t(b) * (T + 1) + t + 1];
         }
     m.model->setup(B, T);
     Tensor logits = Tensor::empty({B, T, V});
@@ -101,12 +124,24 @@ int cmd_generate(const GenerateArgs& a) {
     m.model->setup(1, std::min(m.model->config().max_position_embeddings, 1024));
     SampleOptions opt{a.max_new_tokens, a.temperature, a.top_k, a.top_p, a.seed, tok.eos_id()};
     std::fputs(a.prompt.c_str(), stdout);
+    // Decode everything generated so far and print what is new: a token alone may be half a
+    // UTF-8 character or lose its leading space (SentencePiece-style "▁" tokens).
+    std::vector<int32_t> generated;
+    std::string printed;
+    auto flush = [&](bool final) {
+        std::string text = tok.decode(generated);
+        bool torn = text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0;
+        if ((torn && !final) || text.compare(0, printed.size(), printed) != 0) return;
+        std::fputs(text.c_str() + printed.size(), stdout);
+        std::fflush(stdout);
+        printed = std::move(text);
+    };
     generate(*m.model, prompt, opt, [&](int32_t id) {
         if (id == tok.eos_id()) return;
-        std::string piece = tok.decode(std::span<const int32_t>(&id, 1));
-        std::fputs(piece.c_str(), stdout);
-        std::fflush(stdout);
+        generated.push_back(id);
+        flush(false);
     });
+    flush(true);
     std::fputc('\n', stdout);
     return 0;
 }

@@ -17,7 +17,7 @@ struct TrainArgs {
 int cmd_train(const TrainArgs& a);
 
 struct EvalArgs {
-    std::string model_dir, tokens, dump_logits;
+    std::string model_dir, tokens, text, tokenizer, dump_logits;
     int batch = 1, seq = 0;
     bool json = false;
 };

@@ -19,7 +19,8 @@ inline constexpr size_t kCacheMaxIds = size_t{1} << 22;
 class Tokenizer::PieceCache {
   public:
     std::vector<std::string_view> pieces;
-    std::vector<int32_t> sym, prev, next;           // BPE symbols as a linked list over piece bytes
+    std::string normalized;                // metaspace mode: the stretch after normalization
+    std::vector<int32_t> sym, prev, next;  // BPE symbols (bytes or code points), linked list
     std::vector<std::pair<int32_t, int32_t>> heap;  // (rank, position) of mergeable pairs
 
     // Returns the cached ids of `piece`, or nullptr.

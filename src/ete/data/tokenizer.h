@@ -79,11 +79,28 @@ class Tokenizer {
     bool is_byte_level() const { return !sp_; }  // false: metaspace (Llama-2) mode
 
     int32_t vocab_size() const { return static_cast<int32_t>(bytes_.size()); }  // max id + 1
-    std::optional<int32_t> token_to_id(std::string_view token) const;           // byte-level form
-    std::string id_to_token(int32_t id) const;                                  // byte-level form
+    // Tokens in their vocab form: "Ġthe" (byte-level) or "▁the" (metaspace).
+    std::optional<int32_t> token_to_id(std::string_view token) const;
+    std::string id_to_token(int32_t id) const;
     const std::string& id_to_bytes(int32_t id) const;  // raw bytes (metaspace: vocab form)
     int32_t eos_id() const;  // "<|endoftext|>", "<|end_of_text|>" or "</s>"; -1 if none
     int32_t bos_id() const;  // "<|begin_of_text|>" or "<s>"; else eos_id() (GPT-2 convention)
+
+    // Metaspace (SentencePiece-style) settings as read from tokenizer.json.
+    enum class Prepend : uint8_t { Never, First, Always };
+    struct Metaspace {
+        bool prepend_normalizer = false;  // normalizer Prepend "▁" (non-empty stretches)
+        bool replace_normalizer = false;  // normalizer Replace " " -> "▁"
+        bool pre_tokenizer = false;       // a Metaspace pre-tokenizer follows
+        Prepend scheme = Prepend::First;  // its prepend_scheme
+        bool split = false;               // its split (cut before each "▁")
+        bool strip_space = true;          // decoder Strip(" ", start 1)
+        bool byte_fallback = false;
+        bool fuse_unk = false;
+        std::string unk_token;       // empty: none
+        std::string post_processor;  // JSON text, written back verbatim by save()
+    };
+    const Metaspace* metaspace() const { return sp_.get(); }  // null: byte-level
 
     size_t num_merges() const { return merges_.size(); }
     std::pair<int32_t, int32_t> merge(size_t rank) const { return merges_.at(rank); }
@@ -102,20 +119,6 @@ class Tokenizer {
         std::string_view text;  // plain text when id < 0
         int32_t id;             // added token id
         bool at_start;          // first stretch of a text (add_prefix_space applies)
-    };
-    // Metaspace (SentencePiece-style) settings as read from tokenizer.json.
-    enum class Prepend : uint8_t { Never, First, Always };
-    struct Metaspace {
-        bool prepend_normalizer = false;  // normalizer Prepend "▁" (non-empty stretches)
-        bool replace_normalizer = false;  // normalizer Replace " " -> "▁"
-        bool pre_tokenizer = false;       // a Metaspace pre-tokenizer follows
-        Prepend scheme = Prepend::First;  // its prepend_scheme
-        bool split = false;               // its split (cut before each "▁")
-        bool strip_space = true;          // decoder Strip(" ", start 1)
-        bool byte_fallback = false;
-        bool fuse_unk = false;
-        std::string unk_token;       // empty: none
-        std::string post_processor;  // JSON text, written back verbatim by save()
     };
     class PieceCache;
     friend class TokenizerJson;
@@ -157,9 +160,9 @@ class Tokenizer {
     // Derived by finalize().
     std::array<int32_t, 256> byte_id_{};
     std::unordered_map<uint64_t, MergeRule> merge_rule_;  // key (left << 32) | right
-    StringIdMap token_id_;                 // byte-level form (an added token's content) -> id
-    StringIdMap bytes_id_;                 // raw bytes -> model token id
-    std::vector<size_t> added_by_length_;  // indices into added_, longest content first
+    StringIdMap token_id_;                    // byte-level form (an added token's content) -> id
+    StringIdMap bytes_id_;                    // raw bytes -> model token id
+    std::vector<size_t> added_by_length_;     // indices into added_, longest content first
     std::array<int32_t, 256> fallback_id_{};  // metaspace: id of "<0xNN>", -1 if absent
     int32_t unk_id_ = -1;                     // metaspace: id of unk_token, -1 if none
 };

@@ -4,6 +4,9 @@
 // use_regex true), ByteLevel post-processor and decoder, BPE model with vocab ordered by id and
 // merges as "a b" strings (byte-level tokens never contain a space: it is written as 'Ġ').
 // Special tokens appear both in added_tokens and in model.vocab, as in GPT-2's file.
+// A metaspace (Llama-2) tokenizer is written in the layout HF's Llama converter produces: the
+// normalizer / Metaspace pre-tokenizer it was loaded with, the post-processor verbatim, decoder
+// Sequence [Replace "▁" -> " ", ByteFallback, Fuse, Strip], BPE with unk_token and byte_fallback.
 #include <nlohmann/json.hpp>
 
 #include <unordered_set>
@@ -72,7 +75,12 @@ class TokenizerJson {
     static void read_merges(const json& model, const StringIdMap& vocab, Tokenizer& t,
                             std::string_view src);
     static void read_pre_tokenizer(const json& root, Tokenizer& t, std::string_view src);
-    static void check_model_options(const json& model, std::string_view src);
+    static void check_model_options(const json& model, bool metaspace, std::string_view src);
+    // Metaspace (Llama-2) mode.
+    static bool is_metaspace(const json& root, std::string_view src);
+    static void read_metaspace(const json& root, const json& model, Tokenizer& t,
+                               std::string_view src);
+    static void write_metaspace(const Tokenizer& t, ordered_json& root);
 };
 
 ordered_json TokenizerJson::pre_tokenizer_json(const Tokenizer& t) {
@@ -103,8 +111,33 @@ ordered_json TokenizerJson::model_json(const Tokenizer& t) {
             entries.emplace_back(t.id_to_token(id), id);
         }
     }
+    // "a b" strings unless a token holds a space (possible only in metaspace vocabs).
+    bool pairs = false;
+    for (auto [a, b] : t.merges_) {
+        pairs = pairs || t.id_to_token(a).find(' ') != std::string::npos ||
+                t.id_to_token(b).find(' ') != std::string::npos;
+    }
     ordered_json merges = ordered_json::array();
-    for (auto [a, b] : t.merges_) merges.push_back(t.id_to_token(a) + " " + t.id_to_token(b));
+    for (auto [a, b] : t.merges_) {
+        if (pairs) {
+            merges.push_back({t.id_to_token(a), t.id_to_token(b)});
+        } else {
+            merges.push_back(t.id_to_token(a) + " " + t.id_to_token(b));
+        }
+    }
+    if (t.sp_) {
+        const Tokenizer::Metaspace& m = *t.sp_;
+        return {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", m.unk_token.empty() ? ordered_json() : ordered_json(m.unk_token)},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", m.fuse_unk},
+                {"byte_fallback", m.byte_fallback},
+                {"ignore_merges", t.ignore_merges_},
+                {"vocab", std::move(vocab)},
+                {"merges", std::move(merges)}};
+    }
     return {{"type", "BPE"},
             {"dropout", nullptr},
             {"unk_token", nullptr},
@@ -137,6 +170,7 @@ std::string TokenizerJson::write(const Tokenizer& t) {
                          {"post_processor", byte_level_json(true, false, true)},
                          {"decoder", byte_level_json(true, true, true)},
                          {"model", model_json(t)}};
+    if (t.sp_) write_metaspace(t, root);
     try {
         return root.dump(2) + "\n";
     } catch (const nlohmann::json::exception& e) {
@@ -190,6 +224,12 @@ StringIdMap TokenizerJson::read_vocab(const json& model, Tokenizer& t, std::stri
         }
         ETE_CHECK(t.kind_[id] == Tokenizer::TokenKind::Unused, "{}: model.vocab uses id {} twice",
                   src, id);
+        if (t.sp_) {
+            ETE_CHECK(!token.empty(), "{}: model.vocab has an empty token (id {})", src, id);
+            t.bytes_[id] = token;
+            t.kind_[id] = Tokenizer::TokenKind::Model;
+            continue;
+        }
         ETE_CHECK(data::byte_level_to_bytes(token, t.bytes_[id]),
                   "{}: model.vocab token '{}' (id {}) is not byte-level text (expected GPT-2's "
                   "byte alphabet)",
@@ -267,14 +307,179 @@ void TokenizerJson::read_pre_tokenizer(const json& root, Tokenizer& t, std::stri
     t.set_pre_tokenizer(Tokenizer::PreTokForm::SplitThenByteLevel, regex->get<std::string>());
 }
 
-void TokenizerJson::check_model_options(const json& model, std::string_view src) {
-    ETE_CHECK(!bool_field(model, "byte_fallback", false, src, "model"),
-              "{}: model.byte_fallback true is not supported (expected a byte-level BPE)", src);
+void TokenizerJson::check_model_options(const json& model, bool metaspace, std::string_view src) {
+    ETE_CHECK(metaspace || !bool_field(model, "byte_fallback", false, src, "model"),
+              "{}: model.byte_fallback true needs a Llama-2 style (metaspace) normalizer or "
+              "pre_tokenizer; this file is byte-level",
+              src);
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
         const json* v = field(model, key);
         ETE_CHECK(v == nullptr || (v->is_string() && v->get<std::string>().empty()),
                   "{}: model.{} must be empty or null", src, key);
     }
+}
+
+namespace {
+
+constexpr std::string_view kMeta = "\xE2\x96\x81";  // U+2581 '▁'
+
+bool string_is(const json& obj, const char* key, std::string_view value) {
+    const json* v = field(obj, key);
+    return v != nullptr && v->is_string() && v->get_ref<const std::string&>() == value;
+}
+
+// {"String": s} pattern of a Replace normalizer or decoder.
+bool pattern_is(const json& obj, std::string_view value) {
+    const json* p = field(obj, "pattern");
+    return p != nullptr && p->is_object() && string_is(*p, "String", value);
+}
+
+// The items of a Sequence (under `key`) or the object itself.
+std::vector<const json*> sequence_items(const json& obj, const char* key, std::string_view src,
+                                        std::string_view where) {
+    if (type_of(obj, src, where) != "Sequence") return {&obj};
+    const json* seq = field(obj, key);
+    ETE_CHECK(seq != nullptr && seq->is_array(), "{}: {}.{} must be an array", src, where, key);
+    std::vector<const json*> items;
+    for (const json& item : *seq) items.push_back(&item);
+    return items;
+}
+
+void read_normalizer(const json* norm, Tokenizer::Metaspace& m, std::string_view src) {
+    if (norm == nullptr) return;
+    for (const json* n : sequence_items(*norm, "normalizers", src, "normalizer")) {
+        std::string type = type_of(*n, src, "normalizer");
+        if (type == "Prepend" && string_is(*n, "prepend", kMeta)) {
+            m.prepend_normalizer = true;
+        } else if (type == "Replace" && pattern_is(*n, " ") && string_is(*n, "content", kMeta)) {
+            m.replace_normalizer = true;
+        } else {
+            throw_error(fmt::format(
+                "{}: normalizer {} is not supported, expected null or Llama-2's Prepend \"▁\" / "
+                "Replace \" \" -> \"▁\"",
+                src, n->dump()));
+        }
+    }
+}
+
+// Metaspace's prepend_scheme, or the older add_prefix_space (true = "always").
+Tokenizer::Prepend prepend_scheme(const json& obj, std::string_view src, std::string_view where) {
+    const json* scheme = field(obj, "prepend_scheme");
+    if (scheme == nullptr) {
+        return bool_field(obj, "add_prefix_space", true, src, where) ? Tokenizer::Prepend::Always
+                                                                     : Tokenizer::Prepend::Never;
+    }
+    if (*scheme == "first") return Tokenizer::Prepend::First;
+    if (*scheme == "always") return Tokenizer::Prepend::Always;
+    ETE_CHECK(*scheme == "never",
+              "{}: {}.prepend_scheme must be \"first\", \"always\" or \"never\"", src, where);
+    return Tokenizer::Prepend::Never;
+}
+
+const char* scheme_name(Tokenizer::Prepend p) {
+    switch (p) {
+        case Tokenizer::Prepend::Never:
+            return "never";
+        case Tokenizer::Prepend::First:
+            return "first";
+        case Tokenizer::Prepend::Always:
+            return "always";
+    }
+    return "first";
+}
+
+void read_metaspace_pre(const json* pre, Tokenizer::Metaspace& m, std::string_view src) {
+    if (pre == nullptr) return;
+    ETE_CHECK(type_of(*pre, src, "pre_tokenizer") == "Metaspace",
+              "{}: pre_tokenizer must be null or Metaspace with a Llama-2 style normalizer", src);
+    ETE_CHECK(string_is(*pre, "replacement", kMeta),
+              "{}: pre_tokenizer Metaspace.replacement must be \"▁\"", src);
+    m.pre_tokenizer = true;
+    m.scheme = prepend_scheme(*pre, src, "pre_tokenizer");
+    m.split = bool_field(*pre, "split", true, src, "pre_tokenizer");
+}
+
+void read_metaspace_decoder(const json* dec, Tokenizer::Metaspace& m, std::string_view src) {
+    ETE_CHECK(dec != nullptr,
+              "{}: decoder is null, expected Llama-2's Sequence [Replace \"▁\" -> "
+              "\" \", ByteFallback, Fuse, Strip] or Metaspace",
+              src);
+    if (type_of(*dec, src, "decoder") == "Metaspace") {
+        ETE_CHECK(string_is(*dec, "replacement", kMeta),
+                  "{}: decoder Metaspace.replacement must be \"▁\"", src);
+        m.strip_space = prepend_scheme(*dec, src, "decoder") != Tokenizer::Prepend::Never;
+        return;
+    }
+    bool replace = false;
+    m.strip_space = false;
+    for (const json* d : sequence_items(*dec, "decoders", src, "decoder")) {
+        std::string type = type_of(*d, src, "decoder");
+        if (type == "Replace" && pattern_is(*d, kMeta) && string_is(*d, "content", " ")) {
+            replace = true;
+        } else if (type == "Strip" && string_is(*d, "content", " ") && field(*d, "start") &&
+                   ((*d)["start"] == 0 || (*d)["start"] == 1) && (*d)["stop"] == 0) {
+            m.strip_space = (*d)["start"] == 1;
+        } else {
+            ETE_CHECK(type == "ByteFallback" || type == "Fuse",
+                      "{}: decoder {} is not supported, expected Replace \"▁\" -> \" \", "
+                      "ByteFallback, Fuse or Strip(\" \", start 0 or 1, stop 0)",
+                      src, d->dump());
+        }
+    }
+    ETE_CHECK(replace, "{}: decoder must contain Replace \"▁\" -> \" \"", src);
+}
+
+}  // namespace
+
+bool TokenizerJson::is_metaspace(const json& root, std::string_view src) {
+    const json* pre = field(root, "pre_tokenizer");
+    return field(root, "normalizer") != nullptr ||
+           (pre != nullptr && type_of(*pre, src, "pre_tokenizer") == "Metaspace");
+}
+
+void TokenizerJson::read_metaspace(const json& root, const json& model, Tokenizer& t,
+                                   std::string_view src) {
+    Tokenizer::Metaspace m;
+    read_normalizer(field(root, "normalizer"), m, src);
+    read_metaspace_pre(field(root, "pre_tokenizer"), m, src);
+    ETE_CHECK(m.replace_normalizer || m.pre_tokenizer,
+              "{}: a Llama-2 style tokenizer needs a Replace \" \" -> \"▁\" normalizer or a "
+              "Metaspace pre_tokenizer",
+              src);
+    read_metaspace_decoder(field(root, "decoder"), m, src);
+    m.byte_fallback = bool_field(model, "byte_fallback", false, src, "model");
+    m.fuse_unk = bool_field(model, "fuse_unk", false, src, "model");
+    if (const json* unk = field(model, "unk_token")) {
+        ETE_CHECK(unk->is_string(), "{}: model.unk_token must be a string or null", src);
+        m.unk_token = unk->get<std::string>();
+    }
+    if (const json* post = field(root, "post_processor")) m.post_processor = post->dump();
+    t.sp_ = std::make_shared<const Tokenizer::Metaspace>(std::move(m));
+}
+
+void TokenizerJson::write_metaspace(const Tokenizer& t, ordered_json& root) {
+    const Tokenizer::Metaspace& m = *t.sp_;
+    ordered_json norms = ordered_json::array();
+    if (m.prepend_normalizer) norms.push_back({{"type", "Prepend"}, {"prepend", kMeta}});
+    if (m.replace_normalizer) {
+        norms.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}});
+    }
+    root["normalizer"] =
+        norms.empty() ? ordered_json() : ordered_json{{"type", "Sequence"}, {"normalizers", norms}};
+    root["pre_tokenizer"] = !m.pre_tokenizer
+                                ? ordered_json()
+                                : ordered_json{{"type", "Metaspace"},
+                                               {"replacement", kMeta},
+                                               {"prepend_scheme", scheme_name(m.scheme)},
+                                               {"split", m.split}};
+    root["post_processor"] =
+        m.post_processor.empty() ? ordered_json() : ordered_json::parse(m.post_processor);
+    ordered_json decs = {{{"type", "Replace"}, {"pattern", {{"String", kMeta}}}, {"content", " "}},
+                         {{"type", "ByteFallback"}},
+                         {{"type", "Fuse"}}};
+    if (m.strip_space)
+        decs.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    root["decoder"] = {{"type", "Sequence"}, {"decoders", std::move(decs)}};
 }
 
 Tokenizer TokenizerJson::read(std::string_view text, std::string_view src) {
@@ -290,19 +495,18 @@ Tokenizer TokenizerJson::read(std::string_view text, std::string_view src) {
     const json* mtype = field(*model, "type");
     ETE_CHECK(mtype == nullptr || *mtype == "BPE", "{}: model.type is {}, expected \"BPE\"", src,
               mtype ? mtype->dump() : "");
-    const json* norm = field(root, "normalizer");
-    ETE_CHECK(norm == nullptr, "{}: normalizer {} is not supported, expected null", src,
-              norm ? norm->dump() : "");
+    const bool metaspace = is_metaspace(root, src);
     const json* dec = field(root, "decoder");
-    ETE_CHECK(dec == nullptr || type_of(*dec, src, "decoder") == "ByteLevel",
+    ETE_CHECK(metaspace || dec == nullptr || type_of(*dec, src, "decoder") == "ByteLevel",
               "{}: decoder must be ByteLevel or null", src);
-    check_model_options(*model, src);
+    check_model_options(*model, metaspace, src);
 
     Tokenizer t;
+    if (metaspace) read_metaspace(root, *model, t, src);
     read_added(root, t, src);
     StringIdMap vocab = read_vocab(*model, t, src);
     read_merges(*model, vocab, t, src);
-    read_pre_tokenizer(root, t, src);
+    if (!metaspace) read_pre_tokenizer(root, t, src);
     t.ignore_merges_ = bool_field(*model, "ignore_merges", false, src, "model");
     t.finalize(src);
     return t;
