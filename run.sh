@@ -3,7 +3,8 @@
 #   ./run.sh demo   install what is missing, build, prepare the KJV corpus, train a tokenizer and a
 #                   small Llama on CPU, save it as an HF model dir, print a generated sample
 #   ./run.sh test   install what is missing, build (warnings as errors), run the whole test suite,
-#                   then the unit tests again under address/undefined sanitizers
+#                   then the unit tests again under address/undefined sanitizers, then fuzz the
+#                   safetensors reader for FUZZ_SECONDS (default 60)
 # Environment: BUILD_DIR (default build), JOBS (default nproc), ETE_SKIP_INSTALL=1 to skip apt.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -12,7 +13,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 BUILD_PKGS=(cmake ninja-build g++ pkg-config libopenblas-dev libopenblas0-openmp nlohmann-json3-dev
             libtomlplusplus-dev libcli11-dev libfmt-dev libpcre2-dev)
-TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev)
+TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev)
 DEMO_PKGS=(bible-kjv)
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -72,6 +73,8 @@ run_tests() {
     log "unit tests under address/undefined sanitizers ($BUILD_DIR-asan)"
     (cd "$BUILD_DIR-asan" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$JOBS" \
         -LE slow)
+    log "fuzzing the safetensors reader for ${FUZZ_SECONDS:-60}s ($BUILD_DIR-fuzz)"
+    FUZZ_BUILD_DIR="$BUILD_DIR-fuzz" fuzz/run_fuzz.sh
 }
 
 case "${1:-}" in

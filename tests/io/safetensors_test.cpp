@@ -317,6 +317,11 @@ TEST_F(SafetensorsTest, RejectsElementCountOverflow) {
         expect_reject(st_file("{" + entry("a", dtype, shape, "[0, 8]") + "}", kGoodData),
                       "element count overflows");
     }
+    // Zero elements, but a partial product past int64 (found by the fuzzer's author): a Tensor
+    // could not hold the shape, so open() must refuse it rather than fail on read.
+    expect_reject(
+        st_file("{" + entry("z", "F32", "[4611686018427387904, 2, 0]", "[0, 0]") + "}", ""),
+        "element count overflows");
 }
 
 TEST_F(SafetensorsTest, RejectsBadDataOffsets) {

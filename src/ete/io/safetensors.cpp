@@ -161,13 +161,17 @@ Shape parse_shape(const std::string& path, const std::string& name, const Json& 
     return shape;
 }
 
-// Element count and byte size, both checked for overflow (numel must fit int64 for Tensor).
+// Element count and byte size, both checked for overflow. Every prefix product must fit int64,
+// not only the total: Tensor's shape_numel multiplies left to right under that rule, so a
+// zero-element shape such as [2^62, 2, 0] must be refused here rather than throw in to_tensor.
 uint64_t checked_nbytes(const std::string& path, const std::string& name, const Shape& shape,
                         DType dtype) {
     uint64_t numel = 1;
     bool overflow = false;
-    for (int64_t d : shape) overflow |= __builtin_mul_overflow(numel, uint64_t(d), &numel);
-    overflow |= numel > uint64_t(std::numeric_limits<int64_t>::max());
+    for (int64_t d : shape) {
+        overflow |= __builtin_mul_overflow(numel, uint64_t(d), &numel);
+        overflow |= numel > uint64_t(std::numeric_limits<int64_t>::max());
+    }
     uint64_t nbytes = 0;
     overflow |= __builtin_mul_overflow(numel, uint64_t(dtype_size(dtype)), &nbytes);
     ETE_CHECK(!overflow, "safetensors {}: entry {} element count overflows for shape {}", path,
