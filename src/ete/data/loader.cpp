@@ -32,6 +32,15 @@ uint64_t epoch_seed(uint64_t seed, uint64_t epoch) {
 
 }  // namespace
 
+std::vector<uint64_t> shuffle_epoch_order(uint64_t n, uint64_t seed, uint64_t epoch) {
+    ETE_ASSERT(n >= 1);
+    std::vector<uint64_t> order(n);
+    std::iota(order.begin(), order.end(), uint64_t{0});
+    std::mt19937_64 gen(epoch_seed(seed, epoch));
+    for (uint64_t i = n - 1; i > 0; --i) std::swap(order[i], order[bounded(gen, i + 1)]);
+    return order;
+}
+
 BatchSampler::BatchSampler(const TokenShard& shard, int seq_len, double val_fraction, uint64_t seed)
     : shard_(&shard), seq_len_(seq_len), seed_(seed) {
     ETE_CHECK(seq_len > 0, "batch sampler: seq_len is {}, expected > 0", seq_len);
@@ -66,11 +75,7 @@ uint64_t BatchSampler::val_window_start(uint64_t v) const {
 }
 
 std::vector<uint64_t> BatchSampler::epoch_order(uint64_t epoch) const {
-    std::vector<uint64_t> order(num_train_);
-    std::iota(order.begin(), order.end(), uint64_t{0});
-    std::mt19937_64 gen(epoch_seed(seed_, epoch));
-    for (uint64_t i = num_train_ - 1; i > 0; --i) std::swap(order[i], order[bounded(gen, i + 1)]);
-    return order;
+    return shuffle_epoch_order(num_train_, seed_, epoch);
 }
 
 uint64_t BatchSampler::sample(uint64_t global_index) {

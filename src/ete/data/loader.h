@@ -20,11 +20,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "ete/data/batch_source.h"
 #include "ete/data/token_shard.h"
 
 namespace ete {
 
-class BatchSampler {
+// The permutation of [0, n) for `epoch`: the seeded Fisher-Yates shuffle described above. A pure
+// function of (n, seed, epoch), shared by every BatchSource. n must be >= 1.
+std::vector<uint64_t> shuffle_epoch_order(uint64_t n, uint64_t seed, uint64_t epoch);
+
+class BatchSampler : public BatchSource {
   public:
     // `shard` must outlive the sampler. Throws when T <= 0, frac is outside [0, 1), or the shard
     // is too short for one training window (and one validation window when frac > 0).
@@ -33,15 +38,19 @@ class BatchSampler {
     int seq_len() const { return seq_len_; }
     uint64_t num_train_windows() const { return num_train_; }
     uint64_t num_val_windows() const { return num_val_; }
+    uint64_t num_train_samples() const override { return num_train_; }
+    uint64_t num_val_samples() const override { return num_val_; }
     uint64_t train_window_start(uint64_t w) const;  // first token of training window w
     uint64_t val_window_start(uint64_t v) const;    // first token of validation window v
 
     // Training window of sample `global_index` (not thread-safe: caches one epoch's order).
     uint64_t sample(uint64_t global_index);
     // Rows i = 0..count-1 hold sample first_global_index + i. inputs, targets: (count, T).
-    void fill_batch(uint64_t first_global_index, int count, int32_t* inputs, int32_t* targets);
+    void fill_batch(uint64_t first_global_index, int count, int32_t* inputs,
+                    int32_t* targets) override;
     // Rows i hold validation window (first + i) mod V, in order.
-    void fill_val_batch(uint64_t first, int count, int32_t* inputs, int32_t* targets) const;
+    void fill_val_batch(uint64_t first, int count, int32_t* inputs,
+                        int32_t* targets) const override;
 
     // The permutation of training windows for epoch `e` (exposed for tests and inspection).
     std::vector<uint64_t> epoch_order(uint64_t epoch) const;

@@ -1,0 +1,105 @@
+// ete/data/sft.h — supervised fine-tuning examples from JSONL, with the prompt masked out of the
+// loss.
+//
+// Each line is one record in one of three forms:
+//   Alpaca  {"instruction": s, "input": s (optional, may be empty), "output": s}
+//   Plain   {"prompt": s, "completion": s}
+//   Chat    {"messages": [{"role": "system" | "user" | "assistant", "content": s}, ...]}
+// A record renders to text segments, each trained on or not: Alpaca fills
+// SftOptions::prompt_template (or prompt_template_no_input when the input is empty) and trains on
+// the output; Plain uses the prompt as is and trains on the completion; Chat renders each message
+// as "<|{role}|>\n{content}\n" and trains only on assistant contents. The tokenizer's eos (if it
+// has one) follows and is trained on. Segments are encoded separately, so token boundaries fall
+// on segment boundaries and the mask is exact.
+//
+// Rows: with T = seq_len and an example of n tokens x[0..n) (truncated to n <= T + 1), row
+// position j < T has input x[j] (the pad id for j >= n) and target x[j + 1] when j + 1 < n and
+// x[j + 1] is trained on, else kSftIgnoreIndex. Pad id = eos, or 0 without one. No packing: that
+// needs attention masks across example boundaries.
+//
+// Split and order: the last V examples (file order) are validation, V = ceil(val_fraction * N)
+// but at least 1 when val_fraction > 0 and N >= 2. Training sample g is training example
+// shuffle_epoch_order(Nt, seed, g / Nt)[g mod Nt] (loader.h), a pure function of (seed, g).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ete/data/batch_source.h"
+#include "ete/data/tokenizer.h"
+
+namespace ete {
+
+// Equals ete::kIgnoreIndex (ete/backend/backend.h), which the data layer does not depend on.
+inline constexpr int32_t kSftIgnoreIndex = -100;
+
+struct SftOptions {
+    // Alpaca templates; "{instruction}" and "{input}" are replaced once each (the inserted text
+    // is never rescanned, so braces in the data are safe).
+    std::string prompt_template =
+        "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n";
+    std::string prompt_template_no_input = "### Instruction:\n{instruction}\n\n### Response:\n";
+    double max_bad_fraction = 0.01;  // of non-blank lines; above it construction throws
+    bool pack = false;               // not supported yet: throws when set
+};
+
+struct SftBadLine {
+    uint64_t line;  // 1-based
+    std::string reason;
+};
+
+struct SftStats {
+    uint64_t num_lines = 0;             // non-blank lines read
+    uint64_t num_bad = 0;               // malformed lines, skipped
+    uint64_t num_truncated = 0;         // examples longer than T + 1 tokens, cut to T + 1
+    uint64_t num_no_target = 0;         // dropped: no trained token left inside the T + 1 window
+    std::vector<SftBadLine> first_bad;  // the first kSftKeptBadLines malformed lines
+};
+inline constexpr size_t kSftKeptBadLines = 64;
+
+class SftDataset : public BatchSource {
+  public:
+    // Reads and tokenizes the whole file (the tokenizer is not kept). Throws when T <= 0,
+    // val_fraction is outside [0, 1), options.pack is set, the file cannot be read, the
+    // malformed share exceeds options.max_bad_fraction, or no training example is left.
+    SftDataset(const std::string& path, const Tokenizer& tokenizer, int seq_len,
+               const SftOptions& options, uint64_t seed, double val_fraction);
+
+    int seq_len() const { return seq_len_; }
+    uint64_t num_examples() const { return offsets_.size() - 1; }  // train + val
+    uint64_t num_train_samples() const override { return num_train_; }
+    uint64_t num_val_samples() const override { return num_examples() - num_train_; }
+    const SftStats& stats() const { return stats_; }
+
+    // Not thread-safe: caches one epoch's order.
+    void fill_batch(uint64_t first_global_index, int count, int32_t* inputs,
+                    int32_t* targets) override;
+    void fill_val_batch(uint64_t first, int count, int32_t* inputs,
+                        int32_t* targets) const override;
+
+    // Example e in file order (training 0..Nt-1, then validation) into one row of T each.
+    void fill_example(uint64_t e, int32_t* inputs, int32_t* targets) const;
+    uint64_t train_example(uint64_t global_index);  // which training example sample g is
+    std::vector<uint64_t> epoch_order(uint64_t epoch) const;
+
+  private:
+    void read_jsonl(const Tokenizer& tokenizer, const SftOptions& options);
+    void check_bad_lines(double max_bad_fraction) const;  // throws above the allowed share
+    void add_example(const std::vector<int32_t>& ids, const std::vector<uint8_t>& trained);
+
+    std::string path_;
+    int seq_len_;
+    uint64_t seed_;
+    int32_t pad_id_ = 0;
+    uint64_t num_train_ = 0;
+    SftStats stats_;
+    // Example e is tokens_[offsets_[e] .. offsets_[e + 1]); trained_ flags the tokens in the loss.
+    std::vector<int32_t> tokens_;
+    std::vector<uint8_t> trained_;
+    std::vector<uint64_t> offsets_{0};
+    uint64_t cached_epoch_ = UINT64_MAX;
+    std::vector<uint64_t> cached_order_;
+};
+
+}  // namespace ete
