@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "ete/backend/backend.h"
+#include "ete/core/file_util.h"
 #include "ete/data/token_shard.h"
+#include "ete/data/tokenizer.h"
 #include "ete/io/hf_model.h"
 #include "ete/model/transformer.h"
 #include "ete/train/trainer.h"
@@ -102,6 +104,35 @@ TEST_F(TrainerTest, SavedModelReloadsWithSameWeightsAndLoss) {
     auto fresh = read_metrics((dir_ / "run" / "metrics.jsonl").string());
     auto more = read_metrics((dir_ / "cont" / "metrics.jsonl").string());
     EXPECT_LT(more[0]["loss"].get<double>(), fresh[0]["loss"].get<double>() - 0.05);
+}
+
+// data.format = sft: the loss covers only response tokens, so a step counts fewer target tokens
+// than B·T, and the run trains (loss falls) on a repetitive instruction set.
+TEST_F(TrainerTest, SftFormatTrainsOnResponsesOnly) {
+    std::string jsonl;
+    for (int i = 0; i < 60; ++i) {
+        jsonl += "{\"instruction\": \"repeat\", \"input\": \"ab\", \"output\": \"abab\"}\n";
+        jsonl += "{\"prompt\": \"x\", \"completion\": \"yy\"}\n";
+    }
+    write_file_atomic((dir_ / "sft.jsonl").string(), jsonl);
+    Tokenizer tok =
+        Tokenizer::train("abxy repeat ### Instruction Input Response", 280, {"<|endoftext|>"});
+    tok.save((dir_ / "tok.json").string());
+    cfg_.data_format = "sft";
+    cfg_.data_train = (dir_ / "sft.jsonl").string();
+    cfg_.data_tokenizer = (dir_ / "tok.json").string();
+    cfg_.model.vocab_size = 0;  // from the tokenizer
+    cfg_.seq_len = 32;
+    cfg_.steps = 12;
+    cfg_.lr = 1e-2;
+    run_training(cfg_, (dir_ / "sft").string());
+    auto m = read_metrics((dir_ / "sft" / "metrics.jsonl").string());
+    ASSERT_EQ(m.size(), 12u);
+    for (const auto& j : m) {
+        EXPECT_GT(j["tokens"].get<int>(), 0);
+        EXPECT_LT(j["tokens"].get<int>(), 2 * 2 * 32 / 2);  // responses are a small share
+    }
+    EXPECT_LT(m.back()["loss"].get<double>(), 0.5 * m.front()["loss"].get<double>());
 }
 
 }  // namespace

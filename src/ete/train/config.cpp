@@ -129,7 +129,12 @@ const std::vector<Key>& keys() {
                           "steps between checkpoints (0 = only on SIGTERM/SIGINT)"));
         t.push_back(field("train.keep_checkpoints", &R::keep_checkpoints,
                           "newest checkpoints kept (0 = all)"));
-        t.push_back(field("data.train", &R::data_train, "token shard (.bin, ETETOK01)"));
+        t.push_back(field("data.format", &R::data_format,
+                          "tokens (ETETOK01 shard) or sft (JSONL: Alpaca, prompt/completion, "
+                          "chat messages)"));
+        t.push_back(field("data.train", &R::data_train, "token shard or SFT JSONL file"));
+        t.push_back(field("data.sft_max_bad_fraction", &R::data_sft_max_bad_fraction,
+                          "malformed SFT lines tolerated before the run stops"));
         t.push_back(
             field("data.tokenizer", &R::data_tokenizer, "tokenizer.json saved with the model"));
         t.push_back(
@@ -298,7 +303,13 @@ void validate(const RunConfig& c) {
               c.keep_checkpoints);
     ETE_CHECK(c.data_val_fraction >= 0 && c.data_val_fraction < 1,
               "data.val_fraction = {}: expected in [0, 1)", c.data_val_fraction);
-    ETE_CHECK(!c.data_train.empty(), "data.train: expected a token shard path");
+    ETE_CHECK(!c.data_train.empty(), "data.train: expected a token shard or JSONL path");
+    ETE_CHECK(c.data_format == "tokens" || c.data_format == "sft",
+              "data.format = '{}': expected tokens or sft", c.data_format);
+    ETE_CHECK(c.data_format != "sft" || !c.data_tokenizer.empty(),
+              "data.format = sft needs data.tokenizer to encode the records");
+    ETE_CHECK(c.data_sft_max_bad_fraction >= 0 && c.data_sft_max_bad_fraction <= 1,
+              "data.sft_max_bad_fraction = {}: expected in [0, 1]", c.data_sft_max_bad_fraction);
 }
 
 std::vector<std::pair<std::string, std::string>> config_keys_help() {

@@ -37,7 +37,9 @@ struct RunConfig {
     int64_t checkpoint_every = 0;  // steps between checkpoints (0 = only on SIGTERM/SIGINT)
     int keep_checkpoints = 3;      // newest committed checkpoints kept (0 = all)
     // [data]
+    std::string data_format = "tokens";  // "tokens" (ETETOK01 shard) or "sft" (JSONL records)
     std::string data_train = "data/kjv.bin";
+    double data_sft_max_bad_fraction = 0.01;
     std::string data_tokenizer = "data/tokenizer.json";
     double data_val_fraction = 0.02;
 };

@@ -11,6 +11,7 @@
 #include "ete/core/file_util.h"
 #include "ete/core/log.h"
 #include "ete/data/loader.h"
+#include "ete/data/sft.h"
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
 #include "ete/io/checkpoint.h"
@@ -142,7 +143,7 @@ void truncate_metrics(const std::string& path, int64_t step) {
 }
 
 // Mean loss over `batches` validation micro-batches.
-double evaluate(Transformer& model, const BatchSampler& loader, int batches, int B, int T,
+double evaluate(Transformer& model, const BatchSource& loader, int batches, int B, int T,
                 std::vector<int32_t>& in, std::vector<int32_t>& tgt) {
     double sum = 0;
     int64_t count = 0;
@@ -166,8 +167,7 @@ class Trainer {
           backend_(make_backend(cfg_.backend)),
           tok_(load_tokenizer(cfg_)),
           mc_(resolve_model(cfg_, tok_)),
-          shard_(open_shard()),
-          loader_(shard_, cfg_.seq_len, cfg_.data_val_fraction, cfg_.seed),
+          loader_(open_data()),
           model_(mc_, *backend_),
           opt_(model_.params(), *backend_,
                {cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.adam_eps, cfg_.weight_decay}),
@@ -182,16 +182,24 @@ class Trainer {
     TrainSummary run(const ResumeOptions& resume);
 
   private:
-    TokenShard open_shard() const {
+    // The batch source of data.format: a token-shard sampler or an SFT dataset.
+    std::unique_ptr<BatchSource> open_data() {
         ETE_CHECK(fs::exists(cfg_.data_train),
                   "data.train '{}': file not found (prepare it with `ete tokenize`, see README)",
                   cfg_.data_train);
-        TokenShard shard(cfg_.data_train);
-        ETE_CHECK(shard.vocab_size() <= uint32_t(mc_.vocab_size),
+        if (cfg_.data_format == "sft") {
+            SftOptions opt;
+            opt.max_bad_fraction = cfg_.data_sft_max_bad_fraction;
+            return std::make_unique<SftDataset>(cfg_.data_train, *tok_, cfg_.seq_len, opt,
+                                                cfg_.seed, cfg_.data_val_fraction);
+        }
+        shard_.emplace(cfg_.data_train);
+        ETE_CHECK(shard_->vocab_size() <= uint32_t(mc_.vocab_size),
                   "data.train '{}': tokens come from a vocabulary of {}, larger than the "
                   "model's {}",
-                  cfg_.data_train, shard.vocab_size(), mc_.vocab_size);
-        return shard;
+                  cfg_.data_train, shard_->vocab_size(), mc_.vocab_size);
+        return std::make_unique<BatchSampler>(*shard_, cfg_.seq_len, cfg_.data_val_fraction,
+                                              cfg_.seed);
     }
     int64_t start(const ResumeOptions& resume);
     StepMetrics step(int64_t step);
@@ -205,8 +213,8 @@ class Trainer {
     std::unique_ptr<Backend> backend_;
     std::optional<Tokenizer> tok_;
     ModelConfig mc_;
-    TokenShard shard_;
-    BatchSampler loader_;
+    std::optional<TokenShard> shard_;  // data.format = tokens; outlives the sampler
+    std::unique_ptr<BatchSource> loader_;
     Transformer model_;
     AdamW opt_;
     LrSchedule sched_;
@@ -247,8 +255,8 @@ StepMetrics Trainer::step(int64_t step) {
     const int B = cfg_.micro_batch, T = cfg_.seq_len, A = cfg_.grad_accum;
     auto t0 = Clock::now();
     for (int a = 0; a < A; ++a) {
-        loader_.fill_batch(data_position(step) + uint64_t(a) * B, B, &in_[size_t(a) * B * T],
-                           &tgt_[size_t(a) * B * T]);
+        loader_->fill_batch(data_position(step) + uint64_t(a) * B, B, &in_[size_t(a) * B * T],
+                            &tgt_[size_t(a) * B * T]);
     }
     // Normalise by the target tokens of the whole step, not a mean of micro-batch means.
     int64_t tokens =
@@ -296,8 +304,8 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         arch_name(mc_.arch), mc_.num_layers, mc_.hidden_size, mc_.num_heads, mc_.num_kv_heads,
         mc_.vocab_size, double(model_.params().numel()) / 1e6, int64_t(B) * T * cfg_.grad_accum,
         double(model_.activation_bytes()) / (1 << 20), backend_->name());
-    log_info("data: {} tokens in {} ({} training / {} validation windows of {})", shard_.size(),
-             cfg_.data_train, loader_.num_train_windows(), loader_.num_val_windows(), T + 1);
+    log_info("data: {} ({}) | {} training / {} validation samples of {} tokens", cfg_.data_train,
+             cfg_.data_format, loader_->num_train_samples(), loader_->num_val_samples(), T);
     Progress progress(out_ + "/metrics.jsonl", cfg_.steps, cfg_.log_every);
     StopSignals signals;
     std::vector<double> tps;
@@ -305,9 +313,9 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
     for (int64_t s = sum.start_step; s < cfg_.steps; ++s) {
         StepMetrics m = step(s);
         bool last = s + 1 == cfg_.steps;
-        if (loader_.num_val_windows() > 0 && cfg_.eval_every > 0 &&
+        if (loader_->num_val_samples() > 0 && cfg_.eval_every > 0 &&
             ((s + 1) % cfg_.eval_every == 0 || last)) {
-            m.val_loss = evaluate(model_, loader_, cfg_.eval_batches, B, T, in_, tgt_);
+            m.val_loss = evaluate(model_, *loader_, cfg_.eval_batches, B, T, in_, tgt_);
             sum.final_val_loss = *m.val_loss;
         }
         progress.record(m, seconds_since(run_start), s + 1 - sum.start_step);
