@@ -17,6 +17,7 @@
 #include "ete/data/token_shard.h"
 #include "ete/io/checkpoint.h"
 #include "ete/train/trainer.h"
+#include "tiny_run.h"
 
 namespace ete {
 namespace {
@@ -24,45 +25,12 @@ namespace {
 namespace fs = std::filesystem;
 
 std::vector<double> losses(const fs::path& metrics) {
-    std::ifstream in(metrics);
     std::vector<double> out;
-    for (std::string line; std::getline(in, line);)
-        out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    for (const auto& j : read_metrics(metrics.string())) out.push_back(j["loss"].get<double>());
     return out;
 }
 
-class ResumeTest : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        dir_ = fs::temp_directory_path() / ("ete_resume_" + std::to_string(::getpid()));
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-        std::vector<int32_t> ids;
-        for (int i = 0; i < 8000; ++i) ids.push_back((i * 11 + (i / 7) % 5) % 61);
-        write_token_shard((dir_ / "toks.bin").string(), ids, 61);
-        cfg_ = default_run_config();
-        cfg_.model.vocab_size = 61;
-        cfg_.model.hidden_size = 32;
-        cfg_.model.intermediate_size = 48;
-        cfg_.model.num_layers = 2;
-        cfg_.model.num_heads = 4;
-        cfg_.model.num_kv_heads = 2;
-        cfg_.model.max_position_embeddings = 32;
-        cfg_.steps = 8;
-        cfg_.micro_batch = 2;
-        cfg_.seq_len = 16;
-        cfg_.grad_accum = 2;
-        cfg_.warmup_steps = 2;
-        cfg_.eval_every = 4;
-        cfg_.eval_batches = 1;
-        cfg_.data_train = (dir_ / "toks.bin").string();
-        cfg_.data_tokenizer = "";
-    }
-    void TearDown() override { fs::remove_all(dir_); }
-
-    fs::path dir_;
-    RunConfig cfg_;
-};
+using ResumeTest = TinyRunTest;
 
 TEST_F(ResumeTest, HalfThenResumeEqualsStraightBitForBit) {
     run_training(cfg_, (dir_ / "straight").string());

@@ -13,59 +13,22 @@
 #include "ete/io/hf_model.h"
 #include "ete/model/transformer.h"
 #include "ete/train/trainer.h"
+#include "tiny_run.h"
 
 namespace ete {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-    std::ifstream in(path);
-    std::vector<nlohmann::json> out;
-    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-    return out;
-}
-
-class TrainerTest : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        dir_ = fs::temp_directory_path() / ("ete_trainer_" + std::to_string(::getpid()));
-        fs::create_directories(dir_);
-        // A learnable stream: a repeating pattern with some noise, vocabulary 50.
-        std::vector<int32_t> ids;
-        for (int i = 0; i < 6000; ++i) ids.push_back((i * 7 + (i / 13) % 3) % 50);
-        write_token_shard((dir_ / "toks.bin").string(), ids, 50);
-        cfg_ = default_run_config();
-        cfg_.model.vocab_size = 50;
-        cfg_.model.hidden_size = 32;
-        cfg_.model.intermediate_size = 40;
-        cfg_.model.num_layers = 2;
-        cfg_.model.num_heads = 4;
-        cfg_.model.num_kv_heads = 2;
-        cfg_.model.max_position_embeddings = 64;
-        cfg_.steps = 6;
-        cfg_.micro_batch = 2;
-        cfg_.seq_len = 16;
-        cfg_.grad_accum = 2;
-        cfg_.warmup_steps = 2;
-        cfg_.eval_every = 3;
-        cfg_.eval_batches = 2;
-        cfg_.data_train = (dir_ / "toks.bin").string();
-        cfg_.data_tokenizer = "";
-    }
-    void TearDown() override { fs::remove_all(dir_); }
-
-    fs::path dir_;
-    RunConfig cfg_;
-};
+using TrainerTest = TinyRunTest;
 
 TEST_F(TrainerTest, SameSeedSameRunAndLossDecreases) {
     run_training(cfg_, (dir_ / "a").string());
     run_training(cfg_, (dir_ / "b").string());
     auto a = read_metrics((dir_ / "a" / "metrics.jsonl").string());
     auto b = read_metrics((dir_ / "b" / "metrics.jsonl").string());
-    ASSERT_EQ(a.size(), 6u);
-    ASSERT_EQ(b.size(), 6u);
+    ASSERT_EQ(a.size(), 8u);
+    ASSERT_EQ(b.size(), 8u);
     for (size_t i = 0; i < a.size(); ++i) {
         EXPECT_EQ(a[i]["step"], int(i) + 1);
         EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "step " << i + 1;
@@ -74,9 +37,10 @@ TEST_F(TrainerTest, SameSeedSameRunAndLossDecreases) {
             EXPECT_TRUE(a[i].contains(k));
     }
     EXPECT_EQ(a[0]["tokens"], 2 * 2 * 16);
-    EXPECT_TRUE(a[2].contains("val_loss"));
-    EXPECT_TRUE(a[5].contains("val_loss"));
-    EXPECT_LT(a[5]["loss"].get<double>(), a[0]["loss"].get<double>());
+    EXPECT_TRUE(a[3].contains("val_loss"));  // eval_every = 4
+    EXPECT_FALSE(a[4].contains("val_loss"));
+    EXPECT_TRUE(a[7].contains("val_loss"));
+    EXPECT_LT(a[7]["loss"].get<double>(), a[0]["loss"].get<double>());
     // Another seed gives another run.
     cfg_.seed = 7;
     run_training(cfg_, (dir_ / "c").string());
@@ -90,7 +54,7 @@ TEST_F(TrainerTest, SavedModelReloadsWithSameWeightsAndLoss) {
     ASSERT_TRUE(fs::exists(final_dir + "/config.json"));
     ASSERT_TRUE(fs::exists(final_dir + "/model.safetensors"));
     ModelConfig mc = load_hf_config(final_dir);
-    EXPECT_EQ(mc.vocab_size, 50);
+    EXPECT_EQ(mc.vocab_size, kVocab);
     EXPECT_EQ(mc.num_kv_heads, 2);
     auto be = make_cpu_backend();
     Transformer m(mc, *be);

@@ -62,6 +62,7 @@ BatchSampler::BatchSampler(const TokenShard& shard, int seq_len, double val_frac
                   shard.path(), n, w, t, num_val_, (num_val_ + 1) * t + 2);
         num_train_ = w - num_val_;
     }
+    schedule_ = EpochSchedule(num_train_, seed_);
 }
 
 uint64_t BatchSampler::train_window_start(uint64_t w) const {
@@ -74,17 +75,21 @@ uint64_t BatchSampler::val_window_start(uint64_t v) const {
     return (num_train_ + v) * static_cast<uint64_t>(seq_len_) + 1;
 }
 
+uint64_t EpochSchedule::at(uint64_t global_index) {
+    const uint64_t epoch = global_index / n_;
+    if (epoch != cached_epoch_) {
+        cached_ = order(epoch);
+        cached_epoch_ = epoch;
+    }
+    return cached_[global_index % n_];
+}
+
 std::vector<uint64_t> BatchSampler::epoch_order(uint64_t epoch) const {
-    return shuffle_epoch_order(num_train_, seed_, epoch);
+    return schedule_.order(epoch);
 }
 
 uint64_t BatchSampler::sample(uint64_t global_index) {
-    const uint64_t epoch = global_index / num_train_;
-    if (epoch != cached_epoch_) {
-        cached_order_ = epoch_order(epoch);
-        cached_epoch_ = epoch;
-    }
-    return cached_order_[global_index % num_train_];
+    return schedule_.at(global_index);
 }
 
 void BatchSampler::fill_window(uint64_t start, int32_t* inputs, int32_t* targets) const {

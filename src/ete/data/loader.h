@@ -29,6 +29,22 @@ namespace ete {
 // function of (n, seed, epoch), shared by every BatchSource. n must be >= 1.
 std::vector<uint64_t> shuffle_epoch_order(uint64_t n, uint64_t seed, uint64_t epoch);
 
+// Training sample g -> item shuffle_epoch_order(n, seed, g / n)[g mod n], caching the current
+// epoch's permutation (so, like the sources that own one, not thread-safe).
+class EpochSchedule {
+  public:
+    EpochSchedule() = default;
+    EpochSchedule(uint64_t n, uint64_t seed) : n_(n), seed_(seed) {}
+    uint64_t at(uint64_t global_index);
+    std::vector<uint64_t> order(uint64_t epoch) const {
+        return shuffle_epoch_order(n_, seed_, epoch);
+    }
+
+  private:
+    uint64_t n_ = 0, seed_ = 0, cached_epoch_ = UINT64_MAX;
+    std::vector<uint64_t> cached_;
+};
+
 class BatchSampler : public BatchSource {
   public:
     // `shard` must outlive the sampler. Throws when T <= 0, frac is outside [0, 1), or the shard
@@ -62,8 +78,7 @@ class BatchSampler : public BatchSource {
     int seq_len_;
     uint64_t seed_;
     uint64_t num_train_ = 0, num_val_ = 0;
-    uint64_t cached_epoch_ = UINT64_MAX;
-    std::vector<uint64_t> cached_order_;
+    EpochSchedule schedule_;
 };
 
 }  // namespace ete

@@ -175,6 +175,7 @@ SftDataset::SftDataset(const std::string& path, const Tokenizer& tokenizer, int 
               "least one training example",
               path, n, v);
     num_train_ = n - v;
+    schedule_ = EpochSchedule(num_train_, seed_);
 }
 
 void SftDataset::read_jsonl(const Tokenizer& tokenizer, const SftOptions& options) {
@@ -253,16 +254,11 @@ void SftDataset::fill_example(uint64_t e, int32_t* inputs, int32_t* targets) con
 }
 
 std::vector<uint64_t> SftDataset::epoch_order(uint64_t epoch) const {
-    return shuffle_epoch_order(num_train_, seed_, epoch);
+    return schedule_.order(epoch);
 }
 
 uint64_t SftDataset::train_example(uint64_t global_index) {
-    const uint64_t epoch = global_index / num_train_;
-    if (epoch != cached_epoch_) {
-        cached_order_ = epoch_order(epoch);
-        cached_epoch_ = epoch;
-    }
-    return cached_order_[global_index % num_train_];
+    return schedule_.at(global_index);
 }
 
 void SftDataset::fill_batch(uint64_t first_global_index, int count, int32_t* inputs,

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "ete/data/batch_source.h"
+#include "ete/data/loader.h"
 #include "ete/data/tokenizer.h"
 
 namespace ete {
@@ -98,8 +99,7 @@ class SftDataset : public BatchSource {
     std::vector<int32_t> tokens_;
     std::vector<uint8_t> trained_;
     std::vector<uint64_t> offsets_{0};
-    uint64_t cached_epoch_ = UINT64_MAX;
-    std::vector<uint64_t> cached_order_;
+    EpochSchedule schedule_;
 };
 
 }  // namespace ete
