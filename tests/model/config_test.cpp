@@ -1,0 +1,96 @@
+// tests/model/config_test.cpp — HF config.json parsing: defaults, the three spellings of rope
+// settings, and errors that name the field.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ete/core/error.h"
+#include "ete/model/config.h"
+
+namespace ete {
+namespace {
+
+using json = nlohmann::json;
+
+json llama(json extra) {
+    json j = {{"model_type", "llama"},  {"hidden_size", 64},        {"intermediate_size", 96},
+              {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 100}};
+    j.update(extra);
+    return j;
+}
+
+TEST(HfConfig, LlamaDefaultsFollowLlamaConfig) {
+    ModelConfig c = config_from_hf_json(llama({{"bos_token_id", {5, 6}}}), "c.json");
+    EXPECT_EQ(c.num_kv_heads, 4);  // = num_attention_heads when absent
+    EXPECT_EQ(c.D(), 16);          // hidden / heads when head_dim is absent
+    EXPECT_EQ(c.rope_theta, 10000.0);
+    EXPECT_EQ(c.norm_eps, 1e-6);
+    EXPECT_FALSE(c.tie_word_embeddings);
+    EXPECT_EQ(c.rope_scaling.type, "default");
+    EXPECT_EQ(c.bos_token_id, 5);  // a list takes its first id
+}
+
+TEST(HfConfig, RopeSettingsInAllThreeSpellings) {
+    json scaling = {{"factor", 32.0},
+                    {"low_freq_factor", 2.0},
+                    {"high_freq_factor", 8.0},
+                    {"original_max_position_embeddings", 4096}};
+    json old_style = scaling, new_style = scaling, params = scaling;
+    old_style["type"] = "llama3";
+    new_style["rope_type"] = "llama3";
+    params["rope_type"] = "llama3";
+    params["rope_theta"] = 500000.0;
+    for (const json& cfg : {llama({{"rope_scaling", old_style}, {"rope_theta", 500000.0}}),
+                            llama({{"rope_scaling", new_style}, {"rope_theta", 500000.0}}),
+                            llama({{"rope_parameters", params}})}) {
+        ModelConfig c = config_from_hf_json(cfg, "c.json");
+        EXPECT_EQ(c.rope_scaling.type, "llama3") << cfg.dump();
+        EXPECT_EQ(c.rope_scaling.factor, 32.0);
+        EXPECT_EQ(c.rope_scaling.low_freq_factor, 2.0);
+        EXPECT_EQ(c.rope_scaling.high_freq_factor, 8.0);
+        EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 4096);
+        EXPECT_EQ(c.rope_theta, 500000.0);
+    }
+    // A "default" rope_parameters dict only carries theta.
+    ModelConfig d = config_from_hf_json(
+        llama({{"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e6}}}}), "c.json");
+    EXPECT_EQ(d.rope_scaling.type, "default");
+    EXPECT_EQ(d.rope_theta, 1e6);
+}
+
+TEST(HfConfig, ErrorsNameTheField) {
+    auto message = [](const json& j) {
+        try {
+            config_from_hf_json(j, "c.json");
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    EXPECT_NE(message(llama({{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}}))
+                  .find("rope type 'yarn' is not implemented"),
+              std::string::npos);
+    EXPECT_NE(message(llama({{"num_key_value_heads", 3}})).find("not a multiple of"),
+              std::string::npos);
+    EXPECT_NE(
+        message(llama({{"hidden_size", "big"}})).find("field 'hidden_size' has the wrong type"),
+        std::string::npos);
+    EXPECT_NE(message(json{{"model_type", "mamba"}}).find("model_type 'mamba' is not supported"),
+              std::string::npos);
+    EXPECT_NE(message(llama({{"hidden_act", "gelu"}})).find("hidden_act 'gelu'"),
+              std::string::npos);
+}
+
+TEST(HfConfig, RoundTripThroughConfigJson) {
+    ModelConfig c = config_from_hf_json(
+        llama({{"num_key_value_heads", 2}, {"head_dim", 32}, {"tie_word_embeddings", true}}),
+        "c.json");
+    ModelConfig back = config_from_hf_json(config_to_hf_json(c), "back.json");
+    EXPECT_EQ(back.num_kv_heads, 2);
+    EXPECT_EQ(back.D(), 32);
+    EXPECT_TRUE(back.tie_word_embeddings);
+    EXPECT_EQ(config_to_hf_json(back), config_to_hf_json(c));
+}
+
+}  // namespace
+}  // namespace ete
