@@ -57,7 +57,8 @@ demo() {
     [ -s data/kjv.bin ] ||
         "$ete" tokenize data/kjv.txt --tokenizer data/tokenizer.json --out data/kjv.bin
     log "training the default small Llama (ete train, embedded default config)"
-    "$ete" train --out runs/demo
+    # --resume auto: a demo stopped with Ctrl-C (which saves a checkpoint) continues where it was.
+    "$ete" train --out runs/demo --resume auto
     log "sample from runs/demo/final"
     "$ete" generate --model runs/demo/final --prompt "And God said" --max-new-tokens 120 \
         --temperature 0.8 --top-k 40 --seed 1

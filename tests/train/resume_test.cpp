@@ -73,6 +73,22 @@ TEST_F(ResumeTest, ChangedSettingsAreRefusedUnlessForced) {
     EXPECT_EQ(losses(dir_ / "r" / "metrics.jsonl").size(), 12u);
 }
 
+TEST_F(ResumeTest, FreshRunRefusesADirectoryWithCheckpoints) {
+    cfg_.checkpoint_every = 4;
+    run_training(cfg_, (dir_ / "r").string());
+    try {
+        run_training(cfg_, (dir_ / "r").string());
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("already holds checkpoints"), std::string::npos)
+            << e.what();
+    }
+    // --resume auto on a finished run: resumes at its last checkpoint and finishes identically.
+    TrainSummary s = run_training(cfg_, (dir_ / "r").string(), {"auto", {}});
+    EXPECT_EQ(s.start_step, 8);
+    EXPECT_EQ(s.steps, 8);
+}
+
 TEST_F(ResumeTest, TornCheckpointIsIgnoredAndOldOnesPruned) {
     cfg_.checkpoint_every = 2;
     cfg_.keep_checkpoints = 2;

@@ -231,6 +231,13 @@ int64_t Trainer::start(const ResumeOptions& resume) {
         from = resume.from;
     }
     if (!from) {
+        // A fresh run must not mix its checkpoints with an earlier run's (pruning could then
+        // delete the new ones and --resume auto would pick the old): never silently.
+        auto old = resume.from.empty() ? latest_checkpoint(out_) : std::nullopt;
+        ETE_CHECK(!old,
+                  "--out '{}' already holds checkpoints of a run (newest {}): continue it "
+                  "with --resume auto, or choose another --out",
+                  out_, *old);
         if (cfg_.model_init_from.empty()) {
             model_.params().init(cfg_.seed);
         } else {
