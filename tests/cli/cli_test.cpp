@@ -1,7 +1,9 @@
 // tests/cli/cli_test.cpp — the `ete` binary: bad config key, bad value, missing file give one
 // clear error line and a non-zero exit.
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
+#include "shell.h"
 
 #include <array>
 #include <cstdio>
@@ -9,22 +11,12 @@
 #include <fstream>
 #include <string>
 
+namespace ete {
 namespace {
 
-struct Result {
-    int code;
-    std::string err;
-};
-
-// Runs build/ete with arguments; captures stderr.
-Result run_ete(const std::string& args) {
-    std::string cmd = std::string(ETE_BINARY_DIR) + "/ete " + args + " 2>&1 >/dev/null";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 512> buf{};
-    while (p && fgets(buf.data(), int(buf.size()), p)) out += buf.data();
-    int status = p ? pclose(p) : -1;
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+// Runs build/ete with arguments; captures stderr (the error line) and the exit code.
+ShellResult run_ete(const std::string& args) {
+    return run_shell(ete_cmd(args) + " 2>&1 >/dev/null");
 }
 
 std::string write_tmp(const std::string& name, const std::string& text) {
@@ -36,36 +28,36 @@ std::string write_tmp(const std::string& name, const std::string& text) {
 TEST(Cli, UnknownConfigKey) {
     auto r = run_ete("train " + write_tmp("ete_bad_key.toml", "[train]\nstepz = 3\n"));
     EXPECT_EQ(r.code, 1);
-    EXPECT_EQ(r.err.find("ete: error: "), 0u) << r.err;
-    EXPECT_NE(r.err.find("unknown config key 'train.stepz'"), std::string::npos) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.out.find("ete: error: "), 0u) << r.out;
+    EXPECT_NE(r.out.find("unknown config key 'train.stepz'"), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 }
 
 TEST(Cli, BadValue) {
     auto r = run_ete("train --set train.lr=abc --dump-config");
     EXPECT_EQ(r.code, 1);
-    EXPECT_NE(r.err.find("train.lr=abc: expected a number"), std::string::npos) << r.err;
+    EXPECT_NE(r.out.find("train.lr=abc: expected a number"), std::string::npos) << r.out;
     auto r2 = run_ete("train " + write_tmp("ete_bad_val.toml", "[train]\nrecompute = \"some\"\n"));
     EXPECT_EQ(r2.code, 1);
-    EXPECT_NE(r2.err.find("train.recompute = 'some': expected none, full or layer indices"),
+    EXPECT_NE(r2.out.find("train.recompute = 'some': expected none, full or layer indices"),
               std::string::npos)
-        << r2.err;
+        << r2.out;
 }
 
 TEST(Cli, MissingFiles) {
     auto r = run_ete("train /nonexistent/cfg.toml");
     EXPECT_EQ(r.code, 2);  // usage error reported by the parser
-    EXPECT_NE(r.err.find("/nonexistent/cfg.toml"), std::string::npos) << r.err;
+    EXPECT_NE(r.out.find("/nonexistent/cfg.toml"), std::string::npos) << r.out;
     auto r2 = run_ete(
         "train --set data.train=/nonexistent/x.bin --set data.tokenizer=\"\" "
         "--set model.vocab_size=64 --out " +
         (std::filesystem::temp_directory_path() / "ete_cli_missing").string());
     EXPECT_EQ(r2.code, 1);
-    EXPECT_NE(r2.err.find("data.train '/nonexistent/x.bin': file not found"), std::string::npos)
-        << r2.err;
+    EXPECT_NE(r2.out.find("data.train '/nonexistent/x.bin': file not found"), std::string::npos)
+        << r2.out;
     auto r3 = run_ete("eval --model /nonexistent/model --tokens /nonexistent/t.bin --seq 4");
     EXPECT_NE(r3.code, 0);
-    EXPECT_NE(r3.err.find("/nonexistent/"), std::string::npos) << r3.err;
+    EXPECT_NE(r3.out.find("/nonexistent/"), std::string::npos) << r3.out;
 }
 
 TEST(Cli, DumpConfigPrintsEveryKey) {
@@ -80,17 +72,8 @@ TEST(Cli, DumpConfigPrintsEveryKey) {
     EXPECT_NE(text.find("init_from"), std::string::npos);
 }
 
-}  // namespace
-
-namespace {
-
 std::string run_stdout(const std::string& cmd) {
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 512> buf{};
-    while (p && fgets(buf.data(), int(buf.size()), p)) out += buf.data();
-    if (p) pclose(p);
-    return out;
+    return run_shell(cmd).out;
 }
 
 TEST(Cli, UserOpenBlasCoreTypeWins) {
@@ -106,3 +89,4 @@ TEST(Cli, UserOpenBlasCoreTypeWins) {
 }
 
 }  // namespace
+}  // namespace ete

@@ -1,7 +1,9 @@
 // tests/cli/eval_test.cpp — the `ete eval` contract: B rows of T+1 tokens, row b starting at
 // b·(T+1); the JSON loss is the mean over the B×T predictions; --dump-logits writes F32 [B, T, V].
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "shell.h"
 
 #include <array>
 #include <filesystem>
@@ -40,14 +42,11 @@ TEST(CliEval, LossAndLogitsFollowTheContract) {
     write_token_shard((dir / "t.bin").string(), ids, 29);
 
     const int B = 3, T = 6;
-    std::string cmd = std::string(ETE_BINARY_DIR) + "/ete eval --model " +
-                      (dir / "model").string() + " --tokens " + (dir / "t.bin").string() +
-                      " --batch 3 --seq 6 --json --dump-logits " + (dir / "l.st").string();
-    FILE* p = popen(cmd.c_str(), "r");
-    std::array<char, 512> buf{};
-    std::string out;
-    while (p && fgets(buf.data(), int(buf.size()), p)) out += buf.data();
-    ASSERT_EQ(pclose(p), 0) << out;
+    ShellResult r = run_shell(ete_cmd("eval --model " + (dir / "model").string() + " --tokens " +
+                                      (dir / "t.bin").string() + " --batch 3 --seq 6 --json " +
+                                      "--dump-logits " + (dir / "l.st").string()));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::string& out = r.out;
     double loss = nlohmann::json::parse(out)["loss"].get<double>();
 
     // The same computation in process: row b is ids[b(T+1) .. b(T+1)+T].
@@ -77,13 +76,7 @@ namespace ete {
 namespace {
 
 std::string run_capture(const std::string& args) {
-    std::string cmd = std::string(ETE_BINARY_DIR) + "/ete " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::array<char, 512> buf{};
-    std::string out;
-    while (p && fgets(buf.data(), int(buf.size()), p)) out += buf.data();
-    if (p) pclose(p);
-    return out;
+    return run_shell(ete_cmd(args) + " 2>&1").out;
 }
 
 TEST(CliInspect, ModelDirShardAndSafetensors) {
