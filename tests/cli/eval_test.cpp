@@ -22,17 +22,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(CliEval, LossAndLogitsFollowTheContract) {
-    fs::path dir = fs::temp_directory_path() / ("ete_eval_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
+// A small GQA Llama (2 heads, 1 kv head) for the CLI round trips.
+ModelConfig tiny_llama(int layers, int vocab = 29) {
     ModelConfig c;
-    c.vocab_size = 29;
+    c.vocab_size = vocab;
     c.hidden_size = 16;
     c.intermediate_size = 24;
-    c.num_layers = 2;
+    c.num_layers = layers;
     c.num_heads = 2;
     c.num_kv_heads = 1;
     c.max_position_embeddings = 16;
+    return c;
+}
+
+TEST(CliEval, LossAndLogitsFollowTheContract) {
+    fs::path dir = fs::temp_directory_path() / ("ete_eval_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    ModelConfig c = tiny_llama(2);
     auto be = make_cpu_backend();
     Transformer m(c, *be);
     m.params().init(11);
@@ -69,12 +75,6 @@ TEST(CliEval, LossAndLogitsFollowTheContract) {
     fs::remove_all(dir);
 }
 
-}  // namespace
-}  // namespace ete
-
-namespace ete {
-namespace {
-
 std::string run_capture(const std::string& args) {
     return run_shell(ete_cmd(args) + " 2>&1").out;
 }
@@ -82,14 +82,7 @@ std::string run_capture(const std::string& args) {
 TEST(CliInspect, ModelDirShardAndSafetensors) {
     fs::path dir = fs::temp_directory_path() / ("ete_inspect_" + std::to_string(::getpid()));
     fs::create_directories(dir);
-    ModelConfig c;
-    c.vocab_size = 29;
-    c.hidden_size = 16;
-    c.intermediate_size = 24;
-    c.num_layers = 1;
-    c.num_heads = 2;
-    c.num_kv_heads = 1;
-    c.max_position_embeddings = 16;
+    ModelConfig c = tiny_llama(1);
     ParamStore store(param_specs(c));
     save_hf_model((dir / "m").string(), c, store, "");
     std::string out = run_capture("inspect " + (dir / "m").string());
@@ -109,12 +102,6 @@ TEST(CliInspect, ModelDirShardAndSafetensors) {
     fs::remove_all(dir);
 }
 
-}  // namespace
-}  // namespace ete
-
-namespace ete {
-namespace {
-
 // --text encodes the file with the model dir's tokenizer.json and then follows the same row
 // layout as --tokens.
 TEST(CliEval, TextUsesTheModelTokenizer) {
@@ -125,14 +112,8 @@ TEST(CliEval, TextUsesTheModelTokenizer) {
     Tokenizer tok = Tokenizer::train(text, 300, {"<|endoftext|>"});
     tok.save((dir / "tokenizer.json").string());
     write_file_atomic((dir / "in.txt").string(), text);
-    ModelConfig c;
-    c.vocab_size = tok.vocab_size();
-    c.hidden_size = 16;
-    c.intermediate_size = 24;
-    c.num_layers = 1;
-    c.num_heads = 2;
+    ModelConfig c = tiny_llama(1, tok.vocab_size());
     c.num_kv_heads = 2;
-    c.max_position_embeddings = 16;
     auto be = make_cpu_backend();
     Transformer m(c, *be);
     m.params().init(5);

@@ -2,7 +2,9 @@
 //
 // The shard holds token i = i, so every id in a batch names its own position in the shard.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "test_util.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -37,15 +39,6 @@ class LoaderTest : public ::testing::Test {
 
     fs::path dir_;
 };
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
 
 TEST_F(LoaderTest, TrainingWindowsTileTheShard) {
     TokenShard shard = make_shard(1000);

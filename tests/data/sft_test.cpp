@@ -4,7 +4,9 @@
 // Most tests use a byte tokenizer (no merges): token id = byte value and eos = 256, so every
 // expected row is written down from the rendered text alone.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "test_util.h"
 
 #include <filesystem>
 #include <fstream>
@@ -25,15 +27,6 @@ constexpr int32_t kIgn = kSftIgnoreIndex;
 const Tokenizer& byte_tokenizer() {
     static const Tokenizer t = Tokenizer::train("abc", 257, {"<|endoftext|>"});
     return t;
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
 }
 
 struct Row {

@@ -1,7 +1,9 @@
 // tests/data/token_shard_test.cpp — shard format round trips, header bytes, rejection of bad
 // files, crash-safe writing, and text-file tokenization into a shard.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "test_util.h"
 
 #include <cstring>
 #include <filesystem>
@@ -33,15 +35,6 @@ std::string read_bytes(const fs::path& p) {
 
 void write_bytes(const fs::path& p, const std::string& s) {
     std::ofstream(p, std::ios::binary) << s;
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
 }
 
 std::vector<int32_t> random_ids(size_t n, int32_t below, uint64_t seed) {

@@ -7,7 +7,9 @@
 // 267 ▁, 268..293 a..z, 294 '.', 295 ',', 296 '!', 297 '?', 298 '\'', 299 'T'. Merge ranks:
 // 0 "▁ ▁", 1 "▁ t", 2 "h e", 3 "▁ a", 4 "a t", 5 "▁ c", 6 "▁t he", 7 "t h".
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "test_util.h"
 
 #include <filesystem>
 #include <functional>
@@ -41,15 +43,6 @@ nlohmann::json metaspace_json(const nlohmann::json& extra) {
     j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "▁"}};
     j["pre_tokenizer"].update(extra);
     return j;
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
 }
 
 TEST(Llama2Tokenizer, LoadsTheHfLayout) {

@@ -1,8 +1,10 @@
 // tests/data/tokenizer_test.cpp — byte-level alphabet, GPT-2 pre-tokenizer, BPE training,
 // encode/decode round trips, tokenizer.json save/load and error messages.
 #include <gtest/gtest.h>
+
 #include <omp.h>
 #include <unistd.h>
+#include "test_util.h"
 
 #include <filesystem>
 #include <fstream>
@@ -30,15 +32,6 @@ fs::path temp_dir(const std::string& name) {
 
 void write_text(const fs::path& p, const std::string& s) {
     std::ofstream(p, std::ios::binary) << s;
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
 }
 
 // Multilingual text with accents, CJK, emoji, tabs and newlines; repeated so merges happen.

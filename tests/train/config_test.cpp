@@ -2,21 +2,14 @@
 // values give errors that name the key and the expected form.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include "ete/core/error.h"
 #include "ete/optim/adamw.h"
 #include "ete/train/config.h"
 
 namespace ete {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
 
 TEST(Config, TomlAndOverridesSetFields) {
     RunConfig c = default_run_config();
