@@ -64,12 +64,15 @@ void TimingBackend::embedding_backward(float* d_table, const float* d_out, const
     timed(Phase::Embedding, 0, [&] { inner_.embedding_backward(d_table, d_out, ids, N, C); });
 }
 
-void TimingBackend::pos_embedding_forward(float* out, const float* wpe, int B, int T, int C) {
-    timed(Phase::Embedding, 0, [&] { inner_.pos_embedding_forward(out, wpe, B, T, C); });
+void TimingBackend::pos_embedding_forward(float* out, const float* wpe, const int32_t* doc_start,
+                                          int B, int T, int C) {
+    timed(Phase::Embedding, 0, [&] { inner_.pos_embedding_forward(out, wpe, doc_start, B, T, C); });
 }
 
-void TimingBackend::pos_embedding_backward(float* d_wpe, const float* d_out, int B, int T, int C) {
-    timed(Phase::Embedding, 0, [&] { inner_.pos_embedding_backward(d_wpe, d_out, B, T, C); });
+void TimingBackend::pos_embedding_backward(float* d_wpe, const float* d_out,
+                                           const int32_t* doc_start, int B, int T, int C) {
+    timed(Phase::Embedding, 0,
+          [&] { inner_.pos_embedding_backward(d_wpe, d_out, doc_start, B, T, C); });
 }
 
 void TimingBackend::rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N,

@@ -56,8 +56,10 @@ class TimingBackend final : public Backend {
                            int C) override;
     void embedding_backward(float* d_table, const float* d_out, const int32_t* ids, int N,
                             int C) override;
-    void pos_embedding_forward(float* out, const float* wpe, int B, int T, int C) override;
-    void pos_embedding_backward(float* d_wpe, const float* d_out, int B, int T, int C) override;
+    void pos_embedding_forward(float* out, const float* wpe, const int32_t* doc_start, int B, int T,
+                               int C) override;
+    void pos_embedding_backward(float* d_wpe, const float* d_out, const int32_t* doc_start, int B,
+                                int T, int C) override;
     void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
                          float eps) override;
     void rmsnorm_backward(float* d_x, float* d_w, const float* d_out, const float* x,

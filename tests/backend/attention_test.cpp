@@ -1,5 +1,6 @@
 // tests/backend/attention_test.cpp — optimized CPU RoPE and flash attention vs the scalar
-// reference, and the reference's own gradients vs finite differences in double.
+// reference, and the reference's own gradients vs finite differences in double; unpacked rows and
+// packed ones (AttnDims::doc_start: several documents per row).
 //
 // Tolerances. The reference accumulates in double; the CPU kernels accumulate in f32 (sums of up
 // to D products for a score and up to T terms for an output, exp2 by a polynomial with ~2e-7
@@ -20,6 +21,7 @@
 #include "ete/backend/cpu/cpu_kernels.h"
 #include "ete/backend/cpu/ref/ref_kernels.h"
 #include "ete/core/error.h"
+#include "test_util.h"
 
 namespace ete {
 namespace {
@@ -93,7 +95,38 @@ AttnCase make_case(AttnDims d, uint32_t seed, float scale = 0) {
 }
 
 std::string describe(AttnDims d) {
-    return fmt::format("B={} T={} H={} KV={} D={}", d.B, d.T, d.H, d.KV, d.D);
+    return fmt::format("B={} T={} H={} KV={} D={}{}", d.B, d.T, d.H, d.KV, d.D,
+                       d.doc_start ? " packed" : "");
+}
+
+// doc_start (B*T) of rows cut into documents of the given lengths; the last document of a row is
+// cut (or extended) to end at T. rows.size() == B.
+std::vector<int32_t> starts_of(const std::vector<std::vector<int>>& rows, int T) {
+    std::vector<int32_t> s;
+    for (const auto& lengths : rows) {
+        int start = 0, k = 0;
+        for (int t = 0; t < T; ++t) {
+            if (k < int(lengths.size()) && t == start + lengths[size_t(k)]) start = t, ++k;
+            s.push_back(start);
+        }
+    }
+    return s;
+}
+
+// Awkward packings, B = 4: documents of 1, 31 and 33 positions and one starting exactly on the
+// 128 boundary (a forward key tile, a backward query chunk); one whole-row document; many short
+// documents with one starting at 64; a document starting at 100, so the forward query tile 96..127
+// starts at key 0 and its later queries have no live key in the whole first key tile.
+const std::vector<std::vector<int>> kAwkwardRows = {
+    {1, 31, 33, 63, 3}, {1 << 20}, {2, 1, 1, 60, 17, 1, 9, 40}, {100, 20}};
+
+// Each [start, end) document of a doc_start row (T positions).
+std::vector<std::pair<int, int>> documents(const int32_t* s, int T) {
+    std::vector<std::pair<int, int>> docs;
+    for (int t = 0; t < T; ++t)
+        if (s[t] == t) docs.emplace_back(t, T);
+    for (size_t k = 0; k + 1 < docs.size(); ++k) docs[k].second = docs[k + 1].first;
+    return docs;
 }
 
 // Runs the CPU forward and backward and compares out, lse and each part of d_qkv with ref.
@@ -272,6 +305,135 @@ TEST(AttentionCpu, LastKeyGradientClosedForm) {
     }
 }
 
+// Packed rows, cpu vs ref: every tile kind (skipped, doc-masked, causal, unmasked) over GQA and
+// plain heads, odd T (131 crosses every tile size; 67 and 33 cut the packings short).
+TEST(AttentionCpuPacked, MatchesRefWithAwkwardDocuments) {
+    const int heads[3][2] = {{4, 4}, {4, 2}, {8, 2}};
+    uint32_t seed = 301;
+    for (int T : {131, 67, 33})
+        for (int D : {16, 24, 64})
+            for (auto& hk : heads) {
+                AttnCase c = make_case({4, T, hk[0], hk[1], D}, seed++);
+                std::vector<int32_t> starts = starts_of(kAwkwardRows, T);
+                c.d.doc_start = starts.data();
+                expect_cpu_matches_ref(c);
+            }
+}
+
+// The definition: attention over a packed row equals attention over each document run as a row
+// of its own (unpacked). ref reproduces it bit for bit (same loops over the same keys); cpu within
+// kAttnTol. d_qkv starts as NaN: every element of every document must be written.
+TEST(AttentionCpuPacked, EachDocumentMatchesItsOwnRow) {
+    AttnCase c = make_case({4, 131, 8, 2, 24}, 401);
+    std::vector<int32_t> starts = starts_of(kAwkwardRows, c.d.T);
+    c.d.doc_start = starts.data();
+    const int S = c.d.qkv_stride(), HD = c.d.H * c.d.D;
+    std::vector<float> out(c.out_size()), lse(size_t(c.d.B) * c.d.H * c.d.T), out_r(out.size());
+    std::vector<float> lse_r(lse.size()), d_qkv(c.qkv_size(), NAN), d_qkv_r(c.qkv_size(), NAN);
+    cpu::attention_forward(out.data(), lse.data(), c.qkv.data(), c.d, c.scale);
+    cpu::attention_backward(d_qkv.data(), c.d_out.data(), out.data(), lse.data(), c.qkv.data(), c.d,
+                            c.scale);
+    ref::attention_forward(out_r.data(), lse_r.data(), c.qkv.data(), c.d, c.scale);
+    ref::attention_backward(d_qkv_r.data(), c.d_out.data(), out_r.data(), lse_r.data(),
+                            c.qkv.data(), c.d, c.scale);
+    int n_docs = 0;
+    for (int b = 0; b < c.d.B; ++b)
+        for (auto [t0, t1] : documents(starts.data() + size_t(b) * c.d.T, c.d.T)) {
+            SCOPED_TRACE(fmt::format("row {} document [{}, {})", b, t0, t1));
+            ++n_docs;
+            const int L = t1 - t0;
+            const size_t row0 = size_t(b) * c.d.T + size_t(t0);
+            AttnDims one{1, L, c.d.H, c.d.KV, c.d.D};
+            auto slice = [&](const std::vector<float>& v, size_t w) {
+                return std::vector<float>(v.begin() + long(row0 * w),
+                                          v.begin() + long((row0 + L) * w));
+            };
+            std::vector<float> qkv1 = slice(c.qkv, size_t(S)), dout1 = slice(c.d_out, size_t(HD));
+            std::vector<float> out1(size_t(L) * HD), lse1(size_t(c.d.H) * L), d1(qkv1.size());
+            ref::attention_forward(out1.data(), lse1.data(), qkv1.data(), one, c.scale);
+            ref::attention_backward(d1.data(), dout1.data(), out1.data(), lse1.data(), qkv1.data(),
+                                    one, c.scale);
+            std::vector<float> lse_p, lse_rp;  // lse (B, H, T) of the document's positions
+            for (int h = 0; h < c.d.H; ++h)
+                for (int t = t0; t < t1; ++t) {
+                    lse_p.push_back(lse[(size_t(b) * c.d.H + h) * c.d.T + t]);
+                    lse_rp.push_back(lse_r[(size_t(b) * c.d.H + h) * c.d.T + t]);
+                }
+            EXPECT_EQ(slice(out_r, size_t(HD)), out1);
+            EXPECT_EQ(lse_rp, lse1);
+            EXPECT_EQ(slice(d_qkv_r, size_t(S)), d1);
+            EXPECT_LE(norm_err(slice(out, size_t(HD)), out1), kAttnTol);
+            EXPECT_LE(norm_err(lse_p, lse1), kAttnTol);
+            EXPECT_LE(norm_err(slice(d_qkv, size_t(S)), d1), kAttnTol);
+        }
+    EXPECT_EQ(n_docs, 5 + 1 + 8 + 3);
+}
+
+// One document per row given explicitly (all zeros) takes no packed tile: bit-identical to null.
+TEST(AttentionCpuPacked, AllZeroDocStartIsBitIdenticalToNull) {
+    AttnCase c = make_case({2, 100, 4, 2, 16}, 501);
+    std::vector<int32_t> zeros(size_t(c.d.B) * c.d.T, 0);
+    auto run = [&](const int32_t* doc_start) {
+        AttnDims d = c.d;
+        d.doc_start = doc_start;
+        std::vector<float> out(c.out_size()), lse(size_t(d.B) * d.H * d.T), d_qkv(c.qkv_size());
+        cpu::attention_forward(out.data(), lse.data(), c.qkv.data(), d, c.scale);
+        cpu::attention_backward(d_qkv.data(), c.d_out.data(), out.data(), lse.data(), c.qkv.data(),
+                                d, c.scale);
+        out.insert(out.end(), lse.begin(), lse.end());
+        out.insert(out.end(), d_qkv.begin(), d_qkv.end());
+        return out;
+    };
+    EXPECT_EQ(run(zeros.data()), run(nullptr));
+}
+
+// Packed work items keep one owner per output element: the thread count changes no bit.
+TEST(AttentionCpuPacked, ResultsIndependentOfThreadCount) {
+    AttnCase c = make_case({4, 97, 8, 2, 24}, 601);
+    std::vector<int32_t> starts = starts_of(kAwkwardRows, c.d.T);
+    c.d.doc_start = starts.data();
+    auto run = [&](int threads) {
+        omp_set_num_threads(threads);
+        std::vector<float> out(c.out_size()), lse(size_t(c.d.B) * c.d.H * c.d.T);
+        std::vector<float> d_qkv(c.qkv_size());
+        cpu::attention_forward(out.data(), lse.data(), c.qkv.data(), c.d, c.scale);
+        cpu::attention_backward(d_qkv.data(), c.d_out.data(), out.data(), lse.data(), c.qkv.data(),
+                                c.d, c.scale);
+        out.insert(out.end(), lse.begin(), lse.end());
+        out.insert(out.end(), d_qkv.begin(), d_qkv.end());
+        return out;
+    };
+    int saved = omp_get_max_threads();
+    std::vector<float> one = run(1), three = run(3);
+    omp_set_num_threads(saved);
+    EXPECT_EQ(one, three);
+}
+
+// Every way a doc_start can be wrong is an ete::Error naming the row and position.
+TEST(AttentionCpuPacked, RejectsInvalidDocStart) {
+    const int T = 6;
+    std::vector<float> qkv(size_t(2) * T * (4 + 4) * 8), out(size_t(2) * T * 4 * 8), lse(48);
+    auto attend = [&](std::vector<int32_t> s) {
+        return error_of([&] {
+            cpu::attention_forward(out.data(), lse.data(), qkv.data(), {2, T, 4, 2, 8, s.data()},
+                                   1.0f);
+        });
+    };
+    // s > t (a document that starts in the future)
+    EXPECT_EQ(attend({0, 0, 0, 5, 5, 5, 0, 0, 0, 0, 0, 0}),
+              "doc_start[row 0, position 3] = 5: expected 0 (the document of position 2) or 3 "
+              "(a new document)");
+    // s jumps back inside a document
+    EXPECT_EQ(attend({0, 0, 0, 0, 0, 0, 0, 1, 1, 3, 1, 1}),
+              "doc_start[row 1, position 4] = 1: expected 3 (the document of position 3) or 4 "
+              "(a new document)");
+    // a row that does not start a document, and a negative start
+    EXPECT_EQ(attend({0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2}),
+              "doc_start[row 1, position 0] = 2: expected 0 (a row starts a document)");
+    EXPECT_NE(attend({0, 0, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0}), "<no error>");
+    EXPECT_EQ(attend({0, 1, 1, 3, 4, 4, 0, 0, 2, 2, 2, 5}), "<no error>");
+}
+
 TEST(AttentionCpu, RejectsHeadsNotDivisibleByKvHeads) {
     std::vector<float> qkv(size_t(4) * (3 + 4) * 8), out(size_t(4) * 3 * 8), lse(12);
     EXPECT_THROW(cpu::attention_forward(out.data(), lse.data(), qkv.data(), {1, 4, 3, 2, 8}, 1.0f),
@@ -300,6 +462,38 @@ TEST(RopeCpu, MatchesRefForwardAndBackward) {
             EXPECT_LE(norm_err(z, z_ref), kRopeTol);
             EXPECT_LE(norm_err(z, x), kRopeTol);  // backward undoes forward (R^T R = I)
         }
+}
+
+// Packed rows rotate position t by the angle of t - s: cpu matches ref, and each document is
+// rotated exactly as the same rows alone in an unpacked row (ref, bit for bit).
+TEST(RopeCpu, PackedMatchesRefAndRestartsPositions) {
+    for (int T : {131, 33}) {
+        AttnDims d{4, T, 4, 2, 24};
+        std::vector<int32_t> starts = starts_of(kAwkwardRows, T);
+        d.doc_start = starts.data();
+        SCOPED_TRACE(describe(d));
+        std::vector<float> cos, sin;
+        rope_tables(T, d.D, cos, sin);
+        const size_t S = size_t(d.qkv_stride()), n = size_t(d.B) * T * S;
+        std::vector<float> x = random_vec(n, 700u + unsigned(T)), y = x, y_ref = x;
+        cpu::rope_forward(y.data(), cos.data(), sin.data(), d);
+        ref::rope_apply(y_ref.data(), cos.data(), sin.data(), d, 1);
+        EXPECT_LE(norm_err(y, y_ref), kRopeTol);
+        std::vector<float> z = y, z_ref = y;
+        cpu::rope_backward(z.data(), cos.data(), sin.data(), d);
+        ref::rope_apply(z_ref.data(), cos.data(), sin.data(), d, -1);
+        EXPECT_LE(norm_err(z, z_ref), kRopeTol);
+        EXPECT_LE(norm_err(z, x), kRopeTol);
+        for (int b = 0; b < d.B; ++b)
+            for (auto [t0, t1] : documents(starts.data() + size_t(b) * T, T)) {
+                const size_t r0 = size_t(b) * T + size_t(t0), r1 = size_t(b) * T + size_t(t1);
+                std::vector<float> alone(x.begin() + long(r0 * S), x.begin() + long(r1 * S));
+                ref::rope_apply(alone.data(), cos.data(), sin.data(),
+                                AttnDims{1, t1 - t0, d.H, d.KV, d.D}, 1);
+                EXPECT_TRUE(std::equal(alone.begin(), alone.end(), y_ref.begin() + long(r0 * S)))
+                    << "row " << b << " document at " << t0;
+            }
+    }
 }
 
 // rope_backward is the adjoint of rope_forward: <R x, y> == <x, R^T y>.
@@ -349,27 +543,64 @@ TEST(AttentionRefGrad, BackwardMatchesFiniteDifferences) {
     }
 }
 
-// The same for RoPE (linear, so the difference quotient is exact up to roundoff); d_v must be
-// passed through unchanged.
-TEST(AttentionRefGrad, RopeBackwardMatchesFiniteDifferences) {
-    AttnDims d{1, 4, 2, 1, 6};
-    const size_t n = size_t(d.B) * d.T * d.qkv_stride();
-    std::vector<double> cos, sin;
-    rope_tables<double>(d.T, d.D, cos, sin);
-    std::vector<double> x = random_vec<double>(n, 61), w = random_vec<double>(n, 62), grad = w;
-    ref::rope_apply(grad.data(), cos.data(), sin.data(), d, -1);
-    auto loss = [&](std::vector<double> v) {
-        ref::rope_apply(v.data(), cos.data(), sin.data(), d, 1);
+// The same with packed rows (documents of 3, 2 and 2 positions; of 1 and 6): gradients reach only
+// keys of the query's own document. Same step and tolerance as above.
+TEST(AttentionRefGrad, PackedBackwardMatchesFiniteDifferences) {
+    const std::vector<int32_t> starts = starts_of({{3, 2, 2}, {1, 6}}, 7);
+    AttnDims d{2, 7, 4, 2, 6, starts.data()};
+    const double scale = 0.7, h = 1e-5;
+    const size_t n = size_t(d.B) * d.T * d.qkv_stride(), no = size_t(d.B) * d.T * d.H * d.D;
+    std::vector<double> qkv = random_vec<double>(n, 53), w = random_vec<double>(no, 54);
+    std::vector<double> out(no), lse(size_t(d.B) * d.H * d.T), grad(n);
+    auto loss = [&](const std::vector<double>& x) {
+        std::vector<double> o(no), l(lse.size());
+        ref::attention_forward(o.data(), l.data(), x.data(), d, float(scale));
         double s = 0;
-        for (size_t i = 0; i < n; ++i) s += v[i] * w[i];
+        for (size_t i = 0; i < no; ++i) s += o[i] * w[i];
         return s;
     };
-    const double h = 1e-5;
+    ref::attention_forward(out.data(), lse.data(), qkv.data(), d, float(scale));
+    ref::attention_backward(grad.data(), w.data(), out.data(), lse.data(), qkv.data(), d,
+                            float(scale));
+    double gmax = 0;
+    for (double g : grad) gmax = std::max(gmax, std::abs(g));
+    ASSERT_GT(gmax, 0.01);
+    // A one-position document attends to itself only: out = v, so its q and k get no gradient.
+    for (int c = 0; c < (d.H + d.KV) * d.D; ++c)
+        EXPECT_EQ(grad[size_t(d.T) * d.qkv_stride() + size_t(c)], 0.0) << "row 1, column " << c;
     for (size_t i = 0; i < n; ++i) {
-        std::vector<double> xp = x, xm = x;
+        std::vector<double> xp = qkv, xm = qkv;
         xp[i] += h;
         xm[i] -= h;
-        EXPECT_NEAR(grad[i], (loss(xp) - loss(xm)) / (2 * h), 1e-8) << "element " << i;
+        EXPECT_NEAR(grad[i], (loss(xp) - loss(xm)) / (2 * h), 1e-6 * gmax) << "element " << i;
+    }
+}
+
+// The same for RoPE (linear, so the difference quotient is exact up to roundoff), unpacked and
+// packed (documents of 2 positions); d_v must be passed through unchanged.
+TEST(AttentionRefGrad, RopeBackwardMatchesFiniteDifferences) {
+    const std::vector<int32_t> starts = {0, 0, 2, 2};
+    for (const int32_t* doc_start : {static_cast<const int32_t*>(nullptr), starts.data()}) {
+        AttnDims d{1, 4, 2, 1, 6, doc_start};
+        SCOPED_TRACE(describe(d));
+        const size_t n = size_t(d.B) * d.T * d.qkv_stride();
+        std::vector<double> cos, sin;
+        rope_tables<double>(d.T, d.D, cos, sin);
+        std::vector<double> x = random_vec<double>(n, 61), w = random_vec<double>(n, 62), grad = w;
+        ref::rope_apply(grad.data(), cos.data(), sin.data(), d, -1);
+        auto loss = [&](std::vector<double> v) {
+            ref::rope_apply(v.data(), cos.data(), sin.data(), d, 1);
+            double s = 0;
+            for (size_t i = 0; i < n; ++i) s += v[i] * w[i];
+            return s;
+        };
+        const double h = 1e-5;
+        for (size_t i = 0; i < n; ++i) {
+            std::vector<double> xp = x, xm = x;
+            xp[i] += h;
+            xm[i] -= h;
+            EXPECT_NEAR(grad[i], (loss(xp) - loss(xm)) / (2 * h), 1e-8) << "element " << i;
+        }
     }
 }
 

@@ -141,15 +141,71 @@ TEST_F(Kernels, PosEmbeddingForwardAndBackwardAreBitIdenticalToRef) {
             int T = s.N;
             Vec wpe = random_vec(size_t(T) * s.C, 8);
             Vec out = random_vec(size_t(B) * T * s.C, 9), out_ref = out;
-            cpu_->pos_embedding_forward(out.data(), wpe.data(), B, T, s.C);
-            ref::pos_embedding_forward(out_ref.data(), wpe.data(), B, T, s.C);
+            cpu_->pos_embedding_forward(out.data(), wpe.data(), nullptr, B, T, s.C);
+            ref::pos_embedding_forward(out_ref.data(), wpe.data(), nullptr, B, T, s.C);
             expect_bitwise(out, out_ref, "pos_embedding_forward " + name(s));
 
             Vec d_wpe = random_vec(size_t(T) * s.C, 10), d_wpe_ref = d_wpe;
-            cpu_->pos_embedding_backward(d_wpe.data(), out.data(), B, T, s.C);
-            ref::pos_embedding_backward(d_wpe_ref.data(), out.data(), B, T, s.C);
+            cpu_->pos_embedding_backward(d_wpe.data(), out.data(), nullptr, B, T, s.C);
+            ref::pos_embedding_backward(d_wpe_ref.data(), out.data(), nullptr, B, T, s.C);
             expect_bitwise(d_wpe, d_wpe_ref, "pos_embedding_backward " + name(s));
         }
+}
+
+// doc_start (B*T) for B rows of T: row b cut into documents of the lengths kLengths cycled from
+// offset b (1, 3, 7, 2, 13, ...); the last row is one whole-row document.
+std::vector<int32_t> packed_starts(int B, int T) {
+    const int kLengths[] = {1, 3, 7, 2, 13};
+    std::vector<int32_t> s;
+    for (int b = 0; b < B; ++b) {
+        int start = 0, k = b;
+        for (int t = 0; t < T; ++t) {
+            if (b + 1 < B && t == start + kLengths[k % 5]) start = t, ++k;
+            s.push_back(start);
+        }
+    }
+    return s;
+}
+
+// Packed rows: position t - s. The forward adds exactly wpe[t - s]; the backward keeps ref's
+// order per position (rows in order, double), so both are bit-identical to ref; and an explicit
+// all-zero doc_start is bit-identical to null.
+TEST_F(Kernels, PosEmbeddingPackedIsBitIdenticalToRefAndRestartsPositions) {
+    for (Shape s : shapes()) {
+        const int B = 3, T = s.N, C = s.C;
+        std::vector<int32_t> starts = packed_starts(B, T), zeros(size_t(B) * T, 0);
+        Vec wpe = random_vec(size_t(T) * C, 13), base = random_vec(size_t(B) * T * C, 14);
+        Vec out = base, out_ref = base, want = base;
+        cpu_->pos_embedding_forward(out.data(), wpe.data(), starts.data(), B, T, C);
+        ref::pos_embedding_forward(out_ref.data(), wpe.data(), starts.data(), B, T, C);
+        for (size_t r = 0; r < size_t(B) * T; ++r)
+            for (int c = 0; c < C; ++c)
+                want[r * C + c] += wpe[(r % size_t(T) - size_t(starts[r])) * C + size_t(c)];
+        expect_bitwise(out, out_ref, "packed pos_embedding_forward " + name(s));
+        expect_bitwise(out, want, "packed pos_embedding_forward (definition) " + name(s));
+
+        Vec d_wpe = random_vec(size_t(T) * C, 15), d_wpe_ref = d_wpe;
+        cpu_->pos_embedding_backward(d_wpe.data(), out.data(), starts.data(), B, T, C);
+        ref::pos_embedding_backward(d_wpe_ref.data(), out.data(), starts.data(), B, T, C);
+        expect_bitwise(d_wpe, d_wpe_ref, "packed pos_embedding_backward " + name(s));
+
+        Vec z_out = base, n_out = base, z_d = d_wpe, n_d = d_wpe;
+        cpu_->pos_embedding_forward(z_out.data(), wpe.data(), zeros.data(), B, T, C);
+        cpu_->pos_embedding_forward(n_out.data(), wpe.data(), nullptr, B, T, C);
+        cpu_->pos_embedding_backward(z_d.data(), out.data(), zeros.data(), B, T, C);
+        cpu_->pos_embedding_backward(n_d.data(), out.data(), nullptr, B, T, C);
+        expect_bitwise(z_out, n_out, "all-zero doc_start forward " + name(s));
+        expect_bitwise(z_d, n_d, "all-zero doc_start backward " + name(s));
+    }
+}
+
+TEST_F(Kernels, PosEmbeddingRejectsInvalidDocStart) {
+    std::vector<int32_t> starts = {0, 0, 3, 3};  // position 2 claims a document starting at 3
+    Vec wpe(4 * 2), out(4 * 2);
+    EXPECT_THROW(cpu_->pos_embedding_forward(out.data(), wpe.data(), starts.data(), 1, 4, 2),
+                 Error);
+    EXPECT_THROW(cpu_->pos_embedding_backward(wpe.data(), out.data(), starts.data(), 1, 4, 2),
+                 Error);
 }
 
 TEST_F(Kernels, AddInplaceAndScaleAreBitIdenticalToLoops) {
@@ -591,11 +647,11 @@ TEST(RefGradients, EmbeddingsAndBiasMatchFiniteDifferences) {
     DVec rp = random_vec<double>(B * T * C, 71);
     auto pos = [&] {
         DVec o = base;
-        ref::pos_embedding_forward(o.data(), wpe.data(), B, T, C);
+        ref::pos_embedding_forward(o.data(), wpe.data(), nullptr, B, T, C);
         return dot(rp, o);
     };
     DVec gp = numeric_grad(wpe, pos), pw = random_vec<double>(T * C, 72), d_wpe = pw;
-    ref::pos_embedding_backward(d_wpe.data(), rp.data(), B, T, C);
+    ref::pos_embedding_backward(d_wpe.data(), rp.data(), nullptr, B, T, C);
     expect_grad(d_wpe, pw, gp, "pos_embedding d_wpe");
 
     DVec bias = random_vec<double>(C, 73), y0 = random_vec<double>(N * ldy, 74);
@@ -608,6 +664,24 @@ TEST(RefGradients, EmbeddingsAndBiasMatchFiniteDifferences) {
     DVec gb = numeric_grad(bias, fwd), pb = random_vec<double>(C, 76), d_b = pb;
     ref::bias_backward(d_b.data(), ry.data(), N, C, ldy);  // reads only the C valid columns
     expect_grad(d_b, pb, gb, "bias d_b");
+}
+
+// Packed rows (documents of 2, 1 and 2 positions; of 1 and 4): positions restart, so wpe rows 0
+// and 1 collect gradient from several documents, 2 and 3 from the long document only, 4 none.
+TEST(RefGradients, PackedPosEmbeddingMatchesFiniteDifferences) {
+    const int B = 2, T = 5, C = 3;
+    const std::vector<int32_t> starts = {0, 0, 2, 3, 3, 0, 1, 1, 1, 1};
+    DVec wpe = random_vec<double>(T * C, 77), base = random_vec<double>(B * T * C, 78);
+    DVec r = random_vec<double>(B * T * C, 79);
+    auto pos = [&] {
+        DVec o = base;
+        ref::pos_embedding_forward(o.data(), wpe.data(), starts.data(), B, T, C);
+        return dot(r, o);
+    };
+    DVec g = numeric_grad(wpe, pos), pw = random_vec<double>(T * C, 80), d_wpe = pw;
+    ref::pos_embedding_backward(d_wpe.data(), r.data(), starts.data(), B, T, C);
+    expect_grad(d_wpe, pw, g, "packed pos_embedding d_wpe");
+    for (int c = 0; c < C; ++c) EXPECT_EQ(d_wpe[4 * C + c], pw[4 * C + c]);  // position 4 unused
 }
 
 }  // namespace

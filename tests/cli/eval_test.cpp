@@ -11,6 +11,7 @@
 
 #include "ete/backend/backend.h"
 #include "ete/core/file_util.h"
+#include "ete/data/sft.h"
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
 #include "ete/io/hf_model.h"
@@ -131,7 +132,54 @@ TEST(CliEval, TextUsesTheModelTokenizer) {
     double expect = m.forward_loss(in.data(), tgt.data(), 2, 7) / 14;
     EXPECT_NEAR(loss, expect, 1e-6 * expect);
     std::string both = run_capture("eval --model " + (dir / "m").string() + " --seq 7");
-    EXPECT_NE(both.find("exactly one of --tokens or --text"), std::string::npos) << both;
+    EXPECT_NE(both.find("exactly one of --tokens, --text or --jsonl"), std::string::npos) << both;
+    fs::remove_all(dir);
+}
+
+// --jsonl: the mean loss over response tokens, example by example in file order, as SftDataset
+// lays them out; --pack must give the same loss (attention stays inside each example).
+TEST(CliEval, JsonlScoresResponsesOnlyAndPackingAgrees) {
+    fs::path dir = fs::temp_directory_path() / ("ete_eval_jsonl_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    Tokenizer tok = Tokenizer::train("abc", 257, {"<|endoftext|>"});  // byte tokenizer + eos
+    tok.save((dir / "tokenizer.json").string());
+    std::string jsonl;
+    for (int i = 0; i < 7; ++i)
+        jsonl += fmt::format(R"({{"prompt": "q{}", "completion": "a{}b"}})", i, i * 3) + "\n";
+    jsonl +=
+        R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "yz"}]})"
+        "\n";
+    write_file_atomic((dir / "d.jsonl").string(), jsonl);
+    ModelConfig c = tiny_llama(2, tok.vocab_size());
+    c.max_position_embeddings = 32;
+    auto be = make_cpu_backend();
+    Transformer m(c, *be);
+    m.params().init(3);
+    save_hf_model((dir / "m").string(), c, m.params(), (dir / "tokenizer.json").string());
+    const std::string base = "eval --model " + (dir / "m").string() + " --jsonl " +
+                             (dir / "d.jsonl").string() + " --batch 3 --json";
+    // stdout only: the packing summary goes to the log on stderr.
+    nlohmann::json flat = nlohmann::json::parse(run_shell(ete_cmd(base)).out);
+    nlohmann::json packed = nlohmann::json::parse(run_shell(ete_cmd(base + " --pack")).out);
+
+    SftDataset d((dir / "d.jsonl").string(), tok, 32, {}, 0, 0.0);
+    std::vector<int32_t> in(32), tgt(32);
+    m.setup(1, 32);
+    double sum = 0;
+    int64_t tokens = 0;
+    for (uint64_t e = 0; e < d.num_examples(); ++e) {
+        d.fill_example(e, in.data(), tgt.data());
+        sum += m.forward_loss(in.data(), tgt.data(), 1, 32);
+        for (int32_t t : tgt) tokens += t != kIgnoreIndex;
+    }
+    // Targets: "a<k>b" + eos per plain record, "yz" + eos for the chat (its newline is untrained).
+    EXPECT_EQ(flat["tokens"].get<int64_t>(), tokens);
+    EXPECT_EQ(flat["examples"].get<int64_t>(), 8);
+    EXPECT_NEAR(flat["loss"].get<double>(), sum / double(tokens), 1e-6);
+    EXPECT_EQ(packed["tokens"].get<int64_t>(), tokens);
+    EXPECT_NEAR(packed["loss"].get<double>(), flat["loss"].get<double>(), 1e-5);
+    std::string bad = run_capture("eval --model " + (dir / "m").string() + " --tokens x --pack");
+    EXPECT_NE(bad.find("--pack applies to --jsonl only"), std::string::npos) << bad;
     fs::remove_all(dir);
 }
 

@@ -268,10 +268,12 @@ TEST_F(SftTest, TooManyMalformedLinesThrowNamingFileCountAndFirstLine) {
 
 TEST_F(SftTest, ClearErrors) {
     const std::string path = write(good_line(0) + good_line(1));
-    SftOptions pack;
-    pack.pack = true;
-    EXPECT_EQ(error_of([&] { SftDataset(path, byte_tokenizer(), 8, pack, 1, 0.0); }),
-              "data.sft_pack: packing is not supported yet");
+    SftOptions no_instruction;
+    no_instruction.prompt_template = "{input}";
+    EXPECT_NE(error_of([&] {
+                  SftDataset(path, byte_tokenizer(), 8, no_instruction, 1, 0.0);
+              }).find("data.sft_prompt_template and"),
+              std::string::npos);
     EXPECT_NE(
         error_of([&] { SftDataset(path, byte_tokenizer(), 0, {}, 1, 0.0); }).find("seq_len is 0"),
         std::string::npos);
@@ -365,9 +367,110 @@ TEST_F(SftTest, BatchSamplerIsABatchSource) {
     EXPECT_EQ(src.num_train_samples(), 10u);  // W = floor(98 / 8) = 12, V = ceil(1.2) = 2
     EXPECT_EQ(src.num_val_samples(), 2u);
     std::vector<int32_t> in(8), tg(8);
-    src.fill_batch(0, 1, in.data(), tg.data());
+    EXPECT_FALSE(src.packed());
+    src.fill_batch(0, 1, in.data(), tg.data(), nullptr);
     EXPECT_EQ(in[0], static_cast<int32_t>(shuffle_epoch_order(10, 3, 0)[0] * 8));
     EXPECT_EQ(sampler.epoch_order(0), shuffle_epoch_order(10, 3, 0));
+}
+
+// Packing: "p" + "r<i>" + eos is n = 4 tokens (i < 10) taking n - 1 = 3 positions, so a row of
+// T = 8 holds two examples and two padding positions.
+class SftPackTest : public SftTest {
+  protected:
+    static SftOptions packed() {
+        SftOptions o;
+        o.pack = true;
+        return o;
+    }
+    struct PackedRow {
+        std::vector<int32_t> in, tg, ds;
+    };
+    PackedRow row(const SftDataset& d, uint64_t s) {
+        PackedRow r{std::vector<int32_t>(d.seq_len()), std::vector<int32_t>(d.seq_len()),
+                    std::vector<int32_t>(d.seq_len())};
+        d.fill_sample(s, r.in.data(), r.tg.data(), r.ds.data());
+        return r;
+    }
+};
+
+TEST_F(SftPackTest, RowsHoldWholeExamplesWithDocumentStartsAndMaskedPadding) {
+    SftDataset d(write(good_line(0) + good_line(1) + good_line(2)), byte_tokenizer(), 8, packed(),
+                 1, 0.0);
+    ASSERT_TRUE(d.packed());
+    ASSERT_EQ(d.num_train_samples(), 2u);  // [0, 1] and [2]
+    EXPECT_EQ(d.row_examples(0), (std::vector<uint64_t>{0, 1}));
+    EXPECT_EQ(d.row_examples(1), (std::vector<uint64_t>{2}));
+    PackedRow r = row(d, 0);
+    // Example 0 is p r 0 eos: inputs p r 0, targets r 0 eos (p, the prompt, is never a target).
+    EXPECT_EQ(r.in, (std::vector<int32_t>{'p', 'r', '0', 'p', 'r', '1', kEos, kEos}));
+    EXPECT_EQ(r.tg, (std::vector<int32_t>{'r', '0', kEos, 'r', '1', kEos, kIgn, kIgn}));
+    EXPECT_EQ(r.ds, (std::vector<int32_t>{0, 0, 0, 3, 3, 3, 6, 6}));
+    r = row(d, 1);
+    EXPECT_EQ(r.in, (std::vector<int32_t>{'p', 'r', '2', kEos, kEos, kEos, kEos, kEos}));
+    EXPECT_EQ(r.tg, (std::vector<int32_t>{'r', '2', kEos, kIgn, kIgn, kIgn, kIgn, kIgn}));
+    EXPECT_EQ(r.ds, (std::vector<int32_t>{0, 0, 0, 3, 3, 3, 3, 3}));
+    EXPECT_EQ(d.stats().num_rows, 2u);
+    EXPECT_DOUBLE_EQ(d.stats().fill, 9.0 / 16.0);
+}
+
+TEST_F(SftPackTest, PackedTargetsAreExactlyTheUnpackedOnesInOrder) {
+    // A prompt-masked Alpaca record (38 tokens: 37 positions) and a short one (3) fill a row of
+    // T = 40 exactly; a chat with two assistant turns and a long record are truncated to full
+    // rows of their own.
+    std::string text = R"({"instruction": "Hi", "output": "yo"})"
+                       "\n" +
+                       good_line(7);
+    text += R"({"messages": [{"role": "user", "content": "a"}, )"
+            R"({"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}, )"
+            R"({"role": "assistant", "content": "d"}]})"
+            "\n";
+    text += R"({"prompt": "p", "completion": ")" + std::string(50, 'z') + "\"}\n" + good_line(8);
+    const std::string path = write(text);
+    const int T = 40;
+    SftDataset flat(path, byte_tokenizer(), T, {}, 1, 0.0),
+        pk(path, byte_tokenizer(), T, packed(), 1, 0.0);
+    ASSERT_EQ(flat.num_examples(), pk.num_examples());
+    std::vector<int32_t> want, got;
+    for (uint64_t e = 0; e < flat.num_examples(); ++e) {
+        Row r = example(flat, e);
+        for (int32_t t : r.tg)
+            if (t != kIgn) want.push_back(t);
+    }
+    for (uint64_t s = 0; s < pk.num_train_samples(); ++s) {
+        PackedRow r = row(pk, s);
+        for (int j = 0; j < T; ++j) {
+            ASSERT_LE(r.ds[j], j);
+            ASSERT_TRUE(j == 0 || r.ds[j] == r.ds[j - 1] || r.ds[j] == j) << j;
+            if (r.tg[j] != kIgn) got.push_back(r.tg[j]);
+        }
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(flat.num_train_samples(), 5u);
+    ASSERT_EQ(pk.num_train_samples(), 4u);
+    EXPECT_EQ(pk.row_examples(0), (std::vector<uint64_t>{0, 1}));
+    EXPECT_EQ(pk.row_examples(3), (std::vector<uint64_t>{4}));
+}
+
+TEST_F(SftPackTest, ValidationRowsNeverMixWithTrainingRowsAndBatchesNeedDocStart) {
+    std::string text;
+    for (int i = 0; i < 10; ++i) text += good_line(i);
+    SftDataset d(write(text), byte_tokenizer(), 8, packed(), 3, 0.2);  // examples 8, 9 validate
+    ASSERT_EQ(d.num_train_samples(), 4u);
+    ASSERT_EQ(d.num_val_samples(), 1u);
+    EXPECT_EQ(d.row_examples(4), (std::vector<uint64_t>{8, 9}));
+    std::vector<int32_t> in(16), tg(16), ds(16);
+    d.fill_batch(0, 2, in.data(), tg.data(), ds.data());
+    const std::vector<uint64_t> order = shuffle_epoch_order(4, 3, 0);
+    for (int i = 0; i < 2; ++i) {
+        const uint64_t first = d.row_examples(order[size_t(i)])[0];
+        EXPECT_EQ(tg[size_t(i) * 8 + 1], int32_t('0' + first)) << i;
+    }
+    d.fill_val_batch(0, 1, in.data(), tg.data(), ds.data());
+    EXPECT_EQ(tg[1], '8');
+    EXPECT_EQ(tg[4], '9');
+    EXPECT_NE(
+        error_of([&] { d.fill_batch(0, 1, in.data(), tg.data(), nullptr); }).find("doc_start"),
+        std::string::npos);
 }
 
 }  // namespace

@@ -120,6 +120,27 @@ TEST(PreTokenizer, Gpt2SplitHandChecked) {
               (Pieces{"héllo", " 世界", " 🙂!", " naïve", "2024"}));
 }
 
+TEST(PreTokenizer, WhitespaceIsUnicodeWhiteSpace) {
+    // Regression: PCRE2's own \s also matches U+180E (Mongolian vowel separator, a format
+    // character since Unicode 6.3), which split "x\u180e!?" into "\u180e", "!?". GPT-2's regex
+    // module, HF and tiktoken use White_Space: U+180E is punctuation-like, U+0085, U+3000 and
+    // U+2028 are spaces. Expected pieces from Python's regex module.
+    RegexSplitter gpt2{std::string(kGpt2SplitPattern)};
+    EXPECT_EQ(gpt2.split("x\u180e!? y\u180e  z"),
+              (Pieces{"x", "\u180e!?", " y", "\u180e", " ", " z"}));
+    EXPECT_EQ(gpt2.split("a\u0085b\u3000\u3000c\u2028"),
+              (Pieces{"a", "\u0085", "b", "\u3000", "\u3000", "c", "\u2028"}));
+    RegexSplitter llama3{std::string(kLlama3Pattern)};
+    EXPECT_EQ(llama3.split("x\u180e!? y\u180e  z"),
+              (Pieces{"x", "\u180e!?", " y", "\u180e", " ", " z"}));
+    EXPECT_EQ(llama3.split("a\u0085b\u3000\u3000c\u2028"),
+              (Pieces{"a", "\u0085b", "\u3000", "\u3000c", "\u2028"}));
+    // The pattern is kept as written (it is saved back to tokenizer.json); escapes survive.
+    EXPECT_EQ(gpt2.pattern(), kGpt2SplitPattern);
+    EXPECT_EQ(RegexSplitter(R"(\\s|\Q\S\E|\s+|[a-z])").split(R"(a\s \S)"),
+              (Pieces{"a", R"(\s)", " ", R"(\S)"}));
+}
+
 TEST(PreTokenizer, InvalidUtf8BytesBecomeTheirOwnPieces) {
     RegexSplitter s{std::string(kGpt2SplitPattern)};
     EXPECT_EQ(s.split("ab\xff\xfe cd"), (Pieces{"ab", "\xff\xfe", " cd"}));

@@ -8,6 +8,7 @@
 
 #include "ete/backend/backend.h"
 #include "ete/core/file_util.h"
+#include "ete/data/sft.h"
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
 #include "ete/io/hf_model.h"
@@ -97,6 +98,57 @@ TEST_F(TrainerTest, SftFormatTrainsOnResponsesOnly) {
         EXPECT_LT(j["tokens"].get<int>(), 2 * 2 * 32 / 2);  // responses are a small share
     }
     EXPECT_LT(m.back()["loss"].get<double>(), 0.5 * m.front()["loss"].get<double>());
+}
+
+// data.sft_pack: when every step covers the whole dataset once, packed rows (attention and
+// positions kept inside each example) must train exactly like one example per row: the same
+// losses and the same weights, up to float summation order.
+TEST_F(TrainerTest, SftPackingTrainsLikeOneExamplePerRow) {
+    std::string jsonl;
+    for (int i = 0; i < 9; ++i)
+        jsonl += fmt::format(R"({{"prompt": "{}", "completion": "{}"}})",
+                             std::string(size_t(1 + i % 4), 'x'),
+                             std::string(size_t(2 + i % 3), 'a' + char(i % 2))) +
+                 "\n";
+    write_file_atomic((dir_ / "sft.jsonl").string(), jsonl);
+    Tokenizer tok = Tokenizer::train("xxab", 260, {"<|endoftext|>"});
+    tok.save((dir_ / "tok.json").string());
+    cfg_.data_format = "sft";
+    cfg_.data_train = (dir_ / "sft.jsonl").string();
+    cfg_.data_tokenizer = (dir_ / "tok.json").string();
+    cfg_.data_val_fraction = 0.0;
+    cfg_.eval_every = 0;
+    cfg_.model.vocab_size = 0;
+    cfg_.seq_len = 16;
+    cfg_.grad_accum = 1;
+    cfg_.steps = 3;
+    RunConfig flat = cfg_, packed = cfg_;
+    flat.micro_batch = 9;  // one step = one epoch of single-example rows
+    SftOptions opt;
+    opt.pack = true;
+    const uint64_t rows = SftDataset(cfg_.data_train, tok, 16, opt, 1, 0.0).num_train_samples();
+    ASSERT_LT(rows, 9u);
+    packed.micro_batch = int(rows);
+    packed.data_sft_pack = true;
+    run_training(flat, (dir_ / "flat").string());
+    run_training(packed, (dir_ / "packed").string());
+    auto a = read_metrics((dir_ / "flat" / "metrics.jsonl").string());
+    auto b = read_metrics((dir_ / "packed" / "metrics.jsonl").string());
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]);
+        EXPECT_NEAR(b[i]["loss"].get<double>(), a[i]["loss"].get<double>(),
+                    1e-5 * a[i]["loss"].get<double>());
+    }
+    auto be = make_cpu_backend();
+    ModelConfig mc = load_hf_config((dir_ / "flat" / "final").string());
+    Transformer ma(mc, *be), mb(mc, *be);
+    load_hf_weights((dir_ / "flat" / "final").string(), ma.params());
+    load_hf_weights((dir_ / "packed" / "final").string(), mb.params());
+    const float* wa = ma.params().params();
+    const float* wb = mb.params().params();
+    for (int64_t i = 0; i < ma.params().numel(); ++i) ASSERT_NEAR(wa[i], wb[i], 1e-5f) << i;
 }
 
 }  // namespace

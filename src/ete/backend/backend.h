@@ -11,8 +11,16 @@
 //
 // The fused QKV layout: a row of qkv holds H query heads, then KV key heads, then KV value heads,
 // each D wide: (N, (H + 2*KV) * D). RoPE and attention read it in place.
+//
+// Packed sequences: several documents may share one row of a batch. AttnDims::doc_start, when
+// non-null, is (B*T) int32: doc_start[b*T + t] = s, the first position of the document that
+// position t of row b belongs to, so 0 <= s <= t, a row starts a document (s = 0 at t = 0), and for
+// t > 0 either s == doc_start[b*T + t-1] (same document) or s == t (a new one). Documents never
+// see each other: causal attention for query t sees keys j in [s, t] only, and RoPE and the
+// position embedding use position t - s. null = one document per row (positions are t).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,8 +29,15 @@ namespace ete {
 
 struct AttnDims {
     int B, T, H, KV, D;
+    const int32_t* doc_start = nullptr;  // (B*T) or null; see the file header
     int qkv_stride() const { return (H + 2 * KV) * D; }
+    // First position of the document that holds position t of row b (0 without packing).
+    int doc_begin(int b, int t) const { return doc_start ? doc_start[size_t(b) * T + t] : 0; }
 };
+
+// Throws ete::Error unless doc_start (B*T; null is always valid) follows the rule of the file
+// header; the message names the row and position and what was expected there.
+void check_doc_start(const int32_t* doc_start, int B, int T);
 
 constexpr int kIgnoreIndex = -100;
 
@@ -44,9 +59,12 @@ class Backend {
                                    int C) = 0;
     virtual void embedding_backward(float* d_table, const float* d_out, const int32_t* ids, int N,
                                     int C) = 0;
-    // out(B, T, C) += wpe(T, C) broadcast over B.  d_wpe(T, C) += sum over B of d_out.
-    virtual void pos_embedding_forward(float* out, const float* wpe, int B, int T, int C) = 0;
-    virtual void pos_embedding_backward(float* d_wpe, const float* d_out, int B, int T, int C) = 0;
+    // out(B, T, C) += wpe(T, C) at position p = t - doc_start[b*T + t] (p = t when doc_start is
+    // null).  d_wpe(T, C) += d_out summed over all (b, t) at each position p.
+    virtual void pos_embedding_forward(float* out, const float* wpe, const int32_t* doc_start,
+                                       int B, int T, int C) = 0;
+    virtual void pos_embedding_backward(float* d_wpe, const float* d_out, const int32_t* doc_start,
+                                        int B, int T, int C) = 0;
 
     // RMSNorm over rows: out = x * rstd * w, rstd(N) saved.  d_x += (residual stream), d_w +=.
     virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N,
@@ -61,13 +79,15 @@ class Backend {
                                     const float* rstd, int N, int C) = 0;
 
     // RoPE (HF rotate-half: dim j pairs with j + D/2) on the q and k heads of qkv, in place.
-    // cos/sin are (T, D/2) tables. Backward applies the inverse rotation to d_qkv in place.
+    // cos/sin are (T, D/2) tables read at position t - d.doc_begin(b, t). Backward applies the
+    // inverse rotation to d_qkv in place.
     virtual void rope_forward(float* qkv, const float* cos, const float* sin, AttnDims d) = 0;
     virtual void rope_backward(float* d_qkv, const float* cos, const float* sin, AttnDims d) = 0;
 
     // Causal attention with GQA (query head h uses kv head h / (H/KV)), never materialising a
-    // (T, T) score matrix per head for the whole batch. out (B, T, H*D); lse (B, H, T) is the
-    // log-sum-exp of the scaled scores, saved for backward. Backward writes all of d_qkv.
+    // (T, T) score matrix per head for the whole batch: query t of row b sees keys
+    // [d.doc_begin(b, t), t]. out (B, T, H*D); lse (B, H, T) is the log-sum-exp of the scaled
+    // scores, saved for backward. Backward writes all of d_qkv.
     virtual void attention_forward(float* out, float* lse, const float* qkv, AttnDims d,
                                    float scale) = 0;
     virtual void attention_backward(float* d_qkv, const float* d_out, const float* out,

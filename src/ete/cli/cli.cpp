@@ -37,15 +37,20 @@ void add_train(CLI::App& app, TrainArgs& a, std::function<int()>& run) {
 }
 
 void add_eval(CLI::App& app, EvalArgs& a, std::function<int()>& run) {
-    auto* c = app.add_subcommand("eval", "Mean next-token loss on a token shard or a text file");
+    auto* c = app.add_subcommand(
+        "eval", "Mean next-token loss on a token shard, a text file or SFT JSONL records");
     c->add_option("--model", a.model_dir, "HF model dir")->required();
     c->add_option("--tokens", a.tokens, "token shard (ETETOK01)");
     c->add_option("--text", a.text, "UTF-8 text file, encoded with the model's tokenizer");
-    c->add_option("--tokenizer", a.tokenizer, "tokenizer.json for --text (default: the model's)");
+    c->add_option("--jsonl", a.jsonl,
+                  "SFT JSONL (Alpaca, prompt/completion or chat): loss on the responses only");
+    c->add_option("--tokenizer", a.tokenizer,
+                  "tokenizer.json for --text/--jsonl (default: the model's)");
     c->add_option("--batch", a.batch, "rows B")->check(CLI::PositiveNumber)->capture_default_str();
-    c->add_option("--seq", a.seq, "predicted tokens per row T")
-        ->required()
+    c->add_option("--seq", a.seq,
+                  "predicted tokens per row T (--jsonl: default the model's context length)")
         ->check(CLI::PositiveNumber);
+    c->add_flag("--pack", a.pack, "--jsonl: pack several examples per row (same loss)");
     c->add_option("--dump-logits", a.dump_logits, "write logits F32 [B, T, V] as safetensors");
     c->add_flag("--json", a.json, "print one JSON line");
     c->callback([&] { run = [&] { return cmd_eval(a); }; });

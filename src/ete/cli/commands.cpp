@@ -1,7 +1,9 @@
 // ete/cli/commands.cpp — the subcommands' bodies.
 #include "ete/cli/commands.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -10,6 +12,7 @@
 #include "ete/core/log.h"
 #include "ete/data/corpus.h"
 #include "ete/data/loader.h"
+#include "ete/data/sft.h"
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
 #include "ete/io/hf_model.h"
@@ -56,15 +59,34 @@ LoadedModel load_model(const std::string& dir) {
 
 namespace {
 
+Tokenizer eval_tokenizer(const EvalArgs& a, const char* option) {
+    std::string tok_path = a.tokenizer.empty() ? a.model_dir + "/tokenizer.json" : a.tokenizer;
+    ETE_CHECK(fs::exists(tok_path), "{} needs a tokenizer: '{}' not found (pass --tokenizer)",
+              option, tok_path);
+    return Tokenizer::load(tok_path);
+}
+
+void print_eval(const EvalArgs& a, double loss_sum, int64_t tokens, const char* extra_key,
+                int64_t extra) {
+    const double loss = loss_sum / double(std::max<int64_t>(tokens, 1));
+    if (a.json) {
+        nlohmann::json j{{"loss", loss}, {"tokens", tokens}};
+        if (extra_key) j[extra_key] = extra;
+        std::printf("%s\n", j.dump().c_str());
+    } else {
+        std::printf("loss: %.6f | tokens: %lld | perplexity: %.3f", loss, (long long)tokens,
+                    std::exp(loss));
+        if (extra_key) std::printf(" | %s: %lld", extra_key, (long long)extra);
+        std::printf("\n");
+    }
+}
+
 // The first `need` token ids of --tokens (a shard) or --text (encoded with the model's tokenizer).
 std::vector<int32_t> eval_tokens(const EvalArgs& a, uint64_t need) {
     std::vector<int32_t> ids;
     std::string what;
     if (!a.text.empty()) {
-        std::string tok_path = a.tokenizer.empty() ? a.model_dir + "/tokenizer.json" : a.tokenizer;
-        ETE_CHECK(fs::exists(tok_path),
-                  "--text needs a tokenizer: '{}' not found (pass --tokenizer)", tok_path);
-        ids = Tokenizer::load(tok_path).encode(read_file(a.text));
+        ids = eval_tokenizer(a, "--text").encode(read_file(a.text));
         what = "--text '" + a.text + "'";
     } else {
         TokenShard shard(a.tokens);
@@ -79,8 +101,42 @@ std::vector<int32_t> eval_tokens(const EvalArgs& a, uint64_t need) {
 
 }  // namespace
 
+// Loss over the response tokens of every record, in file order (the prompt is masked as in
+// training). Packing changes the rows, not the loss: attention stays inside each example.
+int eval_jsonl(const EvalArgs& a) {
+    ETE_CHECK(a.dump_logits.empty(), "eval: --dump-logits works with --tokens or --text only");
+    LoadedModel m = load_model(a.model_dir);
+    const int B = a.batch, T = a.seq > 0 ? a.seq : m.model->config().max_position_embeddings;
+    SftOptions opt;
+    opt.pack = a.pack;
+    opt.max_bad_fraction = 1.0;  // evaluation reports malformed lines instead of refusing
+    SftDataset data(a.jsonl, eval_tokenizer(a, "--jsonl"), T, opt, 0, 0.0);
+    std::vector<int32_t> in(size_t(B) * T), tgt(in.size()), ds(in.size());
+    m.model->setup(B, T);
+    const uint64_t n = data.num_train_samples();
+    double sum = 0;
+    int64_t tokens = 0;
+    for (uint64_t s = 0; s < n; s += uint64_t(B)) {
+        const int rows = int(std::min<uint64_t>(uint64_t(B), n - s));
+        for (int r = 0; r < rows; ++r) {
+            const size_t o = size_t(r) * T;
+            data.fill_sample(s + uint64_t(r), &in[o], &tgt[o], &ds[o]);
+        }
+        sum += m.model->forward_loss(in.data(), tgt.data(), rows, T,
+                                     data.packed() ? ds.data() : nullptr);
+        tokens += std::count_if(tgt.begin(), tgt.begin() + int64_t(rows) * T,
+                                [](int32_t t) { return t != kIgnoreIndex; });
+    }
+    print_eval(a, sum, tokens, "examples", int64_t(data.num_examples()));
+    return 0;
+}
+
 int cmd_eval(const EvalArgs& a) {
-    ETE_CHECK(a.tokens.empty() != a.text.empty(), "eval: pass exactly one of --tokens or --text");
+    ETE_CHECK(int(!a.tokens.empty()) + int(!a.text.empty()) + int(!a.jsonl.empty()) == 1,
+              "eval: pass exactly one of --tokens, --text or --jsonl");
+    ETE_CHECK(!a.pack || !a.jsonl.empty(), "eval: --pack applies to --jsonl only");
+    if (!a.jsonl.empty()) return eval_jsonl(a);
+    ETE_CHECK(a.seq > 0, "eval: --seq is required with --tokens or --text");
     LoadedModel m = load_model(a.model_dir);
     const int B = a.batch, T = a.seq, V = m.model->config().vocab_size;
     std::vector<int32_t> ids = eval_tokens(a, uint64_t(B) * uint64_t(T + 1));
@@ -98,13 +154,8 @@ int cmd_eval(const EvalArgs& a) {
     m.backend->cross_entropy_forward(losses.data(), logits.f32(), tgt.data(), B * T, V);
     double sum = 0;
     for (float l : losses) sum += l;
-    double loss = sum / double(B * T);
     if (!a.dump_logits.empty()) write_safetensors(a.dump_logits, {{"logits", logits}});
-    if (a.json) {
-        std::printf("%s\n", nlohmann::json{{"loss", loss}, {"tokens", B * T}}.dump().c_str());
-    } else {
-        std::printf("loss: %.6f | tokens: %d | perplexity: %.3f\n", loss, B * T, std::exp(loss));
-    }
+    print_eval(a, sum, int64_t(B) * T, nullptr, 0);
     return 0;
 }
 

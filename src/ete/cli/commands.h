@@ -17,9 +17,9 @@ struct TrainArgs {
 int cmd_train(const TrainArgs& a);
 
 struct EvalArgs {
-    std::string model_dir, tokens, text, tokenizer, dump_logits;
-    int batch = 1, seq = 0;
-    bool json = false;
+    std::string model_dir, tokens, text, jsonl, tokenizer, dump_logits;
+    int batch = 1, seq = 0;  // seq 0: required for --tokens/--text; the model's context for --jsonl
+    bool json = false, pack = false;
 };
 int cmd_eval(const EvalArgs& a);
 

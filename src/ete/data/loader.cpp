@@ -100,7 +100,7 @@ void BatchSampler::fill_window(uint64_t start, int32_t* inputs, int32_t* targets
 }
 
 void BatchSampler::fill_batch(uint64_t first_global_index, int count, int32_t* inputs,
-                              int32_t* targets) {
+                              int32_t* targets, int32_t* /*doc_start*/) {
     ETE_CHECK(count >= 0, "batch sampler: batch count {} is negative", count);
     const size_t t = static_cast<size_t>(seq_len_);
     for (int i = 0; i < count; ++i) {
@@ -109,8 +109,8 @@ void BatchSampler::fill_batch(uint64_t first_global_index, int count, int32_t* i
     }
 }
 
-void BatchSampler::fill_val_batch(uint64_t first, int count, int32_t* inputs,
-                                  int32_t* targets) const {
+void BatchSampler::fill_val_batch(uint64_t first, int count, int32_t* inputs, int32_t* targets,
+                                  int32_t* /*doc_start*/) const {
     ETE_CHECK(num_val_ > 0, "batch sampler: no validation windows (validation fraction is 0)");
     ETE_CHECK(count >= 0, "batch sampler: batch count {} is negative", count);
     const size_t t = static_cast<size_t>(seq_len_);

@@ -62,11 +62,12 @@ class BatchSampler : public BatchSource {
     // Training window of sample `global_index` (not thread-safe: caches one epoch's order).
     uint64_t sample(uint64_t global_index);
     // Rows i = 0..count-1 hold sample first_global_index + i. inputs, targets: (count, T).
-    void fill_batch(uint64_t first_global_index, int count, int32_t* inputs,
-                    int32_t* targets) override;
+    // Windows are not packed: doc_start is ignored.
+    void fill_batch(uint64_t first_global_index, int count, int32_t* inputs, int32_t* targets,
+                    int32_t* doc_start = nullptr) override;
     // Rows i hold validation window (first + i) mod V, in order.
-    void fill_val_batch(uint64_t first, int count, int32_t* inputs,
-                        int32_t* targets) const override;
+    void fill_val_batch(uint64_t first, int count, int32_t* inputs, int32_t* targets,
+                        int32_t* doc_start = nullptr) const override;
 
     // The permutation of training windows for epoch `e` (exposed for tests and inspection).
     std::vector<uint64_t> epoch_order(uint64_t epoch) const;

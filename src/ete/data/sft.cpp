@@ -151,10 +151,10 @@ SftDataset::SftDataset(const std::string& path, const Tokenizer& tokenizer, int 
     ETE_CHECK(seq_len > 0, "data.sft: seq_len is {}, expected > 0", seq_len);
     ETE_CHECK(val_fraction >= 0.0 && val_fraction < 1.0,
               "data.sft: validation fraction is {}, expected in [0, 1)", val_fraction);
-    ETE_CHECK(!options.pack, "data.sft_pack: packing is not supported yet");
     ETE_CHECK(options.prompt_template.find("{instruction}") != std::string::npos &&
                   options.prompt_template_no_input.find("{instruction}") != std::string::npos,
-              "data.sft: prompt templates must contain '{{instruction}}'");
+              "data.sft_prompt_template and data.sft_prompt_template_no_input must contain "
+              "'{{instruction}}'");
     pad_id_ = tokenizer.eos_id() >= 0 ? tokenizer.eos_id() : 0;
     read_jsonl(tokenizer, options);
     check_bad_lines(options.max_bad_fraction);
@@ -175,7 +175,36 @@ SftDataset::SftDataset(const std::string& path, const Tokenizer& tokenizer, int 
               "least one training example",
               path, n, v);
     num_train_ = n - v;
-    schedule_ = EpochSchedule(num_train_, seed_);
+    num_train_samples_ = num_train_;
+    if (options.pack) pack_rows();
+    schedule_ = EpochSchedule(num_train_samples_, seed_);
+}
+
+void SftDataset::pack_rows() {
+    packed_ = true;
+    const uint64_t t = static_cast<uint64_t>(seq_len_);
+    uint64_t used = 0, filled = 0;  // positions used in the open row; example positions in all
+    auto close_row = [&] {
+        if (row_list_.size() > row_offsets_.back()) row_offsets_.push_back(row_list_.size());
+        used = 0;
+    };
+    for (uint64_t e = 0; e < num_examples(); ++e) {
+        if (e == num_train_) {
+            close_row();  // validation examples never share a row with training ones
+            num_train_samples_ = row_offsets_.size() - 1;
+        }
+        const uint64_t len = offsets_[e + 1] - offsets_[e] - 1;  // positions of example e
+        if (used + len > t) close_row();
+        row_list_.push_back(e);
+        used += len;
+        filled += len;
+    }
+    close_row();
+    if (num_train_ == num_examples()) num_train_samples_ = row_offsets_.size() - 1;
+    stats_.num_rows = row_offsets_.size() - 1;
+    stats_.fill = static_cast<double>(filled) / static_cast<double>(stats_.num_rows * t);
+    log_info("data.sft: packed {} examples into {} rows of {} positions ({:.1f}% filled)",
+             num_examples(), stats_.num_rows, t, 100.0 * stats_.fill);
 }
 
 void SftDataset::read_jsonl(const Tokenizer& tokenizer, const SftOptions& options) {
@@ -253,33 +282,67 @@ void SftDataset::fill_example(uint64_t e, int32_t* inputs, int32_t* targets) con
     }
 }
 
+void SftDataset::fill_row(uint64_t r, int32_t* inputs, int32_t* targets, int32_t* doc_start) const {
+    ETE_ASSERT(packed_ && r + 1 < row_offsets_.size());
+    const int32_t t = seq_len_;
+    int32_t j = 0;
+    for (uint64_t k = row_offsets_[r]; k < row_offsets_[r + 1]; ++k) {
+        const uint64_t begin = offsets_[row_list_[k]];
+        const int32_t len = static_cast<int32_t>(offsets_[row_list_[k] + 1] - begin - 1);
+        ETE_ASSERT(j + len <= t);
+        for (int32_t i = 0; i < len; ++i, ++j) {
+            inputs[j] = tokens_[begin + i];
+            targets[j] = trained_[begin + i + 1] ? tokens_[begin + i + 1] : kSftIgnoreIndex;
+            doc_start[j] = j - i;
+        }
+    }
+    for (const int32_t pad_start = j; j < t; ++j) {  // the padding is a document of its own
+        inputs[j] = pad_id_;
+        targets[j] = kSftIgnoreIndex;
+        doc_start[j] = pad_start;
+    }
+}
+
+void SftDataset::fill_sample(uint64_t s, int32_t* inputs, int32_t* targets,
+                             int32_t* doc_start) const {
+    if (!packed_) return fill_example(s, inputs, targets);
+    ETE_CHECK(doc_start != nullptr, "data.sft: packed rows need a doc_start buffer");
+    fill_row(s, inputs, targets, doc_start);
+}
+
+std::vector<uint64_t> SftDataset::row_examples(uint64_t r) const {
+    ETE_CHECK(packed_ && r + 1 < row_offsets_.size(), "data.sft: no packed row {}", r);
+    return {row_list_.begin() + static_cast<int64_t>(row_offsets_[r]),
+            row_list_.begin() + static_cast<int64_t>(row_offsets_[r + 1])};
+}
+
 std::vector<uint64_t> SftDataset::epoch_order(uint64_t epoch) const {
     return schedule_.order(epoch);
 }
 
-uint64_t SftDataset::train_example(uint64_t global_index) {
+uint64_t SftDataset::train_sample(uint64_t global_index) {
     return schedule_.at(global_index);
 }
 
 void SftDataset::fill_batch(uint64_t first_global_index, int count, int32_t* inputs,
-                            int32_t* targets) {
+                            int32_t* targets, int32_t* doc_start) {
     ETE_CHECK(count >= 0, "data.sft: batch count {} is negative", count);
     const size_t t = static_cast<size_t>(seq_len_);
     for (int i = 0; i < count; ++i) {
-        const uint64_t e = train_example(first_global_index + static_cast<uint64_t>(i));
-        fill_example(e, inputs + i * t, targets + i * t);
+        const uint64_t s = train_sample(first_global_index + static_cast<uint64_t>(i));
+        fill_sample(s, inputs + i * t, targets + i * t, doc_start ? doc_start + i * t : nullptr);
     }
 }
 
-void SftDataset::fill_val_batch(uint64_t first, int count, int32_t* inputs,
-                                int32_t* targets) const {
+void SftDataset::fill_val_batch(uint64_t first, int count, int32_t* inputs, int32_t* targets,
+                                int32_t* doc_start) const {
     const uint64_t v = num_val_samples();
     ETE_CHECK(v > 0, "data.sft: no validation examples (validation fraction is 0)");
     ETE_CHECK(count >= 0, "data.sft: batch count {} is negative", count);
     const size_t t = static_cast<size_t>(seq_len_);
     for (int i = 0; i < count; ++i) {
-        const uint64_t e = num_train_ + (first + static_cast<uint64_t>(i)) % v;
-        fill_example(e, inputs + i * t, targets + i * t);
+        const uint64_t s = num_train_samples_ + (first + static_cast<uint64_t>(i)) % v;
+        fill_sample(s, inputs + i * t, targets + i * t, doc_start ? doc_start + i * t : nullptr);
     }
 }
 

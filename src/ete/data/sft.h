@@ -14,12 +14,20 @@
 //
 // Rows: with T = seq_len and an example of n tokens x[0..n) (truncated to n <= T + 1), row
 // position j < T has input x[j] (the pad id for j >= n) and target x[j + 1] when j + 1 < n and
-// x[j + 1] is trained on, else kSftIgnoreIndex. Pad id = eos, or 0 without one. No packing: that
-// needs attention masks across example boundaries.
+// x[j + 1] is trained on, else kSftIgnoreIndex. Pad id = eos, or 0 without one.
+//
+// Packing (SftOptions::pack): examples are laid end to end, each taking n - 1 positions (inputs
+// x[0..n-1), targets x[1..n) masked as above), in file order; an example that does not fit in
+// the rest of a row starts the next one, and the tail of a row is padding (pad id, ignored
+// targets, a document of its own). doc_start gives each position its example's first position,
+// so attention stays inside the example and positions restart at 0 (batch_source.h). A sample
+// is then a packed row: training rows hold only training examples, validation rows only
+// validation examples, and the epoch order shuffles rows.
 //
 // Split and order: the last V examples (file order) are validation, V = ceil(val_fraction * N)
-// but at least 1 when val_fraction > 0 and N >= 2. Training sample g is training example
-// shuffle_epoch_order(Nt, seed, g / Nt)[g mod Nt] (loader.h), a pure function of (seed, g).
+// but at least 1 when val_fraction > 0 and N >= 2. With Nt training samples (examples, or rows
+// when packed), training sample g is shuffle_epoch_order(Nt, seed, g / Nt)[g mod Nt]
+// (loader.h), a pure function of (seed, g).
 #pragma once
 
 #include <cstdint>
@@ -42,7 +50,7 @@ struct SftOptions {
         "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n";
     std::string prompt_template_no_input = "### Instruction:\n{instruction}\n\n### Response:\n";
     double max_bad_fraction = 0.01;  // of non-blank lines; above it construction throws
-    bool pack = false;               // not supported yet: throws when set
+    bool pack = false;               // several examples per row (see above)
 };
 
 struct SftBadLine {
@@ -55,6 +63,8 @@ struct SftStats {
     uint64_t num_bad = 0;               // malformed lines, skipped
     uint64_t num_truncated = 0;         // examples longer than T + 1 tokens, cut to T + 1
     uint64_t num_no_target = 0;         // dropped: no trained token left inside the T + 1 window
+    uint64_t num_rows = 0;              // packed rows, training + validation (0 unpacked)
+    double fill = 0.0;                  // packed: share of row positions holding an example
     std::vector<SftBadLine> first_bad;  // the first kSftKeptBadLines malformed lines
 };
 inline constexpr size_t kSftKeptBadLines = 64;
@@ -62,43 +72,58 @@ inline constexpr size_t kSftKeptBadLines = 64;
 class SftDataset : public BatchSource {
   public:
     // Reads and tokenizes the whole file (the tokenizer is not kept). Throws when T <= 0,
-    // val_fraction is outside [0, 1), options.pack is set, the file cannot be read, the
-    // malformed share exceeds options.max_bad_fraction, or no training example is left.
+    // val_fraction is outside [0, 1), the file cannot be read, the malformed share exceeds
+    // options.max_bad_fraction, or no training example is left.
     SftDataset(const std::string& path, const Tokenizer& tokenizer, int seq_len,
                const SftOptions& options, uint64_t seed, double val_fraction);
 
     int seq_len() const { return seq_len_; }
     uint64_t num_examples() const { return offsets_.size() - 1; }  // train + val
-    uint64_t num_train_samples() const override { return num_train_; }
-    uint64_t num_val_samples() const override { return num_examples() - num_train_; }
+    uint64_t num_train_examples() const { return num_train_; }
+    uint64_t num_train_samples() const override { return num_train_samples_; }
+    uint64_t num_val_samples() const override { return num_samples() - num_train_samples_; }
+    bool packed() const override { return packed_; }
     const SftStats& stats() const { return stats_; }
 
-    // Not thread-safe: caches one epoch's order.
-    void fill_batch(uint64_t first_global_index, int count, int32_t* inputs,
-                    int32_t* targets) override;
-    void fill_val_batch(uint64_t first, int count, int32_t* inputs,
-                        int32_t* targets) const override;
+    // Not thread-safe: caches one epoch's order. doc_start (count, T) must be non-null when
+    // packed() and is ignored otherwise.
+    void fill_batch(uint64_t first_global_index, int count, int32_t* inputs, int32_t* targets,
+                    int32_t* doc_start = nullptr) override;
+    void fill_val_batch(uint64_t first, int count, int32_t* inputs, int32_t* targets,
+                        int32_t* doc_start = nullptr) const override;
 
     // Example e in file order (training 0..Nt-1, then validation) into one row of T each.
     void fill_example(uint64_t e, int32_t* inputs, int32_t* targets) const;
-    uint64_t train_example(uint64_t global_index);  // which training example sample g is
+    // Sample s (training samples first, then validation ones): example s, or packed row s.
+    void fill_sample(uint64_t s, int32_t* inputs, int32_t* targets, int32_t* doc_start) const;
+    // The examples in packed row r, in row order (packed only).
+    std::vector<uint64_t> row_examples(uint64_t r) const;
+    uint64_t train_sample(uint64_t global_index);  // which training sample g is
     std::vector<uint64_t> epoch_order(uint64_t epoch) const;
 
   private:
     void read_jsonl(const Tokenizer& tokenizer, const SftOptions& options);
     void check_bad_lines(double max_bad_fraction) const;  // throws above the allowed share
     void add_example(const std::vector<int32_t>& ids, const std::vector<uint8_t>& trained);
+    void pack_rows();  // examples -> rows_, train rows before validation rows
+    void fill_row(uint64_t r, int32_t* inputs, int32_t* targets, int32_t* doc_start) const;
+    uint64_t num_samples() const { return packed_ ? row_offsets_.size() - 1 : num_examples(); }
 
     std::string path_;
     int seq_len_;
     uint64_t seed_;
     int32_t pad_id_ = 0;
-    uint64_t num_train_ = 0;
+    bool packed_ = false;
+    uint64_t num_train_ = 0;          // training examples
+    uint64_t num_train_samples_ = 0;  // training examples, or training rows when packed
     SftStats stats_;
     // Example e is tokens_[offsets_[e] .. offsets_[e + 1]); trained_ flags the tokens in the loss.
     std::vector<int32_t> tokens_;
     std::vector<uint8_t> trained_;
     std::vector<uint64_t> offsets_{0};
+    // Packed row r holds examples row_list_[row_offsets_[r] .. row_offsets_[r + 1]).
+    std::vector<uint64_t> row_list_;
+    std::vector<uint64_t> row_offsets_{0};
     EpochSchedule schedule_;
 };
 

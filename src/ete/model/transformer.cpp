@@ -257,9 +257,15 @@ float* Transformer::head_grad() {
     return params_.grad(head_name(cfg_));
 }
 
-void Transformer::forward_body(const int32_t* inputs, int B, int T) {
+// The attention shape of a (B, T) batch; validates doc_start once for the whole call.
+AttnDims Transformer::attn_dims(int B, int T, const int32_t* doc_start) const {
     ETE_CHECK(B <= B_ && T <= T_, "batch ({}, {}) exceeds the set-up size ({}, {})", B, T, B_, T_);
-    int N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size;
+    check_doc_start(doc_start, B, T);
+    return AttnDims{B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.D(), doc_start};
+}
+
+void Transformer::forward_body(const int32_t* inputs, AttnDims d) {
+    int B = d.B, T = d.T, N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size;
     for (int i = 0; i < N; ++i) {
         ETE_CHECK(inputs[i] >= 0 && inputs[i] < V,
                   "token id {} at position {} is outside the "
@@ -269,9 +275,8 @@ void Transformer::forward_body(const int32_t* inputs, int B, int T) {
     std::memcpy(ids_, inputs, sizeof(int32_t) * size_t(N));
     be_.embedding_forward(resid_[0], ids_, params_.param(embed_name(cfg_)), N, C);
     if (cfg_.arch == Arch::GPT2) {
-        be_.pos_embedding_forward(resid_[0], params_.param("wpe.weight"), B, T, C);
+        be_.pos_embedding_forward(resid_[0], params_.param("wpe.weight"), d.doc_start, B, T, C);
     }
-    AttnDims d{B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.D()};
     for (int l = 0; l < cfg_.num_layers; ++l) layer_forward(l, acts(l), d);
     final_norm_forward(N);
 }
@@ -314,27 +319,30 @@ double Transformer::head_forward_backward(const int32_t* targets, int N, float d
 }
 
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                                     float d_scale) {
-    forward_body(inputs, B, T);
+                                     float d_scale, const int32_t* doc_start) {
+    // One AttnDims (and so one doc_start) for the forward and every recomputed layer forward.
+    const AttnDims d = attn_dims(B, T, doc_start);
+    forward_body(inputs, d);
     int N = B * T, C = cfg_.hidden_size;
     double loss = head_forward_backward(targets, N, d_scale, true);
     final_norm_backward(N);
-    AttnDims d{B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.D()};
     for (int l = cfg_.num_layers - 1; l >= 0; --l) layer_backward(l, acts(l), d);
     be_.embedding_backward(params_.grad(embed_name(cfg_)), d_resid_, ids_, N, C);
     if (cfg_.arch == Arch::GPT2) {
-        be_.pos_embedding_backward(params_.grad("wpe.weight"), d_resid_, B, T, C);
+        be_.pos_embedding_backward(params_.grad("wpe.weight"), d_resid_, doc_start, B, T, C);
     }
     return loss;
 }
 
-double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T) {
-    forward_body(inputs, B, T);
+double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                 const int32_t* doc_start) {
+    forward_body(inputs, attn_dims(B, T, doc_start));
     return head_forward_backward(targets, B * T, 0.0f, false);
 }
 
-void Transformer::forward_logits(const int32_t* inputs, int B, int T, float* logits) {
-    forward_body(inputs, B, T);
+void Transformer::forward_logits(const int32_t* inputs, int B, int T, float* logits,
+                                 const int32_t* doc_start) {
+    forward_body(inputs, attn_dims(B, T, doc_start));
     int N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size;
     be_.gemm(false, true, N, V, C, 1.0f, lnf_, C, head_weight(), C, 0.0f, logits, V);
 }

@@ -71,16 +71,22 @@ class Transformer {
     // One micro-batch forward + backward. inputs/targets are (B, T); gradients accumulate into
     // params().grads(); d_scale scales the loss gradient (1 / target tokens in the step).
     // Returns the sum of per-token losses over non-ignored targets.
+    // doc_start (B, T) or null packs several documents per row (AttnDims in backend.h): no
+    // attention across a document boundary, positions restart at each document. It is checked
+    // (ete::Error naming the row and position) and read again by a recomputing backward.
     double forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                            float d_scale);
+                            float d_scale, const int32_t* doc_start = nullptr);
     // Forward only: sum of per-token losses (ignored targets contribute 0).
-    double forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T);
+    double forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T,
+                        const int32_t* doc_start = nullptr);
     // Forward only: logits (B·T, V) for every position.
-    void forward_logits(const int32_t* inputs, int B, int T, float* logits);
+    void forward_logits(const int32_t* inputs, int B, int T, float* logits,
+                        const int32_t* doc_start = nullptr);
 
   private:
     void allocate(Arena& a);
-    void forward_body(const int32_t* inputs, int B, int T);
+    AttnDims attn_dims(int B, int T, const int32_t* doc_start) const;
+    void forward_body(const int32_t* inputs, AttnDims d);
     void layer_forward(int l, const LayerActs& s, AttnDims d);
     void layer_backward(int l, const LayerActs& s, AttnDims d);
     void attention_backward(int l, const LayerActs& s, AttnDims d);

@@ -135,6 +135,13 @@ const std::vector<Key>& keys() {
         t.push_back(field("data.train", &R::data_train, "token shard or SFT JSONL file"));
         t.push_back(field("data.sft_max_bad_fraction", &R::data_sft_max_bad_fraction,
                           "malformed SFT lines tolerated before the run stops"));
+        t.push_back(field("data.sft_pack", &R::data_sft_pack,
+                          "pack several SFT examples per row (attention stays inside each)"));
+        t.push_back(field("data.sft_prompt_template", &R::data_sft_prompt_template,
+                          "Alpaca prompt with {instruction} and {input}"));
+        t.push_back(field("data.sft_prompt_template_no_input",
+                          &R::data_sft_prompt_template_no_input,
+                          "Alpaca prompt with {instruction}, for records without input"));
         t.push_back(
             field("data.tokenizer", &R::data_tokenizer, "tokenizer.json saved with the model"));
         t.push_back(

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ete/data/sft.h"
 #include "ete/model/config.h"
 
 namespace ete {
@@ -40,6 +41,9 @@ struct RunConfig {
     std::string data_format = "tokens";  // "tokens" (ETETOK01 shard) or "sft" (JSONL records)
     std::string data_train = "data/kjv.bin";
     double data_sft_max_bad_fraction = 0.01;
+    bool data_sft_pack = false;  // several examples per row, attention kept inside each
+    std::string data_sft_prompt_template = SftOptions{}.prompt_template;
+    std::string data_sft_prompt_template_no_input = SftOptions{}.prompt_template_no_input;
     std::string data_tokenizer = "data/tokenizer.json";
     double data_val_fraction = 0.02;
 };

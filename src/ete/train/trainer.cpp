@@ -97,6 +97,10 @@ json run_settings(const RunConfig& c, const ModelConfig& mc) {
     return {{"model", config_to_hf_json(mc)},
             {"train.seed", c.seed},
             {"data.train", c.data_train},
+            {"data.format", c.data_format},
+            {"data.sft_pack", c.data_sft_pack},
+            {"data.sft_prompt_template", c.data_sft_prompt_template},
+            {"data.sft_prompt_template_no_input", c.data_sft_prompt_template_no_input},
             {"data.val_fraction", c.data_val_fraction},
             {"train.micro_batch", c.micro_batch},
             {"train.seq_len", c.seq_len},
@@ -143,13 +147,14 @@ void truncate_metrics(const std::string& path, int64_t step) {
 }
 
 // Mean loss over `batches` validation micro-batches.
+// ds is null or the doc_start buffer of packed sources.
 double evaluate(Transformer& model, const BatchSource& loader, int batches, int B, int T,
-                std::vector<int32_t>& in, std::vector<int32_t>& tgt) {
+                std::vector<int32_t>& in, std::vector<int32_t>& tgt, int32_t* ds) {
     double sum = 0;
     int64_t count = 0;
     for (int i = 0; i < batches; ++i) {
-        loader.fill_val_batch(uint64_t(i) * B, B, in.data(), tgt.data());
-        sum += model.forward_loss(in.data(), tgt.data(), B, T);
+        loader.fill_val_batch(uint64_t(i) * B, B, in.data(), tgt.data(), ds);
+        sum += model.forward_loss(in.data(), tgt.data(), B, T, ds);
         count += std::count_if(tgt.begin(), tgt.begin() + int64_t(B) * T,
                                [](int32_t t) { return t != kIgnoreIndex; });
     }
@@ -175,6 +180,7 @@ class Trainer {
         const size_t n = size_t(cfg_.grad_accum) * cfg_.micro_batch * cfg_.seq_len;
         in_.resize(n);
         tgt_.resize(n);
+        if (loader_->packed()) doc_start_.resize(n);
         model_.setup(cfg_.micro_batch, cfg_.seq_len,
                      recompute_plan(cfg_.recompute, mc_.num_layers));
     }
@@ -190,6 +196,9 @@ class Trainer {
         if (cfg_.data_format == "sft") {
             SftOptions opt;
             opt.max_bad_fraction = cfg_.data_sft_max_bad_fraction;
+            opt.pack = cfg_.data_sft_pack;
+            opt.prompt_template = cfg_.data_sft_prompt_template;
+            opt.prompt_template_no_input = cfg_.data_sft_prompt_template_no_input;
             return std::make_unique<SftDataset>(cfg_.data_train, *tok_, cfg_.seq_len, opt,
                                                 cfg_.seed, cfg_.data_val_fraction);
         }
@@ -219,6 +228,10 @@ class Trainer {
     AdamW opt_;
     LrSchedule sched_;
     std::vector<int32_t> in_, tgt_;
+    std::vector<int32_t> doc_start_;  // packed sources only (else empty)
+    int32_t* doc_start(size_t offset) {
+        return doc_start_.empty() ? nullptr : doc_start_.data() + offset;
+    }
 };
 
 // Initialises or resumes; returns the number of steps already done.
@@ -262,8 +275,9 @@ StepMetrics Trainer::step(int64_t step) {
     const int B = cfg_.micro_batch, T = cfg_.seq_len, A = cfg_.grad_accum;
     auto t0 = Clock::now();
     for (int a = 0; a < A; ++a) {
-        loader_->fill_batch(data_position(step) + uint64_t(a) * B, B, &in_[size_t(a) * B * T],
-                            &tgt_[size_t(a) * B * T]);
+        const size_t o = size_t(a) * B * T;
+        loader_->fill_batch(data_position(step) + uint64_t(a) * B, B, &in_[o], &tgt_[o],
+                            doc_start(o));
     }
     // Normalise by the target tokens of the whole step, not a mean of micro-batch means.
     int64_t tokens =
@@ -272,8 +286,8 @@ StepMetrics Trainer::step(int64_t step) {
     model_.params().zero_grads();
     double loss_sum = 0;
     for (int a = 0; a < A; ++a) {
-        loss_sum += model_.forward_backward(&in_[size_t(a) * B * T], &tgt_[size_t(a) * B * T], B, T,
-                                            d_scale);
+        const size_t o = size_t(a) * B * T;
+        loss_sum += model_.forward_backward(&in_[o], &tgt_[o], B, T, d_scale, doc_start(o));
     }
     double norm = clip_grad_norm(model_.params(), *backend_, cfg_.grad_clip);
     double lr = lr_at(sched_, step, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
@@ -322,7 +336,8 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         bool last = s + 1 == cfg_.steps;
         if (loader_->num_val_samples() > 0 && cfg_.eval_every > 0 &&
             ((s + 1) % cfg_.eval_every == 0 || last)) {
-            m.val_loss = evaluate(model_, *loader_, cfg_.eval_batches, B, T, in_, tgt_);
+            m.val_loss =
+                evaluate(model_, *loader_, cfg_.eval_batches, B, T, in_, tgt_, doc_start(0));
             sum.final_val_loss = *m.val_loss;
         }
         progress.record(m, seconds_since(run_start), s + 1 - sum.start_step);

@@ -5,6 +5,12 @@
 // recomputes probabilities from the saved lse with D_i = dO_i . O_i. Key tiles entirely above
 // the diagonal are never visited.
 //
+// Packed rows (AttnDims::doc_start): query i sees keys [s_i, i]. s is nondecreasing along a row,
+// so a forward query tile starts at the first key of its first query's document, and a backward
+// key tile stops at the end of its last key's document: tiles wholly in another document are
+// skipped. Tiles that straddle a document start take a third mask (causal and s_i <= j); tiles
+// that do not run exactly the unpacked code, and doc_start == null is the unpacked path itself.
+//
 // Score tiles are stored transposed, S^T (keys, queries): queries run along the vector lanes, so
 // the softmax over keys is a lane-wise max/sum down the rows (no horizontal reductions), and the
 // key operand is a scalar broadcast (no transposed copy of K). Scores are in log2 units: the
@@ -24,6 +30,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <numbers>
 #include <vector>
 
@@ -44,7 +51,8 @@ constexpr float kLog2e = std::numbers::log2e_v<float>;
 constexpr float kLn2 = std::numbers::ln2_v<float>;
 
 // Tile sizes. Query counts are lane multiples (the vector dimension of score tiles); the forward
-// key tile is a multiple of its query tile so every key tile holds a live key for every query.
+// key tile is a multiple of its query tile so, unpacked, every key tile holds a live key for every
+// query (packed rows can have all-masked rows in a tile: the running max starts finite for them).
 constexpr int kFwdQ = 32;   // queries per forward tile
 constexpr int kFwdK = 64;   // keys per forward tile
 constexpr int kBwdK = 32;   // keys per backward tile (rows of the dK/dV accumulators)
@@ -58,6 +66,24 @@ void check_dims(const char* op, AttnDims d) {
     ETE_CHECK(d.H % d.KV == 0, "{}: query heads H={} must be a multiple of kv heads KV={}", op, d.H,
               d.KV);
     ETE_CHECK(d.D % 2 == 0, "{}: head dim D={} must be even (RoPE pairs j with j + D/2)", op, d.D);
+    check_doc_start(d.doc_start, d.B, d.T);
+}
+
+// Which (key c, query r) pairs of a score tile are live: kNone all; kCausal r >= first, with
+// first = shift + c (the key is not after the query); kDoc also c >= lo[r], lo[r] being the query's
+// document start relative to the tile's first key.
+enum class Mask { kNone, kCausal, kDoc };
+
+template <Mask kMask>
+inline bool live(int r, int c, int first, const int* lo) {
+    if constexpr (kMask == Mask::kNone) return true;
+    if constexpr (kMask == Mask::kCausal) return r >= first;
+    return r >= first && c >= lo[r];
+}
+
+// lo[r] = s(q0 + r) - j0 for the n live queries from q0 (s relative to key j0), 0 for the rest.
+void doc_offsets(int* lo, int cap, const int32_t* s, int q0, int n, int j0) {
+    for (int r = 0; r < cap; ++r) lo[r] = r < n ? s[q0 + r] - j0 : 0;
 }
 
 // A bump allocator over a per-thread buffer that only grows. Views are 64-byte aligned so the
@@ -107,12 +133,11 @@ void pack_rows(float* dst, int Dp, const float* src, size_t src_ld, int rows, in
 }
 
 // One online-softmax step over a score tile st(nk, kFwdQ) (rows = keys j0 + c, columns = queries
-// i0 + r, shift = j0 - i0). Key c is live for query r iff r >= shift + c (causal; kMasked is false
-// when the whole tile is live). Updates the running max m and sum l, overwrites st with
-// 2^(s - m_new) (0 where masked) and sets alpha to 2^(m_old - m_new), the factor that rescales
-// the output accumulated so far.
-template <bool kMasked>
-void softmax_step(float* st, int nk, int shift, float* m, float* l, float* alpha) {
+// i0 + r, shift = j0 - i0). Key c is live for query r as live<kMask> says (kNone when the whole
+// tile is live). Updates the running max m and sum l, overwrites st with 2^(s - m_new) (0 where
+// masked) and sets alpha to 2^(m_old - m_new), the factor that rescales the output so far.
+template <Mask kMask>
+void softmax_step(float* st, int nk, int shift, const int* lo, float* m, float* l, float* alpha) {
     float mx[kFwdQ], sum[kFwdQ];
     std::fill(mx, mx + kFwdQ, -INFINITY);
     std::fill(sum, sum + kFwdQ, 0.0f);
@@ -121,7 +146,7 @@ void softmax_step(float* st, int nk, int shift, float* m, float* l, float* alpha
         const int first = shift + c;
 #pragma omp simd
         for (int r = 0; r < kFwdQ; ++r)
-            mx[r] = std::max(mx[r], !kMasked || r >= first ? row[r] : -INFINITY);
+            mx[r] = std::max(mx[r], live<kMask>(r, c, first, lo) ? row[r] : -INFINITY);
     }
 #pragma omp simd
     for (int r = 0; r < kFwdQ; ++r) {
@@ -135,7 +160,7 @@ void softmax_step(float* st, int nk, int shift, float* m, float* l, float* alpha
 #pragma omp simd
         for (int r = 0; r < kFwdQ; ++r) {
             const float p = exp2_scalar(row[r] - m[r]);
-            row[r] = !kMasked || r >= first ? p : 0.0f;
+            row[r] = live<kMask>(r, c, first, lo) ? p : 0.0f;
             sum[r] += row[r];
         }
     }
@@ -152,26 +177,33 @@ struct HeadBuffers {
     float* st;  // (kFwdK, kFwdQ) score / probability tile, keys by queries
     float* o;   // (kFwdQ, Dp) unnormalised output of the query tile
     float m[kFwdQ] = {}, l[kFwdQ] = {}, alpha[kFwdQ] = {};  // running max (log2), sum, rescale
+    int lo[kFwdQ] = {};  // packed rows: document starts relative to the current key tile
 };
 
-// Queries [i0, i0 + nq) against keys [0, i0 + nq): leaves o, m and l of the tile in hb.
-void forward_query_tile(HeadBuffers& hb, int D, int i0, int nq) {
-    const int i_end = i0 + nq, Dp = hb.Dp;
-    std::fill(hb.m, hb.m + kFwdQ, -INFINITY);
+// Queries [i0, i0 + nq) against keys [s(i0), i0 + nq), s = the row's doc_start (null: s = 0):
+// leaves o, m and l of the tile in hb. The running max starts at the lowest finite float, not
+// -inf, so a query with no live key in a tile gets alpha = 1 and p = 0, never inf - inf.
+void forward_query_tile(HeadBuffers& hb, int D, const int32_t* s, int i0, int nq) {
+    const int i_end = i0 + nq, Dp = hb.Dp, j_begin = s ? s[i0] : 0;
+    const int s_last = s ? s[i_end - 1] : 0;  // the largest document start of the tile
+    std::fill(hb.m, hb.m + kFwdQ, std::numeric_limits<float>::lowest());
     std::fill(hb.l, hb.l + kFwdQ, 0.0f);
-    for (int j0 = 0; j0 < i_end; j0 += kFwdK) {  // keys past the last query are skipped
+    for (int j0 = j_begin; j0 < i_end; j0 += kFwdK) {  // keys past the last query are skipped
         const int nk = std::min(kFwdK, i_end - j0);
         // S^T(nk, kFwdQ) = K(nk, D) Q'^T(D, kFwdQ)
         gemm_tile(hb.st, kFwdQ, hb.ks + size_t(j0) * Dp, Dp, 1, hb.qt + i0, hb.Tp, nk, D, kFwdQ,
                   Init::kZero);
-        if (j0 + nk - 1 > i0) {  // the tile reaches past the first query: causal mask
-            softmax_step<true>(hb.st, nk, j0 - i0, hb.m, hb.l, hb.alpha);
+        if (s_last > j0) {  // some query's document starts inside the tile
+            doc_offsets(hb.lo, kFwdQ, s, i0, nq, j0);
+            softmax_step<Mask::kDoc>(hb.st, nk, j0 - i0, hb.lo, hb.m, hb.l, hb.alpha);
+        } else if (j0 + nk - 1 > i0) {  // the tile reaches past the first query: causal mask
+            softmax_step<Mask::kCausal>(hb.st, nk, j0 - i0, nullptr, hb.m, hb.l, hb.alpha);
         } else {
-            softmax_step<false>(hb.st, nk, j0 - i0, hb.m, hb.l, hb.alpha);
+            softmax_step<Mask::kNone>(hb.st, nk, j0 - i0, nullptr, hb.m, hb.l, hb.alpha);
         }
         // O(nq, Dp) = alpha * O + P(nq, nk) V(nk, Dp), P read from st transposed
         gemm_tile(hb.o, Dp, hb.st, 1, kFwdQ, hb.vs + size_t(j0) * Dp, Dp, nq, nk, Dp,
-                  j0 == 0 ? Init::kZero : Init::kScaled, hb.alpha);
+                  j0 == j_begin ? Init::kZero : Init::kScaled, hb.alpha);
     }
 }
 
@@ -200,9 +232,10 @@ void forward_head(float* out, float* lse, const float* qkv, AttnDims d, float sc
     pack_rows(hb.ks, Dp, base + size_t(d.H + kvh) * D, S, T, D, 1.0f);
     pack_rows(hb.vs, Dp, base + size_t(d.H + d.KV + kvh) * D, S, T, D, 1.0f);
 
+    const int32_t* s = d.doc_start ? d.doc_start + size_t(b) * T : nullptr;
     for (int i0 = 0; i0 < T; i0 += kFwdQ) {
         const int nq = std::min(kFwdQ, T - i0);
-        forward_query_tile(hb, D, i0, nq);
+        forward_query_tile(hb, D, s, i0, nq);
         float* out_rows = out + (size_t(b) * T + i0) * ldo + size_t(h) * D;
         for (int r = 0; r < nq; ++r) {
             copy_rows(out_rows + size_t(r) * ldo, 0, hb.o + size_t(r) * Dp, 0, 1, D,
@@ -230,6 +263,11 @@ struct GroupBuffers {
     float* di;    // (Tp) D_i = dO_i . O_i; 0 past T
     float* st;    // (kBwdK, kBwdQ) probability tile P^T, keys by queries
     float* dst;   // (kBwdK, kBwdQ) dP^T, then dS^T
+
+    // Packed rows only (s is null otherwise).
+    const int32_t* s = nullptr;    // (T) the row's doc_start
+    const int* doc_end = nullptr;  // (T) end of the document holding each position
+    int lo[kBwdQ] = {};            // document starts relative to the current key tile
 };
 
 // Packs query head h of batch b: q, dO (rows and transposed), lse2, D_i; clears d_q.
@@ -259,12 +297,11 @@ void pack_head(GroupBuffers& g, const float* d_out, const float* out, const floa
 }
 
 // Probabilities and their softmax gradient on a transposed tile pair (rows = keys j0 + c,
-// columns = queries c0 + r, shift = j0 - c0): st = 2^(s - lse2) where r >= shift + c (causal;
-// kMasked is false when the whole tile is live), else 0; then dst = st * (dst - di), which turns
-// dP^T into dS^T.
-template <bool kMasked>
-void probs_and_dsoft(float* st, float* dst, int nk, int ncols, int shift, const float* lse2,
-                     const float* di) {
+// columns = queries c0 + r, shift = j0 - c0): st = 2^(s - lse2) where live<kMask> (kNone when the
+// whole tile is live), else 0; then dst = st * (dst - di), which turns dP^T into dS^T.
+template <Mask kMask>
+void probs_and_dsoft(float* st, float* dst, int nk, int ncols, int shift, const int* lo,
+                     const float* lse2, const float* di) {
     for (int c = 0; c < nk; ++c) {
         float* p = st + size_t(c) * kBwdQ;
         float* ds = dst + size_t(c) * kBwdQ;
@@ -272,28 +309,37 @@ void probs_and_dsoft(float* st, float* dst, int nk, int ncols, int shift, const 
 #pragma omp simd
         for (int r = 0; r < ncols; ++r) {
             const float e = exp2_scalar(p[r] - lse2[r]);
-            p[r] = !kMasked || r >= first ? e : 0.0f;
+            p[r] = live<kMask>(r, c, first, lo) ? e : 0.0f;
             ds[r] = p[r] * (ds[r] - di[r]);
         }
     }
 }
 
 // The current head's queries against keys [j0, j0 + nk): updates dK, dV of those keys and dQ.
+// Queries before the tile, and (packed) after the document of its last key, see none of it.
 void backward_key_tile(GroupBuffers& g, int T, int D, int j0, int nk) {
-    const int Dp = g.Dp, Tp = g.Tp;
+    const int Dp = g.Dp, Tp = g.Tp, q_end = g.s ? g.doc_end[j0 + nk - 1] : T;
     const float* kr = g.ks + size_t(j0) * Dp;
     const float* vr = g.vs + size_t(j0) * Dp;
     float* dk = g.d_k + size_t(j0) * Dp;
     float* dv = g.d_v + size_t(j0) * Dp;
-    for (int c0 = j0; c0 < T; c0 += kBwdQ) {  // queries before the tile see none of it
-        const int nq = std::min(kBwdQ, T - c0), ncols = round_up(nq, kLanes);
+    for (int c0 = j0; c0 < q_end; c0 += kBwdQ) {
+        // Columns nq..ncols are computed but never read back (the updates below stop at nq).
+        const int nq = std::min(kBwdQ, q_end - c0), ncols = round_up(nq, kLanes);
         // S^T(nk, ncols) = K Q'^T and dP^T = V dO^T
         gemm_tile(g.st, kBwdQ, kr, Dp, 1, g.qt + c0, Tp, nk, D, ncols, Init::kZero);
         gemm_tile(g.dst, kBwdQ, vr, Dp, 1, g.d_ot + c0, Tp, nk, D, ncols, Init::kZero);
-        if (j0 + nk - 1 > c0) {  // the tile reaches past the first query: causal mask
-            probs_and_dsoft<true>(g.st, g.dst, nk, ncols, j0 - c0, g.lse2 + c0, g.di + c0);
+        const int shift = j0 - c0;
+        if (g.s && g.s[c0 + nq - 1] > j0) {  // some query's document starts inside the tile
+            doc_offsets(g.lo, kBwdQ, g.s, c0, nq, j0);
+            probs_and_dsoft<Mask::kDoc>(g.st, g.dst, nk, ncols, shift, g.lo, g.lse2 + c0,
+                                        g.di + c0);
+        } else if (j0 + nk - 1 > c0) {  // the tile reaches past the first query: causal mask
+            probs_and_dsoft<Mask::kCausal>(g.st, g.dst, nk, ncols, shift, nullptr, g.lse2 + c0,
+                                           g.di + c0);
         } else {
-            probs_and_dsoft<false>(g.st, g.dst, nk, ncols, j0 - c0, g.lse2 + c0, g.di + c0);
+            probs_and_dsoft<Mask::kNone>(g.st, g.dst, nk, ncols, shift, nullptr, g.lse2 + c0,
+                                         g.di + c0);
         }
         const size_t q_off = size_t(c0) * Dp;
         // dV += P^T dO, dK += dS^T Q', dQ += dS K (dS read from dst transposed)
@@ -301,6 +347,16 @@ void backward_key_tile(GroupBuffers& g, int T, int D, int j0, int nk) {
         gemm_tile(dk, Dp, g.dst, kBwdQ, 1, g.q + q_off, Dp, nk, nq, Dp, Init::kLoad);
         gemm_tile(g.d_q + q_off, Dp, g.dst, 1, kBwdQ, kr, Dp, nq, nk, Dp, Init::kLoad);
     }
+}
+
+// end[t] = one past the last position of the document holding t (s = a row's doc_start), in a
+// per-thread buffer that only grows.
+const int* doc_ends(const int32_t* s, int T) {
+    thread_local std::vector<int> end;
+    if (end.size() < size_t(T)) end.resize(size_t(T));
+    for (int t = T - 1; t >= 0; --t)
+        end[size_t(t)] = t + 1 < T && s[t + 1] != t + 1 ? end[size_t(t) + 1] : t + 1;
+    return end.data();
 }
 
 // Backward for one (b, kv head): writes d_qkv for its G query heads, its key and value head.
@@ -327,6 +383,10 @@ void backward_group(float* d_qkv, const float* d_out, const float* out, const fl
                    .di = sc.take(size_t(Tp)),
                    .st = sc.take(score),
                    .dst = sc.take(score)};
+    if (d.doc_start) {
+        g.s = d.doc_start + size_t(b) * T;
+        g.doc_end = doc_ends(g.s, T);
+    }
     const float* base = qkv + size_t(b) * T * S;
     const size_t k_off = size_t(d.H + kvh) * D, v_off = size_t(d.H + d.KV + kvh) * D;
     pack_rows(g.ks, Dp, base + k_off, S, T, D, 1.0f);
@@ -349,14 +409,15 @@ void backward_group(float* d_qkv, const float* d_out, const float* out, const fl
 // Elements below which RoPE runs on the calling thread: a parallel region costs more.
 constexpr int64_t kRopeParallelMin = 32768;
 
-// In-place rotate-half rotation of the q and k heads; sign = +1 forward, -1 inverse.
+// In-place rotate-half rotation of the q and k heads at position t - s (packed rows) or t;
+// sign = +1 forward, -1 inverse.
 void rope_apply(float* x, const float* cos, const float* sin, AttnDims d, float sign) {
     const int half = d.D / 2, heads = d.H + d.KV;
     const int64_t N = int64_t(d.B) * d.T;
     const size_t S = size_t(d.qkv_stride());
 #pragma omp parallel for schedule(static) if (N * heads * d.D > kRopeParallelMin)
     for (int64_t n = 0; n < N; ++n) {
-        const size_t t = size_t(n % d.T);
+        const size_t t = size_t(n % d.T - (d.doc_start ? d.doc_start[n] : 0));
         const float* c = cos + t * half;
         const float* s = sin + t * half;
         for (int h = 0; h < heads; ++h) {

@@ -1,4 +1,5 @@
 // ete/backend/cpu/cpu_backend.cpp — the optimized CPU Backend: forwards to ete::cpu kernels.
+// Also check_doc_start (backend.h), the packed-rows validation every backend and the model share.
 #include "ete/backend/cpu/cpu_kernels.h"
 #include "ete/core/error.h"
 
@@ -26,11 +27,13 @@ class CpuBackend final : public Backend {
                             int C) override {
         cpu::embedding_backward(d_table, d_out, ids, N, C);
     }
-    void pos_embedding_forward(float* out, const float* wpe, int B, int T, int C) override {
-        cpu::pos_embedding_forward(out, wpe, B, T, C);
+    void pos_embedding_forward(float* out, const float* wpe, const int32_t* doc_start, int B, int T,
+                               int C) override {
+        cpu::pos_embedding_forward(out, wpe, doc_start, B, T, C);
     }
-    void pos_embedding_backward(float* d_wpe, const float* d_out, int B, int T, int C) override {
-        cpu::pos_embedding_backward(d_wpe, d_out, B, T, C);
+    void pos_embedding_backward(float* d_wpe, const float* d_out, const int32_t* doc_start, int B,
+                                int T, int C) override {
+        cpu::pos_embedding_backward(d_wpe, d_out, doc_start, B, T, C);
     }
     void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
                          float eps) override {
@@ -93,6 +96,22 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+void check_doc_start(const int32_t* doc_start, int B, int T) {
+    if (!doc_start) return;
+    for (int b = 0; b < B; ++b) {
+        const int32_t* s = doc_start + size_t(b) * T;
+        ETE_CHECK(T == 0 || s[0] == 0,
+                  "doc_start[row {}, position 0] = {}: expected 0 (a row starts a document)", b,
+                  s[0]);
+        for (int t = 1; t < T; ++t) {
+            ETE_CHECK(s[t] == s[t - 1] || s[t] == t,
+                      "doc_start[row {}, position {}] = {}: expected {} (the document of position "
+                      "{}) or {} (a new document)",
+                      b, t, s[t], s[t - 1], t - 1, t);
+        }
+    }
+}
 
 std::unique_ptr<Backend> make_cpu_backend() {
     return std::make_unique<CpuBackend>();

@@ -19,8 +19,10 @@ void bias_forward(float* y, const float* b, int N, int C, int ldy);
 void bias_backward(float* d_b, const float* d_y, int N, int C, int ldy);
 void embedding_forward(float* out, const int32_t* ids, const float* table, int N, int C);
 void embedding_backward(float* d_table, const float* d_out, const int32_t* ids, int N, int C);
-void pos_embedding_forward(float* out, const float* wpe, int B, int T, int C);
-void pos_embedding_backward(float* d_wpe, const float* d_out, int B, int T, int C);
+void pos_embedding_forward(float* out, const float* wpe, const int32_t* doc_start, int B, int T,
+                           int C);
+void pos_embedding_backward(float* d_wpe, const float* d_out, const int32_t* doc_start, int B,
+                            int T, int C);
 
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
                      float eps);

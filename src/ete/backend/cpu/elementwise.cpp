@@ -8,6 +8,7 @@
 // region costs a few microseconds.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "ete/backend/cpu/cpu_kernels.h"
 #include "ete/backend/cpu/simd_math.h"
@@ -74,18 +75,59 @@ void embedding_backward(float* d_table, const float* d_out, const int32_t* ids, 
     }
 }
 
-void pos_embedding_forward(float* out, const float* wpe, int B, int T, int C) {
+void pos_embedding_forward(float* out, const float* wpe, const int32_t* doc_start, int B, int T,
+                           int C) {
+    check_doc_start(doc_start, B, T);
     int64_t rows = int64_t(B) * T;
 #pragma omp parallel for schedule(static) if (rows * C >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
         float* o = out + r * C;
-        const float* w = wpe + (r % T) * C;
+        const int64_t t = r % T, p = doc_start ? t - doc_start[r] : t;
+        const float* w = wpe + p * C;
 #pragma omp simd
         for (int c = 0; c < C; ++c) o[c] += w[c];
     }
 }
 
-void pos_embedding_backward(float* d_wpe, const float* d_out, int B, int T, int C) {
+namespace {
+
+// Packed rows: position p = t - doc_start is used by any subset of the rows. A counting sort lists
+// the rows of each position in increasing row order; each (p, column block) task then sums its
+// list in that order in double, as ete::ref does (bit-identical, thread-count independent).
+void pos_embedding_backward_packed(float* d_wpe, const float* d_out, const int32_t* doc_start,
+                                   int B, int T, int C) {
+    const int64_t rows = int64_t(B) * T;
+    std::vector<int64_t> first(size_t(T) + 1, 0), order(static_cast<size_t>(rows));  // by position
+    for (int64_t r = 0; r < rows; ++r) ++first[size_t(r % T - doc_start[r]) + 1];
+    for (int p = 0; p < T; ++p) first[size_t(p) + 1] += first[size_t(p)];
+    std::vector<int64_t> fill(first.begin(), first.end() - 1);
+    for (int64_t r = 0; r < rows; ++r) order[size_t(fill[size_t(r % T - doc_start[r])]++)] = r;
+
+    const int64_t nblk = col_blocks(C), tasks = int64_t(T) * nblk;
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelMin)
+    for (int64_t task = 0; task < tasks; ++task) {
+        const int64_t p = task / nblk;
+        const int c0 = int(task % nblk) * kColBlock, len = std::min(kColBlock, C - c0);
+        double acc[kColBlock] = {};
+        for (int64_t k = first[size_t(p)]; k < first[size_t(p) + 1]; ++k) {
+            const float* s = d_out + order[size_t(k)] * C + c0;
+#pragma omp simd
+            for (int j = 0; j < len; ++j) acc[j] += s[j];
+        }
+        float* dst = d_wpe + p * C + c0;
+        for (int j = 0; j < len; ++j) dst[j] += float(acc[j]);
+    }
+}
+
+}  // namespace
+
+void pos_embedding_backward(float* d_wpe, const float* d_out, const int32_t* doc_start, int B,
+                            int T, int C) {
+    if (doc_start) {
+        check_doc_start(doc_start, B, T);
+        pos_embedding_backward_packed(d_wpe, d_out, doc_start, B, T, C);
+        return;
+    }
     // Each (t, column block) is owned by one task: d_wpe[t] += double sum over b, b in order.
     int64_t nblk = col_blocks(C), tasks = int64_t(T) * nblk;
 #pragma omp parallel for schedule(static) if (int64_t(B) * T * C >= kParallelMin)

@@ -1,4 +1,7 @@
 // ete/backend/cpu/ref/ref_backend.cpp — Backend over the scalar reference kernels (f32).
+//
+// The kernels trust doc_start; the Backend methods validate it first (an invalid one would make
+// them read outside the tensors), as the CPU backend does.
 #include "ete/backend/cpu/ref/ref_kernels.h"
 
 namespace ete {
@@ -25,11 +28,15 @@ class RefBackend final : public Backend {
                             int C) override {
         ref::embedding_backward(d_table, d_out, ids, N, C);
     }
-    void pos_embedding_forward(float* out, const float* wpe, int B, int T, int C) override {
-        ref::pos_embedding_forward(out, wpe, B, T, C);
+    void pos_embedding_forward(float* out, const float* wpe, const int32_t* doc_start, int B, int T,
+                               int C) override {
+        check_doc_start(doc_start, B, T);
+        ref::pos_embedding_forward(out, wpe, doc_start, B, T, C);
     }
-    void pos_embedding_backward(float* d_wpe, const float* d_out, int B, int T, int C) override {
-        ref::pos_embedding_backward(d_wpe, d_out, B, T, C);
+    void pos_embedding_backward(float* d_wpe, const float* d_out, const int32_t* doc_start, int B,
+                                int T, int C) override {
+        check_doc_start(doc_start, B, T);
+        ref::pos_embedding_backward(d_wpe, d_out, doc_start, B, T, C);
     }
     void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
                          float eps) override {
@@ -49,17 +56,21 @@ class RefBackend final : public Backend {
         ref::layernorm_backward(d_x, d_w, d_b, d_out, x, w, mean, rstd, N, C);
     }
     void rope_forward(float* qkv, const float* cos, const float* sin, AttnDims d) override {
+        check_doc_start(d.doc_start, d.B, d.T);
         ref::rope_apply(qkv, cos, sin, d, +1);
     }
     void rope_backward(float* d_qkv, const float* cos, const float* sin, AttnDims d) override {
+        check_doc_start(d.doc_start, d.B, d.T);
         ref::rope_apply(d_qkv, cos, sin, d, -1);
     }
     void attention_forward(float* out, float* lse, const float* qkv, AttnDims d,
                            float scale) override {
+        check_doc_start(d.doc_start, d.B, d.T);
         ref::attention_forward(out, lse, qkv, d, scale);
     }
     void attention_backward(float* d_qkv, const float* d_out, const float* out, const float* lse,
                             const float* qkv, AttnDims d, float scale) override {
+        check_doc_start(d.doc_start, d.B, d.T);
         ref::attention_backward(d_qkv, d_out, out, lse, qkv, d, scale);
     }
     void swiglu_forward(float* out, const float* gu, int N, int F) override {

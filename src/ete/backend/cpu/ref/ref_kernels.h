@@ -58,21 +58,31 @@ void embedding_backward(T* d_table, const T* d_out, const int32_t* ids, int N, i
         for (int c = 0; c < C; ++c) d_table[size_t(ids[n]) * C + c] += d_out[size_t(n) * C + c];
 }
 
-template <typename T>
-void pos_embedding_forward(T* out, const T* wpe, int B, int T_, int C) {
-    for (int b = 0; b < B; ++b)
-        for (int t = 0; t < T_; ++t)
-            for (int c = 0; c < C; ++c) out[(size_t(b) * T_ + t) * C + c] += wpe[size_t(t) * C + c];
+// Position of (b, t) in its document: t - doc_start[b*T + t], or t without packing.
+inline int doc_position(const int32_t* doc_start, int b, int t, int T_) {
+    return doc_start ? t - doc_start[size_t(b) * T_ + t] : t;
 }
 
 template <typename T>
-void pos_embedding_backward(T* d_wpe, const T* d_out, int B, int T_, int C) {
-    for (int t = 0; t < T_; ++t)
-        for (int c = 0; c < C; ++c) {
-            double acc = 0;
-            for (int b = 0; b < B; ++b) acc += d_out[(size_t(b) * T_ + t) * C + c];
-            d_wpe[size_t(t) * C + c] += T(acc);
+void pos_embedding_forward(T* out, const T* wpe, const int32_t* doc_start, int B, int T_, int C) {
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T_; ++t) {
+            size_t p = size_t(doc_position(doc_start, b, t, T_));
+            for (int c = 0; c < C; ++c) out[(size_t(b) * T_ + t) * C + c] += wpe[p * C + c];
         }
+}
+
+// Each position's sum runs over the rows (b, t) that use it in row-major order, in double.
+template <typename T>
+void pos_embedding_backward(T* d_wpe, const T* d_out, const int32_t* doc_start, int B, int T_,
+                            int C) {
+    std::vector<double> acc(size_t(T_) * C, 0.0);
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T_; ++t) {
+            size_t p = size_t(doc_position(doc_start, b, t, T_));
+            for (int c = 0; c < C; ++c) acc[p * C + c] += d_out[(size_t(b) * T_ + t) * C + c];
+        }
+    for (size_t i = 0; i < acc.size(); ++i) d_wpe[i] += T(acc[i]);
 }
 
 template <typename T>
@@ -143,17 +153,18 @@ void layernorm_backward(T* d_x, T* d_w, T* d_b, const T* d_out, const T* x, cons
     }
 }
 
-// Rotates q and k heads; sign = +1 forward, -1 inverse (backward).
+// Rotates q and k heads by the angle of position t - s; sign = +1 forward, -1 inverse (backward).
 template <typename T>
 void rope_apply(T* qkv, const T* cos, const T* sin, AttnDims d, int sign) {
     int half = d.D / 2;
     for (int b = 0; b < d.B; ++b)
         for (int t = 0; t < d.T; ++t) {
             T* row = qkv + (size_t(b) * d.T + t) * d.qkv_stride();
+            size_t p = size_t(t - d.doc_begin(b, t));
             for (int h = 0; h < d.H + d.KV; ++h) {
                 T* v = row + size_t(h) * d.D;
                 for (int j = 0; j < half; ++j) {
-                    double c = cos[size_t(t) * half + j], s = sign * sin[size_t(t) * half + j];
+                    double c = cos[p * half + j], s = sign * sin[p * half + j];
                     double x0 = v[j], x1 = v[j + half];
                     v[j] = T(x0 * c - x1 * s);
                     v[j + half] = T(x1 * c + x0 * s);
@@ -162,6 +173,7 @@ void rope_apply(T* qkv, const T* cos, const T* sin, AttnDims d, int sign) {
         }
 }
 
+// Query i sees keys j in [s, i], s = d.doc_begin(b, i) (0 without packing).
 template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, AttnDims d, float scale) {
     int S = d.qkv_stride(), group = d.H / d.KV;
@@ -171,8 +183,9 @@ void attention_forward(T* out, T* lse, const T* qkv, AttnDims d, float scale) {
             int kh = h / group;
             for (int i = 0; i < d.T; ++i) {
                 const T* q = qkv + (size_t(b) * d.T + i) * S + size_t(h) * d.D;
+                const int s0 = d.doc_begin(b, i);
                 double mx = -INFINITY;
-                for (int j = 0; j <= i; ++j) {
+                for (int j = s0; j <= i; ++j) {
                     const T* k = qkv + (size_t(b) * d.T + j) * S + size_t(d.H + kh) * d.D;
                     double acc = 0;
                     for (int e = 0; e < d.D; ++e) acc += double(q[e]) * k[e];
@@ -180,13 +193,13 @@ void attention_forward(T* out, T* lse, const T* qkv, AttnDims d, float scale) {
                     mx = std::max(mx, s[j]);
                 }
                 double sum = 0;
-                for (int j = 0; j <= i; ++j) sum += std::exp(s[j] - mx);
+                for (int j = s0; j <= i; ++j) sum += std::exp(s[j] - mx);
                 double l = mx + std::log(sum);
                 lse[(size_t(b) * d.H + h) * d.T + i] = T(l);
                 T* o = out + (size_t(b) * d.T + i) * d.H * d.D + size_t(h) * d.D;
                 for (int e = 0; e < d.D; ++e) {
                     double acc = 0;
-                    for (int j = 0; j <= i; ++j) {
+                    for (int j = s0; j <= i; ++j) {
                         const T* v =
                             qkv + (size_t(b) * d.T + j) * S + size_t(d.H + d.KV + kh) * d.D;
                         acc += std::exp(s[j] - l) * v[e];
@@ -212,7 +225,7 @@ void attention_backward(T* d_qkv, const T* d_out, const T* out, const T* lse, co
                 const T* dy = d_out + (size_t(b) * d.T + i) * d.H * d.D + size_t(h) * d.D;
                 double l = lse[(size_t(b) * d.H + h) * d.T + i], di = 0;
                 for (int e = 0; e < d.D; ++e) di += double(dy[e]) * o[e];
-                for (int j = 0; j <= i; ++j) {
+                for (int j = d.doc_begin(b, i); j <= i; ++j) {
                     size_t krow = (size_t(b) * d.T + j) * S;
                     const T* k = qkv + krow + size_t(d.H + kh) * d.D;
                     const T* v = qkv + krow + size_t(d.H + d.KV + kh) * d.D;
