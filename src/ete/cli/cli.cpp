@@ -7,6 +7,7 @@
 
 #include "ete/backend/cpu/cpu_kernels.h"
 #include "ete/cli/commands.h"
+#include "ete/cli/launch.h"
 #include "ete/core/error.h"
 #include "ete/train/config.h"
 
@@ -124,6 +125,8 @@ int cli_main(int argc, char** argv) {
     add_generate(app, gen, run);
     add_data(app, tok_train, tokenize, run);
     add_inspect(app, inspect, run);
+    LaunchArgs launch;
+    add_launch_command(app, launch, run);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -1,0 +1,131 @@
+// ete/cli/launch.cpp — `ete launch`: build the mpirun command line and exec it.
+#include "ete/cli/launch.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <utility>
+
+#include "ete/core/error.h"
+
+namespace ete {
+namespace {
+
+std::string self_exe_path() {
+    std::string buf(4096, '\0');
+    ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size());
+    ETE_CHECK(n > 0 && size_t(n) < buf.size(),
+              "/proc/self/exe: cannot resolve the ete binary to run on each rank");
+    buf.resize(size_t(n));
+    return buf;
+}
+
+int read_sys_int(const std::string& path) {
+    std::ifstream in(path);
+    int v = -1;
+    in >> v;
+    return in ? v : -1;
+}
+
+// Physical cores among the CPUs this process may use (hyperthreads of one core count once), as
+// Open MPI counts slots; the CPU count when the topology files are missing.
+int physical_cores() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+    std::set<std::pair<int, int>> cores;  // (package, core)
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (!CPU_ISSET(cpu, &set)) continue;
+        std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+        int pkg = read_sys_int(dir + "physical_package_id");
+        int core = read_sys_int(dir + "core_id");
+        if (pkg < 0 || core < 0) return CPU_COUNT(&set);
+        cores.insert({pkg, core});
+    }
+    return std::max(1, int(cores.size()));
+}
+
+std::string join_args(const std::vector<std::string>& argv) {
+    std::string s;
+    for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+    return s;
+}
+
+}  // namespace
+
+LaunchHost launch_host() {
+    LaunchHost h;
+    h.self_exe = self_exe_path();
+    h.is_root = geteuid() == 0;
+    h.cores = physical_cores();
+    h.omp_threads_set = std::getenv("OMP_NUM_THREADS") != nullptr;
+    return h;
+}
+
+std::vector<std::string> mpirun_argv(const LaunchArgs& a, const LaunchHost& host) {
+    ETE_CHECK(a.n >= 1, "launch -n {}: expected at least 1 rank", a.n);
+    ETE_CHECK(!a.args.empty(),
+              "launch: expected the ete arguments after --, e.g. ete launch -n 2 -- train "
+              "cfg.toml");
+    ETE_ASSERT(host.cores >= 1 && !host.self_exe.empty());
+    std::vector<std::string> argv = {a.mpirun, "-np", std::to_string(a.n)};
+    if (host.is_root) argv.push_back("--allow-run-as-root");
+    if (!a.hostfile.empty()) {
+        argv.insert(argv.end(), {"--hostfile", a.hostfile, "--bind-to", "none"});
+        if (host.omp_threads_set) argv.insert(argv.end(), {"-x", "OMP_NUM_THREADS"});
+    } else {
+        int threads = std::max(1, host.cores / a.n);
+        if (a.n > host.cores) {
+            argv.insert(argv.end(), {"--oversubscribe", "--bind-to", "none"});
+        } else {
+            argv.insert(argv.end(),
+                        {"--map-by", "slot:PE=" + std::to_string(threads), "--bind-to", "core"});
+        }
+        if (!host.omp_threads_set) {
+            argv.insert(argv.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(threads)});
+        }
+    }
+    argv.push_back(host.self_exe);
+    argv.insert(argv.end(), a.args.begin(), a.args.end());
+    return argv;
+}
+
+int cmd_launch(const LaunchArgs& a) {
+    std::vector<std::string> argv = mpirun_argv(a, launch_host());
+    std::fprintf(stderr, "ete launch: %s\n", join_args(argv).c_str());
+    std::vector<char*> c_argv;
+    for (auto& s : argv) c_argv.push_back(s.data());
+    c_argv.push_back(nullptr);
+    std::fflush(nullptr);
+    execvp(c_argv[0], c_argv.data());
+    int err = errno;  // execvp returns only on failure
+    ETE_CHECK(err != ENOENT,
+              "mpirun '{}' not found: install Open MPI (Debian package openmpi-bin) or pass "
+              "--mpirun PATH",
+              a.mpirun);
+    throw_error(fmt::format("mpirun '{}': cannot run it: {}", a.mpirun, std::strerror(err)));
+}
+
+void add_launch_command(CLI::App& app, LaunchArgs& a, std::function<int()>& run) {
+    auto* c = app.add_subcommand(
+        "launch", "Run an ete command on N ranks with mpirun: ete launch -n N -- train cfg.toml");
+    c->add_option("-n,--np", a.n, "number of ranks")->required()->check(CLI::PositiveNumber);
+    c->add_option("--hostfile", a.hostfile, "Open MPI hostfile (one node per line, slots=K)")
+        ->check(CLI::ExistingFile);
+    c->add_option("--mpirun", a.mpirun, "mpirun to exec (name or path)")->capture_default_str();
+    c->add_option("args", a.args, "the ete command each rank runs, after --")->required();
+    c->footer(
+        "\nEach rank runs this ete binary with ARGS. Without --hostfile the ranks share this "
+        "node's cores\n(OMP_NUM_THREADS = cores / N unless set). See docs/parallel.md.");
+    c->callback([&] { run = [&] { return cmd_launch(a); }; });
+}
+
+}  // namespace ete

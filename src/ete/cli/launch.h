@@ -1,0 +1,53 @@
+// ete/cli/launch.h — `ete launch -n N [--hostfile F] [--mpirun PATH] -- <ete args...>`: a
+// convenience wrapper that execs Open MPI's mpirun on this very ete binary. A multi-process run is
+// a plain MPI program; this only picks sensible mpirun flags (DESIGN.md §1).
+//
+// Flags chosen (mpirun_argv):
+//   --allow-run-as-root         when running as root (containers), which Open MPI refuses otherwise
+//   without a hostfile (one node), K = cores / N:
+//     N <= cores: --map-by slot:PE=K --bind-to core  each rank owns K whole cores, so its OpenMP
+//                                                    and BLAS threads never share a core
+//     N >  cores: --oversubscribe --bind-to none     more ranks than cores: no binding, K = 1
+//     -x OMP_NUM_THREADS=K unless the user set OMP_NUM_THREADS (the user's value wins)
+//   with a hostfile (nodes and their slots are the hostfile's): --bind-to none, and a user-set
+//     OMP_NUM_THREADS is forwarded to the other nodes with -x OMP_NUM_THREADS.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace ete {
+
+struct LaunchArgs {
+    int n = 0;                      // ranks (mpirun -np)
+    std::string hostfile;           // empty = this node only
+    std::string mpirun = "mpirun";  // name (PATH lookup) or path
+    std::vector<std::string> args;  // what each rank runs: ete's own arguments, e.g. {"train", ...}
+};
+
+// Facts about this process and machine that the mpirun flags depend on.
+struct LaunchHost {
+    std::string self_exe;          // this ete binary (absolute path)
+    bool is_root = false;          // effective uid 0
+    int cores = 1;                 // physical cores this process may run on (Open MPI's slots)
+    bool omp_threads_set = false;  // OMP_NUM_THREADS is in the environment
+};
+LaunchHost launch_host();
+
+// Pure: the full mpirun command line (argv[0] = a.mpirun). Throws ete::Error on n < 1 or no args.
+std::vector<std::string> mpirun_argv(const LaunchArgs& a, const LaunchHost& host);
+
+// Execs mpirun (it replaces this process and its exit code is the job's). Returns only by
+// throwing: mpirun not found (names the Debian package openmpi-bin) or not executable.
+int cmd_launch(const LaunchArgs& a);
+
+// Registers the `launch` subcommand on app; when it is chosen, `run` is set to call cmd_launch(a).
+// `a` must outlive the parse and the call.
+void add_launch_command(CLI::App& app, LaunchArgs& a, std::function<int()>& run);
+
+}  // namespace ete

@@ -1,0 +1,23 @@
+// ete/parallel/mpi_comm.h — the MPI transport (Open MPI on CPU). A multi-process run is a plain
+// MPI program (`mpirun -np N ete ...`); this is its world communicator.
+#pragma once
+
+#include <memory>
+
+#include "ete/parallel/communicator.h"
+
+namespace ete {
+
+// The world communicator ("world", transport "mpi", timeout 0). Collective: every process calls
+// it, and each call returns a new duplicate of MPI_COMM_WORLD. Initializes MPI on first use with
+// MPI_Init_thread(MPI_THREAD_MULTIPLE) unless the program already did; only then is MPI finalized
+// at exit (once) — or the job aborted with MPI_Abort if a call failed or timed out, because MPI is
+// unusable after that and a peer may never reach MPI_Finalize.
+std::unique_ptr<Communicator> mpi_world_communicator();
+
+// The thread support level MPI provided (MPI_THREAD_SINGLE..MPI_THREAD_MULTIPLE); initializes MPI
+// like mpi_world_communicator() if needed. Below MPI_THREAD_MULTIPLE only one thread at a time
+// may call into a communicator.
+int mpi_thread_level();
+
+}  // namespace ete

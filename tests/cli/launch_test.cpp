@@ -1,0 +1,132 @@
+// tests/cli/launch_test.cpp — `ete launch`: the mpirun command line for each host situation, the
+// error when mpirun is missing, and one real 2-rank run of the ete binary through mpirun.
+#include "ete/cli/launch.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "shell.h"
+#include "test_util.h"
+
+namespace ete {
+namespace {
+
+using Argv = std::vector<std::string>;
+
+LaunchHost host(int cores, bool root = false, bool omp_set = false) {
+    return {
+        .self_exe = "/opt/ete/ete", .is_root = root, .cores = cores, .omp_threads_set = omp_set};
+}
+
+LaunchArgs args(int n, Argv ete_args = {"train", "cfg.toml"}) {
+    LaunchArgs a;
+    a.n = n;
+    a.args = std::move(ete_args);
+    return a;
+}
+
+TEST(Launch, OneNodeFewerRanksThanCores) {
+    // 2 ranks on 8 cores: each rank owns 4 cores and runs 4 OpenMP threads.
+    EXPECT_EQ(mpirun_argv(args(2), host(8)),
+              (Argv{"mpirun", "-np", "2", "--map-by", "slot:PE=4", "--bind-to", "core", "-x",
+                    "OMP_NUM_THREADS=4", "/opt/ete/ete", "train", "cfg.toml"}));
+    // 3 ranks on 8 cores: 2 whole cores each, 2 cores idle (rounds down, never oversubscribes).
+    EXPECT_EQ(mpirun_argv(args(3), host(8)),
+              (Argv{"mpirun", "-np", "3", "--map-by", "slot:PE=2", "--bind-to", "core", "-x",
+                    "OMP_NUM_THREADS=2", "/opt/ete/ete", "train", "cfg.toml"}));
+}
+
+TEST(Launch, OneNodeAsManyRanksAsCoresAsRoot) {
+    EXPECT_EQ(mpirun_argv(args(2, {"--version"}), host(2, /*root=*/true)),
+              (Argv{"mpirun", "-np", "2", "--allow-run-as-root", "--map-by", "slot:PE=1",
+                    "--bind-to", "core", "-x", "OMP_NUM_THREADS=1", "/opt/ete/ete", "--version"}));
+}
+
+TEST(Launch, OneNodeOversubscribed) {
+    EXPECT_EQ(mpirun_argv(args(4), host(2)),
+              (Argv{"mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none", "-x",
+                    "OMP_NUM_THREADS=1", "/opt/ete/ete", "train", "cfg.toml"}));
+}
+
+TEST(Launch, UserOmpThreadsWin) {
+    Argv argv = mpirun_argv(args(2), host(8, false, /*omp_set=*/true));
+    EXPECT_EQ(argv, (Argv{"mpirun", "-np", "2", "--map-by", "slot:PE=4", "--bind-to", "core",
+                          "/opt/ete/ete", "train", "cfg.toml"}));
+}
+
+TEST(Launch, Hostfile) {
+    LaunchArgs a = args(16);
+    a.hostfile = "hosts.txt";
+    a.mpirun = "/usr/lib/openmpi/bin/mpirun";
+    // The hostfile decides slots per node: no oversubscribe or per-core mapping from local cores.
+    EXPECT_EQ(mpirun_argv(a, host(2)),
+              (Argv{"/usr/lib/openmpi/bin/mpirun", "-np", "16", "--hostfile", "hosts.txt",
+                    "--bind-to", "none", "/opt/ete/ete", "train", "cfg.toml"}));
+    // A user-set OMP_NUM_THREADS is forwarded to the other nodes.
+    EXPECT_EQ(mpirun_argv(a, host(2, true, true)),
+              (Argv{"/usr/lib/openmpi/bin/mpirun", "-np", "16", "--allow-run-as-root", "--hostfile",
+                    "hosts.txt", "--bind-to", "none", "-x", "OMP_NUM_THREADS", "/opt/ete/ete",
+                    "train", "cfg.toml"}));
+}
+
+TEST(Launch, ArgumentsPassThroughVerbatim) {
+    Argv ete_args = {"train", "--set", "train.lr=3e-4", "--out", "runs/a b", "--", "-n"};
+    Argv argv = mpirun_argv(args(1, ete_args), host(4));
+    ASSERT_GE(argv.size(), ete_args.size() + 1);
+    Argv tail(argv.end() - ptrdiff_t(ete_args.size()), argv.end());
+    EXPECT_EQ(tail, ete_args);
+    EXPECT_EQ(*(argv.end() - ptrdiff_t(ete_args.size()) - 1), "/opt/ete/ete");
+}
+
+TEST(Launch, BadArguments) {
+    EXPECT_EQ(error_of([] { mpirun_argv(args(0), host(2)); }),
+              "launch -n 0: expected at least 1 rank");
+    EXPECT_EQ(error_of([] { mpirun_argv(args(2, {}), host(2)); }),
+              "launch: expected the ete arguments after --, e.g. ete launch -n 2 -- train "
+              "cfg.toml");
+}
+
+TEST(Launch, HostFacts) {
+    LaunchHost h = launch_host();
+    EXPECT_GE(h.cores, 1);
+    EXPECT_EQ(h.self_exe.front(), '/');
+    EXPECT_NE(h.self_exe.find("ete_test_cli"), std::string::npos) << h.self_exe;
+}
+
+TEST(Launch, MissingMpirunNamesThePackage) {
+    LaunchArgs a = args(2, {"--version"});
+    a.mpirun = "/nonexistent/bin/mpirun";
+    EXPECT_EQ(error_of([&] { cmd_launch(a); }),
+              "mpirun '/nonexistent/bin/mpirun' not found: install Open MPI (Debian package "
+              "openmpi-bin) or pass --mpirun PATH");
+}
+
+// The real thing: `ete launch -n 2 -- --version` execs mpirun, which runs the ete binary twice.
+TEST(Launch, RealTwoRankRun) {
+    if (run_shell("command -v mpirun >/dev/null 2>&1").code != 0) {
+        GTEST_SKIP() << "mpirun not installed (Debian package openmpi-bin)";
+    }
+    ShellResult r = run_shell(ete_cmd("launch -n 2 -- --version 2>/dev/null"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    // One version line per rank, and nothing else on stdout.
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+    size_t first = r.out.find("ete 0.1.0");
+    ASSERT_NE(first, std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("ete 0.1.0", first + 1), std::string::npos) << r.out;
+}
+
+TEST(Launch, RealRunPropagatesFailure) {
+    if (run_shell("command -v mpirun >/dev/null 2>&1").code != 0) {
+        GTEST_SKIP() << "mpirun not installed (Debian package openmpi-bin)";
+    }
+    // Each rank fails with a usage error (exit 2); the launch must not report success.
+    ShellResult r = run_shell(ete_cmd("launch -n 2 -- inspect 2>&1"));
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("path is required"), std::string::npos) << r.out;  // from the ranks
+}
+
+}  // namespace
+}  // namespace ete
