@@ -146,6 +146,24 @@ const std::vector<Key>& keys() {
             field("data.tokenizer", &R::data_tokenizer, "tokenizer.json saved with the model"));
         t.push_back(
             field("data.val_fraction", &R::data_val_fraction, "share held out for validation"));
+        t.push_back(field("parallel.dp", &R::parallel_dp,
+                          "data-parallel replicas (0 = ranks / (tp * pp))"));
+        t.push_back(field("parallel.tp", &R::parallel_tp, "tensor-parallel ranks per layer"));
+        t.push_back(field("parallel.pp", &R::parallel_pp, "pipeline stages"));
+        t.push_back(field("parallel.pp_layers", &R::parallel_pp_layers,
+                          "layers per stage, e.g. \"3,5\" (empty = balanced by cost)"));
+        t.push_back(field("parallel.uneven_batch", &R::parallel_uneven_batch,
+                          "micro_batch not divisible by dp: pad (ignored rows) or drop rows"));
+        t.push_back(field("parallel.bucket_mb", &R::parallel_bucket_mb,
+                          "data-parallel all-reduce bucket size in MiB"));
+        t.push_back(field("parallel.overlap", &R::parallel_overlap,
+                          "all-reduce gradient buckets while backward runs"));
+        t.push_back(field("parallel.grad_bf16", &R::parallel_grad_bf16,
+                          "send data-parallel gradients as bf16 (fp32 accumulation)"));
+        t.push_back(field("parallel.replica_check_every", &R::parallel_replica_check_every,
+                          "steps between checks that replicas hold identical weights (0 = off)"));
+        t.push_back(field("parallel.timeout_s", &R::parallel_timeout_s,
+                          "seconds a collective may take before the run stops with an error"));
         return t;
     }();
     return table;
@@ -157,9 +175,9 @@ const Key& find_key(const std::string& name, const std::string& where) {
     std::string section = name.substr(0, name.find('.')), known;
     for (const Key& k : keys())
         if (k.name.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + k.name;
-    throw_error(fmt::format(
-        "{}: unknown config key '{}'{}", where, name,
-        known.empty() ? " (sections: model, train, data)" : " (known keys: " + known + ")"));
+    throw_error(fmt::format("{}: unknown config key '{}'{}", where, name,
+                            known.empty() ? " (sections: model, train, data, parallel)"
+                                          : " (known keys: " + known + ")"));
 }
 
 Value from_node(const Key& k, const toml::node& n, const std::string& where) {
@@ -246,8 +264,9 @@ void apply_toml(RunConfig& cfg, const std::string& text, const std::string& wher
     }
     for (auto&& [section, node] : root) {
         const toml::table* tbl = node.as_table();
-        ETE_CHECK(tbl, "{}: top-level key '{}': expected a [section] (model, train, data)", where,
-                  section.str());
+        ETE_CHECK(tbl,
+                  "{}: top-level key '{}': expected a [section] (model, train, data, parallel)",
+                  where, section.str());
         for (auto&& [key, value] : *tbl) {
             const Key& k =
                 find_key(std::string(section.str()) + "." + std::string(key.str()), where);
@@ -275,7 +294,7 @@ std::string dump_toml(const RunConfig& cfg) {
         std::visit([&](const auto& v) { t.insert(leaf, v); }, k.get(cfg));
     }
     std::ostringstream out;
-    for (const char* s : {"model", "train", "data"}) {
+    for (const char* s : {"model", "train", "data", "parallel"}) {
         out << "[" << s << "]\n" << sections[s] << "\n\n";
     }
     return out.str();
@@ -317,6 +336,17 @@ void validate(const RunConfig& c) {
               "data.format = sft needs data.tokenizer to encode the records");
     ETE_CHECK(c.data_sft_max_bad_fraction >= 0 && c.data_sft_max_bad_fraction <= 1,
               "data.sft_max_bad_fraction = {}: expected in [0, 1]", c.data_sft_max_bad_fraction);
+    ETE_CHECK(c.parallel_dp >= 0, "parallel.dp = {}: expected >= 0 (0 = automatic)", c.parallel_dp);
+    ETE_CHECK(c.parallel_tp >= 1, "parallel.tp = {}: expected >= 1", c.parallel_tp);
+    ETE_CHECK(c.parallel_pp >= 1, "parallel.pp = {}: expected >= 1", c.parallel_pp);
+    ETE_CHECK(c.parallel_uneven_batch == "pad" || c.parallel_uneven_batch == "drop",
+              "parallel.uneven_batch = '{}': expected pad or drop", c.parallel_uneven_batch);
+    ETE_CHECK(c.parallel_bucket_mb > 0, "parallel.bucket_mb = {}: expected > 0",
+              c.parallel_bucket_mb);
+    ETE_CHECK(c.parallel_replica_check_every >= 0,
+              "parallel.replica_check_every = {}: expected >= 0", c.parallel_replica_check_every);
+    ETE_CHECK(c.parallel_timeout_s >= 0, "parallel.timeout_s = {}: expected >= 0 (0 = no limit)",
+              c.parallel_timeout_s);
 }
 
 std::vector<std::pair<std::string, std::string>> config_keys_help() {

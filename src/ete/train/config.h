@@ -46,6 +46,19 @@ struct RunConfig {
     std::string data_sft_prompt_template_no_input = SftOptions{}.prompt_template_no_input;
     std::string data_tokenizer = "data/tokenizer.json";
     double data_val_fraction = 0.02;
+    // [parallel] — the mesh dp x tp x pp must equal the number of ranks (mpirun -np N).
+    // train.micro_batch and train.grad_accum describe the global step on any layout: each of the
+    // dp replicas runs micro_batch / dp rows of every micro-batch (see README, Parallel runs).
+    int parallel_dp = 0;  // 0 = world size / (tp * pp)
+    int parallel_tp = 1;
+    int parallel_pp = 1;
+    std::string parallel_pp_layers;              // "" = balanced, or layers per stage "3,5"
+    std::string parallel_uneven_batch = "pad";   // micro_batch % dp != 0: pad or drop rows
+    double parallel_bucket_mb = 25;              // DP all-reduce bucket size (MiB)
+    bool parallel_overlap = true;                // all-reduce buckets during backward
+    bool parallel_grad_bf16 = false;             // communicate DP gradients in bf16
+    int64_t parallel_replica_check_every = 100;  // steps between replica checksums (0 = off)
+    double parallel_timeout_s = 300;             // a collective slower than this is an error
 };
 
 // The embedded default: a small Llama on the bundled KJV corpus (see README quickstart).

@@ -1,164 +1,35 @@
-// ete/train/trainer.cpp
+// ete/train/trainer.cpp — the training loop on one process or on a dp x tp x pp mesh.
+//
+// Every rank runs the same loop. Data: step s covers global samples [s·G, (s+1)·G) with
+// G = grad_accum × (rows per global micro-batch); replica d runs its rows of every micro-batch
+// (dist.h). The loss is normalised by the target tokens of the whole global step. Only world
+// rank 0 writes files (metrics, config, checkpoints, the final model); every rank reads them.
 #include "ete/train/trainer.h"
 
 #include <algorithm>
-#include <chrono>
-#include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "ete/core/file_util.h"
 #include "ete/core/log.h"
-#include "ete/data/loader.h"
-#include "ete/data/sft.h"
-#include "ete/data/token_shard.h"
-#include "ete/data/tokenizer.h"
 #include "ete/io/checkpoint.h"
 #include "ete/io/hf_model.h"
 #include "ete/model/transformer.h"
 #include "ete/optim/adamw.h"
+#include "ete/parallel/grad_sync.h"
+#include "ete/parallel/replica_check.h"
+#include "ete/train/dist.h"
 #include "ete/train/progress.h"
+#include "ete/train/run_setup.h"
 
 namespace ete {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// SIGTERM/SIGINT ask for a clean stop: the current step finishes, a checkpoint is saved, the run
-// exits 0. The handler resets itself, so a second signal terminates at once.
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) {
-    g_stop_signal = sig;
-}
-
-class StopSignals {
-  public:
-    StopSignals() {
-        g_stop_signal = 0;
-        struct sigaction sa {};
-        sa.sa_handler = on_stop_signal;
-        sa.sa_flags = SA_RESETHAND;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGTERM, &sa, &old_term_);
-        sigaction(SIGINT, &sa, &old_int_);
-    }
-    ~StopSignals() {
-        sigaction(SIGTERM, &old_term_, nullptr);
-        sigaction(SIGINT, &old_int_, nullptr);
-    }
-    int pending() const { return g_stop_signal; }
-
-  private:
-    struct sigaction old_term_ {
-    }, old_int_{};
-};
-
-// The model config for this run: from model.init_from, or [model] with the vocabulary and
-// special ids taken from the tokenizer.
-ModelConfig resolve_model(RunConfig& cfg, const std::optional<Tokenizer>& tok) {
-    ModelConfig mc = cfg.model_init_from.empty() ? cfg.model : load_hf_config(cfg.model_init_from);
-    if (mc.vocab_size == 0) {
-        ETE_CHECK(tok, "model.vocab_size = 0 takes the size from data.tokenizer, which is unset");
-        mc.vocab_size = tok->vocab_size();
-    }
-    if (tok && cfg.model_init_from.empty()) {
-        mc.eos_token_id = tok->eos_id();
-        mc.bos_token_id = tok->bos_id();
-    }
-    mc.validate();
-    ETE_CHECK(cfg.seq_len <= mc.max_position_embeddings,
-              "train.seq_len = {} exceeds model.max_position_embeddings = {}", cfg.seq_len,
-              mc.max_position_embeddings);
-    cfg.model = mc;
-    cfg.model_arch = arch_name(mc.arch);
-    return mc;
-}
-
-std::optional<Tokenizer> load_tokenizer(const RunConfig& cfg) {
-    if (cfg.data_tokenizer.empty()) return std::nullopt;
-    ETE_CHECK(fs::exists(cfg.data_tokenizer),
-              "data.tokenizer '{}': file not found (train one with `ete tokenizer train`, or set "
-              "data.tokenizer=\"\")",
-              cfg.data_tokenizer);
-    return Tokenizer::load(cfg.data_tokenizer);
-}
-
-// The settings a resume must find unchanged for the continuation to be bit-exact.
-json run_settings(const RunConfig& c, const ModelConfig& mc) {
-    return {{"model", config_to_hf_json(mc)},
-            {"train.seed", c.seed},
-            {"data.train", c.data_train},
-            {"data.format", c.data_format},
-            {"data.sft_pack", c.data_sft_pack},
-            {"data.sft_prompt_template", c.data_sft_prompt_template},
-            {"data.sft_prompt_template_no_input", c.data_sft_prompt_template_no_input},
-            {"data.val_fraction", c.data_val_fraction},
-            {"train.micro_batch", c.micro_batch},
-            {"train.seq_len", c.seq_len},
-            {"train.grad_accum", c.grad_accum},
-            {"train.steps", c.steps},
-            {"train.lr", c.lr},
-            {"train.min_lr", c.min_lr},
-            {"train.warmup_steps", c.warmup_steps},
-            {"train.lr_schedule", c.lr_schedule},
-            {"train.weight_decay", c.weight_decay},
-            {"train.beta1", c.beta1},
-            {"train.beta2", c.beta2},
-            {"train.adam_eps", c.adam_eps},
-            {"train.grad_clip", c.grad_clip}};
-}
-
-void check_resume_compatible(const json& saved, const json& now, const std::string& from,
-                             const std::vector<std::string>& force) {
-    for (const auto& [key, value] : now.items()) {
-        if (saved.contains(key) && saved[key] == value) continue;
-        if (std::find(force.begin(), force.end(), key) != force.end()) {
-            log_warn("resume: {} changed ({} -> {}); continuing as forced", key,
-                     saved.contains(key) ? saved[key].dump() : "unset", value.dump());
-            continue;
-        }
-        throw_error(
-            fmt::format("resume from '{}': {} changed ({} -> {}), so the run would not "
-                        "continue as if never stopped; pass --resume-force {} to accept",
-                        from, key, saved.contains(key) ? saved[key].dump() : "unset",
-                        key == "model" ? "(the model config)" : value.dump(), key));
-    }
-}
-
-// Keeps the metrics of steps <= step, so a resumed run's file equals an uninterrupted one's.
-void truncate_metrics(const std::string& path, int64_t step) {
-    if (!fs::exists(path)) return;
-    std::ifstream in(path);
-    std::string kept;
-    for (std::string line; std::getline(in, line);) {
-        json j = json::parse(line, nullptr, false);
-        if (!j.is_discarded() && j.value("step", int64_t(0)) <= step) kept += line + "\n";
-    }
-    write_file_atomic(path, kept);
-}
-
-// Mean loss over `batches` validation micro-batches.
-// ds is null or the doc_start buffer of packed sources.
-double evaluate(Transformer& model, const BatchSource& loader, int batches, int B, int T,
-                std::vector<int32_t>& in, std::vector<int32_t>& tgt, int32_t* ds) {
-    double sum = 0;
-    int64_t count = 0;
-    for (int i = 0; i < batches; ++i) {
-        loader.fill_val_batch(uint64_t(i) * B, B, in.data(), tgt.data(), ds);
-        sum += model.forward_loss(in.data(), tgt.data(), B, T, ds);
-        count += std::count_if(tgt.begin(), tgt.begin() + int64_t(B) * T,
-                               [](int32_t t) { return t != kIgnoreIndex; });
-    }
-    return count ? sum / double(count) : 0.0;
+int64_t count_targets(const int32_t* t, size_t n) {
+    return std::count_if(t, t + n, [](int32_t x) { return x != kIgnoreIndex; });
 }
 
 }  // namespace
@@ -172,49 +43,59 @@ class Trainer {
           backend_(make_backend(cfg_.backend)),
           tok_(load_tokenizer(cfg_)),
           mc_(resolve_model(cfg_, tok_)),
-          loader_(open_data()),
+          dist_(make_dist(cfg_, mc_.tie_word_embeddings)),
+          rows_(replica_rows(cfg_.micro_batch, dist_.shape().dp, dist_.groups.dp_rank,
+                             cfg_.parallel_uneven_batch)),
+          loader_(open_data(cfg_, mc_, tok_, shard_)),
           model_(mc_, *backend_),
           opt_(model_.params(), *backend_,
                {cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.adam_eps, cfg_.weight_decay}),
           sched_(lr_schedule_from_name(cfg_.lr_schedule)) {
-        const size_t n = size_t(cfg_.grad_accum) * cfg_.micro_batch * cfg_.seq_len;
+        ETE_CHECK(dist_.shape().tp == 1 && dist_.shape().pp == 1,
+                  "parallel.tp = {}, parallel.pp = {}: tensor and pipeline parallelism are not "
+                  "wired into the trainer yet (data parallelism is)",
+                  dist_.shape().tp, dist_.shape().pp);
+        const size_t n = size_t(cfg_.grad_accum) * rows_.rows * cfg_.seq_len;
         in_.resize(n);
         tgt_.resize(n);
         if (loader_->packed()) doc_start_.resize(n);
-        model_.setup(cfg_.micro_batch, cfg_.seq_len,
-                     recompute_plan(cfg_.recompute, mc_.num_layers));
+        model_.setup(rows_.rows, cfg_.seq_len, recompute_plan(cfg_.recompute, mc_.num_layers));
+        if (dist_.shape().dp > 1) {
+            GradSyncOptions o;
+            o.bucket_bytes = size_t(cfg_.parallel_bucket_mb * double(1 << 20));
+            o.bf16 = cfg_.parallel_grad_bf16;
+            o.overlap = cfg_.parallel_overlap;
+            sync_ = std::make_unique<GradSync>(*dist_.groups.dp, model_.params().grads(),
+                                               size_t(model_.params().numel()), o);
+        }
     }
 
     TrainSummary run(const ResumeOptions& resume);
 
   private:
-    // The batch source of data.format: a token-shard sampler or an SFT dataset.
-    std::unique_ptr<BatchSource> open_data() {
-        ETE_CHECK(fs::exists(cfg_.data_train),
-                  "data.train '{}': file not found (prepare it with `ete tokenize`, see README)",
-                  cfg_.data_train);
-        if (cfg_.data_format == "sft") {
-            SftOptions opt;
-            opt.max_bad_fraction = cfg_.data_sft_max_bad_fraction;
-            opt.pack = cfg_.data_sft_pack;
-            opt.prompt_template = cfg_.data_sft_prompt_template;
-            opt.prompt_template_no_input = cfg_.data_sft_prompt_template_no_input;
-            return std::make_unique<SftDataset>(cfg_.data_train, *tok_, cfg_.seq_len, opt,
-                                                cfg_.seed, cfg_.data_val_fraction);
-        }
-        shard_.emplace(cfg_.data_train);
-        ETE_CHECK(shard_->vocab_size() <= uint32_t(mc_.vocab_size),
-                  "data.train '{}': tokens come from a vocabulary of {}, larger than the "
-                  "model's {}",
-                  cfg_.data_train, shard_->vocab_size(), mc_.vocab_size);
-        return std::make_unique<BatchSampler>(*shard_, cfg_.seq_len, cfg_.data_val_fraction,
-                                              cfg_.seed);
-    }
     int64_t start(const ResumeOptions& resume);
+    void init_weights();
+    void fill_micro(int64_t step, int a);
     StepMetrics step(int64_t step);
+    double evaluate();
     void checkpoint(int64_t steps_done);
+    void check_replicas(int64_t steps_done);
+    bool stop_requested(int local_signal);
+    void log_start() const;
+    // Samples since the start of training after `step` steps (layout-independent).
     uint64_t data_position(int64_t step) const {
-        return uint64_t(step) * uint64_t(cfg_.grad_accum) * uint64_t(cfg_.micro_batch);
+        return uint64_t(step) * uint64_t(cfg_.grad_accum) * uint64_t(rows_.global_rows);
+    }
+    int32_t* doc_start(size_t offset) {
+        return doc_start_.empty() ? nullptr : doc_start_.data() + offset;
+    }
+    int64_t sum_over(Communicator& c, int64_t v) {
+        c.all_reduce(&v, 1, DType::I64, ReduceOp::Sum);
+        return v;
+    }
+    double sum_over(Communicator& c, double v) {
+        c.all_reduce(&v, 1, DType::F64, ReduceOp::Sum);
+        return v;
     }
 
     RunConfig cfg_;
@@ -222,17 +103,25 @@ class Trainer {
     std::unique_ptr<Backend> backend_;
     std::optional<Tokenizer> tok_;
     ModelConfig mc_;
+    Dist dist_;
+    ReplicaRows rows_;
     std::optional<TokenShard> shard_;  // data.format = tokens; outlives the sampler
     std::unique_ptr<BatchSource> loader_;
     Transformer model_;
     AdamW opt_;
     LrSchedule sched_;
-    std::vector<int32_t> in_, tgt_;
+    std::unique_ptr<GradSync> sync_;  // dp > 1
+    std::vector<int32_t> in_, tgt_;   // (grad_accum, rows, T)
     std::vector<int32_t> doc_start_;  // packed sources only (else empty)
-    int32_t* doc_start(size_t offset) {
-        return doc_start_.empty() ? nullptr : doc_start_.data() + offset;
-    }
 };
+
+void Trainer::init_weights() {
+    if (cfg_.model_init_from.empty()) {
+        model_.params().init(cfg_.seed);
+    } else {
+        load_hf_weights(cfg_.model_init_from, model_.params());
+    }
+}
 
 // Initialises or resumes; returns the number of steps already done.
 int64_t Trainer::start(const ResumeOptions& resume) {
@@ -251,12 +140,8 @@ int64_t Trainer::start(const ResumeOptions& resume) {
                   "--out '{}' already holds checkpoints of a run (newest {}): continue it "
                   "with --resume auto, or choose another --out",
                   out_, *old);
-        if (cfg_.model_init_from.empty()) {
-            model_.params().init(cfg_.seed);
-        } else {
-            load_hf_weights(cfg_.model_init_from, model_.params());
-        }
-        fs::remove(out_ + "/metrics.jsonl");
+        init_weights();
+        if (dist_.main()) fs::remove(out_ + "/metrics.jsonl");
         return 0;
     }
     CheckpointState st =
@@ -266,68 +151,130 @@ int64_t Trainer::start(const ResumeOptions& resume) {
               "checkpoint '{}': data position {} does not match step {}", *from, st.data_position,
               st.step);
     opt_.set_steps_taken(st.optimizer_steps);
-    truncate_metrics(out_ + "/metrics.jsonl", st.step);
+    if (dist_.main()) truncate_metrics(out_ + "/metrics.jsonl", st.step);
     log_info("resumed from {} at step {}", *from, st.step);
     return st.step;
 }
 
+// This replica's rows of global micro-batch a of `step` into slot a of the buffers; rows past
+// the end of an uneven micro-batch are padding with no targets.
+void Trainer::fill_micro(int64_t step, int a) {
+    const int T = cfg_.seq_len;
+    const size_t o = size_t(a) * rows_.rows * T, pad = size_t(rows_.real) * T;
+    const uint64_t first = data_position(step) + uint64_t(a) * rows_.global_rows + rows_.first;
+    if (rows_.real > 0) loader_->fill_batch(first, rows_.real, &in_[o], &tgt_[o], doc_start(o));
+    const size_t end = o + size_t(rows_.rows) * T;
+    std::fill(in_.begin() + int64_t(o + pad), in_.begin() + int64_t(end), 0);
+    std::fill(tgt_.begin() + int64_t(o + pad), tgt_.begin() + int64_t(end), kIgnoreIndex);
+    if (!doc_start_.empty())
+        std::fill(doc_start_.begin() + int64_t(o + pad), doc_start_.begin() + int64_t(end), 0);
+}
+
 StepMetrics Trainer::step(int64_t step) {
-    const int B = cfg_.micro_batch, T = cfg_.seq_len, A = cfg_.grad_accum;
+    const int R = rows_.rows, T = cfg_.seq_len, A = cfg_.grad_accum;
     auto t0 = Clock::now();
-    for (int a = 0; a < A; ++a) {
-        const size_t o = size_t(a) * B * T;
-        loader_->fill_batch(data_position(step) + uint64_t(a) * B, B, &in_[o], &tgt_[o],
-                            doc_start(o));
-    }
-    // Normalise by the target tokens of the whole step, not a mean of micro-batch means.
-    int64_t tokens =
-        std::count_if(tgt_.begin(), tgt_.end(), [](int32_t t) { return t != kIgnoreIndex; });
-    float d_scale = 1.0f / float(std::max<int64_t>(tokens, 1));
+    for (int a = 0; a < A; ++a) fill_micro(step, a);
+    // Normalise by the target tokens of the whole global step, not a mean of means.
+    const int64_t tokens = sum_over(*dist_.groups.dp, count_targets(tgt_.data(), tgt_.size()));
+    const float d_scale = 1.0f / float(std::max<int64_t>(tokens, 1));
     model_.params().zero_grads();
     double loss_sum = 0;
     for (int a = 0; a < A; ++a) {
-        const size_t o = size_t(a) * B * T;
-        loss_sum += model_.forward_backward(&in_[o], &tgt_[o], B, T, d_scale, doc_start(o));
+        if (a + 1 == A && sync_) sync_->begin();
+        const size_t o = size_t(a) * R * T;
+        loss_sum += model_.forward_backward(&in_[o], &tgt_[o], R, T, d_scale, doc_start(o));
     }
+    if (sync_) sync_->finish();
+    loss_sum = sum_over(*dist_.groups.dp, loss_sum);
     double norm = clip_grad_norm(model_.params(), *backend_, cfg_.grad_clip);
     double lr = lr_at(sched_, step, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
     opt_.step(lr);
     double dt = seconds_since(t0);
+    const int64_t step_tokens = int64_t(A) * rows_.global_rows * T;
     return {step + 1,
             loss_sum / double(std::max<int64_t>(tokens, 1)),
             lr,
             norm,
-            double(int64_t(A) * B * T) / dt,
+            double(step_tokens) / dt,
             dt * 1e3,
             tokens,
             std::nullopt};
 }
 
-void Trainer::checkpoint(int64_t steps_done) {
-    auto t0 = Clock::now();
-    CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
-                       run_settings(cfg_, mc_)};
-    std::string dir = save_checkpoint(out_, st, model_.params(), opt_.exp_avg().f32(),
-                                      opt_.exp_avg_sq().f32(), dump_toml(cfg_));
-    prune_checkpoints(out_, cfg_.keep_checkpoints);
-    log_info("checkpoint: {} ({:.1f}s)", dir, seconds_since(t0));
+// Mean loss over train.eval_batches validation micro-batches, split across replicas like
+// training micro-batches.
+double Trainer::evaluate() {
+    const int T = cfg_.seq_len;
+    double sum = 0;
+    int64_t count = 0;
+    for (int i = 0; i < cfg_.eval_batches && rows_.real > 0; ++i) {
+        const uint64_t first = uint64_t(i) * rows_.global_rows + rows_.first;
+        loader_->fill_val_batch(first, rows_.real, in_.data(), tgt_.data(), doc_start(0));
+        sum += model_.forward_loss(in_.data(), tgt_.data(), rows_.real, T, doc_start(0));
+        count += count_targets(tgt_.data(), size_t(rows_.real) * T);
+    }
+    sum = sum_over(*dist_.groups.dp, sum);
+    count = sum_over(*dist_.groups.dp, count);
+    return count ? sum / double(count) : 0.0;
 }
 
-TrainSummary Trainer::run(const ResumeOptions& resume) {
-    fs::create_directories(out_);
-    TrainSummary sum;
-    sum.start_step = sum.steps = start(resume);
-    write_file_atomic(out_ + "/config.toml", dump_toml(cfg_));
-    const int B = cfg_.micro_batch, T = cfg_.seq_len;
+void Trainer::checkpoint(int64_t steps_done) {
+    auto t0 = Clock::now();
+    if (dist_.main()) {
+        CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
+                           run_settings(cfg_, mc_)};
+        std::string dir = save_checkpoint(out_, st, model_.params(), opt_.exp_avg().f32(),
+                                          opt_.exp_avg_sq().f32(), dump_toml(cfg_));
+        prune_checkpoints(out_, cfg_.keep_checkpoints);
+        log_info("checkpoint: {} ({:.1f}s)", dir, seconds_since(t0));
+    }
+    dist_.world->barrier();  // nobody moves on (or exits) before the checkpoint is committed
+}
+
+void Trainer::check_replicas(int64_t steps_done) {
+    if (dist_.shape().dp == 1 || cfg_.parallel_replica_check_every == 0 ||
+        steps_done % cfg_.parallel_replica_check_every != 0)
+        return;
+    check_replicas_identical(*dist_.groups.dp, model_.params().params(),
+                             size_t(model_.params().numel()), fmt::format("step {}", steps_done));
+}
+
+// Ranks receive signals at different moments: they agree to stop when any of them got one.
+bool Trainer::stop_requested(int local_signal) {
+    int32_t s = local_signal;
+    if (dist_.world->size() > 1) dist_.world->all_reduce(&s, 1, DType::I32, ReduceOp::Max);
+    return s != 0;
+}
+
+void Trainer::log_start() const {
+    const MeshShape& m = dist_.shape();
     log_info(
         "ete train: {} {}L C={} H={}/{} V={} | {:.2f}M params | {} tokens/step | "
         "activations {:.0f} MiB | backend {}",
         arch_name(mc_.arch), mc_.num_layers, mc_.hidden_size, mc_.num_heads, mc_.num_kv_heads,
-        mc_.vocab_size, double(model_.params().numel()) / 1e6, int64_t(B) * T * cfg_.grad_accum,
+        mc_.vocab_size, double(model_.params().numel()) / 1e6,
+        int64_t(rows_.global_rows) * cfg_.seq_len * cfg_.grad_accum,
         double(model_.activation_bytes()) / (1 << 20), backend_->name());
+    if (m.size() > 1)
+        log_info("parallel: {} ranks = dp {} x tp {} x pp {} | {} rows per replica micro-batch{}",
+                 m.size(), m.dp, m.tp, m.pp, rows_.rows,
+                 rows_.rows * m.dp != cfg_.micro_batch
+                     ? fmt::format(" (train.micro_batch {} is uneven: {})", cfg_.micro_batch,
+                                   cfg_.parallel_uneven_batch)
+                     : "");
     log_info("data: {} ({}) | {} training / {} validation samples of {} tokens", cfg_.data_train,
-             cfg_.data_format, loader_->num_train_samples(), loader_->num_val_samples(), T);
-    Progress progress(out_ + "/metrics.jsonl", cfg_.steps, cfg_.log_every);
+             cfg_.data_format, loader_->num_train_samples(), loader_->num_val_samples(),
+             cfg_.seq_len);
+}
+
+TrainSummary Trainer::run(const ResumeOptions& resume) {
+    if (dist_.main()) fs::create_directories(out_);
+    TrainSummary sum;
+    sum.start_step = sum.steps = start(resume);
+    if (dist_.main()) write_file_atomic(out_ + "/config.toml", dump_toml(cfg_));
+    log_start();
+    std::optional<Progress> progress;
+    if (dist_.main()) progress.emplace(out_ + "/metrics.jsonl", cfg_.steps, cfg_.log_every);
     StopSignals signals;
     std::vector<double> tps;
     auto run_start = Clock::now();
@@ -336,18 +283,22 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         bool last = s + 1 == cfg_.steps;
         if (loader_->num_val_samples() > 0 && cfg_.eval_every > 0 &&
             ((s + 1) % cfg_.eval_every == 0 || last)) {
-            m.val_loss =
-                evaluate(model_, *loader_, cfg_.eval_batches, B, T, in_, tgt_, doc_start(0));
+            m.val_loss = evaluate();
             sum.final_val_loss = *m.val_loss;
         }
-        progress.record(m, seconds_since(run_start), s + 1 - sum.start_step);
+        if (progress) progress->record(m, seconds_since(run_start), s + 1 - sum.start_step);
         tps.push_back(m.tokens_per_s);
         sum.final_loss = m.loss;
         sum.steps = s + 1;
-        if (signals.pending() && !last) {
-            progress.finish();
+        check_replicas(sum.steps);
+        if (stop_requested(signals.pending()) && !last) {
+            if (progress) progress->finish();
+            const int sig = signals.pending();
             log_info("received {}: saving a checkpoint after step {}",
-                     signals.pending() == SIGINT ? "SIGINT" : "SIGTERM", sum.steps);
+                     sig == SIGINT    ? "SIGINT"
+                     : sig == SIGTERM ? "SIGTERM"
+                                      : "a stop request from another rank",
+                     sum.steps);
             checkpoint(sum.steps);
             log_info("stopped; continue with `ete train ... --out {} --resume auto`", out_);
             sum.interrupted = true;
@@ -357,12 +308,14 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
             checkpoint(sum.steps);
         }
     }
-    progress.finish();
+    if (progress) progress->finish();
     if (!tps.empty()) {
         std::nth_element(tps.begin(), tps.begin() + int64_t(tps.size() / 2), tps.end());
         sum.tokens_per_s = tps[tps.size() / 2];
     }
-    save_hf_model(out_ + "/final", mc_, model_.params(), tok_ ? cfg_.data_tokenizer : "");
+    if (dist_.main())
+        save_hf_model(out_ + "/final", mc_, model_.params(), tok_ ? cfg_.data_tokenizer : "");
+    dist_.world->barrier();
     log_info(
         "done: {} steps in {} | final loss {:.4f} | median {:.0f} tok/s | model saved to "
         "{}/final",

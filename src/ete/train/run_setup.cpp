@@ -1,0 +1,151 @@
+// ete/train/run_setup.cpp
+#include "ete/train/run_setup.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "ete/core/file_util.h"
+#include "ete/core/log.h"
+#include "ete/data/loader.h"
+#include "ete/data/sft.h"
+#include "ete/io/hf_model.h"
+
+namespace ete {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) {
+    g_stop_signal = sig;
+}
+}  // namespace
+
+StopSignals::StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGINT, &sa, &old_int_);
+}
+
+StopSignals::~StopSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGINT, &old_int_, nullptr);
+}
+
+int StopSignals::pending() const {
+    return g_stop_signal;
+}
+
+ModelConfig resolve_model(RunConfig& cfg, const std::optional<Tokenizer>& tok) {
+    ModelConfig mc = cfg.model_init_from.empty() ? cfg.model : load_hf_config(cfg.model_init_from);
+    if (mc.vocab_size == 0) {
+        ETE_CHECK(tok, "model.vocab_size = 0 takes the size from data.tokenizer, which is unset");
+        mc.vocab_size = tok->vocab_size();
+    }
+    if (tok && cfg.model_init_from.empty()) {
+        mc.eos_token_id = tok->eos_id();
+        mc.bos_token_id = tok->bos_id();
+    }
+    mc.validate();
+    ETE_CHECK(cfg.seq_len <= mc.max_position_embeddings,
+              "train.seq_len = {} exceeds model.max_position_embeddings = {}", cfg.seq_len,
+              mc.max_position_embeddings);
+    cfg.model = mc;
+    cfg.model_arch = arch_name(mc.arch);
+    return mc;
+}
+
+std::optional<Tokenizer> load_tokenizer(const RunConfig& cfg) {
+    if (cfg.data_tokenizer.empty()) return std::nullopt;
+    ETE_CHECK(fs::exists(cfg.data_tokenizer),
+              "data.tokenizer '{}': file not found (train one with `ete tokenizer train`, or set "
+              "data.tokenizer=\"\")",
+              cfg.data_tokenizer);
+    return Tokenizer::load(cfg.data_tokenizer);
+}
+
+json run_settings(const RunConfig& c, const ModelConfig& mc) {
+    return {{"model", config_to_hf_json(mc)},
+            {"train.seed", c.seed},
+            {"data.train", c.data_train},
+            {"data.format", c.data_format},
+            {"data.sft_pack", c.data_sft_pack},
+            {"data.sft_prompt_template", c.data_sft_prompt_template},
+            {"data.sft_prompt_template_no_input", c.data_sft_prompt_template_no_input},
+            {"data.val_fraction", c.data_val_fraction},
+            {"train.micro_batch", c.micro_batch},
+            {"train.seq_len", c.seq_len},
+            {"train.grad_accum", c.grad_accum},
+            {"train.steps", c.steps},
+            {"train.lr", c.lr},
+            {"train.min_lr", c.min_lr},
+            {"train.warmup_steps", c.warmup_steps},
+            {"train.lr_schedule", c.lr_schedule},
+            {"train.weight_decay", c.weight_decay},
+            {"train.beta1", c.beta1},
+            {"train.beta2", c.beta2},
+            {"train.adam_eps", c.adam_eps},
+            {"train.grad_clip", c.grad_clip}};
+}
+
+void check_resume_compatible(const json& saved, const json& now, const std::string& from,
+                             const std::vector<std::string>& force) {
+    for (const auto& [key, value] : now.items()) {
+        if (saved.contains(key) && saved[key] == value) continue;
+        if (std::find(force.begin(), force.end(), key) != force.end()) {
+            log_warn("resume: {} changed ({} -> {}); continuing as forced", key,
+                     saved.contains(key) ? saved[key].dump() : "unset", value.dump());
+            continue;
+        }
+        throw_error(
+            fmt::format("resume from '{}': {} changed ({} -> {}), so the run would not "
+                        "continue as if never stopped; pass --resume-force {} to accept",
+                        from, key, saved.contains(key) ? saved[key].dump() : "unset",
+                        key == "model" ? "(the model config)" : value.dump(), key));
+    }
+}
+
+void truncate_metrics(const std::string& path, int64_t step) {
+    if (!fs::exists(path)) return;
+    std::ifstream in(path);
+    std::string kept;
+    for (std::string line; std::getline(in, line);) {
+        json j = json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.value("step", int64_t(0)) <= step) kept += line + "\n";
+    }
+    write_file_atomic(path, kept);
+}
+
+std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& mc,
+                                       const std::optional<Tokenizer>& tok,
+                                       std::optional<TokenShard>& shard) {
+    ETE_CHECK(fs::exists(cfg.data_train),
+              "data.train '{}': file not found (prepare it with `ete tokenize`, see README)",
+              cfg.data_train);
+    if (cfg.data_format == "sft") {
+        SftOptions opt;
+        opt.max_bad_fraction = cfg.data_sft_max_bad_fraction;
+        opt.pack = cfg.data_sft_pack;
+        opt.prompt_template = cfg.data_sft_prompt_template;
+        opt.prompt_template_no_input = cfg.data_sft_prompt_template_no_input;
+        return std::make_unique<SftDataset>(cfg.data_train, *tok, cfg.seq_len, opt, cfg.seed,
+                                            cfg.data_val_fraction);
+    }
+    shard.emplace(cfg.data_train);
+    ETE_CHECK(shard->vocab_size() <= uint32_t(mc.vocab_size),
+              "data.train '{}': tokens come from a vocabulary of {}, larger than the model's {}",
+              cfg.data_train, shard->vocab_size(), mc.vocab_size);
+    return std::make_unique<BatchSampler>(*shard, cfg.seq_len, cfg.data_val_fraction, cfg.seed);
+}
+
+}  // namespace ete
