@@ -1,14 +1,21 @@
 // ete/optim/adamw.cpp
 #include "ete/optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "ete/core/error.h"
 
 namespace ete {
 
 AdamW::AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg)
-    : store_(store), be_(backend), cfg_(cfg) {
-    m_ = Tensor::zeros({store.numel()});
-    v_ = Tensor::zeros({store.numel()});
+    : AdamW(store, backend, cfg, 0, store.numel()) {}
+
+AdamW::AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg, int64_t begin, int64_t end)
+    : store_(store), be_(backend), cfg_(cfg), begin_(begin), end_(end) {
+    ETE_ASSERT(0 <= begin && begin <= end && end <= store.numel());
+    m_ = Tensor::zeros({end - begin});
+    v_ = Tensor::zeros({end - begin});
 }
 
 void AdamW::step(double lr) {
@@ -18,11 +25,14 @@ void AdamW::step(double lr) {
     const auto& specs = store_.specs();
     for (size_t i = 0; i < specs.size(); ++i) {
         if (!specs[i].trainable) continue;
-        int64_t off = store_.offset(int(i)), n = shape_numel(specs[i].shape);
+        // The part of parameter i inside [begin_, end_).
+        const int64_t off = store_.offset(int(i)), n = shape_numel(specs[i].shape);
+        const int64_t lo = std::max(off, begin_), hi = std::min(off + n, end_);
+        if (lo >= hi) continue;
         float wd = param_decays(specs[i]) ? float(cfg_.weight_decay) : 0.0f;
-        be_.adamw_step(store_.param(int(i)), store_.grad(int(i)), m_.f32() + off, v_.f32() + off, n,
-                       float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps), wd, bc1,
-                       bc2);
+        be_.adamw_step(store_.params() + lo, store_.grads() + lo, m_.f32() + (lo - begin_),
+                       v_.f32() + (lo - begin_), hi - lo, float(lr), float(cfg_.beta1),
+                       float(cfg_.beta2), float(cfg_.eps), wd, bc1, bc2);
     }
 }
 

@@ -23,10 +23,16 @@ struct AdamWConfig {
 class AdamW {
   public:
     AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg);
+    // ZeRO-1: this optimizer owns only the flat elements [begin, end) of the store — its
+    // moments cover that range and step() updates only those parameters (the caller then
+    // gathers the parameters the other ranks updated).
+    AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg, int64_t begin, int64_t end);
     // One update with learning rate lr; increments the step counter first (t starts at 1).
     void step(double lr);
     int64_t steps_taken() const { return t_; }
-    Tensor& exp_avg() { return m_; }
+    int64_t shard_begin() const { return begin_; }
+    int64_t shard_end() const { return end_; }
+    Tensor& exp_avg() { return m_; }  // (end - begin) elements
     Tensor& exp_avg_sq() { return v_; }
     void set_steps_taken(int64_t t) { t_ = t; }
 
@@ -35,6 +41,7 @@ class AdamW {
     Backend& be_;
     AdamWConfig cfg_;
     Tensor m_, v_;
+    int64_t begin_ = 0, end_ = 0;
     int64_t t_ = 0;
 };
 

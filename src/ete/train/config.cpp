@@ -160,6 +160,8 @@ const std::vector<Key>& keys() {
                           "all-reduce gradient buckets while backward runs"));
         t.push_back(field("parallel.grad_bf16", &R::parallel_grad_bf16,
                           "send data-parallel gradients as bf16 (fp32 accumulation)"));
+        t.push_back(field("parallel.zero1", &R::parallel_zero1,
+                          "ZeRO-1: shard optimizer moments across replicas, gather weights"));
         t.push_back(field("parallel.replica_check_every", &R::parallel_replica_check_every,
                           "steps between checks that replicas hold identical weights (0 = off)"));
         t.push_back(field("parallel.timeout_s", &R::parallel_timeout_s,

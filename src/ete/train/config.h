@@ -57,6 +57,7 @@ struct RunConfig {
     double parallel_bucket_mb = 25;              // DP all-reduce bucket size (MiB)
     bool parallel_overlap = true;                // all-reduce buckets during backward
     bool parallel_grad_bf16 = false;             // communicate DP gradients in bf16
+    bool parallel_zero1 = false;                 // shard AdamW moments across DP replicas
     int64_t parallel_replica_check_every = 100;  // steps between replica checksums (0 = off)
     double parallel_timeout_s = 300;             // a collective slower than this is an error
 };

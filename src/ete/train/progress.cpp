@@ -38,6 +38,7 @@ void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run)
                             {"tokens", m.tokens},  {"tokens_per_s", m.tokens_per_s},
                             {"step_ms", m.step_ms}};
         if (m.val_loss) j["val_loss"] = *m.val_loss;
+        if (m.comm_wait_ms) j["comm_wait_ms"] = *m.comm_wait_ms;
         std::fputs((j.dump() + "\n").c_str(), metrics_);
         std::fflush(metrics_);
     }

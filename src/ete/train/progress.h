@@ -15,6 +15,9 @@ struct StepMetrics {
     double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, step_ms = 0;
     int64_t tokens = 0;  // target tokens in this step
     std::optional<double> val_loss;
+    // Data parallel: time this rank's step spent blocked on gradient all-reduces after
+    // backward (what overlap could not hide).
+    std::optional<double> comm_wait_ms;
 };
 
 class Progress {

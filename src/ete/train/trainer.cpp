@@ -48,8 +48,7 @@ class Trainer {
                              cfg_.parallel_uneven_batch)),
           loader_(open_data(cfg_, mc_, tok_, shard_)),
           model_(mc_, *backend_),
-          opt_(model_.params(), *backend_,
-               {cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.adam_eps, cfg_.weight_decay}),
+          opt_(make_optimizer()),
           sched_(lr_schedule_from_name(cfg_.lr_schedule)) {
         ETE_CHECK(dist_.shape().tp == 1 && dist_.shape().pp == 1,
                   "parallel.tp = {}, parallel.pp = {}: tensor and pipeline parallelism are not "
@@ -73,6 +72,16 @@ class Trainer {
     TrainSummary run(const ResumeOptions& resume);
 
   private:
+    // AdamW over the whole model, or (parallel.zero1) over this replica's 1/dp of it.
+    AdamW make_optimizer() {
+        AdamWConfig c{cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.adam_eps, cfg_.weight_decay};
+        const int64_t n = model_.params().numel(), dp = dist_.shape().dp;
+        if (!cfg_.parallel_zero1 || dp == 1) return AdamW(model_.params(), *backend_, c);
+        const int64_t per = (n + dp - 1) / dp, begin = std::min(n, dist_.groups.dp_rank * per);
+        return AdamW(model_.params(), *backend_, c, begin, std::min(n, begin + per));
+    }
+    bool zero1() const { return opt_.shard_end() - opt_.shard_begin() != model_.params().numel(); }
+    void gather_shards(const float* mine, float* full);
     int64_t start(const ResumeOptions& resume);
     void init_weights();
     void fill_micro(int64_t step, int a);
@@ -144,8 +153,13 @@ int64_t Trainer::start(const ResumeOptions& resume) {
         if (dist_.main()) fs::remove(out_ + "/metrics.jsonl");
         return 0;
     }
-    CheckpointState st =
-        load_checkpoint(*from, model_.params(), opt_.exp_avg().f32(), opt_.exp_avg_sq().f32());
+    // Checkpoints hold the whole moments; under ZeRO-1 this replica keeps its slice.
+    const size_t n = size_t(model_.params().numel());
+    std::vector<float> m(n), v(n);
+    CheckpointState st = load_checkpoint(*from, model_.params(), m.data(), v.data());
+    std::copy(m.begin() + opt_.shard_begin(), m.begin() + opt_.shard_end(), opt_.exp_avg().f32());
+    std::copy(v.begin() + opt_.shard_begin(), v.begin() + opt_.shard_end(),
+              opt_.exp_avg_sq().f32());
     check_resume_compatible(st.run, run_settings(cfg_, mc_), *from, resume.force);
     ETE_CHECK(st.data_position == data_position(st.step),
               "checkpoint '{}': data position {} does not match step {}", *from, st.data_position,
@@ -154,6 +168,17 @@ int64_t Trainer::start(const ResumeOptions& resume) {
     if (dist_.main()) truncate_metrics(out_ + "/metrics.jsonl", st.step);
     log_info("resumed from {} at step {}", *from, st.step);
     return st.step;
+}
+
+// ZeRO-1: every replica's [shard_begin, shard_end) slice of a flat buffer of numel elements,
+// `mine` holding this replica's, gathered into `full` (all replicas call it).
+void Trainer::gather_shards(const float* mine, float* full) {
+    const int64_t n = model_.params().numel(), dp = dist_.shape().dp;
+    const int64_t per = (n + dp - 1) / dp, have = opt_.shard_end() - opt_.shard_begin();
+    std::vector<float> send(size_t(per), 0.0f), all(size_t(per * dp));
+    std::copy(mine, mine + have, send.begin());
+    dist_.groups.dp->all_gather(send.data(), all.data(), size_t(per), DType::F32);
+    std::copy(all.begin(), all.begin() + n, full);
 }
 
 // This replica's rows of global micro-batch a of `step` into slot a of the buffers; rows past
@@ -189,6 +214,11 @@ StepMetrics Trainer::step(int64_t step) {
     double norm = clip_grad_norm(model_.params(), *backend_, cfg_.grad_clip);
     double lr = lr_at(sched_, step, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
     opt_.step(lr);
+    if (zero1()) {  // every replica updated its slice: gather the whole model everywhere
+        std::vector<float> mine(model_.params().params() + opt_.shard_begin(),
+                                model_.params().params() + opt_.shard_end());
+        gather_shards(mine.data(), model_.params().params());
+    }
     double dt = seconds_since(t0);
     const int64_t step_tokens = int64_t(A) * rows_.global_rows * T;
     return {step + 1,
@@ -198,7 +228,8 @@ StepMetrics Trainer::step(int64_t step) {
             double(step_tokens) / dt,
             dt * 1e3,
             tokens,
-            std::nullopt};
+            std::nullopt,
+            sync_ ? std::optional<double>(sync_->wait_seconds() * 1e3) : std::nullopt};
 }
 
 // Mean loss over train.eval_batches validation micro-batches, split across replicas like
@@ -220,11 +251,19 @@ double Trainer::evaluate() {
 
 void Trainer::checkpoint(int64_t steps_done) {
     auto t0 = Clock::now();
+    std::vector<float> m, v;  // whole moments, gathered under ZeRO-1
+    if (zero1()) {
+        m.resize(size_t(model_.params().numel()));
+        v.resize(m.size());
+        gather_shards(opt_.exp_avg().f32(), m.data());
+        gather_shards(opt_.exp_avg_sq().f32(), v.data());
+    }
     if (dist_.main()) {
         CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
                            run_settings(cfg_, mc_)};
-        std::string dir = save_checkpoint(out_, st, model_.params(), opt_.exp_avg().f32(),
-                                          opt_.exp_avg_sq().f32(), dump_toml(cfg_));
+        std::string dir =
+            save_checkpoint(out_, st, model_.params(), zero1() ? m.data() : opt_.exp_avg().f32(),
+                            zero1() ? v.data() : opt_.exp_avg_sq().f32(), dump_toml(cfg_));
         prune_checkpoints(out_, cfg_.keep_checkpoints);
         log_info("checkpoint: {} ({:.1f}s)", dir, seconds_since(t0));
     }
