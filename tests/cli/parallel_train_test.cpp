@@ -114,6 +114,8 @@ TEST_F(ParallelTrain, DataParallelMatchesOneProcess) {
     ASSERT_EQ(one.losses.size(), 5u);
     EXPECT_LT(one.losses.back(), one.losses.front());  // it trains
     expect_same(one, train(2, "--set parallel.dp=2"), "dp=2");
+    // Many small buckets (~1 KiB of ~50 KiB of gradients) give the same result.
+    expect_same(one, train(2, "--set parallel.dp=2 --set parallel.bucket_mb=0.001"), "buckets");
     // Uneven: 4 rows over 3 replicas pads the third replica's missing row with ignored targets.
     RunResult three = train(3, "--set parallel.dp=3");
     expect_same(one, three, "dp=3 (padded)");
@@ -126,18 +128,80 @@ TEST_F(ParallelTrain, DataParallelMatchesOneProcess) {
     expect_same(one, train(2, "--set parallel.dp=2 --set parallel.zero1=true"), "dp=2 zero1");
 }
 
-// A checkpoint written by a ZeRO-1 dp=2 run resumes on one process and continues exactly like
-// the uninterrupted single-process run (checkpoints hold logical, whole tensors).
+// Overlap is real: the first gradient buckets (the head, the last layers) are all-reduced while
+// backward still runs through the earlier layers. metrics.jsonl records, per step, how many
+// buckets started before the step's last bucket became ready. A wider model (~10 MB of
+// gradients in 256 KiB buckets) makes backward long enough to see it; on this 2-core machine
+// the comm threads share the cores with compute, so only the first buckets get ahead.
+TEST_F(ParallelTrain, GradientAllReduceOverlapsBackward) {
+    train(2,
+          "--set parallel.dp=2 --set parallel.bucket_mb=0.25 --set model.hidden_size=256 "
+          "--set model.intermediate_size=512");
+    std::ifstream metrics(last_out_ + "/metrics.jsonl");
+    int64_t early = 0, steps = 0;
+    for (std::string line; std::getline(metrics, line); ++steps) {
+        nlohmann::json j = nlohmann::json::parse(line);
+        EXPECT_GT(j["buckets"].get<int>(), 20) << line;
+        early += j["buckets_early"].get<int64_t>();
+    }
+    EXPECT_EQ(steps, 5);
+    EXPECT_GT(early, 0);
+}
+
+// "--set parallel.dp=D --set parallel.tp=T --set parallel.pp=P"
+std::string mesh(int dp, int tp, int pp) {
+    return "--set parallel.dp=" + std::to_string(dp) + " --set parallel.tp=" + std::to_string(tp) +
+           " --set parallel.pp=" + std::to_string(pp);
+}
+
+constexpr int kLayouts[7][3] = {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 1},
+                                {2, 1, 2}, {1, 2, 2}, {2, 2, 2}};
+
+// Every (dp, tp, pp) in {1,2}^3 against one process, with recompute off and on. tp = 2 pads the
+// vocabulary (61) and the MLP width (45); pp = 2 puts 2 layers on each stage and runs 1F1B over
+// the 2 micro-batches of a step.
+TEST_F(ParallelTrain, EveryLayoutMatchesOneProcessLlama) {
+    for (const char* rc : {"none", "full"}) {
+        const std::string recompute = std::string(" --set train.recompute=") + rc;
+        RunResult one = train(1, recompute);
+        for (const auto& l : kLayouts)
+            expect_same(one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + recompute),
+                        fmt::format("llama ({},{},{}) recompute {}", l[0], l[1], l[2], rc));
+    }
+}
+
+// GPT-2: LayerNorm with biases, learned positions, fused q|k|v split per tp rank, and an
+// embedding tied to the head, which pp = 2 keeps on both the first and the last stage.
+// adam_eps = 1e-6: the key bias gets a mathematically zero gradient (softmax ignores a shift of
+// all scores), so AdamW moves it by rounding noise / eps; at eps = 1e-8 two equally exact
+// summation orders (one GEMM over 4 rows vs two replicas of 2) end ~1.2e-5 apart there, even
+// for dp = 2 alone. With 1e-6 every layout stays within 5e-6 of one process.
+TEST_F(ParallelTrain, EveryLayoutMatchesOneProcessGpt2) {
+    const std::string gpt2 =
+        " --set model.arch=gpt2 --set model.num_kv_heads=4 --set train.adam_eps=1e-6";
+    RunResult one = train(1, gpt2);
+    for (const auto& l : kLayouts)
+        expect_same(one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + gpt2),
+                    fmt::format("gpt2 ({},{},{})", l[0], l[1], l[2]));
+}
+
+// Checkpoints hold the logical model: one written at (2,2,1) resumes onto (1,1,2) and onto one
+// process, and one written by a ZeRO-1 dp=2 run resumes on one process and back on dp=2, each
+// continuing exactly like the uninterrupted single-process run.
 TEST_F(ParallelTrain, ResumeOntoAnotherLayout) {
     RunResult one = train(1, "");
-    train(2, "--set parallel.dp=2 --set parallel.zero1=true --set train.checkpoint_every=3");
-    const std::string ckpt = last_out_ + "/checkpoints/step_00000003";
+    train(4, mesh(2, 2, 1) + " --set train.checkpoint_every=3");
+    std::string ckpt = last_out_ + "/checkpoints/step_00000003";
     ASSERT_TRUE(fs::exists(ckpt)) << ckpt;
-    RunResult resumed = train(1, "--resume " + ckpt);
-    EXPECT_EQ(resumed.steps, (std::vector<int64_t>{4, 5})) << resumed.log;
-    expect_same(one, resumed, "dp=2 zero1 -> 1 process");
-    RunResult back = train(2, "--set parallel.dp=2 --resume " + ckpt);
-    expect_same(one, back, "dp=2 zero1 -> dp=2");
+    RunResult pp2 = train(2, mesh(1, 1, 2) + " --resume " + ckpt);
+    EXPECT_EQ(pp2.steps, (std::vector<int64_t>{4, 5})) << pp2.log;
+    expect_same(one, pp2, "(2,2,1) -> (1,1,2)");
+    expect_same(one, train(1, "--resume " + ckpt), "(2,2,1) -> (1,1,1)");
+
+    train(2, mesh(2, 1, 1) + " --set parallel.zero1=true --set train.checkpoint_every=3");
+    ckpt = last_out_ + "/checkpoints/step_00000003";
+    expect_same(one, train(1, "--resume " + ckpt), "dp=2 zero1 -> 1 process");
+    expect_same(one, train(2, mesh(2, 1, 1) + " --resume " + ckpt), "dp=2 zero1 -> dp=2");
 }
 
 TEST_F(ParallelTrain, MeshThatDoesNotMatchTheRanksIsAClearError) {

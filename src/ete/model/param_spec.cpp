@@ -3,11 +3,28 @@
 
 #include <cmath>
 
+#include "ete/model/shard.h"
+
 namespace ete {
 namespace {
 
+// Megatron sharding rules (ShardRule comments).
+constexpr ShardRule kReplicated{};
+constexpr ShardRule kRows{0, 1, false};       // column-parallel: q/k/v heads
+constexpr ShardRule kRowsPadded{0, 1, true};  // column-parallel MLP, vocab-parallel tables
+constexpr ShardRule kCols{1, 1, false};       // row-parallel over heads
+constexpr ShardRule kColsPadded{1, 1, true};  // row-parallel over the MLP width
+constexpr ShardRule kRowsQkv{0, 3, false};    // GPT-2 c_attn: q | k | v each split
+
 std::string layer_prefix(const ModelConfig& c, int i) {
     return c.arch == Arch::Llama ? fmt::format("model.layers.{}.", i) : fmt::format("h.{}.", i);
+}
+
+ParamSpec spec(std::string name, Shape shape, ParamKind kind, ParamInit init, float std,
+               ShardRule rule, bool hf_transposed = false) {
+    ParamSpec s{std::move(name), shape, kind, init, std, hf_transposed};
+    s.shard = rule;
+    return s;
 }
 
 void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
@@ -15,32 +32,35 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     int64_t C = c.hidden_size, F = c.intermediate_size, HD = int64_t(c.num_heads) * c.D(),
             KVD = int64_t(c.num_kv_heads) * c.D();
     float s = float(c.initializer_range);
-    auto mat = [&](const std::string& n, int64_t out, int64_t in) {
-        t.push_back({p + n + ".weight", {out, in}, ParamKind::Matrix, ParamInit::Normal, s});
+    auto mat = [&](const std::string& n, int64_t out, int64_t in, ShardRule r) {
+        t.push_back(spec(p + n + ".weight", {out, in}, ParamKind::Matrix, ParamInit::Normal, s, r));
     };
-    auto bias = [&](const std::string& n, int64_t out) {
-        t.push_back({p + n + ".bias", {out}, ParamKind::Bias, ParamInit::Zeros, 0});
+    auto bias = [&](const std::string& n, int64_t out, ShardRule r) {
+        t.push_back(spec(p + n + ".bias", {out}, ParamKind::Bias, ParamInit::Zeros, 0, r));
     };
-    t.push_back({p + "input_layernorm.weight", {C}, ParamKind::Norm, ParamInit::Ones, 0});
-    mat("self_attn.q_proj", HD, C);
-    mat("self_attn.k_proj", KVD, C);
-    mat("self_attn.v_proj", KVD, C);
+    auto norm = [&](const std::string& n) {
+        t.push_back(spec(p + n + ".weight", {C}, ParamKind::Norm, ParamInit::Ones, 0, kReplicated));
+    };
+    norm("input_layernorm");
+    mat("self_attn.q_proj", HD, C, kRows);
+    mat("self_attn.k_proj", KVD, C, kRows);
+    mat("self_attn.v_proj", KVD, C, kRows);
     if (c.attention_bias) {
-        bias("self_attn.q_proj", HD);
-        bias("self_attn.k_proj", KVD);
-        bias("self_attn.v_proj", KVD);
+        bias("self_attn.q_proj", HD, kRows);
+        bias("self_attn.k_proj", KVD, kRows);
+        bias("self_attn.v_proj", KVD, kRows);
     }
-    mat("self_attn.o_proj", C, HD);
-    if (c.attention_bias) bias("self_attn.o_proj", C);
-    t.push_back({p + "post_attention_layernorm.weight", {C}, ParamKind::Norm, ParamInit::Ones, 0});
-    mat("mlp.gate_proj", F, C);
-    mat("mlp.up_proj", F, C);
+    mat("self_attn.o_proj", C, HD, kCols);
+    if (c.attention_bias) bias("self_attn.o_proj", C, kReplicated);  // added after the all-reduce
+    norm("post_attention_layernorm");
+    mat("mlp.gate_proj", F, C, kRowsPadded);
+    mat("mlp.up_proj", F, C, kRowsPadded);
     if (c.mlp_bias) {
-        bias("mlp.gate_proj", F);
-        bias("mlp.up_proj", F);
+        bias("mlp.gate_proj", F, kRowsPadded);
+        bias("mlp.up_proj", F, kRowsPadded);
     }
-    mat("mlp.down_proj", C, F);
-    if (c.mlp_bias) bias("mlp.down_proj", C);
+    mat("mlp.down_proj", C, F, kColsPadded);
+    if (c.mlp_bias) bias("mlp.down_proj", C, kReplicated);
 }
 
 void gpt2_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
@@ -50,45 +70,65 @@ void gpt2_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     // GPT-2 scales the init of residual projections by 1/sqrt(2L) (HF _init_weights).
     float s_proj = float(c.initializer_range / std::sqrt(2.0 * c.num_layers));
     auto norm = [&](const std::string& n) {
-        t.push_back({p + n + ".weight", {C}, ParamKind::Norm, ParamInit::Ones, 0});
-        t.push_back({p + n + ".bias", {C}, ParamKind::Bias, ParamInit::Zeros, 0});
+        t.push_back(spec(p + n + ".weight", {C}, ParamKind::Norm, ParamInit::Ones, 0, kReplicated));
+        t.push_back(spec(p + n + ".bias", {C}, ParamKind::Bias, ParamInit::Zeros, 0, kReplicated));
     };
-    auto conv = [&](const std::string& n, int64_t out, int64_t in, float std) {
+    // Conv1D: weight (out, in) in ETE layout; the bias follows the output features, except for
+    // row-parallel layers whose bias is added once after the all-reduce (replicated).
+    auto conv = [&](const std::string& n, int64_t out, int64_t in, float std, ShardRule w,
+                    ShardRule b) {
         t.push_back(
-            {p + n + ".weight", {out, in}, ParamKind::Matrix, ParamInit::Normal, std, true});
-        t.push_back({p + n + ".bias", {out}, ParamKind::Bias, ParamInit::Zeros, 0});
+            spec(p + n + ".weight", {out, in}, ParamKind::Matrix, ParamInit::Normal, std, w, true));
+        t.push_back(spec(p + n + ".bias", {out}, ParamKind::Bias, ParamInit::Zeros, 0, b));
     };
     norm("ln_1");
-    conv("attn.c_attn", 3 * C, C, s);
-    conv("attn.c_proj", C, C, s_proj);
+    conv("attn.c_attn", 3 * C, C, s, kRowsQkv, kRowsQkv);
+    conv("attn.c_proj", C, C, s_proj, kCols, kReplicated);
     norm("ln_2");
-    conv("mlp.c_fc", F, C, s);
-    conv("mlp.c_proj", C, F, s_proj);
+    conv("mlp.c_fc", F, C, s, kRowsPadded, kRowsPadded);
+    conv("mlp.c_proj", C, F, s_proj, kColsPadded, kReplicated);
+}
+
+ParamSpec embedding_spec(const ModelConfig& c) {
+    const char* name = c.arch == Arch::Llama ? "model.embed_tokens.weight" : "wte.weight";
+    return spec(name, {int64_t(c.vocab_size), int64_t(c.hidden_size)}, ParamKind::Embedding,
+                ParamInit::Normal, float(c.initializer_range), kRowsPadded);
 }
 
 }  // namespace
 
-std::vector<ParamSpec> param_specs(const ModelConfig& c) {
+std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp) {
+    const ModelParallel m = mp.resolved(c);
     std::vector<ParamSpec> t;
-    int64_t V = c.vocab_size, C = c.hidden_size;
-    float s = float(c.initializer_range);
-    if (c.arch == Arch::Llama) {
-        t.push_back(
-            {"model.embed_tokens.weight", {V, C}, ParamKind::Embedding, ParamInit::Normal, s});
-        for (int i = 0; i < c.num_layers; ++i) llama_layer(t, c, i);
-        t.push_back({"model.norm.weight", {C}, ParamKind::Norm, ParamInit::Ones, 0});
-        if (!c.tie_word_embeddings)
-            t.push_back({"lm_head.weight", {V, C}, ParamKind::Matrix, ParamInit::Normal, s});
-    } else {
-        t.push_back({"wte.weight", {V, C}, ParamKind::Embedding, ParamInit::Normal, s});
-        t.push_back({"wpe.weight",
-                     {int64_t(c.max_position_embeddings), C},
-                     ParamKind::Embedding,
-                     ParamInit::Normal,
-                     0.01f});
-        for (int i = 0; i < c.num_layers; ++i) gpt2_layer(t, c, i);
-        t.push_back({"ln_f.weight", {C}, ParamKind::Norm, ParamInit::Ones, 0});
-        t.push_back({"ln_f.bias", {C}, ParamKind::Bias, ParamInit::Zeros, 0});
+    const int64_t V = c.vocab_size, C = c.hidden_size;
+    const bool llama = c.arch == Arch::Llama;
+    if (m.first_stage()) {
+        t.push_back(embedding_spec(c));
+        if (!llama) {
+            t.push_back(spec("wpe.weight", {int64_t(c.max_position_embeddings), C},
+                             ParamKind::Embedding, ParamInit::Normal, 0.01f, kReplicated));
+        }
+    }
+    for (int i = m.layer_begin; i < m.layer_end; ++i)
+        llama ? llama_layer(t, c, i) : gpt2_layer(t, c, i);
+    if (m.last_stage()) {
+        const char* norm = llama ? "model.norm" : "ln_f";
+        t.push_back(spec(fmt::format("{}.weight", norm), {C}, ParamKind::Norm, ParamInit::Ones, 0,
+                         kReplicated));
+        if (!llama) {
+            t.push_back(spec("ln_f.bias", {C}, ParamKind::Bias, ParamInit::Zeros, 0, kReplicated));
+        }
+        if (llama && !c.tie_word_embeddings) {
+            t.push_back(spec("lm_head.weight", {V, C}, ParamKind::Matrix, ParamInit::Normal,
+                             float(c.initializer_range), kRowsPadded));
+        } else if (!m.first_stage()) {
+            t.push_back(embedding_spec(c));  // GPT-2 always ties
+            t.back().tied_copy = true;
+        }
+    }
+    for (ParamSpec& s : t) {
+        s.global_shape = s.shape;
+        s.shape = shard_shape(s.shard, s.global_shape, m.tp_size);
     }
     return t;
 }

@@ -1,10 +1,13 @@
 // ete/model/param_spec.h — the one parameter table (DESIGN.md §3, STYLE.md habit 7).
 //
 // Every parameter of a model is one row: its HF name, its shape as ETE stores it, what kind of
-// tensor it is (which decides weight decay), how it is initialised and whether HF stores it
-// transposed (GPT-2 Conv1D keeps linears as (in, out); ETE keeps every linear as (out, in)).
-// Allocation, initialisation, checkpoint keys and optimizer groups all derive from this table;
-// sharding rules and LoRA/NF4 selection will be columns of it too.
+// tensor it is (which decides weight decay), how it is initialised, whether HF stores it
+// transposed (GPT-2 Conv1D keeps linears as (in, out); ETE keeps every linear as (out, in)) and
+// how tensor parallelism shards it. Allocation, initialisation, checkpoint keys, optimizer groups
+// and TP sharding all derive from this table; LoRA/NF4 selection will be columns of it too.
+//
+// Under tensor parallelism a row describes this rank's shard: `shape` is local, `global_shape`
+// the logical HF/ETE tensor, `shard` the rule between them (shard.h moves data across).
 #pragma once
 
 #include <string>
@@ -12,25 +15,45 @@
 
 #include "ete/core/tensor.h"
 #include "ete/model/config.h"
+#include "ete/model/model_parallel.h"
 
 namespace ete {
 
 enum class ParamKind { Matrix, Embedding, Norm, Bias };
 enum class ParamInit { Normal, Zeros, Ones };
 
+// How tensor parallelism splits a parameter (Megatron): column-parallel linears split their
+// output rows (dim 0), row-parallel linears their input columns (dim 1), vocab-parallel tables
+// their vocabulary rows (dim 0); everything else is replicated.
+struct ShardRule {
+    int dim = -1;      // -1 replicated; 0 rows; 1 columns (of the ETE (out, in) layout)
+    int groups = 1;    // the split dim is G equal groups, each split across tp (c_attn q|k|v: 3)
+    bool pad = false;  // a group may not divide by tp: pad it to a multiple of tp with zero rows
+};
+
 struct ParamSpec {
     std::string name;  // HF name, e.g. "model.layers.0.self_attn.q_proj.weight"
-    Shape shape;       // as ETE stores it; linears (out, in)
+    Shape shape;       // as this rank stores it; linears (out, in)
     ParamKind kind = ParamKind::Matrix;
     ParamInit init = ParamInit::Normal;
     float init_std = 0.02f;
     bool hf_transposed = false;  // HF stores it as shape reversed (GPT-2 Conv1D)
     bool trainable = true;
+    ShardRule shard{};     // replicated unless set
+    Shape global_shape{};  // the logical, unpadded shape (= shape without tensor parallelism)
+    // The last pipeline stage's copy of a tied embedding (used as the LM head). Its gradient must
+    // be summed with stage 0's embedding gradient before the optimizer step; it is not counted in
+    // the gradient norm and not saved (stage 0 owns the tensor).
+    bool tied_copy = false;
 };
 
-// The table in execution order (embeddings, layer 0..L-1, final norm, head). Fused groups
-// (q|k|v, gate|up) are adjacent so the model can run them as one GEMM.
-std::vector<ParamSpec> param_specs(const ModelConfig& c);
+// This stage's parameters with this tp rank's local shapes (ModelParallel{} = the whole model):
+// stage 0 holds the embeddings, each stage its layers [layer_begin, layer_end), the last stage
+// the final norm and the LM head — for tied embeddings on more than one stage, a tied_copy of
+// the embedding named like it, at the end of the table. In execution order (embeddings, layers,
+// final norm, head); fused groups (q|k|v, gate|up) are adjacent so the model can run them as one
+// GEMM, locally too. Throws ete::Error if heads do not divide by tp (ModelParallel::resolved).
+std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp = {});
 
 // Weight decay applies to matrices only by default (not norms, biases, embeddings).
 bool param_decays(const ParamSpec& p);

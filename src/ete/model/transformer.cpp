@@ -1,31 +1,65 @@
-// ete/model/transformer.cpp — forward and backward of the decoder, layer by layer.
+// ete/model/transformer.cpp — construction, activation memory and the decoder layers' forward
+// and backward (tensor-parallel when tp_size > 1). The embedding and head live in
+// transformer_head.cpp, the stage and whole-model calls in transformer_stage.cpp.
 #include "ete/model/transformer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "ete/model/shard.h"
 #include "ete/nn/linear.h"
 #include "ete/nn/rope.h"
+#include "ete/parallel/communicator.h"
 
 namespace ete {
 
-Transformer::Transformer(const ModelConfig& config, Backend& backend)
-    : cfg_(config), be_(backend), params_((config.validate(), param_specs(config))) {
-    for (int l = 0; l < cfg_.num_layers; ++l) {
+namespace {
+
+constexpr ShardRule kPaddedRows{0, 1, true};  // the MLP width and vocabulary split (param_spec)
+
+std::string layer_prefix(const ModelConfig& c, int layer) {
+    return c.arch == Arch::Llama ? fmt::format("model.layers.{}.", layer)
+                                 : fmt::format("h.{}.", layer);
+}
+
+const char* final_norm_name(const ModelConfig& c) {
+    return c.arch == Arch::Llama ? "model.norm.weight" : "ln_f.weight";
+}
+
+}  // namespace
+
+Transformer::Transformer(const ModelConfig& config, Backend& backend, const ModelParallel& mp)
+    : cfg_(config),
+      be_(backend),
+      mp_((config.validate(), mp.resolved(config))),
+      params_(param_specs(config, mp_), mp_.tp_rank, mp_.tp_size) {
+    ETE_CHECK(mp_.tp_size == 1 || mp_.tp,
+              "tensor parallelism over parallel.tp = {} ranks needs the tp communicator",
+              mp_.tp_size);
+    const int P = mp_.tp_size;
+    tp_ = P > 1 ? mp_.tp : nullptr;
+    H_ = cfg_.num_heads / P;
+    KV_ = cfg_.num_kv_heads / P;
+    F_ = int(shard_extent(kPaddedRows, cfg_.intermediate_size, P));
+    V_ = int(shard_extent(kPaddedRows, cfg_.vocab_size, P));
+    vocab_begin_ = mp_.tp_rank * V_;
+    vocab_valid_ = std::clamp(cfg_.vocab_size - vocab_begin_, 0, V_);
+    for (int l = mp_.layer_begin; l < mp_.layer_end; ++l) {
         w_.push_back(weights(l, false));
         g_.push_back(weights(l, true));
     }
+    build_grad_groups();
 }
 
-LayerWeights Transformer::weights(int l, bool grads) {
+LayerWeights Transformer::weights(int layer, bool grads) {
     auto get = [&](const std::string& n) -> float* {
         if (!params_.has(n)) return nullptr;
         return grads ? params_.grad(n) : params_.param(n);
     };
+    const std::string p = layer_prefix(cfg_, layer);
     LayerWeights w;
     if (cfg_.arch == Arch::Llama) {
-        std::string p = fmt::format("model.layers.{}.", l);
         w.ln1_w = get(p + "input_layernorm.weight");
         w.qkv_w = get(p + "self_attn.q_proj.weight");  // q|k|v are adjacent: one (S, C) matrix
         w.qkv_b = get(p + "self_attn.q_proj.bias");
@@ -37,7 +71,6 @@ LayerWeights Transformer::weights(int l, bool grads) {
         w.proj_w = get(p + "mlp.down_proj.weight");
         w.proj_b = get(p + "mlp.down_proj.bias");
     } else {
-        std::string p = fmt::format("h.{}.", l);
         w.ln1_w = get(p + "ln_1.weight");
         w.ln1_b = get(p + "ln_1.bias");
         w.qkv_w = get(p + "attn.c_attn.weight");
@@ -52,6 +85,40 @@ LayerWeights Transformer::weights(int l, bool grads) {
         w.proj_b = get(p + "mlp.c_proj.bias");
     }
     return w;
+}
+
+// Groups follow the table's execution order: [embeddings] [layer 0] ... [final norm, head], so
+// reporting them last-to-first walks offsets downwards.
+void Transformer::build_grad_groups() {
+    const std::vector<ParamSpec>& specs = params_.specs();
+    const int n = int(specs.size());
+    auto group = [&](int a, int b) {
+        GradGroup g;
+        g.offset = params_.offset(a);
+        g.count = (b < n ? params_.offset(b) : params_.numel()) - g.offset;
+        for (int i = a; i < b; ++i)
+            if (shard_has_padding(specs[size_t(i)], mp_.tp_size)) g.padded.push_back(i);
+        return g;
+    };
+    auto layer_start = [&](int l) {
+        return params_.index(layer_prefix(cfg_, l) +
+                             (cfg_.arch == Arch::Llama ? "input_layernorm.weight" : "ln_1.weight"));
+    };
+    const int after_layers = mp_.last_stage() ? params_.index(final_norm_name(cfg_)) : n;
+    if (mp_.first_stage()) embed_group_ = group(0, layer_start(mp_.layer_begin));
+    for (int l = mp_.layer_begin; l < mp_.layer_end; ++l)
+        layer_groups_.push_back(
+            group(layer_start(l), l + 1 < mp_.layer_end ? layer_start(l + 1) : after_layers));
+    if (mp_.last_stage()) head_group_ = group(after_layers, n);
+}
+
+// Padding rows get exactly zero gradients (they do by construction: zero weights, masked
+// logits; masking keeps it so whatever rounding does), then the hook hears of the range.
+void Transformer::finish_group(const GradGroup& g) {
+    for (int i : g.padded) {
+        shard_zero_padding(params_.specs()[size_t(i)], mp_.tp_rank, mp_.tp_size, params_.grad(i));
+    }
+    if (grad_ready_ && g.count > 0) grad_ready_(g.offset, g.count);
 }
 
 std::vector<bool> recompute_plan(const std::string& spec, int L) {
@@ -89,9 +156,10 @@ void Transformer::setup(int B, int T, Recompute recompute) {
     setup(B, T, std::vector<bool>(size_t(cfg_.num_layers), recompute == Recompute::Full));
 }
 
-void Transformer::setup(int B, int T, const std::vector<bool>& plan) {
+void Transformer::setup(int B, int T, const std::vector<bool>& plan, int slots) {
     ETE_ASSERT(plan.size() == size_t(cfg_.num_layers));
     ETE_CHECK(B > 0 && T > 0, "model setup: batch {} and sequence {} must be > 0", B, T);
+    ETE_CHECK(slots >= 1, "model setup: {} pipeline slots, expected >= 1", slots);
     ETE_CHECK(T <= cfg_.max_position_embeddings,
               "sequence length {} exceeds model.max_position_embeddings = {}", T,
               cfg_.max_position_embeddings);
@@ -101,7 +169,8 @@ void Transformer::setup(int B, int T, const std::vector<bool>& plan) {
     // Logits are produced in row chunks of at most ~64 MB so a large vocabulary never needs a
     // full (N, V) buffer.
     int64_t N = int64_t(B) * T;
-    head_rows_ = int(std::clamp<int64_t>((int64_t(16) << 20) / cfg_.vocab_size, 1, N));
+    head_rows_ = int(std::clamp<int64_t>((int64_t(16) << 20) / V_, 1, N));
+    slots_.assign(size_t(slots), Slot{});
     Arena counter;
     allocate(counter);
     arena_.reset(counter.used());
@@ -110,46 +179,94 @@ void Transformer::setup(int B, int T, const std::vector<bool>& plan) {
 }
 
 void Transformer::allocate(Arena& a) {
-    size_t N = size_t(B_) * T_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-    size_t HD = size_t(cfg_.num_heads) * cfg_.D();
-    size_t S = size_t(cfg_.num_heads + 2 * cfg_.num_kv_heads) * cfg_.D();
-    size_t FC = cfg_.arch == Arch::Llama ? 2 * F : F;
-    bool ln = cfg_.arch == Arch::GPT2;
-    resid_.assign(size_t(cfg_.num_layers) + 1, nullptr);
-    for (auto& r : resid_) r = a.alloc_f32(N * C);
-    act_slot_.clear();
-    size_t kept = 0, recomputed = 0;
-    for (bool r : recompute_) act_slot_.push_back(r ? SIZE_MAX : kept++), recomputed += r;
-    for (size_t& slot : act_slot_) slot = slot == SIZE_MAX ? kept : slot;  // the shared scratch
-    layer_acts_.assign(kept + (recomputed ? 1 : 0), LayerActs{});
-    for (LayerActs& s : layer_acts_) {
+    const size_t N = size_t(B_) * T_, C = cfg_.hidden_size, F = F_, D = cfg_.D();
+    const size_t HD = size_t(H_) * D, S = size_t(H_ + 2 * KV_) * D;
+    const size_t FC = cfg_.arch == Arch::Llama ? 2 * F : F;
+    const bool ln = cfg_.arch == Arch::GPT2, first = mp_.first_stage(), last = mp_.last_stage();
+    auto ints = [&](size_t n) { return static_cast<int32_t*>(a.alloc_bytes(n * sizeof(int32_t))); };
+    auto layer_acts = [&]() {
+        LayerActs s;
         s.ln1 = a.alloc_f32(N * C);
         s.ln1_mean = ln ? a.alloc_f32(N) : nullptr;
         s.ln1_rstd = a.alloc_f32(N);
         s.qkv = a.alloc_f32(N * S);
         s.att = a.alloc_f32(N * HD);
-        s.lse = a.alloc_f32(size_t(B_) * cfg_.num_heads * T_);
+        s.lse = a.alloc_f32(size_t(B_) * H_ * T_);
         s.resid_mid = a.alloc_f32(N * C);
         s.ln2 = a.alloc_f32(N * C);
         s.ln2_mean = ln ? a.alloc_f32(N) : nullptr;
         s.ln2_rstd = a.alloc_f32(N);
         s.fc = a.alloc_f32(N * FC);
         s.act = a.alloc_f32(N * F);
+        return s;
+    };
+    act_index_.clear();
+    int kept = 0;
+    for (int l = mp_.layer_begin; l < mp_.layer_end; ++l)
+        act_index_.push_back(recompute_[size_t(l)] ? -1 : kept++);
+    const bool any_recompute = kept < int(act_index_.size());
+    for (Slot& s : slots_) {
+        s.resid.assign(act_index_.size() + 1, nullptr);
+        for (float*& r : s.resid) r = a.alloc_f32(N * C);
+        s.acts.clear();
+        for (int k = 0; k < kept; ++k) s.acts.push_back(layer_acts());
+        if (last) {
+            s.lnf = a.alloc_f32(N * C);
+            s.lnf_mean = a.alloc_f32(N);
+            s.lnf_rstd = a.alloc_f32(N);
+            // One slot runs its head backward right after its forward: the scratch d_ln_ holds it.
+            s.d_lnf = slots_.size() > 1 ? a.alloc_f32(N * C) : nullptr;
+        }
+        s.d_out = last ? nullptr : a.alloc_f32(N * C);
+        s.d_in = first ? nullptr : a.alloc_f32(N * C);
+        s.ids = first ? ints(N) : nullptr;
+        s.doc = ints(N);
     }
-    lnf_ = a.alloc_f32(N * C);
-    lnf_mean_ = a.alloc_f32(N);
-    lnf_rstd_ = a.alloc_f32(N);
-    logits_ = a.alloc_f32(size_t(head_rows_) * cfg_.vocab_size);
-    losses_ = a.alloc_f32(N);
-    rope_cos_ = a.alloc_f32(size_t(T_) * cfg_.D() / 2 + 1);
-    rope_sin_ = a.alloc_f32(size_t(T_) * cfg_.D() / 2 + 1);
-    d_resid_ = a.alloc_f32(N * C);
+    scratch_acts_ = any_recompute ? layer_acts() : LayerActs{};
+    logits_ = last ? a.alloc_f32(size_t(head_rows_) * V_) : nullptr;
+    losses_ = last ? a.alloc_f32(N) : nullptr;
+    rope_cos_ = a.alloc_f32(size_t(T_) * D / 2 + 1);
+    rope_sin_ = a.alloc_f32(size_t(T_) * D / 2 + 1);
+    d_resid_ = first ? a.alloc_f32(N * C) : nullptr;
     d_ln_ = a.alloc_f32(N * C);
     d_qkv_ = a.alloc_f32(N * S);
     d_att_ = a.alloc_f32(N * HD);
     d_fc_ = a.alloc_f32(N * FC);
     d_act_ = a.alloc_f32(N * F);
-    ids_ = static_cast<int32_t*>(a.alloc_bytes(N * sizeof(int32_t)));
+    tp_buf_ = tp_ ? a.alloc_f32(N * C) : nullptr;
+    ids_local_ = tp_ && first ? ints(N) : nullptr;
+    ce_buf_ = tp_ && last ? a.alloc_f32(5 * size_t(head_rows_)) : nullptr;
+    ce_tgt_ = tp_ && last ? ints(size_t(head_rows_)) : nullptr;
+    for (Slot& s : slots_)
+        if (last && !s.d_lnf) s.d_lnf = d_ln_;
+}
+
+const LayerActs& Transformer::acts(const Slot& s, int i) const {
+    int k = act_index_[size_t(i)];
+    return k < 0 ? scratch_acts_ : s.acts[size_t(k)];
+}
+
+void Transformer::tp_sum(float* x, size_t n) {
+    if (tp_) tp_->all_reduce(x, n, DType::F32, ReduceOp::Sum);
+}
+
+// y(N, C) = resid + in(N, K) · Wᵀ + b for a row-parallel linear (W (C, K) holds this rank's K
+// input columns). tp = 1: copy the residual and let the GEMM add into it. tp > 1: the partial
+// products are summed over the group first, so the replicated bias is added once.
+void Transformer::row_parallel_forward(float* y, const float* resid, const float* in, int K,
+                                       const float* W, const float* b, int N) {
+    const int C = cfg_.hidden_size;
+    const size_t n = size_t(N) * C;
+    if (!tp_) {
+        std::memcpy(y, resid, sizeof(float) * n);
+        linear_forward(be_, y, C, in, K, W, b, {N, K, C}, 1.0f);
+        return;
+    }
+    linear_forward(be_, tp_buf_, C, in, K, W, nullptr, {N, K, C});
+    tp_sum(tp_buf_, n);
+    std::memcpy(y, resid, sizeof(float) * n);
+    be_.add_inplace(y, tp_buf_, int64_t(n));
+    if (b) be_.bias_forward(y, b, N, C, C);
 }
 
 namespace {
@@ -176,18 +293,17 @@ void norm_backward(Backend& be, const ModelConfig& c, float* d_x, float* d_w, fl
 
 }  // namespace
 
-void Transformer::layer_forward(int l, const LayerActs& s, AttnDims d) {
-    const LayerWeights& w = w_[size_t(l)];
-    int N = d.B * d.T, C = cfg_.hidden_size, F = cfg_.intermediate_size, S = d.qkv_stride();
+// x (N, C) -> out (N, C). out == null (a recompute in backward): everything the backward reads
+// is saved, but the layer output itself is neither computed nor written.
+void Transformer::layer_forward(int i, const LayerActs& s, const float* x, float* out, AttnDims d) {
+    const LayerWeights& w = w_[size_t(i)];
+    int N = d.B * d.T, C = cfg_.hidden_size, F = F_, S = d.qkv_stride();
     int HD = d.H * d.D, FC = cfg_.arch == Arch::Llama ? 2 * F : F;
-    const float* x = resid_[size_t(l)];
     norm_forward(be_, cfg_, s.ln1, s.ln1_mean, s.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
     linear_forward(be_, s.qkv, S, s.ln1, C, w.qkv_w, w.qkv_b, {N, C, S});
     if (cfg_.arch == Arch::Llama) be_.rope_forward(s.qkv, rope_cos_, rope_sin_, d);
     be_.attention_forward(s.att, s.lse, s.qkv, d, 1.0f / std::sqrt(float(d.D)));
-    // resid_mid = x + att · o_wᵀ + o_b: copy the residual, let the GEMM add into it.
-    std::memcpy(s.resid_mid, x, sizeof(float) * size_t(N) * C);
-    linear_forward(be_, s.resid_mid, C, s.att, HD, w.o_w, w.o_b, {N, HD, C}, 1.0f);
+    row_parallel_forward(s.resid_mid, x, s.att, HD, w.o_w, w.o_b, N);
     norm_forward(be_, cfg_, s.ln2, s.ln2_mean, s.ln2_rstd, s.resid_mid, w.ln2_w, w.ln2_b, N);
     linear_forward(be_, s.fc, FC, s.ln2, C, w.fc_w, w.fc_b, {N, C, FC});
     if (cfg_.arch == Arch::Llama) {
@@ -195,156 +311,65 @@ void Transformer::layer_forward(int l, const LayerActs& s, AttnDims d) {
     } else {
         be_.gelu_forward(s.act, s.fc, int64_t(N) * F);
     }
-    float* out = resid_[size_t(l) + 1];
-    std::memcpy(out, s.resid_mid, sizeof(float) * size_t(N) * C);
-    linear_forward(be_, out, C, s.act, F, w.proj_w, w.proj_b, {N, F, C}, 1.0f);
+    if (out) row_parallel_forward(out, s.resid_mid, s.act, F, w.proj_w, w.proj_b, N);
 }
 
-// d_resid_ enters as dL/d(layer output) and leaves as dL/d(resid_mid).
-void Transformer::mlp_backward(int l, const LayerActs& s, AttnDims d) {
-    const LayerWeights& w = w_[size_t(l)];
-    LayerWeights& g = g_[size_t(l)];
-    int N = d.B * d.T, C = cfg_.hidden_size, F = cfg_.intermediate_size;
+// d_resid enters as dL/d(layer output) and leaves as dL/d(resid_mid).
+void Transformer::mlp_backward(int i, const LayerActs& s, float* d_resid, AttnDims d) {
+    const LayerWeights& w = w_[size_t(i)];
+    LayerWeights& g = g_[size_t(i)];
+    int N = d.B * d.T, C = cfg_.hidden_size, F = F_;
     int FC = cfg_.arch == Arch::Llama ? 2 * F : F;
-    linear_backward(be_, d_act_, d_resid_, C, s.act, F, w.proj_w, g.proj_w, g.proj_b, {N, F, C});
+    linear_backward(be_, d_act_, d_resid, C, s.act, F, w.proj_w, g.proj_w, g.proj_b, {N, F, C});
     if (cfg_.arch == Arch::Llama) {
         be_.swiglu_backward(d_fc_, d_act_, s.fc, N, F);
     } else {
         be_.gelu_backward(d_fc_, d_act_, s.fc, int64_t(N) * F);
     }
     linear_backward(be_, d_ln_, d_fc_, FC, s.ln2, C, w.fc_w, g.fc_w, g.fc_b, {N, C, FC});
-    norm_backward(be_, cfg_, d_resid_, g.ln2_w, g.ln2_b, d_ln_, s.resid_mid, w.ln2_w, s.ln2_mean,
+    tp_sum(d_ln_, size_t(N) * C);  // ln2 fed every rank's columns: sum their gradients
+    norm_backward(be_, cfg_, d_resid, g.ln2_w, g.ln2_b, d_ln_, s.resid_mid, w.ln2_w, s.ln2_mean,
                   s.ln2_rstd, N);
 }
 
-// d_resid_ enters as dL/d(resid_mid) and leaves as dL/d(layer input).
-void Transformer::attention_backward(int l, const LayerActs& s, AttnDims d) {
-    const LayerWeights& w = w_[size_t(l)];
-    LayerWeights& g = g_[size_t(l)];
+// d_resid enters as dL/d(resid_mid) and leaves as dL/d(layer input x).
+void Transformer::attention_backward(int i, const LayerActs& s, const float* x, float* d_resid,
+                                     AttnDims d) {
+    const LayerWeights& w = w_[size_t(i)];
+    LayerWeights& g = g_[size_t(i)];
     int N = d.B * d.T, C = cfg_.hidden_size, S = d.qkv_stride(), HD = d.H * d.D;
-    linear_backward(be_, d_att_, d_resid_, C, s.att, HD, w.o_w, g.o_w, g.o_b, {N, HD, C});
+    linear_backward(be_, d_att_, d_resid, C, s.att, HD, w.o_w, g.o_w, g.o_b, {N, HD, C});
     be_.attention_backward(d_qkv_, d_att_, s.att, s.lse, s.qkv, d, 1.0f / std::sqrt(float(d.D)));
     if (cfg_.arch == Arch::Llama) be_.rope_backward(d_qkv_, rope_cos_, rope_sin_, d);
     linear_backward(be_, d_ln_, d_qkv_, S, s.ln1, C, w.qkv_w, g.qkv_w, g.qkv_b, {N, C, S});
-    norm_backward(be_, cfg_, d_resid_, g.ln1_w, g.ln1_b, d_ln_, resid_[size_t(l)], w.ln1_w,
-                  s.ln1_mean, s.ln1_rstd, N);
+    tp_sum(d_ln_, size_t(N) * C);  // ln1 fed every rank's heads: sum their gradients
+    norm_backward(be_, cfg_, d_resid, g.ln1_w, g.ln1_b, d_ln_, x, w.ln1_w, s.ln1_mean, s.ln1_rstd,
+                  N);
 }
 
-void Transformer::layer_backward(int l, const LayerActs& s, AttnDims d) {
-    if (recompute_[size_t(l)]) layer_forward(l, s, d);
-    mlp_backward(l, s, d);
-    attention_backward(l, s, d);
+void Transformer::layer_backward(int i, Slot& s, float* d_resid, AttnDims d) {
+    const LayerActs& a = acts(s, i);
+    const float* x = s.resid[size_t(i)];
+    if (recompute_[size_t(mp_.layer_begin + i)]) layer_forward(i, a, x, nullptr, d);
+    mlp_backward(i, a, d_resid, d);
+    attention_backward(i, a, x, d_resid, d);
 }
 
-namespace {
-
-const char* embed_name(const ModelConfig& c) {
-    return c.arch == Arch::Llama ? "model.embed_tokens.weight" : "wte.weight";
-}
-
-// The LM head is its own matrix only for untied Llama; otherwise it is the embedding table.
-const char* head_name(const ModelConfig& c) {
-    return c.arch == Arch::Llama && !c.tie_word_embeddings ? "lm_head.weight" : embed_name(c);
-}
-
-}  // namespace
-
-const float* Transformer::head_weight() const {
-    return params_.param(params_.index(head_name(cfg_)));
-}
-
-float* Transformer::head_grad() {
-    return params_.grad(head_name(cfg_));
-}
-
-// The attention shape of a (B, T) batch; validates doc_start once for the whole call.
-AttnDims Transformer::attn_dims(int B, int T, const int32_t* doc_start) const {
-    ETE_CHECK(B <= B_ && T <= T_, "batch ({}, {}) exceeds the set-up size ({}, {})", B, T, B_, T_);
-    check_doc_start(doc_start, B, T);
-    return AttnDims{B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.D(), doc_start};
-}
-
-void Transformer::forward_body(const int32_t* inputs, AttnDims d) {
-    int B = d.B, T = d.T, N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size;
-    for (int i = 0; i < N; ++i) {
-        ETE_CHECK(inputs[i] >= 0 && inputs[i] < V,
-                  "token id {} at position {} is outside the "
-                  "vocabulary [0, {})",
-                  inputs[i], i, V);
-    }
-    std::memcpy(ids_, inputs, sizeof(int32_t) * size_t(N));
-    be_.embedding_forward(resid_[0], ids_, params_.param(embed_name(cfg_)), N, C);
-    if (cfg_.arch == Arch::GPT2) {
-        be_.pos_embedding_forward(resid_[0], params_.param("wpe.weight"), d.doc_start, B, T, C);
-    }
-    for (int l = 0; l < cfg_.num_layers; ++l) layer_forward(l, acts(l), d);
-    final_norm_forward(N);
-}
-
-void Transformer::final_norm_forward(int N) {
+void Transformer::final_norm_forward(Slot& s, int N) {
     bool llama = cfg_.arch == Arch::Llama;
-    float* w = params_.param(llama ? "model.norm.weight" : "ln_f.weight");
-    float* b = llama ? nullptr : params_.param("ln_f.bias");
-    norm_forward(be_, cfg_, lnf_, lnf_mean_, lnf_rstd_, resid_[size_t(cfg_.num_layers)], w, b, N);
+    const float* w = params_.param(final_norm_name(cfg_));
+    const float* b = llama ? nullptr : params_.param("ln_f.bias");
+    norm_forward(be_, cfg_, s.lnf, s.lnf_mean, s.lnf_rstd, s.resid.back(), w, b, N);
 }
 
-void Transformer::final_norm_backward(int N) {
+// d_resid (N, C) = dL/d(stage output) from d_lnf.
+void Transformer::final_norm_backward(Slot& s, float* d_resid, int N) {
     bool llama = cfg_.arch == Arch::Llama;
-    const char* wn = llama ? "model.norm.weight" : "ln_f.weight";
+    const char* wn = final_norm_name(cfg_);
     float* d_b = llama ? nullptr : params_.grad("ln_f.bias");
-    std::memset(d_resid_, 0, sizeof(float) * size_t(N) * cfg_.hidden_size);
-    norm_backward(be_, cfg_, d_resid_, params_.grad(wn), d_b, d_ln_,
-                  resid_[size_t(cfg_.num_layers)], params_.param(wn), lnf_mean_, lnf_rstd_, N);
-}
-
-double Transformer::head_forward_backward(const int32_t* targets, int N, float d_scale,
-                                          bool backward) {
-    int C = cfg_.hidden_size, V = cfg_.vocab_size;
-    const float* W = head_weight();
-    for (int r0 = 0; r0 < N; r0 += head_rows_) {
-        int rows = std::min(head_rows_, N - r0);
-        const float* x = lnf_ + size_t(r0) * C;
-        be_.gemm(false, true, rows, V, C, 1.0f, x, C, W, C, 0.0f, logits_, V);
-        if (!backward) {
-            be_.cross_entropy_forward(losses_ + r0, logits_, targets + r0, rows, V);
-            continue;
-        }
-        be_.cross_entropy_forward_backward(logits_, losses_ + r0, targets + r0, rows, V, d_scale);
-        be_.gemm(false, false, rows, C, V, 1.0f, logits_, V, W, C, 0.0f, d_ln_ + size_t(r0) * C, C);
-        be_.gemm(true, false, V, C, rows, 1.0f, logits_, V, x, C, 1.0f, head_grad(), C);
-    }
-    double sum = 0;
-    for (int i = 0; i < N; ++i) sum += losses_[i];
-    return sum;
-}
-
-double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                                     float d_scale, const int32_t* doc_start) {
-    // One AttnDims (and so one doc_start) for the forward and every recomputed layer forward.
-    const AttnDims d = attn_dims(B, T, doc_start);
-    forward_body(inputs, d);
-    int N = B * T, C = cfg_.hidden_size;
-    double loss = head_forward_backward(targets, N, d_scale, true);
-    final_norm_backward(N);
-    for (int l = cfg_.num_layers - 1; l >= 0; --l) layer_backward(l, acts(l), d);
-    be_.embedding_backward(params_.grad(embed_name(cfg_)), d_resid_, ids_, N, C);
-    if (cfg_.arch == Arch::GPT2) {
-        be_.pos_embedding_backward(params_.grad("wpe.weight"), d_resid_, doc_start, B, T, C);
-    }
-    return loss;
-}
-
-double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T,
-                                 const int32_t* doc_start) {
-    forward_body(inputs, attn_dims(B, T, doc_start));
-    return head_forward_backward(targets, B * T, 0.0f, false);
-}
-
-void Transformer::forward_logits(const int32_t* inputs, int B, int T, float* logits,
-                                 const int32_t* doc_start) {
-    forward_body(inputs, attn_dims(B, T, doc_start));
-    int N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size;
-    be_.gemm(false, true, N, V, C, 1.0f, lnf_, C, head_weight(), C, 0.0f, logits, V);
+    std::memset(d_resid, 0, sizeof(float) * size_t(N) * cfg_.hidden_size);
+    norm_backward(be_, cfg_, d_resid, params_.grad(wn), d_b, s.d_lnf, s.resid.back(),
+                  params_.param(wn), s.lnf_mean, s.lnf_rstd, N);
 }
 
 }  // namespace ete

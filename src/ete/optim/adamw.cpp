@@ -46,6 +46,21 @@ double clip_grad_norm(ParamStore& store, Backend& backend, double clip) {
     return norm;
 }
 
+double clip_grad_norm(ParamStore& store, Backend& backend, double clip, Communicator* mp) {
+    if (!mp || mp->size() == 1) return clip_grad_norm(store, backend, clip);
+    double sq = 0;
+    for (size_t i = 0; i < store.specs().size(); ++i)
+        if (store.counts_in_norm(int(i)))
+            sq += backend.sum_squares(store.grad(int(i)), store.numel(int(i)));
+    mp->all_reduce(&sq, 1, DType::F64, ReduceOp::Sum);
+    const double norm = std::sqrt(sq);
+    if (clip > 0) {
+        float coef = float(clip) / (float(norm) + 1e-6f);
+        if (coef < 1.0f) backend.scale(store.grads(), coef, store.numel());
+    }
+    return norm;
+}
+
 LrSchedule lr_schedule_from_name(const std::string& name) {
     if (name == "constant") return LrSchedule::Constant;
     if (name == "cosine") return LrSchedule::Cosine;

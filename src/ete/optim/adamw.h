@@ -9,6 +9,7 @@
 
 #include "ete/backend/backend.h"
 #include "ete/model/param_store.h"
+#include "ete/parallel/communicator.h"
 
 namespace ete {
 
@@ -49,6 +50,10 @@ class AdamW {
 // by clip / (norm + 1e-6) exactly like torch.nn.utils.clip_grad_norm_. Returns the norm before
 // clipping.
 double clip_grad_norm(ParamStore& store, Backend& backend, double clip);
+// The same over a model split across the ranks of `mp` (tensor x pipeline parallel; null or
+// size 1 = the plain version): the squared norm counts every element once
+// (ParamStore::counts_in_norm) and is summed over mp, so every rank clips by the global norm.
+double clip_grad_norm(ParamStore& store, Backend& backend, double clip, Communicator* mp);
 
 enum class LrSchedule { Constant, Cosine, Linear };
 LrSchedule lr_schedule_from_name(const std::string& name);  // throws with the expected names

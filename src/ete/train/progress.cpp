@@ -39,6 +39,11 @@ void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run)
                             {"step_ms", m.step_ms}};
         if (m.val_loss) j["val_loss"] = *m.val_loss;
         if (m.comm_wait_ms) j["comm_wait_ms"] = *m.comm_wait_ms;
+        if (m.buckets) j["buckets"] = *m.buckets;
+        if (m.buckets_early) j["buckets_early"] = *m.buckets_early;
+        if (m.pp_bubble) j["pp_bubble"] = *m.pp_bubble;
+        if (m.tp_comm_ms) j["tp_comm_ms"] = *m.tp_comm_ms;
+        if (m.pp_bubble_theory) j["pp_bubble_theory"] = *m.pp_bubble_theory;
         std::fputs((j.dump() + "\n").c_str(), metrics_);
         std::fflush(metrics_);
     }

@@ -18,6 +18,14 @@ struct StepMetrics {
     // Data parallel: time this rank's step spent blocked on gradient all-reduces after
     // backward (what overlap could not hide).
     std::optional<double> comm_wait_ms;
+    // Of the step's gradient buckets, how many started their all-reduce before backward had
+    // finished (the last bucket became ready): the overlap actually achieved.
+    std::optional<int64_t> buckets, buckets_early;
+    // Pipeline parallel: the share of the step the stages spend not computing (mean over the
+    // stages of 1 - compute / step time) beside 1F1B's theoretical (p - 1) / (m + p - 1).
+    std::optional<double> pp_bubble, pp_bubble_theory;
+    // Tensor parallel: time spent in the step's blocking tp all-reduces (forward and backward).
+    std::optional<double> tp_comm_ms;
 };
 
 class Progress {

@@ -4,23 +4,15 @@
 // G = grad_accum × (rows per global micro-batch); replica d runs its rows of every micro-batch
 // (dist.h). The loss is normalised by the target tokens of the whole global step. Only world
 // rank 0 writes files (metrics, config, checkpoints, the final model); every rank reads them.
-#include "ete/train/trainer.h"
-
 #include <algorithm>
 #include <filesystem>
-#include <optional>
 
 #include "ete/core/file_util.h"
 #include "ete/core/log.h"
-#include "ete/io/checkpoint.h"
-#include "ete/io/hf_model.h"
-#include "ete/model/transformer.h"
-#include "ete/optim/adamw.h"
-#include "ete/parallel/grad_sync.h"
+#include "ete/parallel/pp_schedule.h"
 #include "ete/parallel/replica_check.h"
-#include "ete/train/dist.h"
-#include "ete/train/progress.h"
 #include "ete/train/run_setup.h"
+#include "ete/train/trainer_impl.h"
 
 namespace ete {
 
@@ -34,184 +26,133 @@ int64_t count_targets(const int32_t* t, size_t n) {
 
 }  // namespace
 
-// One training job: everything the loop needs, built once.
-class Trainer {
-  public:
-    Trainer(RunConfig cfg, std::string out_dir)
-        : cfg_(std::move(cfg)),
-          out_(std::move(out_dir)),
-          backend_(make_backend(cfg_.backend)),
-          tok_(load_tokenizer(cfg_)),
-          mc_(resolve_model(cfg_, tok_)),
-          dist_(make_dist(cfg_, mc_.tie_word_embeddings)),
-          rows_(replica_rows(cfg_.micro_batch, dist_.shape().dp, dist_.groups.dp_rank,
-                             cfg_.parallel_uneven_batch)),
-          loader_(open_data(cfg_, mc_, tok_, shard_)),
-          model_(mc_, *backend_),
-          opt_(make_optimizer()),
-          sched_(lr_schedule_from_name(cfg_.lr_schedule)) {
-        ETE_CHECK(dist_.shape().tp == 1 && dist_.shape().pp == 1,
-                  "parallel.tp = {}, parallel.pp = {}: tensor and pipeline parallelism are not "
-                  "wired into the trainer yet (data parallelism is)",
-                  dist_.shape().tp, dist_.shape().pp);
-        const size_t n = size_t(cfg_.grad_accum) * rows_.rows * cfg_.seq_len;
-        in_.resize(n);
-        tgt_.resize(n);
-        if (loader_->packed()) doc_start_.resize(n);
-        model_.setup(rows_.rows, cfg_.seq_len, recompute_plan(cfg_.recompute, mc_.num_layers));
-        if (dist_.shape().dp > 1) {
-            GradSyncOptions o;
-            o.bucket_bytes = size_t(cfg_.parallel_bucket_mb * double(1 << 20));
-            o.bf16 = cfg_.parallel_grad_bf16;
-            o.overlap = cfg_.parallel_overlap;
-            sync_ = std::make_unique<GradSync>(*dist_.groups.dp, model_.params().grads(),
-                                               size_t(model_.params().numel()), o);
-        }
-    }
-
-    TrainSummary run(const ResumeOptions& resume);
-
-  private:
-    // AdamW over the whole model, or (parallel.zero1) over this replica's 1/dp of it.
-    AdamW make_optimizer() {
-        AdamWConfig c{cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.adam_eps, cfg_.weight_decay};
-        const int64_t n = model_.params().numel(), dp = dist_.shape().dp;
-        if (!cfg_.parallel_zero1 || dp == 1) return AdamW(model_.params(), *backend_, c);
-        const int64_t per = (n + dp - 1) / dp, begin = std::min(n, dist_.groups.dp_rank * per);
-        return AdamW(model_.params(), *backend_, c, begin, std::min(n, begin + per));
-    }
-    bool zero1() const { return opt_.shard_end() - opt_.shard_begin() != model_.params().numel(); }
-    void gather_shards(const float* mine, float* full);
-    int64_t start(const ResumeOptions& resume);
-    void init_weights();
-    void fill_micro(int64_t step, int a);
-    StepMetrics step(int64_t step);
-    double evaluate();
-    void checkpoint(int64_t steps_done);
-    void check_replicas(int64_t steps_done);
-    bool stop_requested(int local_signal);
-    void log_start() const;
-    // Samples since the start of training after `step` steps (layout-independent).
-    uint64_t data_position(int64_t step) const {
-        return uint64_t(step) * uint64_t(cfg_.grad_accum) * uint64_t(rows_.global_rows);
-    }
-    int32_t* doc_start(size_t offset) {
-        return doc_start_.empty() ? nullptr : doc_start_.data() + offset;
-    }
-    int64_t sum_over(Communicator& c, int64_t v) {
-        c.all_reduce(&v, 1, DType::I64, ReduceOp::Sum);
-        return v;
-    }
-    double sum_over(Communicator& c, double v) {
-        c.all_reduce(&v, 1, DType::F64, ReduceOp::Sum);
-        return v;
-    }
-
-    RunConfig cfg_;
-    std::string out_;
-    std::unique_ptr<Backend> backend_;
-    std::optional<Tokenizer> tok_;
-    ModelConfig mc_;
-    Dist dist_;
-    ReplicaRows rows_;
-    std::optional<TokenShard> shard_;  // data.format = tokens; outlives the sampler
-    std::unique_ptr<BatchSource> loader_;
-    Transformer model_;
-    AdamW opt_;
-    LrSchedule sched_;
-    std::unique_ptr<GradSync> sync_;  // dp > 1
-    std::vector<int32_t> in_, tgt_;   // (grad_accum, rows, T)
-    std::vector<int32_t> doc_start_;  // packed sources only (else empty)
-};
-
-void Trainer::init_weights() {
-    if (cfg_.model_init_from.empty()) {
-        model_.params().init(cfg_.seed);
-    } else {
-        load_hf_weights(cfg_.model_init_from, model_.params());
+Trainer::Trainer(RunConfig cfg, std::string out_dir)
+    : cfg_(std::move(cfg)),
+      out_(std::move(out_dir)),
+      backend_(make_backend(cfg_.backend)),
+      tok_(load_tokenizer(cfg_)),
+      mc_(resolve_model(cfg_, tok_)),
+      dist_(make_dist(cfg_, mc_.arch == Arch::GPT2 || mc_.tie_word_embeddings)),  // GPT-2 ties
+      tp_timed_(dist_.shape().tp > 1 ? std::make_unique<TimedCommunicator>(*dist_.groups.tp)
+                                     : nullptr),
+      rows_(replica_rows(cfg_.micro_batch, dist_.shape().dp, dist_.groups.dp_rank,
+                         cfg_.parallel_uneven_batch)),
+      loader_(open_data(cfg_, mc_, tok_, shard_)),
+      model_(mc_, *backend_, model_parallel()),
+      layout_(model_.params(), param_specs(mc_)),
+      opt_(make_optimizer()),
+      sched_(lr_schedule_from_name(cfg_.lr_schedule)) {
+    const size_t n = size_t(cfg_.grad_accum) * rows_.rows * cfg_.seq_len;
+    in_.resize(n);
+    tgt_.resize(n);
+    if (loader_->packed()) doc_start_.resize(n);
+    // 1F1B holds up to min(p - stage, m) micro-batches, plus one whose input is arriving.
+    const int pp = dist_.shape().pp, stage = dist_.groups.pp_rank;
+    slots_ = pp == 1 ? 1 : std::min(pp - stage, cfg_.grad_accum) + 1;
+    model_.setup(rows_.rows, cfg_.seq_len, recompute_plan(cfg_.recompute, mc_.num_layers), slots_);
+    if (dist_.shape().dp > 1) {
+        GradSyncOptions o;
+        o.bucket_bytes = size_t(cfg_.parallel_bucket_mb * double(1 << 20));
+        o.bf16 = cfg_.parallel_grad_bf16;
+        o.overlap = cfg_.parallel_overlap;
+        sync_ = std::make_unique<GradSync>(*dist_.groups.dp, model_.params().grads(),
+                                           size_t(model_.params().numel()), o);
     }
 }
 
-// Initialises or resumes; returns the number of steps already done.
-int64_t Trainer::start(const ResumeOptions& resume) {
-    std::optional<std::string> from;
-    if (resume.from == "auto") {
-        from = latest_checkpoint(out_);
-        if (!from) log_info("resume auto: no checkpoint in {}/checkpoints, starting fresh", out_);
-    } else if (!resume.from.empty()) {
-        from = resume.from;
-    }
-    if (!from) {
-        // A fresh run must not mix its checkpoints with an earlier run's (pruning could then
-        // delete the new ones and --resume auto would pick the old): never silently.
-        auto old = resume.from.empty() ? latest_checkpoint(out_) : std::nullopt;
-        ETE_CHECK(!old,
-                  "--out '{}' already holds checkpoints of a run (newest {}): continue it "
-                  "with --resume auto, or choose another --out",
-                  out_, *old);
-        init_weights();
-        if (dist_.main()) fs::remove(out_ + "/metrics.jsonl");
-        return 0;
-    }
-    // Checkpoints hold the whole moments; under ZeRO-1 this replica keeps its slice.
-    const size_t n = size_t(model_.params().numel());
-    std::vector<float> m(n), v(n);
-    CheckpointState st = load_checkpoint(*from, model_.params(), m.data(), v.data());
-    std::copy(m.begin() + opt_.shard_begin(), m.begin() + opt_.shard_end(), opt_.exp_avg().f32());
-    std::copy(v.begin() + opt_.shard_begin(), v.begin() + opt_.shard_end(),
-              opt_.exp_avg_sq().f32());
-    check_resume_compatible(st.run, run_settings(cfg_, mc_), *from, resume.force);
-    ETE_CHECK(st.data_position == data_position(st.step),
-              "checkpoint '{}': data position {} does not match step {}", *from, st.data_position,
-              st.step);
-    opt_.set_steps_taken(st.optimizer_steps);
-    if (dist_.main()) truncate_metrics(out_ + "/metrics.jsonl", st.step);
-    log_info("resumed from {} at step {}", *from, st.step);
-    return st.step;
-}
-
-// ZeRO-1: every replica's [shard_begin, shard_end) slice of a flat buffer of numel elements,
-// `mine` holding this replica's, gathered into `full` (all replicas call it).
-void Trainer::gather_shards(const float* mine, float* full) {
-    const int64_t n = model_.params().numel(), dp = dist_.shape().dp;
-    const int64_t per = (n + dp - 1) / dp, have = opt_.shard_end() - opt_.shard_begin();
-    std::vector<float> send(size_t(per), 0.0f), all(size_t(per * dp));
-    std::copy(mine, mine + have, send.begin());
-    dist_.groups.dp->all_gather(send.data(), all.data(), size_t(per), DType::F32);
-    std::copy(all.begin(), all.begin() + n, full);
-}
-
-// This replica's rows of global micro-batch a of `step` into slot a of the buffers; rows past
-// the end of an uneven micro-batch are padding with no targets.
-void Trainer::fill_micro(int64_t step, int a) {
+// Rows [real, rows) of slot a of the buffers become padding: a valid token, no targets.
+void Trainer::pad_rows(int a) {
     const int T = cfg_.seq_len;
-    const size_t o = size_t(a) * rows_.rows * T, pad = size_t(rows_.real) * T;
+    const int64_t o = int64_t(a) * rows_.rows * T;
+    const int64_t pad = o + int64_t(rows_.real) * T, end = o + int64_t(rows_.rows) * T;
+    std::fill(in_.begin() + pad, in_.begin() + end, 0);
+    std::fill(tgt_.begin() + pad, tgt_.begin() + end, kIgnoreIndex);
+    if (!doc_start_.empty()) std::fill(doc_start_.begin() + pad, doc_start_.begin() + end, 0);
+}
+
+// This replica's rows of global micro-batch a of `step` into slot a of the buffers.
+void Trainer::fill_micro(int64_t step, int a) {
+    const size_t o = size_t(a) * rows_.rows * cfg_.seq_len;
     const uint64_t first = data_position(step) + uint64_t(a) * rows_.global_rows + rows_.first;
     if (rows_.real > 0) loader_->fill_batch(first, rows_.real, &in_[o], &tgt_[o], doc_start(o));
-    const size_t end = o + size_t(rows_.rows) * T;
-    std::fill(in_.begin() + int64_t(o + pad), in_.begin() + int64_t(end), 0);
-    std::fill(tgt_.begin() + int64_t(o + pad), tgt_.begin() + int64_t(end), kIgnoreIndex);
-    if (!doc_start_.empty())
-        std::fill(doc_start_.begin() + int64_t(o + pad), doc_start_.begin() + int64_t(end), 0);
+    pad_rows(a);
+}
+
+// Before the last micro-batch's backward: start the data-parallel sync and hand it each
+// gradient range as backward finalises it, so bucket all-reduces overlap the rest of backward.
+void Trainer::arm_grad_sync(bool last_micro) {
+    if (!sync_ || !last_micro) return;
+    sync_->begin();
+    model_.set_grad_ready_hook(
+        [this](int64_t offset, int64_t count) { sync_->ready(size_t(offset), size_t(count)); });
+}
+
+// All gradients of the step final and summed: over replicas, then (pp > 1 with a tied
+// embedding) between the first and last stage's copies.
+void Trainer::reduce_grads() {
+    if (sync_) {
+        sync_->finish();
+        model_.set_grad_ready_hook({});
+    }
+    if (dist_.tied) {
+        // The first stage's embedding and the last stage's head copy share the name.
+        const int i = model_.params().index(mc_.arch == Arch::Llama ? "model.embed_tokens.weight"
+                                                                    : "wte.weight");
+        dist_.tied->all_reduce(model_.params().grad(i), size_t(model_.params().numel(i)),
+                               DType::F32, ReduceOp::Sum);
+    }
+}
+
+double Trainer::run_micro_batches(float d_scale) {
+    const int R = rows_.rows, T = cfg_.seq_len, A = cfg_.grad_accum;
+    double loss_sum = 0;
+    for (int a = 0; a < A; ++a) {
+        arm_grad_sync(a + 1 == A);
+        const size_t o = size_t(a) * R * T;
+        loss_sum += model_.forward_backward(&in_[o], &tgt_[o], R, T, d_scale, doc_start(o));
+    }
+    return loss_sum;
+}
+
+// One step of 1F1B over grad_accum micro-batches (pp_schedule.h); micro-batch a lives in model
+// slot a mod slots_.
+double Trainer::run_pipeline_step(float d_scale) {
+    const int R = rows_.rows, T = cfg_.seq_len, A = cfg_.grad_accum;
+    const int p = dist_.shape().pp, stage = dist_.groups.pp_rank;
+    double loss_sum = 0;
+    auto slot = [this](int m) { return m % slots_; };
+    PipeCallbacks cb;
+    cb.act_count = size_t(R) * T * size_t(mc_.hidden_size);
+    cb.forward = [&](int m) {
+        const size_t o = size_t(m) * R * T;
+        loss_sum += model_.stage_forward(slot(m), &in_[o], &tgt_[o], doc_start(o), d_scale);
+    };
+    cb.backward = [&](int m) {
+        arm_grad_sync(m + 1 == A);
+        model_.stage_backward(slot(m));
+    };
+    cb.act_in = [&](int m) { return model_.stage_input(slot(m)); };
+    cb.act_out = [&](int m) { return model_.stage_output(slot(m)); };
+    cb.grad_in = [&](int m) { return model_.stage_output_grad(slot(m)); };
+    cb.grad_out = [&](int m) { return model_.stage_input_grad(slot(m)); };
+    last_pipe_ = run_pipeline(schedule_1f1b(stage, p, A), *dist_.groups.pp, stage, p, cb);
+    return loss_sum;
 }
 
 StepMetrics Trainer::step(int64_t step) {
-    const int R = rows_.rows, T = cfg_.seq_len, A = cfg_.grad_accum;
+    const int T = cfg_.seq_len, A = cfg_.grad_accum;
     auto t0 = Clock::now();
     for (int a = 0; a < A; ++a) fill_micro(step, a);
     // Normalise by the target tokens of the whole global step, not a mean of means.
     const int64_t tokens = sum_over(*dist_.groups.dp, count_targets(tgt_.data(), tgt_.size()));
     const float d_scale = 1.0f / float(std::max<int64_t>(tokens, 1));
     model_.params().zero_grads();
-    double loss_sum = 0;
-    for (int a = 0; a < A; ++a) {
-        if (a + 1 == A && sync_) sync_->begin();
-        const size_t o = size_t(a) * R * T;
-        loss_sum += model_.forward_backward(&in_[o], &tgt_[o], R, T, d_scale, doc_start(o));
-    }
-    if (sync_) sync_->finish();
-    loss_sum = sum_over(*dist_.groups.dp, loss_sum);
-    double norm = clip_grad_norm(model_.params(), *backend_, cfg_.grad_clip);
+    if (tp_timed_) tp_timed_->reset();
+    double loss_sum =
+        dist_.shape().pp > 1 ? run_pipeline_step(d_scale) : run_micro_batches(d_scale);
+    reduce_grads();
+    loss_sum = global_loss(loss_sum);
+    double norm = clip_grad_norm(model_.params(), *backend_, cfg_.grad_clip, dist_.mp.get());
     double lr = lr_at(sched_, step, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
     opt_.step(lr);
     if (zero1()) {  // every replica updated its slice: gather the whole model everywhere
@@ -221,53 +162,67 @@ StepMetrics Trainer::step(int64_t step) {
     }
     double dt = seconds_since(t0);
     const int64_t step_tokens = int64_t(A) * rows_.global_rows * T;
-    return {step + 1,
-            loss_sum / double(std::max<int64_t>(tokens, 1)),
-            lr,
-            norm,
-            double(step_tokens) / dt,
-            dt * 1e3,
-            tokens,
-            std::nullopt,
-            sync_ ? std::optional<double>(sync_->wait_seconds() * 1e3) : std::nullopt};
+    StepMetrics m;
+    m.step = step + 1;
+    m.loss = loss_sum / double(std::max<int64_t>(tokens, 1));
+    m.lr = lr;
+    m.grad_norm = norm;
+    m.tokens_per_s = double(step_tokens) / dt;
+    m.step_ms = dt * 1e3;
+    m.tokens = tokens;
+    if (tp_timed_) m.tp_comm_ms = tp_timed_->seconds() * 1e3;
+    if (dist_.shape().pp > 1) {
+        const int p = dist_.shape().pp;
+        double b = last_pipe_.measured_bubble();
+        dist_.groups.pp->all_reduce(&b, 1, DType::F64, ReduceOp::Sum);
+        m.pp_bubble = b / p;
+        m.pp_bubble_theory = bubble_fraction_theory(p, A);
+    }
+    if (sync_) {
+        m.comm_wait_ms = sync_->wait_seconds() * 1e3;
+        const auto& ev = sync_->events();
+        double backward_end = 0;
+        for (const BucketEvent& e : ev) backward_end = std::max(backward_end, e.ready_s);
+        m.buckets = int64_t(ev.size());
+        m.buckets_early = std::count_if(
+            ev.begin(), ev.end(), [&](const BucketEvent& e) { return e.start_s < backward_end; });
+    }
+    return m;
+}
+
+// The global sum of a loss computed on the last pipeline stage (identical on its tp ranks): one
+// contribution per replica, summed over the world so every rank gets it.
+double Trainer::global_loss(double local) {
+    double v = dist_.last_stage() && dist_.groups.tp_rank == 0 ? local : 0.0;
+    return dist_.world->size() > 1 ? sum_over(*dist_.world, v) : v;
 }
 
 // Mean loss over train.eval_batches validation micro-batches, split across replicas like
-// training micro-batches.
+// training micro-batches (padding rows past an uneven end), forward only through the stages.
 double Trainer::evaluate() {
-    const int T = cfg_.seq_len;
+    const int R = rows_.rows, T = cfg_.seq_len, p = dist_.shape().pp;
+    const int stage = dist_.groups.pp_rank;
+    const size_t act = size_t(R) * T * size_t(mc_.hidden_size);
     double sum = 0;
     int64_t count = 0;
-    for (int i = 0; i < cfg_.eval_batches && rows_.real > 0; ++i) {
+    for (int i = 0; i < cfg_.eval_batches; ++i) {
         const uint64_t first = uint64_t(i) * rows_.global_rows + rows_.first;
-        loader_->fill_val_batch(first, rows_.real, in_.data(), tgt_.data(), doc_start(0));
-        sum += model_.forward_loss(in_.data(), tgt_.data(), rows_.real, T, doc_start(0));
-        count += count_targets(tgt_.data(), size_t(rows_.real) * T);
+        if (rows_.real > 0)
+            loader_->fill_val_batch(first, rows_.real, in_.data(), tgt_.data(), doc_start(0));
+        pad_rows(0);
+        count += count_targets(tgt_.data(), size_t(R) * T);
+        if (p == 1) {
+            sum += model_.forward_loss(in_.data(), tgt_.data(), R, T, doc_start(0));
+            continue;
+        }
+        Communicator& pp = *dist_.groups.pp;
+        if (stage > 0) pp.recv(model_.stage_input(0), act, DType::F32, stage - 1, 0);
+        sum += model_.stage_forward(0, in_.data(), tgt_.data(), doc_start(0), 0.0f);
+        if (stage + 1 < p) pp.send(model_.stage_output(0), act, DType::F32, stage + 1, 0);
     }
-    sum = sum_over(*dist_.groups.dp, sum);
+    sum = global_loss(sum);
     count = sum_over(*dist_.groups.dp, count);
     return count ? sum / double(count) : 0.0;
-}
-
-void Trainer::checkpoint(int64_t steps_done) {
-    auto t0 = Clock::now();
-    std::vector<float> m, v;  // whole moments, gathered under ZeRO-1
-    if (zero1()) {
-        m.resize(size_t(model_.params().numel()));
-        v.resize(m.size());
-        gather_shards(opt_.exp_avg().f32(), m.data());
-        gather_shards(opt_.exp_avg_sq().f32(), v.data());
-    }
-    if (dist_.main()) {
-        CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
-                           run_settings(cfg_, mc_)};
-        std::string dir =
-            save_checkpoint(out_, st, model_.params(), zero1() ? m.data() : opt_.exp_avg().f32(),
-                            zero1() ? v.data() : opt_.exp_avg_sq().f32(), dump_toml(cfg_));
-        prune_checkpoints(out_, cfg_.keep_checkpoints);
-        log_info("checkpoint: {} ({:.1f}s)", dir, seconds_since(t0));
-    }
-    dist_.world->barrier();  // nobody moves on (or exits) before the checkpoint is committed
 }
 
 void Trainer::check_replicas(int64_t steps_done) {
@@ -352,9 +307,7 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         std::nth_element(tps.begin(), tps.begin() + int64_t(tps.size() / 2), tps.end());
         sum.tokens_per_s = tps[tps.size() / 2];
     }
-    if (dist_.main())
-        save_hf_model(out_ + "/final", mc_, model_.params(), tok_ ? cfg_.data_tokenizer : "");
-    dist_.world->barrier();
+    save_final();
     log_info(
         "done: {} steps in {} | final loss {:.4f} | median {:.0f} tok/s | model saved to "
         "{}/final",

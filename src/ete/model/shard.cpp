@@ -1,0 +1,90 @@
+// ete/model/shard.cpp — shard arithmetic (shard.h).
+#include "ete/model/shard.h"
+
+#include <algorithm>
+
+namespace ete {
+
+int64_t shard_extent(const ShardRule& rule, int64_t extent, int tp_size) {
+    if (rule.dim < 0) return extent;
+    ETE_ASSERT(rule.groups >= 1 && extent % rule.groups == 0 && tp_size >= 1);
+    int64_t g = extent / rule.groups;
+    int64_t gp = rule.pad ? (g + tp_size - 1) / tp_size * tp_size : g;
+    ETE_ASSERT(gp % tp_size == 0);  // unpadded splits (heads) were checked to divide
+    return rule.groups * (gp / tp_size);
+}
+
+Shape shard_shape(const ShardRule& rule, const Shape& global, int tp_size) {
+    Shape local = global;
+    if (rule.dim < 0) return local;
+    ETE_ASSERT(size_t(rule.dim) < global.size());
+    local[size_t(rule.dim)] = shard_extent(rule, global[size_t(rule.dim)], tp_size);
+    return local;
+}
+
+std::vector<ShardRun> shard_runs(const ParamSpec& s, int tp_rank, int tp_size) {
+    const int64_t n = shape_numel(s.shape);
+    if (s.shard.dim < 0) return {{0, 0, n}};
+    const Shape& gs = s.global_shape;
+    const size_t d = size_t(s.shard.dim);
+    int64_t outer = 1, inner = 1;
+    for (size_t i = 0; i < d; ++i) outer *= gs[i];
+    for (size_t i = d + 1; i < gs.size(); ++i) inner *= gs[i];
+    const int64_t E = gs[d], G = s.shard.groups, g = E / G;
+    const int64_t gl = shard_extent(s.shard, E, tp_size) / G;  // local rows per group
+    const int64_t valid = std::clamp<int64_t>(g - tp_rank * gl, 0, gl);
+    std::vector<ShardRun> runs;
+    // Appends a run, merging it into the previous one when both are contiguous.
+    auto push = [&](int64_t local, int64_t global, int64_t len) {
+        if (len == 0) return;
+        if (!runs.empty()) {
+            ShardRun& b = runs.back();
+            bool both_pad = b.global < 0 && global < 0;
+            bool contiguous = b.global >= 0 && global >= 0 && b.global + b.len == global;
+            if (b.local + b.len == local && (both_pad || contiguous)) {
+                b.len += len;
+                return;
+            }
+        }
+        runs.push_back({local, global, len});
+    };
+    for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t grp = 0; grp < G; ++grp) {
+            int64_t local = (o * G + grp) * gl * inner;
+            push(local, (o * E + grp * g + tp_rank * gl) * inner, valid * inner);
+            push(local + valid * inner, -1, (gl - valid) * inner);
+        }
+    }
+    ETE_ASSERT(!runs.empty() && runs.back().local + runs.back().len == n);
+    return runs;
+}
+
+bool shard_has_padding(const ParamSpec& s, int tp_size) {
+    if (s.shard.dim < 0 || !s.shard.pad) return false;
+    int64_t g = s.global_shape[size_t(s.shard.dim)] / s.shard.groups;
+    return g % tp_size != 0;
+}
+
+void shard_from_global(const ParamSpec& s, int tp_rank, int tp_size, const float* global,
+                       float* local) {
+    for (const ShardRun& r : shard_runs(s, tp_rank, tp_size)) {
+        if (r.global < 0) {
+            std::fill_n(local + r.local, r.len, 0.0f);
+        } else {
+            std::copy_n(global + r.global, r.len, local + r.local);
+        }
+    }
+}
+
+void shard_to_global(const ParamSpec& s, int tp_rank, int tp_size, const float* local,
+                     float* global) {
+    for (const ShardRun& r : shard_runs(s, tp_rank, tp_size))
+        if (r.global >= 0) std::copy_n(local + r.local, r.len, global + r.global);
+}
+
+void shard_zero_padding(const ParamSpec& s, int tp_rank, int tp_size, float* local) {
+    for (const ShardRun& r : shard_runs(s, tp_rank, tp_size))
+        if (r.global < 0) std::fill_n(local + r.local, r.len, 0.0f);
+}
+
+}  // namespace ete

@@ -1,0 +1,44 @@
+// ete/model/shard.h — moving parameters between their logical (global) layout and one tensor-
+// parallel rank's shard, from the ParamSpec's ShardRule alone.
+//
+// The split dimension d (rows 0 or cols 1) of extent E is G equal groups of g = E / G (GPT-2
+// c_attn rows are q | k | v: G = 3). Each group is padded to gp = g rounded up to a multiple of
+// tp when the rule allows padding (vocab, MLP width), else gp = g must divide; rank r holds rows
+// [r·gp/tp, (r+1)·gp/tp) of every group, in group order. Elements of a shard past g are padding:
+// zero weights whose gradients are masked, dropped on export. Buffers here are in ETE layout
+// (linears (out, in)), row-major; `global` is the logical tensor of ParamSpec::global_shape.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ete/model/param_spec.h"
+
+namespace ete {
+
+// The local extent of a split dimension of global extent `extent` (G groups, padded or not).
+int64_t shard_extent(const ShardRule& rule, int64_t extent, int tp_size);
+// This rank's shape of a parameter with global shape `global`.
+Shape shard_shape(const ShardRule& rule, const Shape& global, int tp_size);
+
+// One contiguous run of a shard: local elements [local, local + len) are the global elements
+// [global, global + len), or padding when global < 0.
+struct ShardRun {
+    int64_t local = 0, global = 0, len = 0;
+};
+// The shard of `s` on tp_rank as runs covering every local element once, in local order.
+std::vector<ShardRun> shard_runs(const ParamSpec& s, int tp_rank, int tp_size);
+// Whether any rank's shard of `s` holds padding at this tp size.
+bool shard_has_padding(const ParamSpec& s, int tp_size);
+
+// local (s.shape) = this rank's slice of global (s.global_shape); padding elements become 0.
+void shard_from_global(const ParamSpec& s, int tp_rank, int tp_size, const float* global,
+                       float* local);
+// Writes this rank's slice of local into global (padding dropped); other elements untouched.
+// Replicated parameters are copied whole. The exact inverse of shard_from_global.
+void shard_to_global(const ParamSpec& s, int tp_rank, int tp_size, const float* local,
+                     float* global);
+// Sets the padding elements of a local buffer (weights or gradients) to 0.
+void shard_zero_padding(const ParamSpec& s, int tp_rank, int tp_size, float* local);
+
+}  // namespace ete

@@ -1,0 +1,43 @@
+// ete/train/layout.h — moving whole flat buffers (weights, AdamW moments) between this rank's
+// local layout (its pipeline stage's parameters, its tensor-parallel shards, in ParamStore
+// order) and the logical whole model (param_specs(config) order, global shapes, no padding).
+//
+// Checkpoints and exported models always hold the logical model, so they load onto any layout.
+// Gathering sums over the world: each logical element is written by exactly one rank (the
+// dp-rank-0 replica's owner: ParamStore::counts_in_norm), every other rank contributes zeros.
+// This needs one whole-model buffer per rank while saving or loading — fine at CPU scale; a
+// sharded checkpoint format is the way to go past it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ete/model/param_store.h"
+#include "ete/parallel/communicator.h"
+
+namespace ete {
+
+class LayoutMap {
+  public:
+    // local: this rank's store; global_specs: param_specs(config) without parallelism.
+    LayoutMap(const ParamStore& local, std::vector<ParamSpec> global_specs);
+    int64_t global_numel() const { return global_numel_; }
+    const std::vector<ParamSpec>& global_specs() const { return global_specs_; }
+
+    // global (global_numel, zeroed by the caller) += this rank's owned elements of local.
+    void scatter_owned(const float* local, float* global) const;
+    // local = this rank's slice of global (padding 0), every local parameter.
+    void gather_local(const float* global, float* local) const;
+
+    // The whole logical buffer on every rank of world: owners are the ranks with writer = true
+    // (the dp-rank-0 replica), summed over world.
+    std::vector<float> to_global(const float* local, bool writer, Communicator& world) const;
+
+  private:
+    const ParamStore& local_;
+    std::vector<ParamSpec> global_specs_;
+    int64_t global_numel_ = 0;
+    std::vector<int64_t> global_offset_;  // local parameter i -> its offset in the logical model
+};
+
+}  // namespace ete

@@ -1,0 +1,121 @@
+// ete/train/trainer_impl.h — the Trainer class behind run_training (internal to train/):
+// trainer.cpp holds the loop, trainer_state.cpp moving weights and optimizer state in and out of
+// files on any layout.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ete/data/batch_source.h"
+#include "ete/data/token_shard.h"
+#include "ete/data/tokenizer.h"
+#include "ete/io/checkpoint.h"
+#include "ete/model/transformer.h"
+#include "ete/optim/adamw.h"
+#include "ete/parallel/grad_sync.h"
+#include "ete/parallel/pp_executor.h"
+#include "ete/parallel/timed_comm.h"
+#include "ete/train/dist.h"
+#include "ete/train/layout.h"
+#include "ete/train/progress.h"
+#include "ete/train/trainer.h"
+
+namespace ete {
+
+// One training job: everything the loop needs, built once.
+class Trainer {
+  public:
+    Trainer(RunConfig cfg, std::string out_dir);
+
+    TrainSummary run(const ResumeOptions& resume);
+
+  private:
+    // This rank's part of the model: its tensor-parallel shard of its pipeline stage's layers.
+    ModelParallel model_parallel() const {
+        const MeshShape& m = dist_.shape();
+        ModelParallel mp;
+        mp.tp = tp_timed_.get();  // null unless tp > 1
+        mp.tp_rank = dist_.groups.tp_rank;
+        mp.tp_size = m.tp;
+        mp.stage = dist_.groups.pp_rank;
+        mp.num_stages = m.pp;
+        const std::vector<int> b = pipeline_layer_bounds(mc_, m.pp, cfg_.parallel_pp_layers);
+        mp.layer_begin = b[size_t(mp.stage)];
+        mp.layer_end = b[size_t(mp.stage) + 1];
+        return mp;
+    }
+    // Whether this rank holds only part of the model (so files need the layout map).
+    bool sharded() const { return dist_.shape().tp > 1 || dist_.shape().pp > 1; }
+    // AdamW over the whole model, or (parallel.zero1) over this replica's 1/dp of it.
+    AdamW make_optimizer() {
+        AdamWConfig c{cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.adam_eps, cfg_.weight_decay};
+        const int64_t n = model_.params().numel(), dp = dist_.shape().dp;
+        if (!cfg_.parallel_zero1 || dp == 1) return AdamW(model_.params(), *backend_, c);
+        const int64_t per = (n + dp - 1) / dp, begin = std::min(n, dist_.groups.dp_rank * per);
+        return AdamW(model_.params(), *backend_, c, begin, std::min(n, begin + per));
+    }
+    bool zero1() const { return opt_.shard_end() - opt_.shard_begin() != model_.params().numel(); }
+    void gather_shards(const float* mine, float* full);
+    // trainer_state.cpp: weights and optimizer state in and out of files, on any layout.
+    int64_t start(const ResumeOptions& resume);
+    void init_weights();
+    void load_state(const std::string& dir, CheckpointState& st);
+    // The logical whole model (weights, or with moments = true also the AdamW moments, zero
+    // elsewhere) on world rank 0; other ranks get an empty store.
+    std::unique_ptr<ParamStore> gather_model() const;
+    std::vector<float> whole_of(const float* local) const;
+    void gather_moments(std::vector<float>& m, std::vector<float>& v);
+    void save_final();
+    void fill_micro(int64_t step, int a);
+    void pad_rows(int a);
+    double global_loss(double local);
+    StepMetrics step(int64_t step);
+    double run_micro_batches(float d_scale);  // returns this rank's loss sum
+    double run_pipeline_step(float d_scale);
+    void arm_grad_sync(bool last_micro);
+    void reduce_grads();
+    double evaluate();
+    void checkpoint(int64_t steps_done);
+    void check_replicas(int64_t steps_done);
+    bool stop_requested(int local_signal);
+    void log_start() const;
+    // Samples since the start of training after `step` steps (layout-independent).
+    uint64_t data_position(int64_t step) const {
+        return uint64_t(step) * uint64_t(cfg_.grad_accum) * uint64_t(rows_.global_rows);
+    }
+    int32_t* doc_start(size_t offset) {
+        return doc_start_.empty() ? nullptr : doc_start_.data() + offset;
+    }
+    int64_t sum_over(Communicator& c, int64_t v) {
+        c.all_reduce(&v, 1, DType::I64, ReduceOp::Sum);
+        return v;
+    }
+    double sum_over(Communicator& c, double v) {
+        c.all_reduce(&v, 1, DType::F64, ReduceOp::Sum);
+        return v;
+    }
+
+    RunConfig cfg_;
+    std::string out_;
+    std::unique_ptr<Backend> backend_;
+    std::optional<Tokenizer> tok_;
+    ModelConfig mc_;
+    Dist dist_;
+    std::unique_ptr<TimedCommunicator> tp_timed_;  // tp > 1: the model's tp group, timed
+    ReplicaRows rows_;
+    std::optional<TokenShard> shard_;  // data.format = tokens; outlives the sampler
+    std::unique_ptr<BatchSource> loader_;
+    Transformer model_;
+    LayoutMap layout_;
+    int slots_ = 1;  // micro-batches in flight on this pipeline stage (+1 arriving)
+    AdamW opt_;
+    LrSchedule sched_;
+    std::unique_ptr<GradSync> sync_;  // dp > 1
+    std::vector<int32_t> in_, tgt_;   // (grad_accum, rows, T)
+    std::vector<int32_t> doc_start_;  // packed sources only (else empty)
+    PipeStats last_pipe_;             // the last pipelined step's timing (pp > 1)
+};
+
+}  // namespace ete

@@ -1,0 +1,141 @@
+// ete/train/trainer_state.cpp — weights and optimizer state in and out of files on any layout.
+//
+// Files always hold the logical whole model (layout.h): a run on one process, on dp replicas or
+// on a tp x pp mesh writes the same checkpoint and the same HF directory, and any layout resumes
+// from any checkpoint. World rank 0 writes; every rank reads.
+#include <algorithm>
+#include <filesystem>
+
+#include "ete/core/log.h"
+#include "ete/io/hf_model.h"
+#include "ete/train/run_setup.h"
+#include "ete/train/trainer_impl.h"
+
+namespace ete {
+
+namespace fs = std::filesystem;
+
+// ZeRO-1: every replica's [shard_begin, shard_end) slice of a flat local buffer, `mine` holding
+// this replica's, gathered into `full` (all replicas call it).
+void Trainer::gather_shards(const float* mine, float* full) {
+    const int64_t n = model_.params().numel(), dp = dist_.shape().dp;
+    const int64_t per = (n + dp - 1) / dp, have = opt_.shard_end() - opt_.shard_begin();
+    std::vector<float> send(size_t(per), 0.0f), all(size_t(per * dp));
+    std::copy(mine, mine + have, send.begin());
+    dist_.groups.dp->all_gather(send.data(), all.data(), size_t(per), DType::F32);
+    std::copy(all.begin(), all.begin() + n, full);
+}
+
+void Trainer::init_weights() {
+    if (cfg_.model_init_from.empty()) {
+        model_.params().init(cfg_.seed);  // layout-invariant: shards are slices of the whole
+        return;
+    }
+    if (!sharded()) return load_hf_weights(cfg_.model_init_from, model_.params());
+    ParamStore whole(layout_.global_specs());
+    load_hf_weights(cfg_.model_init_from, whole);
+    layout_.gather_local(whole.params(), model_.params().params());
+}
+
+// Reads checkpoint `dir` into this rank's weights and (its slice of) the AdamW moments.
+void Trainer::load_state(const std::string& dir, CheckpointState& st) {
+    ParamStore whole(layout_.global_specs());
+    const size_t n = size_t(whole.numel());
+    std::vector<float> m(n), v(n);
+    st = load_checkpoint(dir, whole, m.data(), v.data());
+    ParamStore& local = model_.params();
+    std::vector<float> lm(size_t(local.numel())), lv(lm.size());
+    layout_.gather_local(whole.params(), local.params());
+    layout_.gather_local(m.data(), lm.data());
+    layout_.gather_local(v.data(), lv.data());
+    std::copy(lm.begin() + opt_.shard_begin(), lm.begin() + opt_.shard_end(), opt_.exp_avg().f32());
+    std::copy(lv.begin() + opt_.shard_begin(), lv.begin() + opt_.shard_end(),
+              opt_.exp_avg_sq().f32());
+}
+
+// Initialises or resumes; returns the number of steps already done.
+int64_t Trainer::start(const ResumeOptions& resume) {
+    std::optional<std::string> from;
+    if (resume.from == "auto") {
+        from = latest_checkpoint(out_);
+        if (!from) log_info("resume auto: no checkpoint in {}/checkpoints, starting fresh", out_);
+    } else if (!resume.from.empty()) {
+        from = resume.from;
+    }
+    if (!from) {
+        // A fresh run must not mix its checkpoints with an earlier run's (pruning could then
+        // delete the new ones and --resume auto would pick the old): never silently.
+        auto old = resume.from.empty() ? latest_checkpoint(out_) : std::nullopt;
+        ETE_CHECK(!old,
+                  "--out '{}' already holds checkpoints of a run (newest {}): continue it "
+                  "with --resume auto, or choose another --out",
+                  out_, *old);
+        init_weights();
+        if (dist_.main()) fs::remove(out_ + "/metrics.jsonl");
+        return 0;
+    }
+    CheckpointState st;
+    load_state(*from, st);
+    check_resume_compatible(st.run, run_settings(cfg_, mc_), *from, resume.force);
+    ETE_CHECK(st.data_position == data_position(st.step),
+              "checkpoint '{}': data position {} does not match step {}", *from, st.data_position,
+              st.step);
+    opt_.set_steps_taken(st.optimizer_steps);
+    if (dist_.main()) truncate_metrics(out_ + "/metrics.jsonl", st.step);
+    log_info("resumed from {} at step {}", *from, st.step);
+    return st.step;
+}
+
+// The logical whole of a flat local buffer on world rank 0. Without tp/pp every rank already holds
+// the whole model and rank 0 simply copies it.
+std::vector<float> Trainer::whole_of(const float* local) const {
+    if (sharded()) return layout_.to_global(local, dist_.groups.dp_rank == 0, *dist_.world);
+    if (!dist_.main()) return {};
+    return std::vector<float>(local, local + model_.params().numel());
+}
+
+std::unique_ptr<ParamStore> Trainer::gather_model() const {
+    std::vector<float> w = whole_of(model_.params().params());
+    if (!dist_.main()) return nullptr;
+    auto whole = std::make_unique<ParamStore>(layout_.global_specs());
+    std::copy(w.begin(), w.end(), whole->params());
+    return whole;
+}
+
+// The whole logical AdamW moments into m and v on world rank 0 (every rank must call).
+void Trainer::gather_moments(std::vector<float>& m, std::vector<float>& v) {
+    const size_t n = size_t(model_.params().numel());
+    std::vector<float> lm(n), lv(n);
+    if (zero1()) {
+        gather_shards(opt_.exp_avg().f32(), lm.data());
+        gather_shards(opt_.exp_avg_sq().f32(), lv.data());
+    } else {
+        std::copy(opt_.exp_avg().f32(), opt_.exp_avg().f32() + n, lm.begin());
+        std::copy(opt_.exp_avg_sq().f32(), opt_.exp_avg_sq().f32() + n, lv.begin());
+    }
+    m = whole_of(lm.data());
+    v = whole_of(lv.data());
+}
+
+void Trainer::checkpoint(int64_t steps_done) {
+    auto t0 = Clock::now();
+    std::vector<float> m, v;
+    gather_moments(m, v);
+    std::unique_ptr<ParamStore> whole = gather_model();
+    if (dist_.main()) {
+        CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
+                           run_settings(cfg_, mc_)};
+        std::string dir = save_checkpoint(out_, st, *whole, m.data(), v.data(), dump_toml(cfg_));
+        prune_checkpoints(out_, cfg_.keep_checkpoints);
+        log_info("checkpoint: {} ({:.1f}s)", dir, seconds_since(t0));
+    }
+    dist_.world->barrier();  // nobody moves on (or exits) before the checkpoint is committed
+}
+
+void Trainer::save_final() {
+    std::unique_ptr<ParamStore> whole = gather_model();
+    if (dist_.main()) save_hf_model(out_ + "/final", mc_, *whole, tok_ ? cfg_.data_tokenizer : "");
+    dist_.world->barrier();
+}
+
+}  // namespace ete

@@ -1,0 +1,158 @@
+// tests/model/parallel_util.h — shared by the tensor- and pipeline-parallel model tests: tiny
+// models whose vocabulary and MLP width need padding at tp = 2 and 4, a reference (whole) model,
+// copying its weights into any (tp, stage) part and gathering a part's gradients back.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ete/core/rng.h"
+#include "ete/model/shard.h"
+#include "ete/model/transformer.h"
+
+namespace ete::testing {
+
+// Llama with GQA; V = 61 and F = 45 are prime-ish so tp = 2 and 4 both pad (31·2, 16·4 rows;
+// 23·2, 12·4 columns). kv_heads 4 allows tp = 4.
+inline ModelConfig tp_llama(int kv_heads = 2, bool tied = false) {
+    ModelConfig c;
+    c.arch = Arch::Llama;
+    c.vocab_size = 61;
+    c.hidden_size = 48;
+    c.intermediate_size = 45;
+    c.num_layers = 4;
+    c.num_heads = 8;
+    c.num_kv_heads = kv_heads;
+    c.max_position_embeddings = 16;
+    c.norm_eps = 1e-6;
+    c.tie_word_embeddings = tied;
+    c.attention_bias = true;  // bias paths: column-parallel q/k/v, replicated o_proj
+    c.mlp_bias = true;
+    c.initializer_range = 0.2;  // far from the linear regime, so attention mixing matters
+    return c;
+}
+
+// GPT-2 (tied, fused c_attn with q|k|v groups, learned positions).
+inline ModelConfig tp_gpt2() {
+    ModelConfig c;
+    c.arch = Arch::GPT2;
+    c.vocab_size = 61;
+    c.hidden_size = 48;
+    c.intermediate_size = 45;
+    c.num_layers = 4;
+    c.num_heads = 4;
+    c.num_kv_heads = 4;
+    c.max_position_embeddings = 16;
+    c.norm_eps = 1e-5;
+    c.tie_word_embeddings = true;
+    c.initializer_range = 0.2;
+    return c;
+}
+
+// Deterministic tokens in [0, V) for micro-batch `mb`; every 7th target ignored.
+struct Batch {
+    std::vector<int32_t> inputs, targets;
+};
+inline Batch make_batch(int B, int T, int V, int mb = 0) {
+    Batch b;
+    for (int i = 0; i < B * T; ++i) {
+        int k = i + 97 * mb;
+        b.inputs.push_back(int32_t((k * 37 + 11) % V));
+        b.targets.push_back(i % 7 == 3 ? kIgnoreIndex : int32_t((k * 53 + 5) % V));
+    }
+    return b;
+}
+
+inline int count_targets(const std::vector<int32_t>& t) {
+    return int(std::count_if(t.begin(), t.end(), [](int32_t x) { return x != kIgnoreIndex; }));
+}
+
+// The whole model (tp 1, one stage), initialised with norm weights and biases moved off their
+// exact 1/0 so every gradient path carries signal.
+inline std::unique_ptr<Transformer> make_reference(const ModelConfig& c, Backend& be) {
+    auto m = std::make_unique<Transformer>(c, be);
+    ParamStore& ps = m->params();
+    ps.init(7);
+    for (int i = 0; i < int(ps.specs().size()); ++i) {
+        const ParamSpec& s = ps.specs()[size_t(i)];
+        if (s.kind != ParamKind::Norm && s.kind != ParamKind::Bias) continue;
+        CounterRng rng(99, s.name);
+        for (int64_t k = 0; k < shape_numel(s.shape); ++k)
+            ps.param(i)[k] += 0.1f * rng.normal(uint64_t(k));
+    }
+    return m;
+}
+
+// part's parameters = its shards of the whole model's (by name; a tied copy from the embedding).
+inline void copy_params(const ParamStore& whole, ParamStore& part) {
+    for (int i = 0; i < int(part.specs().size()); ++i) {
+        const ParamSpec& s = part.specs()[size_t(i)];
+        shard_from_global(s, part.tp_rank(), part.tp_size(), whole.param(whole.index(s.name)),
+                          part.param(i));
+    }
+}
+
+// A copy of one rank's gradients, with what is needed to put them back in the global layout.
+struct RankGrads {
+    std::vector<ParamSpec> specs;
+    std::vector<int64_t> offsets;
+    std::vector<float> grads;
+    int tp_rank = 0, tp_size = 1;
+    std::vector<bool> counted;  // counts_in_norm
+};
+inline RankGrads rank_grads(const ParamStore& ps) {
+    RankGrads r{ps.specs(), {}, {}, ps.tp_rank(), ps.tp_size(), {}};
+    for (int i = 0; i < int(ps.specs().size()); ++i) {
+        r.offsets.push_back(ps.offset(i));
+        r.counted.push_back(ps.counts_in_norm(i));
+    }
+    r.grads.assign(ps.grads(), ps.grads() + ps.numel());
+    return r;
+}
+
+// Adds a part's gradients into the global layout of `whole`: sharded parameters write their
+// slice (shards of one tensor are disjoint), replicated ones only from tp rank 0; the tied copy
+// adds into the embedding. `global` is a buffer of whole.numel() floats.
+inline void add_to_global(const RankGrads& r, const ParamStore& whole, std::vector<float>& global) {
+    for (size_t i = 0; i < r.specs.size(); ++i) {
+        const ParamSpec& s = r.specs[i];
+        if (s.shard.dim < 0 && r.tp_rank != 0) continue;
+        int w = whole.index(s.name);
+        // Elements this rank does not hold stay 0 in tmp.
+        std::vector<float> tmp(size_t(shape_numel(s.global_shape)), 0.0f);
+        shard_to_global(s, r.tp_rank, r.tp_size, r.grads.data() + r.offsets[i], tmp.data());
+        float* dst = global.data() + whole.offset(w);
+        for (size_t k = 0; k < tmp.size(); ++k) dst[k] += tmp[k];
+    }
+}
+
+inline double rel_max_err(const float* a, const float* b, int64_t n) {
+    double err = 0, scale = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        err = std::max(err, std::abs(double(a[i]) - double(b[i])));
+        scale = std::max(scale, std::abs(double(b[i])));
+    }
+    return scale > 0 ? err / scale : err;
+}
+
+// Every parameter's gradient in `global` matches the whole model's within rel_tol (max error
+// over the tensor relative to its largest element), and is not all zero.
+inline void expect_grads_match(const ParamStore& whole, const std::vector<float>& global,
+                               double rel_tol, const std::string& what) {
+    for (int i = 0; i < int(whole.specs().size()); ++i) {
+        const ParamSpec& s = whole.specs()[size_t(i)];
+        const float* want = whole.grad(i);
+        const float* got = global.data() + whole.offset(i);
+        int64_t n = shape_numel(s.shape);
+        EXPECT_LE(rel_max_err(got, want, n), rel_tol) << what << ": " << s.name;
+        EXPECT_TRUE(std::any_of(want, want + n, [](float x) { return x != 0.0f; })) << s.name;
+    }
+}
+
+}  // namespace ete::testing
