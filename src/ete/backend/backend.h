@@ -127,7 +127,8 @@ class Backend {
 std::unique_ptr<Backend> make_ref_backend();
 // The optimized CPU backend (OpenMP + SIMD + BLAS).
 std::unique_ptr<Backend> make_cpu_backend();
-// The CUDA backend; a build without CUDA throws "[cuda] built without CUDA".
+// The CUDA backend; a build without it throws "[cuda] backend 'cuda': this build ... has no CUDA
+// compute backend".
 std::unique_ptr<Backend> make_cuda_backend();
 // By name: "cpu", "ref", "cuda".
 std::unique_ptr<Backend> make_backend(const std::string& name);

@@ -172,10 +172,15 @@ StepMetrics Trainer::step(int64_t step) {
     m.tokens = tokens;
     if (tp_timed_) m.tp_comm_ms = tp_timed_->seconds() * 1e3;
     if (dist_.shape().pp > 1) {
+        // Means over the stages: the share of the step not computing, and of it the time
+        // blocked on activation/gradient transfers.
         const int p = dist_.shape().pp;
-        double b = last_pipe_.measured_bubble();
-        dist_.groups.pp->all_reduce(&b, 1, DType::F64, ReduceOp::Sum);
-        m.pp_bubble = b / p;
+        const PipeStats& ps = last_pipe_;
+        double v[2] = {ps.measured_bubble(),
+                       ps.total_s > 0 ? (ps.recv_wait_s + ps.send_wait_s) / ps.total_s : 0.0};
+        dist_.groups.pp->all_reduce(v, 2, DType::F64, ReduceOp::Sum);
+        m.pp_bubble = v[0] / p;
+        m.pp_comm_wait = v[1] / p;
         m.pp_bubble_theory = bubble_fraction_theory(p, A);
     }
     if (sync_) {
@@ -256,6 +261,16 @@ void Trainer::log_start() const {
                      ? fmt::format(" (train.micro_batch {} is uneven: {})", cfg_.micro_batch,
                                    cfg_.parallel_uneven_batch)
                      : "");
+    if (m.pp > 1) {
+        const std::vector<int> b = pipeline_layer_bounds(mc_, m.pp, cfg_.parallel_pp_layers);
+        std::string stages;
+        for (int i = 0; i < m.pp; ++i)
+            stages += fmt::format("{}[{}, {})", i ? " " : "", b[size_t(i)], b[size_t(i) + 1]);
+        log_info(
+            "pipeline: {} stages, layers {} | 1F1B over {} micro-batches, theoretical bubble "
+            "{:.3f}",
+            m.pp, stages, cfg_.grad_accum, bubble_fraction_theory(m.pp, cfg_.grad_accum));
+    }
     log_info("data: {} ({}) | {} training / {} validation samples of {} tokens", cfg_.data_train,
              cfg_.data_format, loader_->num_train_samples(), loader_->num_val_samples(),
              cfg_.seq_len);

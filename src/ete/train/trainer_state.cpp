@@ -78,8 +78,10 @@ int64_t Trainer::start(const ResumeOptions& resume) {
     load_state(*from, st);
     check_resume_compatible(st.run, run_settings(cfg_, mc_), *from, resume.force);
     ETE_CHECK(st.data_position == data_position(st.step),
-              "checkpoint '{}': data position {} does not match step {}", *from, st.data_position,
-              st.step);
+              "checkpoint '{}': {} samples were used in {} steps, but this run takes {} per step "
+              "(parallel.uneven_batch = drop changes the global batch with parallel.dp); resume "
+              "with the same global batch",
+              *from, st.data_position, st.step, data_position(1));
     opt_.set_steps_taken(st.optimizer_steps);
     if (dist_.main()) truncate_metrics(out_ + "/metrics.jsonl", st.step);
     log_info("resumed from {} at step {}", *from, st.step);
