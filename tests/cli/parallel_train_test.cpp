@@ -185,6 +185,14 @@ TEST_F(ParallelTrain, EveryLayoutMatchesOneProcessGpt2) {
                     fmt::format("gpt2 ({},{},{})", l[0], l[1], l[2]));
 }
 
+// GQA with tp = 4 > num_kv_heads = 2: each kv head is replicated on 2 tp ranks, which sum its
+// gradient; alone (4 ranks) and under dp = 2 (8 ranks), the same run as one process.
+TEST_F(ParallelTrain, KvHeadsReplicatedWhenTpExceedsThem) {
+    RunResult one = train(1, "");
+    expect_same(one, train(4, "--set parallel.tp=4"), "tp=4, 2 kv heads");
+    expect_same(one, train(8, "--set parallel.dp=2 --set parallel.tp=4"), "dp=2 tp=4, 2 kv heads");
+}
+
 // Checkpoints hold the logical model: one written at (2,2,1) resumes onto (1,1,2) and onto one
 // process, and one written by a ZeRO-1 dp=2 run resumes on one process and back on dp=2, each
 // continuing exactly like the uninterrupted single-process run.

@@ -19,7 +19,7 @@
 namespace ete::testing {
 
 // Llama with GQA; V = 61 and F = 45 are prime-ish so tp = 2 and 4 both pad (31·2, 16·4 rows;
-// 23·2, 12·4 columns). kv_heads 4 allows tp = 4.
+// 23·2, 12·4 columns). kv_heads 4 splits at tp = 4; fewer kv heads than tp replicate them.
 inline ModelConfig tp_llama(int kv_heads = 2, bool tied = false) {
     ModelConfig c;
     c.arch = Arch::Llama;
@@ -116,13 +116,14 @@ inline RankGrads rank_grads(const ParamStore& ps) {
     return r;
 }
 
-// Adds a part's gradients into the global layout of `whole`: sharded parameters write their
-// slice (shards of one tensor are disjoint), replicated ones only from tp rank 0; the tied copy
-// adds into the embedding. `global` is a buffer of whole.numel() floats.
+// Adds a part's gradients into the global layout of `whole`: each element from its owner only
+// (shard_owner: sharded slices from every rank, replicated parameters from tp rank 0, a kv head
+// held by several ranks from the first of them); the tied copy adds into the embedding.
+// `global` is a buffer of whole.numel() floats.
 inline void add_to_global(const RankGrads& r, const ParamStore& whole, std::vector<float>& global) {
     for (size_t i = 0; i < r.specs.size(); ++i) {
         const ParamSpec& s = r.specs[i];
-        if (s.shard.dim < 0 && r.tp_rank != 0) continue;
+        if (!shard_owner(s.shard, r.tp_rank, r.tp_size)) continue;
         int w = whole.index(s.name);
         // Elements this rank does not hold stay 0 in tmp.
         std::vector<float> tmp(size_t(shape_numel(s.global_shape)), 0.0f);

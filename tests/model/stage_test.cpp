@@ -391,7 +391,9 @@ INSTANTIATE_TEST_SUITE_P(
     Models, TpTimesPp,
     ::testing::Values(MeshCase{"llama", testing::tp_llama(2, false), "none"},
                       MeshCase{"llama_tied_recompute1", testing::tp_llama(2, true), "1"},
-                      MeshCase{"gpt2_recompute", testing::tp_gpt2(), "full"}),
+                      MeshCase{"gpt2_recompute", testing::tp_gpt2(), "full"},
+                      // MQA: the kv head replicated on both tp ranks, two micro-batches in flight
+                      MeshCase{"llama_mqa_recompute", testing::tp_llama(1, false), "full"}),
     [](const ::testing::TestParamInfo<MeshCase>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -1,7 +1,8 @@
 // tests/model/tp_test.cpp — tensor parallelism of the model layer: shard layouts and their round
 // trips, layout-invariant initialisation, ModelParallel errors, and tp = 2 / 4 models on the
 // in-process fake world matching the tp = 1 model (loss, every gradient, logits), with padded
-// gradients exactly zero and replicated gradients identical on every rank.
+// gradients exactly zero and replicated gradients identical on every rank — including GQA kv
+// heads replicated over tp / KV ranks when tp > KV (and MQA, KV = 1).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -64,16 +65,23 @@ TEST(Shard, LayoutsByHand) {
     EXPECT_FALSE(shard_has_padding(hand_spec({8}, {0, 1, true}, 4), 4));
 }
 
+// The tiny models at tp 2 and 4: kv heads split (KV 4), split then replicated (KV 2), replicated
+// (KV 1), and GPT-2.
+std::vector<ModelConfig> tp_models() {
+    return {testing::tp_llama(4), testing::tp_llama(2), testing::tp_llama(1), testing::tp_gpt2()};
+}
+
 // shard_to_global inverts shard_from_global for every parameter of the tiny models at tp 2 and
-// 4: the ranks' slices cover each global element exactly once, padding is zero.
+// 4: the ranks' slices cover each global element tp / parts times (once when split, on every
+// rank when replicated), its owners exactly once; padding is zero.
 TEST(Shard, RoundTripEveryModelParameter) {
-    for (ModelConfig c : {testing::tp_llama(4), testing::tp_gpt2()}) {
+    for (const ModelConfig& c : tp_models()) {
         for (int tp : {2, 4}) {
             std::vector<ParamSpec> specs = param_specs(c, ModelParallel{nullptr, 0, tp});
             for (const ParamSpec& s : specs) {
                 std::vector<float> g = iota_global(s);
                 std::vector<float> back(g.size(), std::numeric_limits<float>::quiet_NaN());
-                std::vector<int> writes(g.size(), 0);
+                std::vector<int> writes(g.size(), 0), owned(g.size(), 0);
                 for (int r = 0; r < tp; ++r) {
                     std::vector<float> l(size_t(shape_numel(s.shape)), -1.0f);
                     shard_from_global(s, r, tp, g.data(), l.data());
@@ -83,6 +91,7 @@ TEST(Shard, RoundTripEveryModelParameter) {
                                 EXPECT_EQ(l[size_t(run.local + k)], 0.0f) << s.name;
                             } else {
                                 ++writes[size_t(run.global + k)];
+                                owned[size_t(run.global + k)] += shard_owner(s.shard, r, tp);
                             }
                         }
                     }
@@ -90,9 +99,11 @@ TEST(Shard, RoundTripEveryModelParameter) {
                 }
                 EXPECT_EQ(std::memcmp(back.data(), g.data(), sizeof(float) * g.size()), 0)
                     << s.name << " tp " << tp;
-                int want = s.shard.dim < 0 ? tp : 1;  // replicated: every rank holds it all
+                const int want = tp / shard_parts(s.shard, tp);
                 EXPECT_TRUE(
                     std::all_of(writes.begin(), writes.end(), [&](int w) { return w == want; }))
+                    << s.name << " tp " << tp;
+                EXPECT_TRUE(std::all_of(owned.begin(), owned.end(), [](int w) { return w == 1; }))
                     << s.name << " tp " << tp;
             }
         }
@@ -101,7 +112,7 @@ TEST(Shard, RoundTripEveryModelParameter) {
 
 // A tp shard's init is exactly the slice of the tp = 1 init (same seed), padding zero.
 TEST(ParamStoreInit, LayoutInvariantAcrossTp) {
-    for (ModelConfig c : {testing::tp_llama(4), testing::tp_gpt2()}) {
+    for (const ModelConfig& c : tp_models()) {
         ParamStore whole(param_specs(c));
         whole.init(5);
         for (int tp : {2, 4}) {
@@ -125,11 +136,14 @@ TEST(ParamStoreInit, LayoutInvariantAcrossTp) {
 
 TEST(ModelParallelErrors, HeadsGroupsAndTargets) {
     ModelConfig c = testing::tp_llama(2);
+    ModelConfig six = c;
+    six.num_heads = 6;  // divides by tp = 3, but 2 kv heads neither split nor replicate over 3
     EXPECT_EQ(error_of([&] {
-                  param_specs(c, ModelParallel{nullptr, 0, 4});
+                  param_specs(six, ModelParallel{nullptr, 0, 3});
               }),
-              "model.num_kv_heads = 2 is not divisible by parallel.tp = 4 (KV-head replication "
-              "is not supported yet)");
+              "model.num_kv_heads = 2 does not fit parallel.tp = 3: expected num_kv_heads "
+              "divisible by tp (kv heads split) or tp divisible by num_kv_heads (each kv head "
+              "replicated on tp / num_kv_heads ranks)");
     EXPECT_EQ(error_of([&] {
                   param_specs(c, ModelParallel{nullptr, 0, 3});
               }),
@@ -166,19 +180,24 @@ struct TpCase {
     int tp;
     bool recompute;
     const char* backend;
-    int vocab = 61;  // 5 at tp 4: 2 + 2 + 1 + 0 real rows, one rank owns no token
+    int vocab = 61;         // 5 at tp 4: 2 + 2 + 1 + 0 real rows, one rank owns no token
+    int heads = 0, kv = 0;  // Llama: 0 = 8 heads, kv heads 4 at tp 4 and 2 otherwise (split)
 };
 
 void PrintTo(const TpCase& c, std::ostream* os) {
     *os << arch_name(c.arch) << "/tp" << c.tp << (c.recompute ? "/recompute" : "") << "/"
-        << c.backend << "/V" << c.vocab;
+        << c.backend << "/V" << c.vocab << "/H" << c.heads << "/KV" << c.kv;
 }
 
 class TensorParallel : public ::testing::TestWithParam<TpCase> {
   protected:
     void SetUp() override {
         const TpCase& p = GetParam();
-        cfg_ = p.arch == Arch::Llama ? testing::tp_llama(p.tp == 4 ? 4 : 2) : testing::tp_gpt2();
+        cfg_ = p.arch == Arch::Llama ? testing::tp_llama(p.kv        ? p.kv
+                                                         : p.tp == 4 ? 4
+                                                                     : 2)
+                                     : testing::tp_gpt2();
+        if (p.heads) cfg_.num_heads = p.heads;
         cfg_.vocab_size = p.vocab;
         be_ = make_backend(p.backend);
         for (int mb = 0; mb < 2; ++mb)
@@ -242,10 +261,15 @@ TEST_P(TensorParallel, MatchesTheTp1Model) {
             for (const ShardRun& run : shard_runs(s, r, tp))
                 for (int64_t k = 0; run.global < 0 && k < run.len; ++k)
                     ASSERT_EQ(g[run.local + k], 0.0f) << s.name << " padding, rank " << r;
-            if (s.shard.dim < 0) {
-                const float* g0 = got[0].grads.grads.data() + got[0].grads.offsets[i];
-                EXPECT_EQ(std::memcmp(g, g0, 4 * size_t(shape_numel(s.shape))), 0)
-                    << s.name << " (replicated) differs on rank " << r;
+            // Replicated parameters (holders: every rank) and replicated kv heads (holders: the
+            // tp / KV consecutive ranks of the head) have the same gradient on every holder.
+            const int first = r - r % (tp / shard_parts(s.shard, tp));
+            if (first != r) {
+                const RankGrads& h = got[size_t(first)].grads;
+                EXPECT_EQ(
+                    std::memcmp(g, h.grads.data() + h.offsets[i], 4 * size_t(shape_numel(s.shape))),
+                    0)
+                    << s.name << " (replicated) differs on rank " << r << " from rank " << first;
             }
             for (int64_t k = 0; o.grads.counted[i] && k < shape_numel(s.shape); ++k)
                 counted_sq += double(g[k]) * g[k];
@@ -259,8 +283,9 @@ TEST_P(TensorParallel, MatchesTheTp1Model) {
 
 std::string tp_case_name(const ::testing::TestParamInfo<TpCase>& info) {
     const TpCase& c = info.param;
+    std::string heads = c.kv ? fmt::format("_h{}kv{}", c.heads ? c.heads : 8, c.kv) : "";
     return arch_name(c.arch) + "_tp" + std::to_string(c.tp) + (c.recompute ? "_recompute_" : "_") +
-           c.backend + "_v" + std::to_string(c.vocab);
+           c.backend + "_v" + std::to_string(c.vocab) + heads;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -271,6 +296,19 @@ INSTANTIATE_TEST_SUITE_P(
                       TpCase{Arch::Llama, 2, false, "ref"}, TpCase{Arch::GPT2, 4, true, "ref"},
                       TpCase{Arch::GPT2, 4, false, "cpu", 5}),
     tp_case_name);
+
+// tp > KV: each kv head replicated on tp / KV ranks (one query head per rank at H 4, two sharing
+// the local kv head at H 8; four holders at tp 8), and MQA (KV 1) at tp 2 and 4.
+INSTANTIATE_TEST_SUITE_P(KvReplicated, TensorParallel,
+                         ::testing::Values(TpCase{Arch::Llama, 4, false, "cpu", 61, 4, 2},
+                                           TpCase{Arch::Llama, 4, true, "cpu", 61, 4, 2},
+                                           TpCase{Arch::Llama, 4, false, "cpu", 61, 8, 2},
+                                           TpCase{Arch::Llama, 8, false, "cpu", 61, 8, 2},
+                                           TpCase{Arch::Llama, 2, false, "cpu", 61, 8, 1},
+                                           TpCase{Arch::Llama, 2, true, "cpu", 61, 8, 1},
+                                           TpCase{Arch::Llama, 4, false, "cpu", 61, 8, 1},
+                                           TpCase{Arch::Llama, 4, true, "ref", 61, 8, 1}),
+                         tp_case_name);
 
 }  // namespace
 }  // namespace ete

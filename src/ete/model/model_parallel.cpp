@@ -26,10 +26,14 @@ ModelParallel ModelParallel::resolved(const ModelConfig& c) const {
         ETE_CHECK(c.num_heads % tp_size == 0,
                   "model.num_heads = {} is not divisible by parallel.tp = {}", c.num_heads,
                   tp_size);
-        ETE_CHECK(c.num_kv_heads % tp_size == 0,
-                  "model.num_kv_heads = {} is not divisible by parallel.tp = {} (KV-head "
-                  "replication is not supported yet)",
-                  c.num_kv_heads, tp_size);
+        // tp > KV: each rank's H / tp query heads share one kv head (H / KV per kv head is a
+        // multiple of H / tp), held by the tp / KV ranks of those query heads.
+        const int KV = c.num_kv_heads;
+        ETE_CHECK(KV > 0 && (KV % tp_size == 0 || tp_size % KV == 0),
+                  "model.num_kv_heads = {} does not fit parallel.tp = {}: expected num_kv_heads "
+                  "divisible by tp (kv heads split) or tp divisible by num_kv_heads (each kv "
+                  "head replicated on tp / num_kv_heads ranks)",
+                  KV, tp_size);
     }
     ETE_CHECK(num_stages >= 1 && num_stages <= L,
               "parallel.pp = {}: expected 1..model.num_layers = {} (each stage holds >= 1 layer)",

@@ -3,9 +3,11 @@
 //
 // Tensor parallelism (Megatron): the tp ranks of a group each hold a slice of every sharded
 // parameter (ParamSpec::shard) and run the same layers on the same replicated activations, with
-// one all-reduce per attention block and per MLP. Pipeline parallelism: stage s holds the
-// contiguous global layers [layer_begin, layer_end); stage 0 also holds the embedding, the last
-// stage the final norm and the LM head.
+// one all-reduce per attention block and per MLP. GQA kv heads split when tp divides their
+// number and are replicated when their number divides tp (each on tp / KV ranks; the Transformer
+// sums those copies' gradients). Pipeline parallelism: stage s holds the contiguous global
+// layers [layer_begin, layer_end); stage 0 also holds the embedding, the last stage the final
+// norm and the LM head.
 #pragma once
 
 #include <string>

@@ -42,13 +42,15 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
         t.push_back(spec(p + n + ".weight", {C}, ParamKind::Norm, ParamInit::Ones, 0, kReplicated));
     };
     norm("input_layernorm");
+    // tp > KV replicates each kv head on tp / KV ranks (ShardRule::max_parts).
+    const ShardRule kv{0, 1, false, c.num_kv_heads};
     mat("self_attn.q_proj", HD, C, kRows);
-    mat("self_attn.k_proj", KVD, C, kRows);
-    mat("self_attn.v_proj", KVD, C, kRows);
+    mat("self_attn.k_proj", KVD, C, kv);
+    mat("self_attn.v_proj", KVD, C, kv);
     if (c.attention_bias) {
         bias("self_attn.q_proj", HD, kRows);
-        bias("self_attn.k_proj", KVD, kRows);
-        bias("self_attn.v_proj", KVD, kRows);
+        bias("self_attn.k_proj", KVD, kv);
+        bias("self_attn.v_proj", KVD, kv);
     }
     mat("self_attn.o_proj", C, HD, kCols);
     if (c.attention_bias) bias("self_attn.o_proj", C, kReplicated);  // added after the all-reduce

@@ -25,10 +25,15 @@ enum class ParamInit { Normal, Zeros, Ones };
 // How tensor parallelism splits a parameter (Megatron): column-parallel linears split their
 // output rows (dim 0), row-parallel linears their input columns (dim 1), vocab-parallel tables
 // their vocabulary rows (dim 0); everything else is replicated.
+//
+// max_parts > 0 says the split dim is that many indivisible pieces (GQA key/value heads): at
+// tp <= max_parts it splits like any other dim; at tp > max_parts (tp a multiple of it) it is cut
+// into max_parts slices and each slice is held by tp / max_parts consecutive ranks (shard.h).
 struct ShardRule {
-    int dim = -1;      // -1 replicated; 0 rows; 1 columns (of the ETE (out, in) layout)
-    int groups = 1;    // the split dim is G equal groups, each split across tp (c_attn q|k|v: 3)
-    bool pad = false;  // a group may not divide by tp: pad it to a multiple of tp with zero rows
+    int dim = -1;       // -1 replicated; 0 rows; 1 columns (of the ETE (out, in) layout)
+    int groups = 1;     // the split dim is G equal groups, each split across tp (c_attn q|k|v: 3)
+    bool pad = false;   // a group may not divide by tp: pad it to a multiple of tp with zero rows
+    int max_parts = 0;  // 0: no limit; else the most parts the split dim may be cut into
 };
 
 struct ParamSpec {
@@ -52,7 +57,7 @@ struct ParamSpec {
 // the final norm and the LM head — for tied embeddings on more than one stage, a tied_copy of
 // the embedding named like it, at the end of the table. In execution order (embeddings, layers,
 // final norm, head); fused groups (q|k|v, gate|up) are adjacent so the model can run them as one
-// GEMM, locally too. Throws ete::Error if heads do not divide by tp (ModelParallel::resolved).
+// GEMM, locally too. Throws ete::Error if the heads do not fit tp (ModelParallel::resolved).
 std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp = {});
 
 // Weight decay applies to matrices only by default (not norms, biases, embeddings).

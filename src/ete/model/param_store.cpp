@@ -51,8 +51,7 @@ void ParamStore::init(uint64_t seed) {
 
 bool ParamStore::counts_in_norm(int i) const {
     const ParamSpec& s = specs_[size_t(i)];
-    if (s.tied_copy) return false;
-    return s.shard.dim >= 0 || tp_rank_ == 0;
+    return !s.tied_copy && shard_owner(s.shard, tp_rank_, tp_size_);
 }
 
 }  // namespace ete

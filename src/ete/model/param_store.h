@@ -48,8 +48,9 @@ class ParamStore {
 
     // For a global gradient norm over the tp × pp ranks of a replica: whether parameter i's
     // elements are counted on this rank, so each element is counted exactly once — sharded ones
-    // on every tp rank (padding is zero), replicated ones on tp rank 0 only, a tied_copy never
-    // (stage 0 counts the embedding, after the tied gradients were summed).
+    // on every tp rank (padding is zero), replicated ones on tp rank 0 only, a kv head held by
+    // several tp ranks on the first of them (shard_owner), a tied_copy never (stage 0 counts
+    // the embedding, after the tied gradients were summed).
     bool counts_in_norm(int i) const;
 
   private:

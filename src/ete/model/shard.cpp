@@ -5,13 +5,25 @@
 
 namespace ete {
 
+int shard_parts(const ShardRule& rule, int tp_size) {
+    ETE_ASSERT(tp_size >= 1);
+    if (rule.dim < 0) return 1;
+    if (rule.max_parts <= 0 || tp_size <= rule.max_parts) return tp_size;
+    ETE_ASSERT(tp_size % rule.max_parts == 0);  // ModelParallel::resolved checked tp % KV
+    return rule.max_parts;
+}
+
+bool shard_owner(const ShardRule& rule, int tp_rank, int tp_size) {
+    return tp_rank % (tp_size / shard_parts(rule, tp_size)) == 0;
+}
+
 int64_t shard_extent(const ShardRule& rule, int64_t extent, int tp_size) {
     if (rule.dim < 0) return extent;
-    ETE_ASSERT(rule.groups >= 1 && extent % rule.groups == 0 && tp_size >= 1);
-    int64_t g = extent / rule.groups;
-    int64_t gp = rule.pad ? (g + tp_size - 1) / tp_size * tp_size : g;
-    ETE_ASSERT(gp % tp_size == 0);  // unpadded splits (heads) were checked to divide
-    return rule.groups * (gp / tp_size);
+    ETE_ASSERT(rule.groups >= 1 && extent % rule.groups == 0);
+    const int64_t P = shard_parts(rule, tp_size), g = extent / rule.groups;
+    const int64_t gp = rule.pad ? (g + P - 1) / P * P : g;
+    ETE_ASSERT(gp % P == 0);  // unpadded splits (heads) were checked to divide
+    return rule.groups * (gp / P);
 }
 
 Shape shard_shape(const ShardRule& rule, const Shape& global, int tp_size) {
@@ -32,7 +44,8 @@ std::vector<ShardRun> shard_runs(const ParamSpec& s, int tp_rank, int tp_size) {
     for (size_t i = d + 1; i < gs.size(); ++i) inner *= gs[i];
     const int64_t E = gs[d], G = s.shard.groups, g = E / G;
     const int64_t gl = shard_extent(s.shard, E, tp_size) / G;  // local rows per group
-    const int64_t valid = std::clamp<int64_t>(g - tp_rank * gl, 0, gl);
+    const int64_t part = tp_rank / (tp_size / shard_parts(s.shard, tp_size));
+    const int64_t valid = std::clamp<int64_t>(g - part * gl, 0, gl);
     std::vector<ShardRun> runs;
     // Appends a run, merging it into the previous one when both are contiguous.
     auto push = [&](int64_t local, int64_t global, int64_t len) {
@@ -51,7 +64,7 @@ std::vector<ShardRun> shard_runs(const ParamSpec& s, int tp_rank, int tp_size) {
     for (int64_t o = 0; o < outer; ++o) {
         for (int64_t grp = 0; grp < G; ++grp) {
             int64_t local = (o * G + grp) * gl * inner;
-            push(local, (o * E + grp * g + tp_rank * gl) * inner, valid * inner);
+            push(local, (o * E + grp * g + part * gl) * inner, valid * inner);
             push(local + valid * inner, -1, (gl - valid) * inner);
         }
     }
@@ -62,7 +75,7 @@ std::vector<ShardRun> shard_runs(const ParamSpec& s, int tp_rank, int tp_size) {
 bool shard_has_padding(const ParamSpec& s, int tp_size) {
     if (s.shard.dim < 0 || !s.shard.pad) return false;
     int64_t g = s.global_shape[size_t(s.shard.dim)] / s.shard.groups;
-    return g % tp_size != 0;
+    return g % shard_parts(s.shard, tp_size) != 0;
 }
 
 void shard_from_global(const ParamSpec& s, int tp_rank, int tp_size, const float* global,

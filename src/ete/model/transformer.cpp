@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/ranges.h>
+
 #include "ete/model/shard.h"
 #include "ete/nn/linear.h"
 #include "ete/nn/rope.h"
@@ -40,7 +42,16 @@ Transformer::Transformer(const ModelConfig& config, Backend& backend, const Mode
     const int P = mp_.tp_size;
     tp_ = P > 1 ? mp_.tp : nullptr;
     H_ = cfg_.num_heads / P;
-    KV_ = cfg_.num_kv_heads / P;
+    KV_ = std::max(cfg_.num_kv_heads / P, 1);
+    if (P > cfg_.num_kv_heads) {
+        // Ranks [k·R, (k+1)·R) hold kv head k (R = P / KV); split is collective over tp.
+        const int R = P / cfg_.num_kv_heads, head = mp_.tp_rank / R;
+        const std::vector<int>& wr = tp_->world_ranks();
+        std::vector<int> members(wr.begin() + head * R, wr.begin() + (head + 1) * R);
+        kv_group_ =
+            tp_->split(head, mp_.tp_rank, fmt::format("tp_kv[{}]", fmt::join(members, ",")));
+        ETE_ASSERT(kv_group_ && kv_group_->size() == R && kv_group_->rank() == mp_.tp_rank % R);
+    }
     F_ = int(shard_extent(kPaddedRows, cfg_.intermediate_size, P));
     V_ = int(shard_extent(kPaddedRows, cfg_.vocab_size, P));
     vocab_begin_ = mp_.tp_rank * V_;
@@ -234,6 +245,8 @@ void Transformer::allocate(Arena& a) {
     d_fc_ = a.alloc_f32(N * FC);
     d_act_ = a.alloc_f32(N * F);
     tp_buf_ = tp_ ? a.alloc_f32(N * C) : nullptr;
+    kv_old_ = kv_group_ ? a.alloc_f32(2 * D * C + 2 * D) : nullptr;
+    kv_sum_ = kv_group_ ? a.alloc_f32(2 * D * C + 2 * D) : nullptr;
     ids_local_ = tp_ && first ? ints(N) : nullptr;
     ce_buf_ = tp_ && last ? a.alloc_f32(5 * size_t(head_rows_)) : nullptr;
     ce_tgt_ = tp_ && last ? ints(size_t(head_rows_)) : nullptr;
@@ -341,10 +354,55 @@ void Transformer::attention_backward(int i, const LayerActs& s, const float* x, 
     linear_backward(be_, d_att_, d_resid, C, s.att, HD, w.o_w, g.o_w, g.o_b, {N, HD, C});
     be_.attention_backward(d_qkv_, d_att_, s.att, s.lse, s.qkv, d, 1.0f / std::sqrt(float(d.D)));
     if (cfg_.arch == Arch::Llama) be_.rope_backward(d_qkv_, rope_cos_, rope_sin_, d);
+    kv_grads_set_aside(i);
     linear_backward(be_, d_ln_, d_qkv_, S, s.ln1, C, w.qkv_w, g.qkv_w, g.qkv_b, {N, C, S});
-    tp_sum(d_ln_, size_t(N) * C);  // ln1 fed every rank's heads: sum their gradients
+    Request kv_sum = kv_grads_start_sum(i);  // overlaps the d(ln1) all-reduce and the norm
+    tp_sum(d_ln_, size_t(N) * C);            // ln1 fed every rank's heads: sum their gradients
     norm_backward(be_, cfg_, d_resid, g.ln1_w, g.ln1_b, d_ln_, x, w.ln1_w, s.ln1_mean, s.ln1_rstd,
                   N);
+    kv_grads_finish(i, kv_sum);
+}
+
+// Replicated kv heads. The k|v rows of the fused q|k|v gradient (weight (2·D, C) after the H·D
+// q rows, bias (2·D) likewise) accumulate over micro-batches, but only this micro-batch's
+// contribution may be summed over the kv group: the accumulated value is set aside and zeroed,
+// the backward writes the fresh partial, the group sums it, and the old value is added back.
+// Every holder adds the same two values, so the copies stay bit-identical.
+void Transformer::kv_grads_set_aside(int i) {
+    if (!kv_group_) return;
+    const LayerWeights& g = g_[size_t(i)];
+    const size_t D = cfg_.D(), C = cfg_.hidden_size, nw = 2 * D * C, q = size_t(H_) * D;
+    std::memcpy(kv_old_, g.qkv_w + q * C, sizeof(float) * nw);
+    std::memset(g.qkv_w + q * C, 0, sizeof(float) * nw);
+    if (g.qkv_b) {
+        std::memcpy(kv_old_ + nw, g.qkv_b + q, sizeof(float) * 2 * D);
+        std::memset(g.qkv_b + q, 0, sizeof(float) * 2 * D);
+    }
+}
+
+// Packs the fresh k|v weight and bias gradients into one message and starts its sum.
+Request Transformer::kv_grads_start_sum(int i) {
+    if (!kv_group_) return nullptr;
+    const LayerWeights& g = g_[size_t(i)];
+    const size_t D = cfg_.D(), C = cfg_.hidden_size, nw = 2 * D * C, q = size_t(H_) * D;
+    std::memcpy(kv_sum_, g.qkv_w + q * C, sizeof(float) * nw);
+    if (g.qkv_b) std::memcpy(kv_sum_ + nw, g.qkv_b + q, sizeof(float) * 2 * D);
+    const size_t n = nw + (g.qkv_b ? 2 * D : 0);
+    return kv_group_->iall_reduce(kv_sum_, n, DType::F32, ReduceOp::Sum);
+}
+
+// gradient = set-aside value + the group's sum of this micro-batch's partials.
+void Transformer::kv_grads_finish(int i, Request& sum) {
+    if (!kv_group_) return;
+    sum->wait();
+    const LayerWeights& g = g_[size_t(i)];
+    const size_t D = cfg_.D(), C = cfg_.hidden_size, nw = 2 * D * C, q = size_t(H_) * D;
+    std::memcpy(g.qkv_w + q * C, kv_old_, sizeof(float) * nw);
+    be_.add_inplace(g.qkv_w + q * C, kv_sum_, int64_t(nw));
+    if (g.qkv_b) {
+        std::memcpy(g.qkv_b + q, kv_old_ + nw, sizeof(float) * 2 * D);
+        be_.add_inplace(g.qkv_b + q, kv_sum_ + nw, int64_t(2 * D));
+    }
 }
 
 void Transformer::layer_backward(int i, Slot& s, float* d_resid, AttnDims d) {

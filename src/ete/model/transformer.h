@@ -3,7 +3,8 @@
 //
 // Dimension letters: B batch, T time, C hidden, H query heads, KV key/value heads, D head dim,
 // S = (H + 2KV)·D fused qkv width, F MLP width, V vocab, L layers, N = B·T rows. Under tensor
-// parallelism over P ranks H, KV, S, F and V are this rank's (H/P, KV/P, padded F/P and V/P).
+// parallelism over P ranks H, KV, S, F and V are this rank's (H/P, KV/P — or 1 when P > KV —,
+// padded F/P and V/P).
 //
 // Activations live in one Arena sized by setup(B, T, plan, slots): the training loop never
 // allocates. A recomputed layer keeps only its input (the residual stream) and re-runs its
@@ -16,6 +17,12 @@
 // once. Embedding and LM head are vocab-parallel; the cross-entropy is fused across ranks and
 // never gathers full logits. Activations on the residual stream, the loss and the gradients of
 // replicated parameters are identical on every tp rank. With tp_size 1 nothing is communicated.
+//
+// GQA with P > KV (P a multiple of KV): rank r holds kv head r / (P/KV), the one all its H/P
+// query heads use, so attention stays local. The P/KV ranks holding a kv head (its kv group)
+// each compute a partial k|v gradient from their own query heads; the group sums them per
+// micro-batch before the layer's gradients are reported, so the copies stay identical. Their
+// partial d(ln1) terms need no change: the tp all-reduce of d(ln1) adds them up to the whole.
 #pragma once
 
 #include <functional>
@@ -28,6 +35,7 @@
 #include "ete/model/config.h"
 #include "ete/model/model_parallel.h"
 #include "ete/model/param_store.h"
+#include "ete/parallel/communicator.h"
 
 namespace ete {
 
@@ -176,6 +184,10 @@ class Transformer {
     void row_parallel_forward(float* y, const float* resid, const float* in, int K, const float* W,
                               const float* b, int N);
     void tp_sum(float* x, size_t n);
+    // Replicated kv heads (kv_group_): around a layer's q|k|v weight-gradient accumulation.
+    void kv_grads_set_aside(int i);
+    Request kv_grads_start_sum(int i);
+    void kv_grads_finish(int i, Request& sum);
     LayerWeights weights(int layer, bool grads);
     // Embedding, final norm and head (transformer_head.cpp).
     void embed_forward(float* out, const int32_t* ids, AttnDims d);
@@ -197,6 +209,7 @@ class Transformer {
     Backend& be_;
     ModelParallel mp_;
     Communicator* tp_ = nullptr;  // the tp group when tp_size > 1, else null (no communication)
+    std::unique_ptr<Communicator> kv_group_;  // tp > KV: the ranks holding this kv head, else null
     ParamStore params_;
     std::vector<LayerWeights> w_, g_;        // by local layer
     int H_ = 0, KV_ = 0, F_ = 0, V_ = 0;     // this rank's heads, kv heads, MLP width, vocab rows
@@ -221,6 +234,10 @@ class Transformer {
     int32_t* ids_local_ = nullptr;  // (N) tp > 1: token ids within this rank's vocabulary rows
     float* ce_buf_ = nullptr;       // (5·head_rows) tp > 1: the vocab-parallel softmax statistics
     int32_t* ce_tgt_ = nullptr;     // (head_rows) tp > 1: targets as local columns
+
+    // kv_group_: the k|v weight (2·D, C) and bias (2·D) gradients accumulated before this
+    // micro-batch, and this micro-batch's partials being summed over the group.
+    float *kv_old_ = nullptr, *kv_sum_ = nullptr;  // (2·D·C + 2·D) each
 };
 
 }  // namespace ete
