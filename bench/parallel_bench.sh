@@ -103,7 +103,6 @@ for m in $PP_MICRO; do
         --set train.steps="$PP_STEPS"
     pp_rows+="$m $(WARM=1 median "$WORK/pp$m/metrics.jsonl" pp_bubble)"
     pp_rows+=" $(WARM=1 median "$WORK/pp$m/metrics.jsonl" pp_bubble_theory)"
-    pp_rows+=" $(WARM=1 median "$WORK/pp$m/metrics.jsonl" pp_comm_wait)"
     pp_rows+=" $(WARM=1 median "$WORK/pp$m/metrics.jsonl" tokens_per_s);"
 done
 python3 - "${one[*]}" "${dp2[*]}" "${dp_wait[*]}" "${tp2[*]}" "${tp_comm[*]}" "$pp_rows" <<'PY'
@@ -125,9 +124,9 @@ print(f"- tp2 vs one (same model and micro-batch, 2 cores vs 1): {mt / m1:.2f}×
       f"(efficiency {mt / (2 * m1):.3f}); tp2 / dp2 on the same 2 cores: {mt / m2:.2f}; "
       f"tp all-reduces take {100 * med(tpc):.1f}% of the tp2 step")
 print()
-print("| pp=2, micro-batches m | measured bubble | theory (p−1)/(m+p−1) | of it: waiting on transfers | tokens/s |")
-print("|---|---|---|---|---|")
+print("| pp=2, micro-batches m | measured bubble | theory (p−1)/(m+p−1) | tokens/s |")
+print("|---|---|---|---|")
 for r in sys.argv[6].strip(";").split(";"):
-    m, b, t, w, tps = r.split()
-    print(f"| {m} | {float(b):.3f} | {float(t):.3f} | {float(w):.3f} | {float(tps):.0f} |")
+    m, b, t, tps = r.split()
+    print(f"| {m} | {float(b):.3f} | {float(t):.3f} | {float(tps):.0f} |")
 PY

@@ -42,7 +42,6 @@ void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run)
         if (m.buckets) j["buckets"] = *m.buckets;
         if (m.buckets_early) j["buckets_early"] = *m.buckets_early;
         if (m.pp_bubble) j["pp_bubble"] = *m.pp_bubble;
-        if (m.pp_comm_wait) j["pp_comm_wait"] = *m.pp_comm_wait;
         if (m.tp_comm_ms) j["tp_comm_ms"] = *m.tp_comm_ms;
         if (m.pp_bubble_theory) j["pp_bubble_theory"] = *m.pp_bubble_theory;
         std::fputs((j.dump() + "\n").c_str(), metrics_);

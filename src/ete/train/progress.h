@@ -24,7 +24,6 @@ struct StepMetrics {
     // Pipeline parallel: the share of the step the stages spend not computing (mean over the
     // stages of 1 - compute / step time) beside 1F1B's theoretical (p - 1) / (m + p - 1).
     std::optional<double> pp_bubble, pp_bubble_theory;
-    std::optional<double> pp_comm_wait;  // of the step, blocked on stage-to-stage transfers
     // Tensor parallel: time spent in the step's blocking tp all-reduces (forward and backward).
     std::optional<double> tp_comm_ms;
 };

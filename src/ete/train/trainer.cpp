@@ -172,15 +172,12 @@ StepMetrics Trainer::step(int64_t step) {
     m.tokens = tokens;
     if (tp_timed_) m.tp_comm_ms = tp_timed_->seconds() * 1e3;
     if (dist_.shape().pp > 1) {
-        // Means over the stages: the share of the step not computing, and of it the time
-        // blocked on activation/gradient transfers.
+        // The mean over the stages of the share of the step not computing (waiting for
+        // activations or gradients: the schedule's bubble plus transfer time).
         const int p = dist_.shape().pp;
-        const PipeStats& ps = last_pipe_;
-        double v[2] = {ps.measured_bubble(),
-                       ps.total_s > 0 ? (ps.recv_wait_s + ps.send_wait_s) / ps.total_s : 0.0};
-        dist_.groups.pp->all_reduce(v, 2, DType::F64, ReduceOp::Sum);
-        m.pp_bubble = v[0] / p;
-        m.pp_comm_wait = v[1] / p;
+        double b = last_pipe_.measured_bubble();
+        dist_.groups.pp->all_reduce(&b, 1, DType::F64, ReduceOp::Sum);
+        m.pp_bubble = b / p;
         m.pp_bubble_theory = bubble_fraction_theory(p, A);
     }
     if (sync_) {
