@@ -59,22 +59,33 @@ class Communicator {
     virtual double timeout() const = 0;
 
     // In place: buf (count) = op over ranks of buf.
-    virtual void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
+    // The blocking forms default to the non-blocking call followed by wait().
+    virtual void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+        iall_reduce(buf, count, dtype, op)->wait();
+    }
     virtual Request iall_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
     // send (size()·recv_count) reduced; rank r receives block r (recv_count) of the result.
     virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
-                                ReduceOp op) = 0;
+                                ReduceOp op) {
+        ireduce_scatter(send, recv, recv_count, dtype, op)->wait();
+    }
     virtual Request ireduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                                     ReduceOp op) = 0;
     // recv (size()·send_count) = concatenation of every rank's send, in rank order.
-    virtual void all_gather(const void* send, void* recv, size_t send_count, DType dtype) = 0;
+    virtual void all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
+        iall_gather(send, recv, send_count, dtype)->wait();
+    }
     virtual Request iall_gather(const void* send, void* recv, size_t send_count, DType dtype) = 0;
     virtual void broadcast(void* buf, size_t count, DType dtype, int root) = 0;
 
     // Point to point within the group; peer is a group rank. A send matches the recv with the same
     // (source, tag); messages between one pair with one tag arrive in order. Tags are 0..kMaxTag.
-    virtual void send(const void* buf, size_t count, DType dtype, int peer, int tag) = 0;
-    virtual void recv(void* buf, size_t count, DType dtype, int peer, int tag) = 0;
+    virtual void send(const void* buf, size_t count, DType dtype, int peer, int tag) {
+        isend(buf, count, dtype, peer, tag)->wait();
+    }
+    virtual void recv(void* buf, size_t count, DType dtype, int peer, int tag) {
+        irecv(buf, count, dtype, peer, tag)->wait();
+    }
     virtual Request isend(const void* buf, size_t count, DType dtype, int peer, int tag) = 0;
     virtual Request irecv(void* buf, size_t count, DType dtype, int peer, int tag) = 0;
 

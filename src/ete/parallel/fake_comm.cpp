@@ -332,25 +332,15 @@ class FakeComm final : public Communicator {
         return timeout_;
     }
 
-    void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
-        iall_reduce(buf, count, dtype, op)->wait();
-    }
     Request iall_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
         comm::check_reducible("all_reduce", *this, dtype);
         return start({Coll::AllReduce, count, dtype, op, 0}, buf, count, buf);
-    }
-    void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
-                        ReduceOp op) override {
-        ireduce_scatter(send, recv, recv_count, dtype, op)->wait();
     }
     Request ireduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                             ReduceOp op) override {
         comm::check_reducible("reduce_scatter", *this, dtype);
         const size_t total = recv_count * size_t(size());
         return start({Coll::ReduceScatter, recv_count, dtype, op, 0}, send, total, recv);
-    }
-    void all_gather(const void* send, void* recv, size_t send_count, DType dtype) override {
-        iall_gather(send, recv, send_count, dtype)->wait();
     }
     Request iall_gather(const void* send, void* recv, size_t send_count, DType dtype) override {
         return start({Coll::AllGather, send_count, dtype, ReduceOp::Sum, 0}, send, send_count,
@@ -366,9 +356,6 @@ class FakeComm final : public Communicator {
 
     void send(const void* buf, size_t count, DType dtype, int peer, int tag) override {
         isend(buf, count, dtype, peer, tag);
-    }
-    void recv(void* buf, size_t count, DType dtype, int peer, int tag) override {
-        irecv(buf, count, dtype, peer, tag)->wait();
     }
     Request isend(const void* buf, size_t count, DType dtype, int peer, int tag) override;
     Request irecv(void* buf, size_t count, DType dtype, int peer, int tag) override;

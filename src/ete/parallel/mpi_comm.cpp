@@ -265,19 +265,12 @@ class MpiComm final : public Communicator {
     }
     double timeout() const override { return timeout_; }
 
-    void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
-        iall_reduce(buf, count, dtype, op)->wait();
-    }
     Request iall_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
         const std::string w = checked("all_reduce", count, dtype, true);
         MPI_Request r;
         ETE_MPI(w, MPI_Iallreduce, MPI_IN_PLACE, buf, int(count), mpi_type(dtype),
                 mpi_op(op, dtype), comm_, &r);
         return collective(r, w);
-    }
-    void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
-                        ReduceOp op) override {
-        ireduce_scatter(send, recv, recv_count, dtype, op)->wait();
     }
     Request ireduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                             ReduceOp op) override {
@@ -286,9 +279,6 @@ class MpiComm final : public Communicator {
         ETE_MPI(w, MPI_Ireduce_scatter_block, send, recv, int(recv_count), mpi_type(dtype),
                 mpi_op(op, dtype), comm_, &r);
         return collective(r, w);
-    }
-    void all_gather(const void* send, void* recv, size_t send_count, DType dtype) override {
-        iall_gather(send, recv, send_count, dtype)->wait();
     }
     Request iall_gather(const void* send, void* recv, size_t send_count, DType dtype) override {
         return start_all_gather("all_gather", send, recv, send_count, dtype);
@@ -307,12 +297,6 @@ class MpiComm final : public Communicator {
         collective(r, w)->wait();
     }
 
-    void send(const void* buf, size_t count, DType dtype, int peer, int tag) override {
-        isend(buf, count, dtype, peer, tag)->wait();
-    }
-    void recv(void* buf, size_t count, DType dtype, int peer, int tag) override {
-        irecv(buf, count, dtype, peer, tag)->wait();
-    }
     Request isend(const void* buf, size_t count, DType dtype, int peer, int tag) override {
         const std::string w = checked_p2p("send", count, dtype, peer, tag);
         MPI_Request r;

@@ -120,9 +120,6 @@ class SelfComm final : public Communicator {
     void send(const void* buf, size_t count, DType dtype, int peer, int tag) override {
         isend(buf, count, dtype, peer, tag);
     }
-    void recv(void* buf, size_t count, DType dtype, int peer, int tag) override {
-        irecv(buf, count, dtype, peer, tag)->wait();
-    }
     Request isend(const void* buf, size_t count, DType dtype, int peer, int tag) override {
         comm::check_peer("send", *this, peer);
         comm::check_tag("send", *this, tag);

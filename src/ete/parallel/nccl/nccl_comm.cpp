@@ -236,19 +236,12 @@ class NcclComm final : public Communicator {
     }
     double timeout() const override { return timeout_; }
 
-    void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
-        iall_reduce(buf, count, dtype, op)->wait();
-    }
     Request iall_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
         const std::string w = begin("all_reduce");
         const ncclDataType_t t = reduce_type("all_reduce", dtype);
         ETE_NCCL_CALL(w, ncclAllReduce, buf, buf, count, t, nccl_op(op), state_->comm,
                       state_->stream);
         return finish(w);
-    }
-    void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
-                        ReduceOp op) override {
-        ireduce_scatter(send, recv, recv_count, dtype, op)->wait();
     }
     Request ireduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                             ReduceOp op) override {
@@ -257,9 +250,6 @@ class NcclComm final : public Communicator {
         ETE_NCCL_CALL(w, ncclReduceScatter, send, recv, recv_count, t, nccl_op(op), state_->comm,
                       state_->stream);
         return finish(w);
-    }
-    void all_gather(const void* send, void* recv, size_t send_count, DType dtype) override {
-        iall_gather(send, recv, send_count, dtype)->wait();
     }
     Request iall_gather(const void* send, void* recv, size_t send_count, DType dtype) override {
         const std::string w = begin("all_gather");
@@ -282,12 +272,6 @@ class NcclComm final : public Communicator {
         finish(w)->wait();
     }
 
-    void send(const void* buf, size_t count, DType dtype, int peer, int tag) override {
-        isend(buf, count, dtype, peer, tag)->wait();
-    }
-    void recv(void* buf, size_t count, DType dtype, int peer, int tag) override {
-        irecv(buf, count, dtype, peer, tag)->wait();
-    }
     Request isend(const void* buf, size_t count, DType dtype, int peer, int tag) override {
         return post(true, const_cast<void*>(buf), count, dtype, peer, tag);
     }
