@@ -205,6 +205,13 @@ inline void check_broadcast_every_root(Communicator& c) {
                 expect_elements(buf, t, count, v,
                                 context(c, fmt::format("broadcast root {} {} count {}", root,
                                                        dtype_name(t), count)));
+                // The non-blocking form, completed by wait().
+                Bytes ibuf =
+                    make_buf(t, count, [&](size_t i) { return c.rank() == root ? v(i) : -2; });
+                c.ibroadcast(ibuf.data(), count, t, root)->wait();
+                expect_elements(ibuf, t, count, v,
+                                context(c, fmt::format("ibroadcast root {} {} count {}", root,
+                                                       dtype_name(t), count)));
             }
         }
     }

@@ -125,6 +125,9 @@ class StrictComm final : public Communicator {
         return in_.iall_gather(s, r, n, t);
     }
     void broadcast(void* b, size_t n, DType t, int root) override { in_.broadcast(b, n, t, root); }
+    Request ibroadcast(void* b, size_t n, DType t, int root) override {
+        return in_.ibroadcast(b, n, t, root);
+    }
     void send(const void* b, size_t n, DType t, int peer, int tag) override {
         isend(b, n, t, peer, tag)->wait();
     }

@@ -76,7 +76,11 @@ class Communicator {
         iall_gather(send, recv, send_count, dtype)->wait();
     }
     virtual Request iall_gather(const void* send, void* recv, size_t send_count, DType dtype) = 0;
-    virtual void broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+    // buf (count) = root's buf on every rank.
+    virtual void broadcast(void* buf, size_t count, DType dtype, int root) {
+        ibroadcast(buf, count, dtype, root)->wait();
+    }
+    virtual Request ibroadcast(void* buf, size_t count, DType dtype, int root) = 0;
 
     // Point to point within the group; peer is a group rank. A send matches the recv with the same
     // (source, tag); messages between one pair with one tag arrive in order. Tags are 0..kMaxTag.

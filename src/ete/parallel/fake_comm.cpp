@@ -346,11 +346,10 @@ class FakeComm final : public Communicator {
         return start({Coll::AllGather, send_count, dtype, ReduceOp::Sum, 0}, send, send_count,
                      recv);
     }
-    void broadcast(void* buf, size_t count, DType dtype, int root) override {
+    Request ibroadcast(void* buf, size_t count, DType dtype, int root) override {
         comm::check_root("broadcast", *this, root);
-        start({Coll::Broadcast, count, dtype, ReduceOp::Sum, root}, buf, rank_ == root ? count : 0,
-              buf)
-            ->wait();
+        return start({Coll::Broadcast, count, dtype, ReduceOp::Sum, root}, buf,
+                     rank_ == root ? count : 0, buf);
     }
     void barrier() override { start({Coll::Barrier}, nullptr, 0, nullptr)->wait(); }
 

@@ -283,12 +283,12 @@ class MpiComm final : public Communicator {
     Request iall_gather(const void* send, void* recv, size_t send_count, DType dtype) override {
         return start_all_gather("all_gather", send, recv, send_count, dtype);
     }
-    void broadcast(void* buf, size_t count, DType dtype, int root) override {
+    Request ibroadcast(void* buf, size_t count, DType dtype, int root) override {
         const std::string w = checked("broadcast", count, dtype, false);
         comm::check_root("broadcast", *this, root);
         MPI_Request r;
         ETE_MPI(w, MPI_Ibcast, buf, int(count), mpi_type(dtype), root, comm_, &r);
-        collective(r, w)->wait();
+        return collective(r, w);
     }
     void barrier() override {
         const std::string w = comm::where("barrier", *this);

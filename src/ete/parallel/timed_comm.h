@@ -49,6 +49,9 @@ class TimedCommunicator : public Communicator {
     void broadcast(void* buf, size_t count, DType dtype, int root) override {
         timed([&] { inner_.broadcast(buf, count, dtype, root); });
     }
+    Request ibroadcast(void* buf, size_t count, DType dtype, int root) override {
+        return inner_.ibroadcast(buf, count, dtype, root);
+    }
     void send(const void* buf, size_t count, DType dtype, int peer, int tag) override {
         timed([&] { inner_.send(buf, count, dtype, peer, tag); });
     }

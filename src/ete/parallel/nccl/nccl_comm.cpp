@@ -257,12 +257,12 @@ class NcclComm final : public Communicator {
                       state_->comm, state_->stream);
         return finish(w);
     }
-    void broadcast(void* buf, size_t count, DType dtype, int root) override {
+    Request ibroadcast(void* buf, size_t count, DType dtype, int root) override {
         comm::check_root("broadcast", *this, root);
         const std::string w = begin("broadcast");
         ETE_NCCL_CALL(w, ncclBroadcast, buf, buf, count * dtype_size(dtype), ncclUint8, root,
                       state_->comm, state_->stream);
-        finish(w)->wait();
+        return finish(w);
     }
     // NCCL has no barrier: an all-reduce of one word is one.
     void barrier() override {
