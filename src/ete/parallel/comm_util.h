@@ -55,6 +55,18 @@ class Deadline {
     std::chrono::steady_clock::time_point at_;
 };
 
+// The pause between two polls of a pending operation: spin for 50 µs (small messages finish
+// here), then yield until 2 ms, then sleep in steps doubling from 20 µs to 1 ms, so a rank waiting
+// on a slow peer does not hold a core.
+class PollBackoff {
+  public:
+    void pause();
+
+  private:
+    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+    std::chrono::microseconds nap_{20};
+};
+
 // Messages to one rank and the receives it posted. Not thread-safe: the transport holds its lock
 // around every call. A receive matches the oldest message from its (source, tag), and receives
 // with one (source, tag) are matched in the order they were posted (the MPI rule).

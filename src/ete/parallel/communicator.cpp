@@ -1,9 +1,11 @@
 // ete/parallel/communicator.cpp — wait_all and the helpers every transport shares (comm_util.h).
 #include "ete/parallel/communicator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <thread>
 #include <type_traits>
 
 #include "ete/parallel/comm_util.h"
@@ -174,6 +176,17 @@ Request done_request() {
         bool test() override { return true; }
     };
     return std::make_unique<Done>();
+}
+
+void PollBackoff::pause() {
+    const auto waited = std::chrono::steady_clock::now() - start_;
+    if (waited < std::chrono::microseconds(50)) return;
+    if (waited < std::chrono::milliseconds(2)) {
+        std::this_thread::yield();
+        return;
+    }
+    std::this_thread::sleep_for(nap_);
+    nap_ = std::min(nap_ * 2, std::chrono::microseconds(1000));
 }
 
 Deadline::Deadline(double seconds)

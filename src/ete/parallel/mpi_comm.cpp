@@ -172,26 +172,15 @@ class MpiRequest final : public CommRequest {
     }
 
     void wait() override {
-        using Clock = std::chrono::steady_clock;
         const comm::Deadline deadline(timeout_);
-        const auto start = Clock::now();
-        auto nap = std::chrono::microseconds(20);
+        comm::PollBackoff backoff;
         while (!test()) {
             if (deadline.passed()) {
                 error_ = comm::timeout_message(where_, timeout_);
                 g_failed = true;
                 throw Error(error_);
             }
-            // Spin briefly (small messages finish here), then yield, then sleep in short
-            // growing steps so a rank waiting on a slow peer does not hold a core.
-            const auto waited = Clock::now() - start;
-            if (waited < std::chrono::microseconds(50)) continue;
-            if (waited < std::chrono::milliseconds(2)) {
-                std::this_thread::yield();
-            } else {
-                std::this_thread::sleep_for(nap);
-                nap = std::min(nap * 2, std::chrono::microseconds(1000));
-            }
+            backoff.pause();
         }
     }
 

@@ -173,23 +173,14 @@ class NcclRequest final : public CommRequest {
     }
 
     void wait() override {
-        using Clock = std::chrono::steady_clock;
         const comm::Deadline deadline(timeout_);
-        const auto start = Clock::now();
-        auto nap = std::chrono::microseconds(20);
+        comm::PollBackoff backoff;
         while (!test()) {
             if (deadline.passed()) {
                 abort_comm();
                 throw Error(comm::timeout_message(where_, timeout_));
             }
-            const auto waited = Clock::now() - start;
-            if (waited < std::chrono::microseconds(50)) continue;
-            if (waited < std::chrono::milliseconds(2)) {
-                std::this_thread::yield();
-            } else {
-                std::this_thread::sleep_for(nap);
-                nap = std::min(nap * 2, std::chrono::microseconds(1000));
-            }
+            backoff.pause();
         }
     }
 
