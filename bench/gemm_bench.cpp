@@ -1,10 +1,10 @@
 // bench/gemm_bench.cpp — ete_bench_gemm: the GEMMs of one bench-model step, ETE vs best sgemm.
 //
 // Every matmul of the bench model (N = B·T = 2048 rows) in the three roles the model runs it:
-//   forward  y(N, out)   = x(N, in)·W(out, in)ᵀ       ete::cpu::gemm(false, true,  ...)
-//   d_x      d_x(N, in)  = d_y(N, out)·W(out, in)     ete::cpu::gemm(false, false, ...)
-//   d_W      d_W(out,in) += d_y(N, out)ᵀ·x(N, in)     ete::cpu::gemm(true,  false, ..., beta 1)
-// Each product is timed through ete::cpu::gemm with the model's operand layout, and through
+//   forward  y(N, out)   = x(N, in)·W(out, in)ᵀ       Backend::gemm(x, false, W, true, y)
+//   d_x      d_x(N, in)  = d_y(N, out)·W(out, in)     Backend::gemm(d_y, false, W, false, d_x)
+//   d_W      d_W(out,in) += d_y(N, out)ᵀ·x(N, in)     Backend::gemm(d_y, true, x, false, d_W, 1, 1)
+// Each product is timed through the CPU backend's gemm with the model's operand layout, and through
 // cblas_sgemm with each of the four (transA, transB) layouts on pre-transposed copies of the
 // operands; "best" is the fastest of those four, so ratio = ETE / best says whether the model's
 // layout costs anything. The output stays row-major (M, N) in all of them (the model's consumers
@@ -27,7 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "ete/backend/cpu/cpu_kernels.h"
+#include "ete/backend/backend.h"
+#include "ete/backend/cpu/openblas_util.h"
 #include "ete/core/error.h"
 
 namespace ete::bench {
@@ -107,11 +108,18 @@ const char* layout(bool ta, bool tb) {
     return ta ? (tb ? "TT" : "TN") : (tb ? "NT" : "NN");
 }
 
+Backend& cpu_backend() {
+    static std::unique_ptr<Backend> be = make_cpu_backend();
+    return *be;
+}
+
 void call(const GemmCase& g, const Variant& v, float* C) {
     int lda = v.ta ? g.M : g.K, ldb = v.tb ? g.K : g.N;
     if (v.ete) {
-        cpu::gemm(v.ta, v.tb, g.M, g.N, g.K, 1.0f, v.A->data(), lda, v.B->data(), ldb, g.beta, C,
-                  g.N);
+        // The CPU backend's gemm on views of the same host buffers (its memory is host memory).
+        CMat a(v.A->data(), DType::F32, v.ta ? g.K : g.M, lda);
+        CMat b(v.B->data(), DType::F32, v.tb ? g.N : g.K, ldb);
+        cpu_backend().gemm(a, v.ta, b, v.tb, Mat(C, DType::F32, g.M, g.N), 1.0f, g.beta);
     } else {
         cblas_sgemm(CblasRowMajor, v.ta ? CblasTrans : CblasNoTrans,
                     v.tb ? CblasTrans : CblasNoTrans, g.M, g.N, g.K, 1.0f, v.A->data(), lda,
@@ -303,7 +311,8 @@ int main(int argc, char** argv) {
     ete::cpu::openblas_fix_coretype(argv);
     int threads = 2, reps = 5;
     bool json = false;
-    CLI::App app{"ete_bench_gemm — the bench model's GEMM shapes: ete::cpu::gemm vs best sgemm"};
+    CLI::App app{
+        "ete_bench_gemm — the bench model's GEMM shapes: the CPU backend's gemm vs best sgemm"};
     app.add_option("--threads", threads, "OpenBLAS threads for the shape table")
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();

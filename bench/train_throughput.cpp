@@ -1,10 +1,13 @@
-// bench/train_throughput.cpp — ete_bench_train: optimizer steps per second of the bench model.
+// bench/train_throughput.cpp — ete_bench_train: optimizer steps per second of a bench model.
 //
-// The bench model (a ~32M-parameter Llama: V 8192, C 512, L 8, H 8, KV 4, F 1408, untied head)
-// trains on random token ids with a fixed seed, micro-batch (B, T) = (8, 256), fp32, AdamW and
-// global-norm clipping at 1.0. A step is exactly what the trainer does: zero grads,
-// forward_backward with d_scale = 1/(B·T), clip, AdamW. After --warmup steps, --steps measured
-// steps give the per-step times; tokens/s and model FLOP/s use their median.
+// --model llama-bench (default): a ~32M-parameter Llama (V 8192, C 512, L 8, H 8, KV 4, F 1408,
+// untied head) at micro-batch (B, T) = (8, 256). --model gpt2-124m: GPT-2 small as HF builds it
+// (V 50257, C 768, L 12, H 12, F 3072, tied head) at (4, 64), llm.c's CPU setting. Random token
+// ids with a fixed seed, AdamW and global-norm clipping at 1.0, in --precision fp32, bf16 or fp16
+// (fp32 masters, gradients and optimizer; 16-bit GEMM operands). A step is exactly what the
+// trainer does: zero grads, forward_backward with d_scale = 1/(B·T), clip, AdamW. After --warmup
+// steps, --steps measured steps give the per-step times; tokens/s and model FLOP/s use their
+// median. The report ends with the process's peak RSS.
 //
 // Model FLOPs per step = 6·P_mm·N + 6·L·B·H·D·T·(T+1), where P_mm counts the parameters of every
 // matmul (q|k|v, o, gate|up, down per layer, and the LM head; not the embedding lookup or norms)
@@ -23,10 +26,13 @@
 #include <random>
 #include <vector>
 
-#include "ete/backend/cpu/cpu_kernels.h"
+#include <sys/resource.h>
+
+#include "ete/backend/cpu/dnnl_gemm.h"
+#include "ete/backend/cpu/openblas_util.h"
 #include "ete/model/transformer.h"
 #include "ete/optim/adamw.h"
-#include "timing_backend.h"
+#include "op_profile.h"
 
 namespace ete::bench {
 namespace {
@@ -35,15 +41,31 @@ struct Options {
     int steps = 8;
     int warmup = 3;
     int threads = 0;  // 0 = leave OpenMP / OpenBLAS defaults
-    int batch = 8;
-    int seq = 256;
+    int batch = 0;    // 0 = the model's default
+    int seq = 0;
+    std::string model = "llama-bench";
+    std::string precision = "fp32";
     bool recompute = false;
     bool json = false;
     uint64_t seed = 1234;
 };
 
-ModelConfig bench_model_config() {
+ModelConfig bench_model_config(const std::string& name) {
     ModelConfig c;
+    if (name == "gpt2-124m") {
+        c.arch = Arch::GPT2;
+        c.vocab_size = 50257;
+        c.hidden_size = 768;
+        c.intermediate_size = 3072;
+        c.num_layers = 12;
+        c.num_heads = 12;
+        c.num_kv_heads = 12;
+        c.max_position_embeddings = 1024;
+        c.norm_eps = 1e-5;
+        c.tie_word_embeddings = true;
+        return c;
+    }
+    ETE_CHECK(name == "llama-bench", "--model '{}': expected llama-bench or gpt2-124m", name);
     c.arch = Arch::Llama;
     c.vocab_size = 8192;
     c.hidden_size = 512;
@@ -56,12 +78,27 @@ ModelConfig bench_model_config() {
     return c;
 }
 
-// Parameters that take part in a matmul: per layer q|k|v (S, C), o (C, H·D), gate|up (2F, C),
-// down (C, F); plus the LM head (V, C).
+DType precision_dtype(const std::string& p) {
+    if (p == "bf16") return DType::BF16;
+    if (p == "fp16") return DType::F16;
+    ETE_CHECK(p == "fp32", "--precision '{}': expected fp32, bf16 or fp16", p);
+    return DType::F32;
+}
+
+// Parameters that take part in a matmul: per layer q|k|v (S, C), o (C, H·D), the MLP's up
+// (gate|up (2F, C) for Llama, (F, C) for GPT-2) and down (C, F); plus the LM head (V, C).
 double matmul_params(const ModelConfig& c) {
     double C = c.hidden_size, F = c.intermediate_size, HD = double(c.num_heads) * c.D();
     double S = double(c.num_heads + 2 * c.num_kv_heads) * c.D();
-    return c.num_layers * (S * C + HD * C + 2 * F * C + C * F) + double(c.vocab_size) * C;
+    double up = c.arch == Arch::Llama ? 2 * F * C : F * C;
+    return c.num_layers * (S * C + HD * C + up + C * F) + double(c.vocab_size) * C;
+}
+
+// Peak resident set size of this process so far, in MiB.
+double peak_rss_mib() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return double(u.ru_maxrss) / 1024.0;
 }
 
 double attention_flops(const ModelConfig& c, int B, int T) {
@@ -119,7 +156,7 @@ struct PhaseRow {
 
 // Per-step time by phase over `steps` measured steps; "other" is forward_backward time spent
 // outside kernels (memcpy of residuals, loss sum, id checks) plus zero_grads.
-std::vector<PhaseRow> phase_rows(const TimingBackend& tb, double fwd_bwd_s, double zero_s,
+std::vector<PhaseRow> phase_rows(const PhaseProfiler& tb, double fwd_bwd_s, double zero_s,
                                  int steps) {
     std::vector<PhaseRow> rows;
     double in_kernels = 0;
@@ -131,7 +168,7 @@ std::vector<PhaseRow> phase_rows(const TimingBackend& tb, double fwd_bwd_s, doub
         double gf = s.flops > 0 ? s.flops / s.seconds * 1e-9 : 0;
         rows.push_back({phase_name(p), s.seconds / steps * 1e3, gf});
     }
-    rows.push_back({"other (memcpy, zero_grads, loss sum)",
+    rows.push_back({"other (uploads, zero_grads, loss sum)",
                     (fwd_bwd_s - in_kernels + zero_s) / steps * 1e3, 0});
     return rows;
 }
@@ -141,6 +178,9 @@ struct Result {
     std::vector<PhaseRow> phases;
     double first_loss = 0;
     int64_t numel = 0;
+    double init_s = 0;        // parameter init
+    double peak_rss_mib = 0;  // at the end
+    size_t activation_bytes = 0;
 };
 
 // Correctness before speed: at init (std 0.02) the logits are near zero, so the first loss per
@@ -153,16 +193,20 @@ void check_first_loss(double loss, int vocab) {
 
 Result run(const Options& o, const ModelConfig& cfg) {
     std::unique_ptr<Backend> cpu = make_cpu_backend();
-    TimingBackend tb(*cpu);
-    Transformer model(cfg, tb);
+    PhaseProfiler tb;
+    Transformer model(cfg, *cpu, {}, precision_dtype(o.precision));
+    Result r;
+    auto t_init = std::chrono::steady_clock::now();
     model.params().init(o.seed);
+    r.init_s = seconds_since(t_init);
     model.setup(o.batch, o.seq, o.recompute ? Recompute::Full : Recompute::None);
-    AdamW opt(model.params(), tb, {3e-4, 0.9, 0.95, 1e-8, 0.1});
+    r.activation_bytes = model.activation_bytes();
+    AdamW opt(model.params(), *cpu, {3e-4, 0.9, 0.95, 1e-8, 0.1});
+    cpu->set_profiler(&tb);
 
     std::mt19937_64 rng(o.seed);
     std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_size - 1);
     std::vector<int32_t> ids(size_t(o.batch) * (o.seq + 1));
-    Result r;
     r.numel = model.params().numel();
     double fwd_bwd = 0, zero = 0;
     for (int s = 0; s < o.warmup + o.steps; ++s) {
@@ -179,6 +223,7 @@ Result run(const Options& o, const ModelConfig& cfg) {
         zero += p.zero;
     }
     r.phases = phase_rows(tb, fwd_bwd, zero, o.steps);
+    r.peak_rss_mib = peak_rss_mib();
     return r;
 }
 
@@ -210,7 +255,9 @@ void print_json(const Options& o, const ModelConfig& cfg, const Result& r, int t
     Summary s = summarize(o, cfg, r);
     nlohmann::json j;
     j["bench"] = "ete_train";
-    j["model"] = {{"vocab", cfg.vocab_size},
+    j["model"] = {{"name", o.model},
+                  {"precision", o.precision},
+                  {"vocab", cfg.vocab_size},
                   {"hidden", cfg.hidden_size},
                   {"layers", cfg.num_layers},
                   {"heads", cfg.num_heads},
@@ -221,7 +268,11 @@ void print_json(const Options& o, const ModelConfig& cfg, const Result& r, int t
                   {"recompute", o.recompute}};
     j["threads"] = threads;
     j["openblas_core"] = cpu::openblas_core_name();
+    j["dnnl"] = cpu::dnnl_info();
     j["params"] = r.numel;
+    j["init_s"] = r.init_s;
+    j["peak_rss_mib"] = r.peak_rss_mib;
+    j["activation_mib"] = double(r.activation_bytes) / (1 << 20);
     j["first_loss"] = r.first_loss;
     std::vector<double> ms;
     for (double t : column(r.steps, &StepParts::total)) ms.push_back(t * 1e3);
@@ -242,11 +293,15 @@ void print_json(const Options& o, const ModelConfig& cfg, const Result& r, int t
 
 void print_text(const Options& o, const ModelConfig& cfg, const Result& r, int threads) {
     Summary s = summarize(o, cfg, r);
-    std::printf("bench model: Llama V=%d C=%d L=%d H=%d KV=%d F=%d, B=%d T=%d, %.1fM params%s\n",
-                cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads,
-                cfg.intermediate_size, o.batch, o.seq, double(r.numel) * 1e-6,
+    std::printf("%s: %s V=%d C=%d L=%d H=%d KV=%d F=%d, B=%d T=%d, %.1fM params, %s%s\n",
+                o.model.c_str(), arch_name(cfg.arch).c_str(), cfg.vocab_size, cfg.hidden_size,
+                cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size, o.batch,
+                o.seq, double(r.numel) * 1e-6, o.precision.c_str(),
                 o.recompute ? ", recompute full" : "");
-    std::printf("threads %d, OpenBLAS core %s\n", threads, cpu::openblas_core_name());
+    std::printf("threads %d, OpenBLAS core %s, %s\n", threads, cpu::openblas_core_name(),
+                cpu::dnnl_info().c_str());
+    std::printf("init %.2f s | activations %.0f MiB | peak RSS %.0f MiB\n", r.init_s,
+                double(r.activation_bytes) / (1 << 20), r.peak_rss_mib);
     std::printf(
         "median step %.1f ms  |  %.0f tokens/s  |  %.1f GFLOP/s model "
         "(6*P_mm*tokens + 6*L*B*H*D*T*(T+1) = %.1f GFLOP/step)\n",
@@ -266,7 +321,7 @@ void print_text(const Options& o, const ModelConfig& cfg, const Result& r, int t
 int main(int argc, char** argv) {
     ete::cpu::openblas_fix_coretype(argv);
     ete::bench::Options o;
-    CLI::App app{"ete_bench_train — training throughput of the ~32M-parameter bench Llama"};
+    CLI::App app{"ete_bench_train — training throughput of a bench model (Llama or GPT-2 124M)"};
     app.add_option("--steps", o.steps, "measured optimizer steps")
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
@@ -276,11 +331,13 @@ int main(int argc, char** argv) {
     app.add_option("--threads", o.threads, "OpenMP and OpenBLAS threads (0 = library default)")
         ->check(CLI::Range(0, 1 << 20))
         ->capture_default_str();
-    app.add_option("--batch", o.batch, "micro-batch rows B")
-        ->check(CLI::Range(1, 1 << 20))
+    app.add_option("--model", o.model, "llama-bench or gpt2-124m")->capture_default_str();
+    app.add_option("--precision", o.precision, "fp32, bf16 or fp16")->capture_default_str();
+    app.add_option("--batch", o.batch, "micro-batch rows B (0 = the model's: 8, gpt2 4)")
+        ->check(CLI::Range(0, 1 << 20))
         ->capture_default_str();
-    app.add_option("--seq", o.seq, "sequence length T")
-        ->check(CLI::Range(1, 256))
+    app.add_option("--seq", o.seq, "sequence length T (0 = the model's: 256, gpt2 64)")
+        ->check(CLI::Range(0, 1024))
         ->capture_default_str();
     app.add_option("--seed", o.seed, "init and token seed")->capture_default_str();
     app.add_flag("--recompute", o.recompute, "full activation recomputation");
@@ -292,7 +349,12 @@ int main(int argc, char** argv) {
             openblas_set_num_threads(o.threads);
         }
         int threads = omp_get_max_threads();
-        ete::ModelConfig cfg = ete::bench::bench_model_config();
+        ete::ModelConfig cfg = ete::bench::bench_model_config(o.model);
+        const bool gpt2 = cfg.arch == ete::Arch::GPT2;
+        if (o.batch == 0) o.batch = gpt2 ? 4 : 8;
+        if (o.seq == 0) o.seq = gpt2 ? 64 : 256;
+        ETE_CHECK(o.seq <= cfg.max_position_embeddings, "--seq {}: the model holds {} positions",
+                  o.seq, cfg.max_position_embeddings);
         ete::bench::Result r = ete::bench::run(o, cfg);
         if (o.json) {
             ete::bench::print_json(o, cfg, r, threads);

@@ -1,7 +1,7 @@
 // tests/test_main.cpp — gtest main that applies the OpenBLAS core-type fix like the ete binary.
 #include <gtest/gtest.h>
 
-#include "ete/backend/cpu/cpu_kernels.h"
+#include "ete/backend/cpu/openblas_util.h"
 
 int main(int argc, char** argv) {
     ete::cpu::openblas_fix_coretype(argv);

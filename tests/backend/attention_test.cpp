@@ -1,6 +1,7 @@
-// tests/backend/attention_test.cpp — optimized CPU RoPE and flash attention vs the scalar
-// reference, and the reference's own gradients vs finite differences in double; unpacked rows and
-// packed ones (AttnDims::doc_start: several documents per row).
+// tests/backend/attention_test.cpp — the CPU backend's f32 RoPE and flash attention against the
+// reference backend, and the reference's own gradients against finite differences in double (the
+// reference backend computes in double on F64 views); unpacked rows and packed ones
+// (AttnDims::doc_start: several documents per row).
 //
 // Tolerances. The reference accumulates in double; the CPU kernels accumulate in f32 (sums of up
 // to D products for a score and up to T terms for an output, exp2 by a polynomial with ~2e-7
@@ -14,17 +15,17 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <random>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "ete/backend/cpu/cpu_kernels.h"
-#include "ete/backend/cpu/ref/ref_kernels.h"
+#include "backend_test_util.h"
 #include "ete/core/error.h"
-#include "test_util.h"
 
 namespace ete {
 namespace {
+
+using namespace backend_test;
 
 // f32 attention vs the double-accumulating oracle: a few roundings of sums over up to 256 keys and
 // 128 dims, normalised by the tensor's largest value (worst measured over these shapes: 3.4e-6).
@@ -32,51 +33,40 @@ constexpr double kAttnTol = 1e-5;
 // RoPE is one rotation per element (two products and a sum): a couple of f32 ulps.
 constexpr double kRopeTol = 1e-6;
 
-template <typename T = float>
-std::vector<T> random_vec(size_t n, uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<double> dist(-1.0, 1.0);
-    std::vector<T> v(n);
-    for (auto& x : v) x = T(dist(gen));
-    return v;
+Backend& cpu_be() {
+    static std::unique_ptr<Backend> be = make_cpu_backend();
+    return *be;
+}
+Backend& ref_be() {
+    static std::unique_ptr<Backend> be = make_ref_backend();
+    return *be;
 }
 
-// HF RoPE tables (T, D/2): angle t * base^(-2j/D).
-template <typename T = float>
-void rope_tables(int T_, int D, std::vector<T>& cos, std::vector<T>& sin) {
-    int half = D / 2;
-    cos.resize(size_t(T_) * half);
-    sin.resize(size_t(T_) * half);
-    for (int t = 0; t < T_; ++t)
-        for (int j = 0; j < half; ++j) {
-            double angle = t * std::pow(10000.0, -2.0 * j / D);
-            cos[size_t(t) * half + j] = T(std::cos(angle));
-            sin[size_t(t) * half + j] = T(std::sin(angle));
-        }
+// The views of one attention call over host vectors (f32, or f64 for the reference in double).
+template <typename T>
+void attn_forward(Backend& be, std::vector<T>& out, std::vector<T>& lse, const std::vector<T>& qkv,
+                  const AttnDims& d, float scale) {
+    const int64_t N = int64_t(d.B) * d.T;
+    be.attention_forward(host_mat(out, N, int64_t(d.H) * d.D), host_vec(lse),
+                         host_cmat(qkv, N, d.qkv_stride()), d, scale);
 }
-
-// max |a - b| / max |b| (b the reference); 0 when both are all zero, infinity when a holds a
-// NaN or infinity (std::max would silently skip a NaN).
-template <typename A, typename B>
-double norm_err(const std::vector<A>& a, const std::vector<B>& b) {
-    double diff = 0, mag = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        if (!std::isfinite(double(a[i]))) return INFINITY;
-        diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
-        mag = std::max(mag, std::abs(double(b[i])));
-    }
-    return mag > 0 ? diff / mag : diff;
+template <typename T>
+void attn_backward(Backend& be, std::vector<T>& d_qkv, const std::vector<T>& d_out,
+                   const std::vector<T>& out, const std::vector<T>& lse, const std::vector<T>& qkv,
+                   const AttnDims& d, float scale) {
+    const int64_t N = int64_t(d.B) * d.T, HD = int64_t(d.H) * d.D;
+    be.attention_backward(host_mat(d_qkv, N, d.qkv_stride()), host_cmat(d_out, N, HD),
+                          host_cmat(out, N, HD), host_cvec(lse), host_cmat(qkv, N, d.qkv_stride()),
+                          d, scale);
 }
-
-// The q, k or v columns of every row of a (N, (H + 2KV) * D) tensor, as one vector.
-enum class Part { kQ, kK, kV };
-std::vector<float> part_of(const std::vector<float>& qkv, AttnDims d, Part p) {
-    int lo = p == Part::kQ ? 0 : p == Part::kK ? d.H * d.D : (d.H + d.KV) * d.D;
-    int hi = p == Part::kQ ? d.H * d.D : p == Part::kK ? (d.H + d.KV) * d.D : d.qkv_stride();
-    std::vector<float> r;
-    for (size_t n = 0; n < size_t(d.B) * d.T; ++n)
-        for (int c = lo; c < hi; ++c) r.push_back(qkv[n * d.qkv_stride() + c]);
-    return r;
+// RoPE in place, sign +1 forward, -1 backward (the inverse rotation).
+template <typename T>
+void rope(Backend& be, std::vector<T>& x, const std::vector<T>& cos, const std::vector<T>& sin,
+          const AttnDims& d, int sign) {
+    const Mat xm = host_mat(x, int64_t(d.B) * d.T, d.qkv_stride());
+    const CMat c = host_cmat(cos, int64_t(cos.size()) / (d.D / 2), d.D / 2);
+    const CMat s = host_cmat(sin, int64_t(sin.size()) / (d.D / 2), d.D / 2);
+    sign > 0 ? be.rope_forward(xm, c, s, d) : be.rope_backward(xm, c, s, d);
 }
 
 struct AttnCase {
@@ -85,6 +75,7 @@ struct AttnCase {
     std::vector<float> qkv, d_out;
     size_t qkv_size() const { return size_t(d.B) * d.T * d.qkv_stride(); }
     size_t out_size() const { return size_t(d.B) * d.T * d.H * d.D; }
+    size_t lse_size() const { return size_t(d.B) * d.H * d.T; }
 };
 
 AttnCase make_case(AttnDims d, uint32_t seed, float scale = 0) {
@@ -93,32 +84,6 @@ AttnCase make_case(AttnDims d, uint32_t seed, float scale = 0) {
     c.d_out = random_vec(c.out_size(), seed + 1);
     return c;
 }
-
-std::string describe(AttnDims d) {
-    return fmt::format("B={} T={} H={} KV={} D={}{}", d.B, d.T, d.H, d.KV, d.D,
-                       d.doc_start ? " packed" : "");
-}
-
-// doc_start (B*T) of rows cut into documents of the given lengths; the last document of a row is
-// cut (or extended) to end at T. rows.size() == B.
-std::vector<int32_t> starts_of(const std::vector<std::vector<int>>& rows, int T) {
-    std::vector<int32_t> s;
-    for (const auto& lengths : rows) {
-        int start = 0, k = 0;
-        for (int t = 0; t < T; ++t) {
-            if (k < int(lengths.size()) && t == start + lengths[size_t(k)]) start = t, ++k;
-            s.push_back(start);
-        }
-    }
-    return s;
-}
-
-// Awkward packings, B = 4: documents of 1, 31 and 33 positions and one starting exactly on the
-// 128 boundary (a forward key tile, a backward query chunk); one whole-row document; many short
-// documents with one starting at 64; a document starting at 100, so the forward query tile 96..127
-// starts at key 0 and its later queries have no live key in the whole first key tile.
-const std::vector<std::vector<int>> kAwkwardRows = {
-    {1, 31, 33, 63, 3}, {1 << 20}, {2, 1, 1, 60, 17, 1, 9, 40}, {100, 20}};
 
 // Each [start, end) document of a doc_start row (T positions).
 std::vector<std::pair<int, int>> documents(const int32_t* s, int T) {
@@ -133,22 +98,21 @@ std::vector<std::pair<int, int>> documents(const int32_t* s, int T) {
 // d_qkv starts as NaN so an element the backward forgets to write fails the comparison.
 void expect_cpu_matches_ref(const AttnCase& c) {
     SCOPED_TRACE(describe(c.d) + fmt::format(" scale={}", c.scale));
-    std::vector<float> out(c.out_size()), lse(size_t(c.d.B) * c.d.H * c.d.T);
+    std::vector<float> out(c.out_size()), lse(c.lse_size());
     std::vector<float> out_ref(out.size()), lse_ref(lse.size());
-    cpu::attention_forward(out.data(), lse.data(), c.qkv.data(), c.d, c.scale);
-    ref::attention_forward(out_ref.data(), lse_ref.data(), c.qkv.data(), c.d, c.scale);
-    EXPECT_LE(norm_err(out, out_ref), kAttnTol);
-    EXPECT_LE(norm_err(lse, lse_ref), kAttnTol);
+    attn_forward(cpu_be(), out, lse, c.qkv, c.d, c.scale);
+    attn_forward(ref_be(), out_ref, lse_ref, c.qkv, c.d, c.scale);
+    expect_norm_err(out, out_ref, kAttnTol, "attention out F32");
+    expect_norm_err(lse, lse_ref, kAttnTol, "attention lse F32");
 
     std::vector<float> d_qkv(c.qkv_size(), std::numeric_limits<float>::quiet_NaN());
     std::vector<float> d_qkv_ref(c.qkv_size());
-    cpu::attention_backward(d_qkv.data(), c.d_out.data(), out_ref.data(), lse_ref.data(),
-                            c.qkv.data(), c.d, c.scale);
-    ref::attention_backward(d_qkv_ref.data(), c.d_out.data(), out_ref.data(), lse_ref.data(),
-                            c.qkv.data(), c.d, c.scale);
+    attn_backward(cpu_be(), d_qkv, c.d_out, out_ref, lse_ref, c.qkv, c.d, c.scale);
+    attn_backward(ref_be(), d_qkv_ref, c.d_out, out_ref, lse_ref, c.qkv, c.d, c.scale);
     for (Part p : {Part::kQ, Part::kK, Part::kV}) {
         SCOPED_TRACE(p == Part::kQ ? "d_q" : p == Part::kK ? "d_k" : "d_v");
-        EXPECT_LE(norm_err(part_of(d_qkv, c.d, p), part_of(d_qkv_ref, c.d, p)), kAttnTol);
+        expect_norm_err(part_of(d_qkv, c.d, p), part_of(d_qkv_ref, c.d, p), kAttnTol,
+                        "attention d_qkv F32");
     }
 }
 
@@ -191,20 +155,23 @@ TEST(AttentionCpu, MatchesRefAtBenchShape) {
     expect_cpu_matches_ref(make_case({8, 256, 8, 4, 64}, 99, 0.125f));
 }
 
+// Forward, backward: out, lse and d_qkv of one case, concatenated.
+std::vector<float> run_cpu(const AttnCase& c, const AttnDims& d) {
+    std::vector<float> out(c.out_size()), lse(c.lse_size()), d_qkv(c.qkv_size());
+    attn_forward(cpu_be(), out, lse, c.qkv, d, c.scale);
+    attn_backward(cpu_be(), d_qkv, c.d_out, out, lse, c.qkv, d, c.scale);
+    out.insert(out.end(), lse.begin(), lse.end());
+    out.insert(out.end(), d_qkv.begin(), d_qkv.end());
+    return out;
+}
+
 // Every output element is owned by one work item in a fixed order, so the thread count cannot
 // change a single bit (a race on dK/dV would most likely show up here as a difference).
 TEST(AttentionCpu, ResultsIndependentOfThreadCount) {
     AttnCase c = make_case({2, 97, 8, 2, 24}, 5);
     auto run = [&](int threads) {
         omp_set_num_threads(threads);
-        std::vector<float> out(c.out_size()), lse(size_t(c.d.B) * c.d.H * c.d.T);
-        std::vector<float> d_qkv(c.qkv_size());
-        cpu::attention_forward(out.data(), lse.data(), c.qkv.data(), c.d, c.scale);
-        cpu::attention_backward(d_qkv.data(), c.d_out.data(), out.data(), lse.data(), c.qkv.data(),
-                                c.d, c.scale);
-        out.insert(out.end(), lse.begin(), lse.end());
-        out.insert(out.end(), d_qkv.begin(), d_qkv.end());
-        return out;
+        return run_cpu(c, c.d);
     };
     int saved = omp_get_max_threads();
     std::vector<float> one = run(1), three = run(3), again = run(3);
@@ -218,14 +185,13 @@ TEST(AttentionCpu, ResultsIndependentOfThreadCount) {
 TEST(AttentionCpu, FutureKeysDoNotLeakIntoEarlierOutputs) {
     AttnDims d{1, 45, 4, 2, 16};
     AttnCase c = make_case(d, 11);
-    std::vector<float> out(c.out_size()), lse(size_t(d.H) * d.T), out2(out.size()),
-        lse2(lse.size());
-    cpu::attention_forward(out.data(), lse.data(), c.qkv.data(), d, c.scale);
+    std::vector<float> out(c.out_size()), lse(c.lse_size()), out2(out.size()), lse2(lse.size());
+    attn_forward(cpu_be(), out, lse, c.qkv, d, c.scale);
     float* last = c.qkv.data() + size_t(d.T - 1) * d.qkv_stride();
     for (int e = d.H * d.D; e < d.qkv_stride(); ++e) last[e] += 0.5f;
-    cpu::attention_forward(out2.data(), lse2.data(), c.qkv.data(), d, c.scale);
+    attn_forward(cpu_be(), out2, lse2, c.qkv, d, c.scale);
     const size_t row = size_t(d.H) * d.D;
-    EXPECT_TRUE(std::equal(out.begin(), out.end() - row, out2.begin()));
+    EXPECT_TRUE(std::equal(out.begin(), out.end() - long(row), out2.begin()));
     EXPECT_NE(out[out.size() - 1], out2[out.size() - 1]);
     for (int h = 0; h < d.H; ++h)
         for (int e = 0; e < d.D; ++e)
@@ -238,10 +204,9 @@ TEST(AttentionCpu, SinglePositionClosedForm) {
     AttnDims d{2, 1, 8, 2, 24};
     AttnCase c = make_case(d, 21);
     const int G = d.H / d.KV, S = d.qkv_stride();
-    std::vector<float> out(c.out_size()), lse(size_t(d.B) * d.H), d_qkv(c.qkv_size(), NAN);
-    cpu::attention_forward(out.data(), lse.data(), c.qkv.data(), d, c.scale);
-    cpu::attention_backward(d_qkv.data(), c.d_out.data(), out.data(), lse.data(), c.qkv.data(), d,
-                            c.scale);
+    std::vector<float> out(c.out_size()), lse(c.lse_size()), d_qkv(c.qkv_size(), NAN);
+    attn_forward(cpu_be(), out, lse, c.qkv, d, c.scale);
+    attn_backward(cpu_be(), d_qkv, c.d_out, out, lse, c.qkv, d, c.scale);
     for (int b = 0; b < d.B; ++b) {
         const float* x = c.qkv.data() + size_t(b) * S;
         const float* dx = d_qkv.data() + size_t(b) * S;
@@ -274,10 +239,9 @@ TEST(AttentionCpu, LastKeyGradientClosedForm) {
         SCOPED_TRACE(describe(d));
         AttnCase c = make_case(d, 31u + unsigned(T));
         const int G = d.H / d.KV, S = d.qkv_stride();
-        std::vector<float> out(c.out_size()), lse(size_t(d.H) * T), d_qkv(c.qkv_size());
-        cpu::attention_forward(out.data(), lse.data(), c.qkv.data(), d, c.scale);
-        cpu::attention_backward(d_qkv.data(), c.d_out.data(), out.data(), lse.data(), c.qkv.data(),
-                                d, c.scale);
+        std::vector<float> out(c.out_size()), lse(c.lse_size()), d_qkv(c.qkv_size());
+        attn_forward(cpu_be(), out, lse, c.qkv, d, c.scale);
+        attn_backward(cpu_be(), d_qkv, c.d_out, out, lse, c.qkv, d, c.scale);
         const float* x = c.qkv.data() + size_t(T - 1) * S;
         const float* dy = c.d_out.data() + size_t(T - 1) * d.H * d.D;
         const float* o = out.data() + size_t(T - 1) * d.H * d.D;
@@ -315,7 +279,7 @@ TEST(AttentionCpuPacked, MatchesRefWithAwkwardDocuments) {
             for (auto& hk : heads) {
                 AttnCase c = make_case({4, T, hk[0], hk[1], D}, seed++);
                 std::vector<int32_t> starts = starts_of(kAwkwardRows, T);
-                c.d.doc_start = starts.data();
+                c.d.doc_start = host_cvec(starts);
                 expect_cpu_matches_ref(c);
             }
 }
@@ -326,16 +290,14 @@ TEST(AttentionCpuPacked, MatchesRefWithAwkwardDocuments) {
 TEST(AttentionCpuPacked, EachDocumentMatchesItsOwnRow) {
     AttnCase c = make_case({4, 131, 8, 2, 24}, 401);
     std::vector<int32_t> starts = starts_of(kAwkwardRows, c.d.T);
-    c.d.doc_start = starts.data();
+    c.d.doc_start = host_cvec(starts);
     const int S = c.d.qkv_stride(), HD = c.d.H * c.d.D;
-    std::vector<float> out(c.out_size()), lse(size_t(c.d.B) * c.d.H * c.d.T), out_r(out.size());
+    std::vector<float> out(c.out_size()), lse(c.lse_size()), out_r(out.size());
     std::vector<float> lse_r(lse.size()), d_qkv(c.qkv_size(), NAN), d_qkv_r(c.qkv_size(), NAN);
-    cpu::attention_forward(out.data(), lse.data(), c.qkv.data(), c.d, c.scale);
-    cpu::attention_backward(d_qkv.data(), c.d_out.data(), out.data(), lse.data(), c.qkv.data(), c.d,
-                            c.scale);
-    ref::attention_forward(out_r.data(), lse_r.data(), c.qkv.data(), c.d, c.scale);
-    ref::attention_backward(d_qkv_r.data(), c.d_out.data(), out_r.data(), lse_r.data(),
-                            c.qkv.data(), c.d, c.scale);
+    attn_forward(cpu_be(), out, lse, c.qkv, c.d, c.scale);
+    attn_backward(cpu_be(), d_qkv, c.d_out, out, lse, c.qkv, c.d, c.scale);
+    attn_forward(ref_be(), out_r, lse_r, c.qkv, c.d, c.scale);
+    attn_backward(ref_be(), d_qkv_r, c.d_out, out_r, lse_r, c.qkv, c.d, c.scale);
     int n_docs = 0;
     for (int b = 0; b < c.d.B; ++b)
         for (auto [t0, t1] : documents(starts.data() + size_t(b) * c.d.T, c.d.T)) {
@@ -350,9 +312,8 @@ TEST(AttentionCpuPacked, EachDocumentMatchesItsOwnRow) {
             };
             std::vector<float> qkv1 = slice(c.qkv, size_t(S)), dout1 = slice(c.d_out, size_t(HD));
             std::vector<float> out1(size_t(L) * HD), lse1(size_t(c.d.H) * L), d1(qkv1.size());
-            ref::attention_forward(out1.data(), lse1.data(), qkv1.data(), one, c.scale);
-            ref::attention_backward(d1.data(), dout1.data(), out1.data(), lse1.data(), qkv1.data(),
-                                    one, c.scale);
+            attn_forward(ref_be(), out1, lse1, qkv1, one, c.scale);
+            attn_backward(ref_be(), d1, dout1, out1, lse1, qkv1, one, c.scale);
             std::vector<float> lse_p, lse_rp;  // lse (B, H, T) of the document's positions
             for (int h = 0; h < c.d.H; ++h)
                 for (int t = t0; t < t1; ++t) {
@@ -369,42 +330,25 @@ TEST(AttentionCpuPacked, EachDocumentMatchesItsOwnRow) {
     EXPECT_EQ(n_docs, 5 + 1 + 8 + 3);
 }
 
-// One document per row given explicitly (all zeros) takes no packed tile: bit-identical to null.
+// One document per row given explicitly (all zeros) takes no packed tile: bit-identical to none.
 TEST(AttentionCpuPacked, AllZeroDocStartIsBitIdenticalToNull) {
     AttnCase c = make_case({2, 100, 4, 2, 16}, 501);
     std::vector<int32_t> zeros(size_t(c.d.B) * c.d.T, 0);
-    auto run = [&](const int32_t* doc_start) {
-        AttnDims d = c.d;
-        d.doc_start = doc_start;
-        std::vector<float> out(c.out_size()), lse(size_t(d.B) * d.H * d.T), d_qkv(c.qkv_size());
-        cpu::attention_forward(out.data(), lse.data(), c.qkv.data(), d, c.scale);
-        cpu::attention_backward(d_qkv.data(), c.d_out.data(), out.data(), lse.data(), c.qkv.data(),
-                                d, c.scale);
-        out.insert(out.end(), lse.begin(), lse.end());
-        out.insert(out.end(), d_qkv.begin(), d_qkv.end());
-        return out;
-    };
-    EXPECT_EQ(run(zeros.data()), run(nullptr));
+    AttnDims z = c.d;
+    z.doc_start = host_cvec(zeros);
+    EXPECT_EQ(run_cpu(c, z), run_cpu(c, c.d));
 }
 
 // Packed work items keep one owner per output element: the thread count changes no bit.
 TEST(AttentionCpuPacked, ResultsIndependentOfThreadCount) {
     AttnCase c = make_case({4, 97, 8, 2, 24}, 601);
     std::vector<int32_t> starts = starts_of(kAwkwardRows, c.d.T);
-    c.d.doc_start = starts.data();
-    auto run = [&](int threads) {
-        omp_set_num_threads(threads);
-        std::vector<float> out(c.out_size()), lse(size_t(c.d.B) * c.d.H * c.d.T);
-        std::vector<float> d_qkv(c.qkv_size());
-        cpu::attention_forward(out.data(), lse.data(), c.qkv.data(), c.d, c.scale);
-        cpu::attention_backward(d_qkv.data(), c.d_out.data(), out.data(), lse.data(), c.qkv.data(),
-                                c.d, c.scale);
-        out.insert(out.end(), lse.begin(), lse.end());
-        out.insert(out.end(), d_qkv.begin(), d_qkv.end());
-        return out;
-    };
+    c.d.doc_start = host_cvec(starts);
     int saved = omp_get_max_threads();
-    std::vector<float> one = run(1), three = run(3);
+    omp_set_num_threads(1);
+    std::vector<float> one = run_cpu(c, c.d);
+    omp_set_num_threads(3);
+    std::vector<float> three = run_cpu(c, c.d);
     omp_set_num_threads(saved);
     EXPECT_EQ(one, three);
 }
@@ -415,8 +359,7 @@ TEST(AttentionCpuPacked, RejectsInvalidDocStart) {
     std::vector<float> qkv(size_t(2) * T * (4 + 4) * 8), out(size_t(2) * T * 4 * 8), lse(48);
     auto attend = [&](std::vector<int32_t> s) {
         return error_of([&] {
-            cpu::attention_forward(out.data(), lse.data(), qkv.data(), {2, T, 4, 2, 8, s.data()},
-                                   1.0f);
+            attn_forward(cpu_be(), out, lse, qkv, {2, T, 4, 2, 8, host_cvec(s)}, 1.0f);
         });
     };
     // s > t (a document that starts in the future)
@@ -436,8 +379,7 @@ TEST(AttentionCpuPacked, RejectsInvalidDocStart) {
 
 TEST(AttentionCpu, RejectsHeadsNotDivisibleByKvHeads) {
     std::vector<float> qkv(size_t(4) * (3 + 4) * 8), out(size_t(4) * 3 * 8), lse(12);
-    EXPECT_THROW(cpu::attention_forward(out.data(), lse.data(), qkv.data(), {1, 4, 3, 2, 8}, 1.0f),
-                 Error);
+    EXPECT_THROW(attn_forward(cpu_be(), out, lse, qkv, {1, 4, 3, 2, 8}, 1.0f), Error);
 }
 
 TEST(RopeCpu, MatchesRefForwardAndBackward) {
@@ -449,16 +391,16 @@ TEST(RopeCpu, MatchesRefForwardAndBackward) {
             rope_tables(T, D, cos, sin);
             const size_t n = size_t(d.B) * T * d.qkv_stride();
             std::vector<float> x = random_vec(n, 3u + unsigned(T * D)), y = x, y_ref = x;
-            cpu::rope_forward(y.data(), cos.data(), sin.data(), d);
-            ref::rope_apply(y_ref.data(), cos.data(), sin.data(), d, 1);
+            rope(cpu_be(), y, cos, sin, d, 1);
+            rope(ref_be(), y_ref, cos, sin, d, 1);
             EXPECT_LE(norm_err(y, y_ref), kRopeTol);
             EXPECT_EQ(part_of(y, d, Part::kV), part_of(x, d, Part::kV));  // values untouched
             if (T > 1) {
                 EXPECT_GT(norm_err(y, x), 0.1);  // q and k did rotate (t = 0 does not)
             }
             std::vector<float> z = y, z_ref = y;
-            cpu::rope_backward(z.data(), cos.data(), sin.data(), d);
-            ref::rope_apply(z_ref.data(), cos.data(), sin.data(), d, -1);
+            rope(cpu_be(), z, cos, sin, d, -1);
+            rope(ref_be(), z_ref, cos, sin, d, -1);
             EXPECT_LE(norm_err(z, z_ref), kRopeTol);
             EXPECT_LE(norm_err(z, x), kRopeTol);  // backward undoes forward (R^T R = I)
         }
@@ -470,26 +412,25 @@ TEST(RopeCpu, PackedMatchesRefAndRestartsPositions) {
     for (int T : {131, 33}) {
         AttnDims d{4, T, 4, 2, 24};
         std::vector<int32_t> starts = starts_of(kAwkwardRows, T);
-        d.doc_start = starts.data();
+        d.doc_start = host_cvec(starts);
         SCOPED_TRACE(describe(d));
         std::vector<float> cos, sin;
         rope_tables(T, d.D, cos, sin);
         const size_t S = size_t(d.qkv_stride()), n = size_t(d.B) * T * S;
         std::vector<float> x = random_vec(n, 700u + unsigned(T)), y = x, y_ref = x;
-        cpu::rope_forward(y.data(), cos.data(), sin.data(), d);
-        ref::rope_apply(y_ref.data(), cos.data(), sin.data(), d, 1);
+        rope(cpu_be(), y, cos, sin, d, 1);
+        rope(ref_be(), y_ref, cos, sin, d, 1);
         EXPECT_LE(norm_err(y, y_ref), kRopeTol);
         std::vector<float> z = y, z_ref = y;
-        cpu::rope_backward(z.data(), cos.data(), sin.data(), d);
-        ref::rope_apply(z_ref.data(), cos.data(), sin.data(), d, -1);
+        rope(cpu_be(), z, cos, sin, d, -1);
+        rope(ref_be(), z_ref, cos, sin, d, -1);
         EXPECT_LE(norm_err(z, z_ref), kRopeTol);
         EXPECT_LE(norm_err(z, x), kRopeTol);
         for (int b = 0; b < d.B; ++b)
             for (auto [t0, t1] : documents(starts.data() + size_t(b) * T, T)) {
                 const size_t r0 = size_t(b) * T + size_t(t0), r1 = size_t(b) * T + size_t(t1);
                 std::vector<float> alone(x.begin() + long(r0 * S), x.begin() + long(r1 * S));
-                ref::rope_apply(alone.data(), cos.data(), sin.data(),
-                                AttnDims{1, t1 - t0, d.H, d.KV, d.D}, 1);
+                rope(ref_be(), alone, cos, sin, AttnDims{1, t1 - t0, d.H, d.KV, d.D}, 1);
                 EXPECT_TRUE(std::equal(alone.begin(), alone.end(), y_ref.begin() + long(r0 * S)))
                     << "row " << b << " document at " << t0;
             }
@@ -503,8 +444,8 @@ TEST(RopeCpu, BackwardIsAdjointOfForward) {
     rope_tables(d.T, d.D, cos, sin);
     const size_t n = size_t(d.B) * d.T * d.qkv_stride();
     std::vector<float> x = random_vec(n, 41), y = random_vec(n, 42), rx = x, rty = y;
-    cpu::rope_forward(rx.data(), cos.data(), sin.data(), d);
-    cpu::rope_backward(rty.data(), cos.data(), sin.data(), d);
+    rope(cpu_be(), rx, cos, sin, d, 1);
+    rope(cpu_be(), rty, cos, sin, d, -1);
     double lhs = 0, rhs = 0, mag = 0;
     for (size_t i = 0; i < n; ++i) {
         lhs += double(rx[i]) * y[i];
@@ -514,85 +455,69 @@ TEST(RopeCpu, BackwardIsAdjointOfForward) {
     EXPECT_NEAR(lhs, rhs, 1e-6 * mag);  // f32 rounding of each rotated element
 }
 
-// Central differences of L = sum(out * w) in double against ref::attention_backward, for every
-// element of qkv. Step 1e-5: truncation ~h^2 and roundoff ~1e-16/h are both far below 1e-6.
-TEST(AttentionRefGrad, BackwardMatchesFiniteDifferences) {
-    AttnDims d{2, 5, 4, 2, 6};
+// Central differences of L = sum(out * w) in double against the reference backward (the
+// reference backend on F64 views), for every element of qkv. Step 1e-5: truncation ~h^2 and
+// roundoff ~1e-16/h are both far below 1e-6. Returns the analytic gradient and its largest value.
+std::vector<double> check_attention_fd(const AttnDims& d, uint32_t seed) {
     const double scale = 0.7, h = 1e-5;
     const size_t n = size_t(d.B) * d.T * d.qkv_stride(), no = size_t(d.B) * d.T * d.H * d.D;
-    std::vector<double> qkv = random_vec<double>(n, 51), w = random_vec<double>(no, 52);
+    std::vector<double> qkv = random_vec<double>(n, seed), w = random_vec<double>(no, seed + 1);
     std::vector<double> out(no), lse(size_t(d.B) * d.H * d.T), grad(n);
     auto loss = [&](const std::vector<double>& x) {
         std::vector<double> o(no), l(lse.size());
-        ref::attention_forward(o.data(), l.data(), x.data(), d, float(scale));
+        attn_forward(ref_be(), o, l, x, d, float(scale));
         double s = 0;
         for (size_t i = 0; i < no; ++i) s += o[i] * w[i];
         return s;
     };
-    ref::attention_forward(out.data(), lse.data(), qkv.data(), d, float(scale));
-    ref::attention_backward(grad.data(), w.data(), out.data(), lse.data(), qkv.data(), d,
-                            float(scale));
+    attn_forward(ref_be(), out, lse, qkv, d, float(scale));
+    attn_backward(ref_be(), grad, w, out, lse, qkv, d, float(scale));
     double gmax = 0;
     for (double g : grad) gmax = std::max(gmax, std::abs(g));
-    ASSERT_GT(gmax, 0.01);
+    EXPECT_GT(gmax, 0.01);
     for (size_t i = 0; i < n; ++i) {
         std::vector<double> xp = qkv, xm = qkv;
         xp[i] += h;
         xm[i] -= h;
         EXPECT_NEAR(grad[i], (loss(xp) - loss(xm)) / (2 * h), 1e-6 * gmax) << "element " << i;
     }
+    return grad;
+}
+
+TEST(AttentionRefGrad, BackwardMatchesFiniteDifferences) {
+    check_attention_fd({2, 5, 4, 2, 6}, 51);
 }
 
 // The same with packed rows (documents of 3, 2 and 2 positions; of 1 and 6): gradients reach only
 // keys of the query's own document. Same step and tolerance as above.
 TEST(AttentionRefGrad, PackedBackwardMatchesFiniteDifferences) {
     const std::vector<int32_t> starts = starts_of({{3, 2, 2}, {1, 6}}, 7);
-    AttnDims d{2, 7, 4, 2, 6, starts.data()};
-    const double scale = 0.7, h = 1e-5;
-    const size_t n = size_t(d.B) * d.T * d.qkv_stride(), no = size_t(d.B) * d.T * d.H * d.D;
-    std::vector<double> qkv = random_vec<double>(n, 53), w = random_vec<double>(no, 54);
-    std::vector<double> out(no), lse(size_t(d.B) * d.H * d.T), grad(n);
-    auto loss = [&](const std::vector<double>& x) {
-        std::vector<double> o(no), l(lse.size());
-        ref::attention_forward(o.data(), l.data(), x.data(), d, float(scale));
-        double s = 0;
-        for (size_t i = 0; i < no; ++i) s += o[i] * w[i];
-        return s;
-    };
-    ref::attention_forward(out.data(), lse.data(), qkv.data(), d, float(scale));
-    ref::attention_backward(grad.data(), w.data(), out.data(), lse.data(), qkv.data(), d,
-                            float(scale));
+    AttnDims d{2, 7, 4, 2, 6, host_cvec(starts)};
+    std::vector<double> grad = check_attention_fd(d, 53);
     double gmax = 0;
     for (double g : grad) gmax = std::max(gmax, std::abs(g));
-    ASSERT_GT(gmax, 0.01);
     // A one-position document attends to itself only: out = v, so its q and k get no gradient
     // (zero up to double rounding: exp(s - lse) need not be exactly 1, so the softmax backward's
     // dp - sum(p dp) can leave ~1e-17, depending on how the compiler contracts the sums).
     for (int c = 0; c < (d.H + d.KV) * d.D; ++c)
         EXPECT_NEAR(grad[size_t(d.T) * d.qkv_stride() + size_t(c)], 0.0, 1e-12 * gmax)
             << "row 1, column " << c;
-    for (size_t i = 0; i < n; ++i) {
-        std::vector<double> xp = qkv, xm = qkv;
-        xp[i] += h;
-        xm[i] -= h;
-        EXPECT_NEAR(grad[i], (loss(xp) - loss(xm)) / (2 * h), 1e-6 * gmax) << "element " << i;
-    }
 }
 
 // The same for RoPE (linear, so the difference quotient is exact up to roundoff), unpacked and
 // packed (documents of 2 positions); d_v must be passed through unchanged.
 TEST(AttentionRefGrad, RopeBackwardMatchesFiniteDifferences) {
     const std::vector<int32_t> starts = {0, 0, 2, 2};
-    for (const int32_t* doc_start : {static_cast<const int32_t*>(nullptr), starts.data()}) {
+    for (CVec doc_start : {CVec{}, host_cvec(starts)}) {
         AttnDims d{1, 4, 2, 1, 6, doc_start};
         SCOPED_TRACE(describe(d));
         const size_t n = size_t(d.B) * d.T * d.qkv_stride();
         std::vector<double> cos, sin;
         rope_tables<double>(d.T, d.D, cos, sin);
         std::vector<double> x = random_vec<double>(n, 61), w = random_vec<double>(n, 62), grad = w;
-        ref::rope_apply(grad.data(), cos.data(), sin.data(), d, -1);
+        rope(ref_be(), grad, cos, sin, d, -1);
         auto loss = [&](std::vector<double> v) {
-            ref::rope_apply(v.data(), cos.data(), sin.data(), d, 1);
+            rope(ref_be(), v, cos, sin, d, 1);
             double s = 0;
             for (size_t i = 0; i < n; ++i) s += v[i] * w[i];
             return s;
@@ -604,6 +529,7 @@ TEST(AttentionRefGrad, RopeBackwardMatchesFiniteDifferences) {
             xm[i] -= h;
             EXPECT_NEAR(grad[i], (loss(xp) - loss(xm)) / (2 * h), 1e-8) << "element " << i;
         }
+        EXPECT_EQ(part_of(grad, d, Part::kV), part_of(w, d, Part::kV));  // d_v passes through
     }
 }
 

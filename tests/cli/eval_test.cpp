@@ -43,7 +43,7 @@ TEST(CliEval, LossAndLogitsFollowTheContract) {
     auto be = make_cpu_backend();
     Transformer m(c, *be);
     m.params().init(11);
-    save_hf_model((dir / "model").string(), c, m.params(), "");
+    save_hf_model((dir / "model").string(), c, m.params().to_host(), "");
     std::vector<int32_t> ids;
     for (int i = 0; i < 40; ++i) ids.push_back((i * 5 + i / 3) % 29);
     write_token_shard((dir / "t.bin").string(), ids, 29);
@@ -84,7 +84,7 @@ TEST(CliInspect, ModelDirShardAndSafetensors) {
     fs::path dir = fs::temp_directory_path() / ("ete_inspect_" + std::to_string(::getpid()));
     fs::create_directories(dir);
     ModelConfig c = tiny_llama(1);
-    ParamStore store(param_specs(c));
+    HostParams store(param_specs(c));
     save_hf_model((dir / "m").string(), c, store, "");
     std::string out = run_capture("inspect " + (dir / "m").string());
     EXPECT_NE(out.find("model: llama | layers 1 | hidden 16 | heads 2 (kv 1, head_dim 8)"),
@@ -118,7 +118,7 @@ TEST(CliEval, TextUsesTheModelTokenizer) {
     auto be = make_cpu_backend();
     Transformer m(c, *be);
     m.params().init(5);
-    save_hf_model((dir / "m").string(), c, m.params(), (dir / "tokenizer.json").string());
+    save_hf_model((dir / "m").string(), c, m.params().to_host(), (dir / "tokenizer.json").string());
     std::string out = run_capture("eval --model " + (dir / "m").string() + " --text " +
                                   (dir / "in.txt").string() + " --batch 2 --seq 7 --json");
     double loss = nlohmann::json::parse(out)["loss"].get<double>();
@@ -155,7 +155,7 @@ TEST(CliEval, JsonlScoresResponsesOnlyAndPackingAgrees) {
     auto be = make_cpu_backend();
     Transformer m(c, *be);
     m.params().init(3);
-    save_hf_model((dir / "m").string(), c, m.params(), (dir / "tokenizer.json").string());
+    save_hf_model((dir / "m").string(), c, m.params().to_host(), (dir / "tokenizer.json").string());
     const std::string base = "eval --model " + (dir / "m").string() + " --jsonl " +
                              (dir / "d.jsonl").string() + " --batch 3 --json";
     // stdout only: the packing summary goes to the log on stderr.

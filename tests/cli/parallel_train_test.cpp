@@ -190,6 +190,26 @@ TEST_F(ParallelTrain, EveryLayoutMatchesOneProcessGpt2) {
                     fmt::format("gpt2 ({},{},{})", l[0], l[1], l[2]));
 }
 
+// The whole mesh on the guarded backend, whose memory the host cannot touch: tensor-parallel
+// all-reduces, pipeline send/recv, the tied-embedding sum, ZeRO-1 gathers and data-parallel
+// buckets (f32 and bf16) all stage through host memory, and give the CPU backend's run.
+TEST_F(ParallelTrain, EveryTransportCarriesBackendMemory) {
+    const std::string guarded = " --set train.backend=guarded";
+    RunResult one = train(1, "");
+    expect_same(one, train(1, guarded), "guarded, one process");
+    expect_same(one, train(8, mesh(2, 2, 2) + guarded), "guarded (2,2,2)");
+    expect_same(one, train(2, "--set parallel.dp=2 --set parallel.zero1=true" + guarded),
+                "guarded dp=2 zero1");
+    RunResult bf16 = train(2, "--set parallel.dp=2 --set parallel.grad_bf16=true");
+    RunResult bf16_guarded =
+        train(2, "--set parallel.dp=2 --set parallel.grad_bf16=true" + guarded);
+    EXPECT_EQ(bf16_guarded.losses, bf16.losses);
+    EXPECT_EQ(bf16_guarded.weights, bf16.weights);
+    const std::string gpt2 =
+        " --set model.arch=gpt2 --set model.num_kv_heads=4 --set train.adam_eps=1e-6";
+    expect_same(train(1, gpt2), train(8, mesh(2, 2, 2) + gpt2 + guarded), "guarded gpt2 (2,2,2)");
+}
+
 // GQA with tp = 4 > num_kv_heads = 2: each kv head is replicated on 2 tp ranks, which sum its
 // gradient; alone (4 ranks) and under dp = 2 (8 ranks), the same run as one process.
 TEST_F(ParallelTrain, KvHeadsReplicatedWhenTpExceedsThem) {

@@ -7,6 +7,7 @@
 #include "ete/core/arena.h"
 #include "ete/core/dtype.h"
 #include "ete/core/tensor.h"
+#include "ete/core/view.h"
 
 namespace ete {
 
@@ -60,15 +61,39 @@ TEST(Tensor, ShapeChecksAndArenaAlignment) {
     EXPECT_EQ(z.numel(), 15);
     EXPECT_EQ(z.f32()[14], 0.0f);
     Arena counting;
-    counting.alloc_f32(3);
-    counting.alloc_f32(17);
+    EXPECT_TRUE(counting.alloc_vec(DType::F32, 3).empty());  // counting hands out no memory
+    counting.alloc_mat(DType::BF16, 17, 2);
     EXPECT_EQ(counting.used(), 64u + 128u);  // each block rounded up to 64 bytes
-    Arena a(counting.used());
-    float* p = a.alloc_f32(3);
-    float* q = a.alloc_f32(17);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % 64, 0u);
-    EXPECT_EQ(q - p, 16);
+    std::shared_ptr<void> block = aligned_alloc_shared(counting.used());
+    Arena a;
+    a.reset(block.get(), counting.used());
+    Vec p = a.alloc_vec(DType::F32, 3);
+    Mat q = a.alloc_mat(DType::BF16, 17, 2);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p.data) % 64, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(q.data) % 64, 0u);
+    EXPECT_EQ(static_cast<char*>(q.data) - static_cast<char*>(p.data), 64);
+    EXPECT_EQ(q.dtype, DType::BF16);
+    EXPECT_EQ(q.span_bytes(), 17u * 2 * 2);
+}
+
+// Views: slices move by whole elements of their dtype and keep the row stride.
+TEST(View, SlicesAndFlattening) {
+    std::vector<uint16_t> buf(6 * 10);
+    Mat m(buf.data(), DType::BF16, 6, 8, 10);  // rows 10 elements apart
+    EXPECT_FALSE(m.contiguous());
+    Mat r = m.row_slice(2, 3);
+    EXPECT_EQ(r.data, buf.data() + 20);
+    EXPECT_EQ(r.ld, 10);
+    Mat c = m.col_slice(5, 3);
+    EXPECT_EQ(c.data, buf.data() + 5);
+    EXPECT_EQ(c.cols, 3);
+    EXPECT_EQ(c.span_bytes(), size_t(5 * 10 + 3) * 2);
+    Vec v(buf.data(), DType::F32, 30);
+    EXPECT_EQ(v.slice(4, 2).data, reinterpret_cast<char*>(buf.data()) + 16);
+    EXPECT_EQ(Mat(buf.data(), DType::F32, 3, 4).flat().n, 12);
+    EXPECT_EQ(Mat(buf.data(), DType::F32, 3, 4).reshaped(6, 2).cols, 2);
+    CMat const_view = m;  // mutable converts to read-only, not back
+    EXPECT_EQ(const_view.rows, 6);
 }
 
 }  // namespace ete

@@ -54,9 +54,7 @@ double logit_error(const std::string& dir, ModelConfig* cfg_out = nullptr,
         ref = std::max(ref, std::abs(double(want.f32()[i])));
     }
     if (cfg_out) *cfg_out = cfg;
-    if (params_out)
-        params_out->assign(model.params().params(),
-                           model.params().params() + model.params().numel());
+    if (params_out) *params_out = model.params().to_host().data_vector();
     return err / ref;
 }
 
@@ -129,7 +127,7 @@ class HfShardTest : public ::testing::Test {
     }
     // The load error for `d`, or "" when it loads.
     std::string load_error(const std::string& d) {
-        ParamStore b(param_specs(cfg_));
+        HostParams b(param_specs(cfg_));
         try {
             load_hf_weights(d, b);
         } catch (const Error& e) {
@@ -145,7 +143,7 @@ class HfShardTest : public ::testing::Test {
     }
 
     ModelConfig cfg_ = tiny_llama();
-    ParamStore store_{param_specs(tiny_llama())};
+    HostParams store_{param_specs(tiny_llama())};
     fs::path root_;
 };
 
@@ -185,10 +183,10 @@ TEST_F(HfShardTest, SplitsLikeHfAndRoundTripsBitExact) {
     }
     EXPECT_EQ(files, n);
 
-    ParamStore b(param_specs(load_hf_config(d)));
+    HostParams b(param_specs(load_hf_config(d)));
     load_hf_weights(d, b);
     ASSERT_EQ(b.numel(), store_.numel());
-    for (int64_t i = 0; i < b.numel(); ++i) ASSERT_EQ(b.params()[i], store_.params()[i]) << i;
+    for (int64_t i = 0; i < b.numel(); ++i) ASSERT_EQ(b.data()[i], store_.data()[i]) << i;
 }
 
 TEST_F(HfShardTest, TensorLargerThanLimitGetsOwnShardAndDefaultIsOneFile) {

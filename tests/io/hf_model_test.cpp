@@ -56,7 +56,7 @@ class HfModelTest : public ::testing::Test {
 TEST_F(HfModelTest, RoundTripBothArchitectures) {
     for (Arch arch : {Arch::Llama, Arch::GPT2}) {
         ModelConfig c = tiny(arch);
-        ParamStore a(param_specs(c));
+        HostParams a(param_specs(c));
         a.init(3);
         std::string d = path(arch_name(arch));
         save_hf_model(d, c, a, "");
@@ -64,10 +64,10 @@ TEST_F(HfModelTest, RoundTripBothArchitectures) {
         EXPECT_EQ(back.arch, arch);
         EXPECT_EQ(back.num_kv_heads, c.num_kv_heads);
         EXPECT_EQ(back.intermediate_size, c.intermediate_size);
-        ParamStore b(param_specs(back));
+        HostParams b(param_specs(back));
         load_hf_weights(d, b);
         ASSERT_EQ(a.numel(), b.numel());
-        for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.params()[i], b.params()[i]) << i;
+        for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data()[i], b.data()[i]) << i;
         EXPECT_FALSE(fs::exists(d + "/tokenizer.json"));
         // No temporary directories are left next to the model.
         for (const auto& e : fs::directory_iterator(dir_))
@@ -77,7 +77,7 @@ TEST_F(HfModelTest, RoundTripBothArchitectures) {
 
 TEST_F(HfModelTest, Gpt2StoresConv1DTransposed) {
     ModelConfig c = tiny(Arch::GPT2);
-    ParamStore a(param_specs(c));
+    HostParams a(param_specs(c));
     a.init(5);
     save_hf_model(path("g"), c, a, "");
     auto f = SafetensorsFile::open(path("g") + "/model.safetensors");
@@ -89,7 +89,7 @@ TEST_F(HfModelTest, Gpt2StoresConv1DTransposed) {
 
 TEST_F(HfModelTest, LoadsBf16AndGpt2KeyVariants) {
     ModelConfig c = tiny(Arch::GPT2);
-    ParamStore a(param_specs(c));
+    HostParams a(param_specs(c));
     a.init(7);
     std::string d = path("g2");
     save_hf_model(d, c, a, "");
@@ -103,22 +103,22 @@ TEST_F(HfModelTest, LoadsBf16AndGpt2KeyVariants) {
         ts.emplace_back("transformer.h.0.attn.bias", Tensor::zeros({1, 1, 32, 32}));
         ts.emplace_back("transformer.h.1.attn.masked_bias", Tensor::zeros({}));
     });
-    ParamStore b(param_specs(c));
+    HostParams b(param_specs(c));
     load_hf_weights(d, b);
     for (int64_t i = 0; i < a.numel(); ++i)
-        ASSERT_EQ(b.params()[i], bf16_to_f32(f32_to_bf16(a.params()[i]))) << i;
+        ASSERT_EQ(b.data()[i], bf16_to_f32(f32_to_bf16(a.data()[i]))) << i;
 }
 
 TEST_F(HfModelTest, ErrorsNameTheTensor) {
     ModelConfig c = tiny(Arch::Llama);
-    ParamStore a(param_specs(c));
+    HostParams a(param_specs(c));
     std::string d = path("l");
     save_hf_model(d, c, a, "");
     auto message =
         [&](const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit) {
             save_hf_model(d, c, a, "");
             rewrite(d, edit);
-            ParamStore b(param_specs(c));
+            HostParams b(param_specs(c));
             try {
                 load_hf_weights(d, b);
             } catch (const Error& e) {

@@ -48,7 +48,7 @@ TEST(KvReplication, SlicesAndOwnersByHand) {
             EXPECT_EQ(w.back(), float((head + 1) * D * C)) << "tp " << tp << " rank " << r;
             for (int64_t i = 0; i < D; ++i) EXPECT_EQ(b[size_t(i)], float(head * D + i + 1));
             EXPECT_EQ(spec_named(specs, q + "weight").shape, (Shape{8 / tp * D, C}));
-            ParamStore store(specs, r, tp);
+            ParamTable store(specs, r, tp);
             EXPECT_EQ(store.counts_in_norm(store.index(k + "weight")), r % holders == 0)
                 << "tp " << tp << " rank " << r;
             EXPECT_TRUE(store.counts_in_norm(store.index(q + "weight")));
@@ -59,7 +59,15 @@ TEST(KvReplication, SlicesAndOwnersByHand) {
 // Every range the hook reports is final for the micro-batch: in particular the k|v rows, which
 // are summed over the kv group inside the layer's backward, do not change after the report. Two
 // micro-batches, so the second one sums only its own contribution into the accumulated value.
-TEST(KvReplication, GradReadyHookReportsSummedKvGradients) {
+class KvReplication : public ::testing::TestWithParam<const char*> {};
+
+std::vector<float> grads_at(const ParamStore& ps, int64_t offset, int64_t count) {
+    std::vector<float> h(static_cast<size_t>(count));
+    ps.backend().download(h.data(), ps.grads().slice(offset, count).data, h.size() * 4);
+    return h;
+}
+
+TEST_P(KvReplication, GradReadyHookReportsSummedKvGradients) {
     ModelConfig c = testing::tp_llama(2);
     c.num_heads = 4;  // tp 4: one query head per rank, each kv head on 2 ranks
     auto be = make_backend("cpu");
@@ -70,32 +78,32 @@ TEST(KvReplication, GradReadyHookReportsSummedKvGradients) {
     std::vector<std::vector<float>> kv(4);  // each rank's final layer-0 k_proj gradient
     run_fake_world(4, [&](Communicator& w) {
         omp_set_num_threads(1);
-        auto rb = make_backend("cpu");
+        auto rb = make_backend(GetParam());
         Transformer m(c, *rb, ModelParallel{&w, w.rank(), 4});
         testing::copy_params(whole->params(), m.params());
         m.setup(B, T);
         std::vector<std::pair<int64_t, std::vector<float>>> seen;
         m.set_grad_ready_hook([&](int64_t offset, int64_t count) {
-            const float* g = m.params().grads() + offset;
-            seen.push_back({offset, std::vector<float>(g, g + count)});
+            seen.push_back({offset, grads_at(m.params(), offset, count)});
         });
         for (const testing::Batch& x : mbs) {
             seen.clear();
             m.forward_backward(x.inputs.data(), x.targets.data(), B, T, 0.01f);
             ASSERT_FALSE(seen.empty());
             for (const auto& [offset, values] : seen) {
-                EXPECT_EQ(
-                    std::memcmp(values.data(), m.params().grads() + offset, 4 * values.size()), 0)
+                EXPECT_EQ(values, grads_at(m.params(), offset, int64_t(values.size())))
                     << "rank " << w.rank() << ": the range at " << offset << " changed later";
             }
         }
         const int i = m.params().index("model.layers.0.self_attn.k_proj.weight");
-        kv[size_t(w.rank())].assign(m.params().grad(i), m.params().grad(i) + m.params().numel(i));
+        kv[size_t(w.rank())] = m.params().download_grad(i);
     });
     EXPECT_EQ(kv[0], kv[1]);
     EXPECT_EQ(kv[2], kv[3]);
     EXPECT_NE(kv[0], kv[2]);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, KvReplication, ::testing::Values("cpu", "guarded"));
 
 }  // namespace
 }  // namespace ete

@@ -83,8 +83,9 @@ inline std::unique_ptr<Transformer> make_reference(const ModelConfig& c, Backend
         const ParamSpec& s = ps.specs()[size_t(i)];
         if (s.kind != ParamKind::Norm && s.kind != ParamKind::Bias) continue;
         CounterRng rng(99, s.name);
-        for (int64_t k = 0; k < shape_numel(s.shape); ++k)
-            ps.param(i)[k] += 0.1f * rng.normal(uint64_t(k));
+        std::vector<float> v = ps.download(i);
+        for (size_t k = 0; k < v.size(); ++k) v[k] += 0.1f * rng.normal(uint64_t(k));
+        ps.upload(i, v.data());
     }
     return m;
 }
@@ -93,8 +94,10 @@ inline std::unique_ptr<Transformer> make_reference(const ModelConfig& c, Backend
 inline void copy_params(const ParamStore& whole, ParamStore& part) {
     for (int i = 0; i < int(part.specs().size()); ++i) {
         const ParamSpec& s = part.specs()[size_t(i)];
-        shard_from_global(s, part.tp_rank(), part.tp_size(), whole.param(whole.index(s.name)),
-                          part.param(i));
+        std::vector<float> global = whole.download(whole.index(s.name));
+        std::vector<float> local(size_t(part.numel(i)));
+        shard_from_global(s, part.tp_rank(), part.tp_size(), global.data(), local.data());
+        part.upload(i, local.data());
     }
 }
 
@@ -112,7 +115,7 @@ inline RankGrads rank_grads(const ParamStore& ps) {
         r.offsets.push_back(ps.offset(i));
         r.counted.push_back(ps.counts_in_norm(i));
     }
-    r.grads.assign(ps.grads(), ps.grads() + ps.numel());
+    r.grads = ps.download_grads();
     return r;
 }
 
@@ -148,7 +151,8 @@ inline void expect_grads_match(const ParamStore& whole, const std::vector<float>
                                double rel_tol, const std::string& what) {
     for (int i = 0; i < int(whole.specs().size()); ++i) {
         const ParamSpec& s = whole.specs()[size_t(i)];
-        const float* want = whole.grad(i);
+        std::vector<float> want_v = whole.download_grad(i);
+        const float* want = want_v.data();
         const float* got = global.data() + whole.offset(i);
         int64_t n = shape_numel(s.shape);
         EXPECT_LE(rel_max_err(got, want, n), rel_tol) << what << ": " << s.name;

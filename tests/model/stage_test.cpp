@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 
+#include "ete/parallel/device_comm.h"
 #include "ete/parallel/fake_comm.h"
 #include "parallel_util.h"
 #include "test_util.h"
@@ -92,23 +93,31 @@ Stages make_stages(const ModelConfig& c, Backend& be, const Transformer& whole,
     return st;
 }
 
-// The forward of micro-batch `mb` (in slot mb) through every stage; returns the loss.
-double pipeline_forward(Stages& st, int mb, const Batch& b, float d_scale, size_t n) {
+// The forward of micro-batch `mb` (in slot mb) through every stage; returns the loss. Stage
+// buffers are backend memory: the backend copies them from one stage to the next.
+double pipeline_forward(Stages& st, int mb, const Batch& b, float d_scale) {
     double loss = 0;
     for (size_t s = 0; s < st.size(); ++s) {
         loss = st[s]->stage_forward(mb, b.inputs.data(), b.targets.data(), nullptr, d_scale);
         if (s + 1 < st.size())
-            std::memcpy(st[s + 1]->stage_input(mb), st[s]->stage_output(mb), 4 * n);
+            st[s]->backend().copy(st[s + 1]->stage_input(mb), st[s]->stage_output(mb));
     }
     return loss;
 }
 
-void pipeline_backward(Stages& st, int mb, size_t n) {
+void pipeline_backward(Stages& st, int mb) {
     for (size_t s = st.size(); s-- > 0;) {
         st[s]->stage_backward(mb);
         if (s > 0)
-            std::memcpy(st[s - 1]->stage_output_grad(mb), st[s]->stage_input_grad(mb), 4 * n);
+            st[s]->backend().copy(st[s - 1]->stage_output_grad(mb), st[s]->stage_input_grad(mb));
     }
+}
+
+// Host copy of `count` gradient elements from `offset`.
+std::vector<float> grads_at(const ParamStore& ps, int64_t offset, int64_t count) {
+    std::vector<float> h(static_cast<size_t>(count));
+    ps.backend().download(h.data(), ps.grads().slice(offset, count).data, h.size() * 4);
+    return h;
 }
 
 // Checks the grad-ready hook of one model over one backward: ranges descend contiguously over
@@ -117,8 +126,7 @@ class HookChecker {
   public:
     explicit HookChecker(Transformer& m) : m_(m) {
         m.set_grad_ready_hook([this](int64_t offset, int64_t count) {
-            const float* g = m_.params().grads() + offset;
-            seen_.push_back({offset, std::vector<float>(g, g + count)});
+            seen_.push_back({offset, grads_at(m_.params(), offset, count)});
         });
     }
     ~HookChecker() { m_.set_grad_ready_hook({}); }
@@ -126,8 +134,7 @@ class HookChecker {
         int64_t next = m_.params().numel();
         for (const auto& [offset, values] : seen_) {
             EXPECT_EQ(offset + int64_t(values.size()), next) << what << ": ranges not descending";
-            EXPECT_EQ(std::memcmp(values.data(), m_.params().grads() + offset, 4 * values.size()),
-                      0)
+            EXPECT_EQ(values, grads_at(m_.params(), offset, int64_t(values.size())))
                 << what << ": the range at " << offset << " changed after it was reported";
             next = offset;
         }
@@ -149,10 +156,11 @@ struct SplitCase {
     int stages;
     const char* layers;     // parallel.pp_layers
     const char* recompute;  // train.recompute
+    const char* backend = "cpu";
 };
 
 void PrintTo(const SplitCase& c, std::ostream* os) {
-    *os << arch_name(c.arch) << "/" << c.layers << "/" << c.recompute;
+    *os << arch_name(c.arch) << "/" << c.layers << "/" << c.recompute << "/" << c.backend;
 }
 
 class PipelineSplit : public ::testing::TestWithParam<SplitCase> {};
@@ -164,9 +172,8 @@ class PipelineSplit : public ::testing::TestWithParam<SplitCase> {};
 TEST_P(PipelineSplit, MatchesTheUnsplitModel) {
     const SplitCase& p = GetParam();
     ModelConfig c = p.arch == Arch::Llama ? testing::tp_llama() : testing::tp_gpt2();
-    auto be = make_backend("cpu");
+    auto be = make_backend(p.backend);
     const int B = 2, T = 11;
-    const size_t n = size_t(B) * T * c.hidden_size;
     const std::vector<bool> plan = recompute_plan(p.recompute, c.num_layers);
     std::vector<Batch> mbs{testing::make_batch(B, T, 61, 0), testing::make_batch(B, T, 61, 1)};
     const float d_scale = 0.01f;
@@ -182,10 +189,10 @@ TEST_P(PipelineSplit, MatchesTheUnsplitModel) {
         make_stages(c, *be, *whole, pipeline_layer_bounds(c, p.stages, p.layers), plan, B, T);
     std::vector<std::unique_ptr<HookChecker>> hooks;
     for (auto& s : st) hooks.push_back(std::make_unique<HookChecker>(*s));
-    EXPECT_EQ(pipeline_forward(st, 0, mbs[0], d_scale, n), want0);
-    EXPECT_EQ(pipeline_forward(st, 1, mbs[1], d_scale, n), want1);
+    EXPECT_EQ(pipeline_forward(st, 0, mbs[0], d_scale), want0);
+    EXPECT_EQ(pipeline_forward(st, 1, mbs[1], d_scale), want1);
     for (int mb = 0; mb < 2; ++mb) {
-        pipeline_backward(st, mb, n);
+        pipeline_backward(st, mb);
         for (size_t s = 0; s < st.size(); ++s)
             hooks[s]->expect_complete(fmt::format("stage {} micro-batch {}", s, mb));
     }
@@ -199,16 +206,17 @@ TEST_P(PipelineSplit, MatchesTheUnsplitModel) {
             if (c.tie_word_embeddings &&
                 (sp.name == "wte.weight" || sp.name == "model.embed_tokens.weight"))
                 continue;
-            const float* want = whole->params().grad(whole->params().index(sp.name));
-            EXPECT_EQ(std::memcmp(ps.grad(i), want, 4 * size_t(ps.numel(i))), 0) << sp.name;
+            EXPECT_EQ(ps.download_grad(i),
+                      whole->params().download_grad(whole->params().index(sp.name)))
+                << sp.name;
         }
     }
     testing::expect_grads_match(whole->params(), global, 1e-6, "pipeline");
 }
 
 std::string split_case_name(const ::testing::TestParamInfo<SplitCase>& info) {
-    std::string s =
-        arch_name(info.param.arch) + "_" + info.param.layers + "_" + info.param.recompute;
+    std::string s = arch_name(info.param.arch) + "_" + info.param.layers + "_" +
+                    info.param.recompute + "_" + info.param.backend;
     for (char& ch : s)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
     return s;
@@ -218,7 +226,9 @@ INSTANTIATE_TEST_SUITE_P(Models, PipelineSplit,
                          ::testing::Values(SplitCase{Arch::Llama, 2, "2,2", "none"},
                                            SplitCase{Arch::Llama, 3, "1,2,1", "1-2"},
                                            SplitCase{Arch::GPT2, 2, "2,2", "none"},
-                                           SplitCase{Arch::GPT2, 3, "1,2,1", "full"}),
+                                           SplitCase{Arch::GPT2, 3, "1,2,1", "full"},
+                                           SplitCase{Arch::Llama, 3, "1,2,1", "1-2", "guarded"},
+                                           SplitCase{Arch::GPT2, 2, "2,2", "none", "guarded"}),
                          split_case_name);
 
 // One stage holding everything, tied (the embedding is also the head): still one descending
@@ -291,6 +301,7 @@ struct MeshCase {
     const char* name;
     ModelConfig cfg;
     const char* recompute;
+    const char* backend = "cpu";
 };
 
 void PrintTo(const MeshCase& c, std::ostream* os) {
@@ -307,25 +318,27 @@ MeshRankOut run_mesh_rank(Communicator& w, const MeshCase& mc, const Transformer
     std::unique_ptr<Communicator> tp = w.split(stage, tr, fmt::format("tp{}", stage));
     const std::vector<int> b = pipeline_layer_bounds(mc.cfg, 2, "2,2");
     ModelParallel mp{tp.get(), tr, 2, stage, 2, b[size_t(stage)], b[size_t(stage) + 1]};
-    auto be = make_backend("cpu");
+    auto be = make_backend(mc.backend);
     Transformer m(mc.cfg, *be, mp);
     testing::copy_params(whole.params(), m.params());
     m.setup(B, T, recompute_plan(mc.recompute, mc.cfg.num_layers), 2);
     HookChecker hook(m);
+    // Stage buffers are backend memory: the pp transfers go through a device-capable group.
+    std::unique_ptr<Communicator> pp = device_communicator(w, *be);
     const size_t n = size_t(B) * T * mc.cfg.hidden_size;
     MeshRankOut o;
     o.stage = stage;
     for (int mb = 0; mb < 2; ++mb) {
         const Batch& x = mbs[size_t(mb)];
-        if (stage == 1) w.recv(m.stage_input(mb), n, DType::F32, peer, mb);
+        if (stage == 1) pp->recv(m.stage_input(mb).data, n, DType::F32, peer, mb);
         o.loss += m.stage_forward(mb, x.inputs.data(), x.targets.data(), nullptr, d_scale);
-        if (stage == 0) w.send(m.stage_output(mb), n, DType::F32, peer, mb);
+        if (stage == 0) pp->send(m.stage_output(mb).data, n, DType::F32, peer, mb);
     }
     for (int mb = 0; mb < 2; ++mb) {
-        if (stage == 0) w.recv(m.stage_output_grad(mb), n, DType::F32, peer, 10 + mb);
+        if (stage == 0) pp->recv(m.stage_output_grad(mb).data, n, DType::F32, peer, 10 + mb);
         m.stage_backward(mb);
         hook.expect_complete(fmt::format("world rank {} micro-batch {}", w.rank(), mb));
-        if (stage == 1) w.send(m.stage_input_grad(mb), n, DType::F32, peer, 10 + mb);
+        if (stage == 1) pp->send(m.stage_input_grad(mb).data, n, DType::F32, peer, 10 + mb);
     }
     o.grads = testing::rank_grads(m.params());
     return o;
@@ -382,8 +395,7 @@ TEST_P(TpTimesPp, MatchesTheWholeModel) {
                 counted += double(g[k]) * g[k];
         }
     }
-    const float* wg = whole->params().grads();
-    for (int64_t k = 0; k < whole->params().numel(); ++k) want_sq += double(wg[k]) * wg[k];
+    for (float g : whole->params().download_grads()) want_sq += double(g) * g;
     EXPECT_NEAR(counted, want_sq, kTol * want_sq);
 }
 
@@ -393,7 +405,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"llama_tied_recompute1", testing::tp_llama(2, true), "1"},
                       MeshCase{"gpt2_recompute", testing::tp_gpt2(), "full"},
                       // MQA: the kv head replicated on both tp ranks, two micro-batches in flight
-                      MeshCase{"llama_mqa_recompute", testing::tp_llama(1, false), "full"}),
+                      MeshCase{"llama_mqa_recompute", testing::tp_llama(1, false), "full"},
+                      MeshCase{"llama_mqa_guarded", testing::tp_llama(1, false), "1", "guarded"},
+                      MeshCase{"gpt2_guarded", testing::tp_gpt2(), "none", "guarded"}),
     [](const ::testing::TestParamInfo<MeshCase>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -3,6 +3,7 @@
 // off bit for bit, consecutive steps, misuse errors, a communication error surfacing from finish(),
 // and a causality proof that an all-reduce runs while "backward" is still computing.
 #include "ete/parallel/grad_sync.h"
+#include "ete/backend/backend.h"
 
 #include <algorithm>
 #include <chrono>
@@ -83,11 +84,11 @@ class GradSyncFake : public ::testing::TestWithParam<int> {};
 
 TEST(GradSyncLayout, BucketsAreCutFromTheEnd) {
     run_fake_world(1, [](Communicator& w) {
-        GradSync s(w, nullptr, 0, kSmallBuckets);
+        GradSync s(w, nullptr, nullptr, 0, kSmallBuckets);
         EXPECT_EQ(s.num_buckets(), 0u);
         std::vector<float> g(70);
         // 130 bytes hold 32 whole f32 elements.
-        GradSync t(w, g.data(), g.size(), {130, false, true});
+        GradSync t(w, nullptr, g.data(), g.size(), {130, false, true});
         ASSERT_EQ(t.num_buckets(), 3u);
         EXPECT_EQ(t.bucket(0).offset, 38u);
         EXPECT_EQ(t.bucket(0).count, 32u);
@@ -96,7 +97,7 @@ TEST(GradSyncLayout, BucketsAreCutFromTheEnd) {
         EXPECT_EQ(t.bucket(2).offset, 0u);
         EXPECT_EQ(t.bucket(2).count, 6u);
         EXPECT_NE(error_of([&] {
-                      GradSync u(w, g.data(), g.size(), {3, false, true});
+                      GradSync u(w, nullptr, g.data(), g.size(), {3, false, true});
                   }).find("bucket_bytes 3 (expected >= 4"),
                   std::string::npos);
     });
@@ -107,7 +108,7 @@ TEST_P(GradSyncFake, SumsWithRangesInReverseOrderSpanningBuckets) {
     run_fake_world(n, [n](Communicator& w) {
         for (size_t size : kSizes) {
             std::vector<float> g = fill(w.rank(), size, exact_grad);
-            GradSync s(w, g.data(), g.size(), kSmallBuckets);
+            GradSync s(w, nullptr, g.data(), g.size(), kSmallBuckets);
             s.begin();
             for (Range r : reverse_chunks(size, 7))
                 s.ready(r.offset, r.count);  // 7 does not divide 32
@@ -131,7 +132,7 @@ TEST_P(GradSyncFake, SumsWithRangesInRandomOrderDifferentOnEachRank) {
             std::vector<Range> ranges = reverse_chunks(size, 5);
             std::mt19937 rng(uint32_t(100 + w.rank()));
             std::shuffle(ranges.begin(), ranges.end(), rng);
-            GradSync s(w, g.data(), g.size(), kSmallBuckets);
+            GradSync s(w, nullptr, g.data(), g.size(), kSmallBuckets);
             s.begin();
             for (Range r : ranges) s.ready(r.offset, r.count);
             s.finish();
@@ -146,7 +147,7 @@ TEST_P(GradSyncFake, FinishReportsWhatWasNotReported) {
     run_fake_world(n, [n](Communicator& w) {
         for (size_t size : kSizes) {
             std::vector<float> g = fill(w.rank(), size, exact_grad);
-            GradSync s(w, g.data(), g.size(), kSmallBuckets);
+            GradSync s(w, nullptr, g.data(), g.size(), kSmallBuckets);
             s.begin();
             s.finish();  // nothing reported at all
             expect_exact_sums(g, n, "nothing reported, size " + std::to_string(size));
@@ -163,6 +164,35 @@ TEST_P(GradSyncFake, FinishReportsWhatWasNotReported) {
     });
 }
 
+// Gradients in memory the host cannot touch (the guarded test backend): every bucket is staged
+// through host memory, f32 and bf16, overlapped or not, and the sums are the same as in place.
+TEST_P(GradSyncFake, StagesBackendMemoryTheHostCannotTouch) {
+    const int n = GetParam();
+    run_fake_world(n, [n](Communicator& w) {
+        auto be = make_guarded_backend();
+        for (bool bf16 : {false, true})
+            for (bool overlap : {true, false}) {
+                const size_t size = 1031;
+                std::vector<float> want = fill(w.rank(), size, exact_grad);
+                DeviceBuffer dev(*be, size * sizeof(float));
+                be->upload(dev.data(), want.data(), size * sizeof(float));
+                GradSync host(w, nullptr, want.data(), size,
+                              {kBucketElems * sizeof(float), bf16, overlap});
+                GradSync s(w, be.get(), static_cast<float*>(dev.data()), size,
+                           {kBucketElems * sizeof(float), bf16, overlap});
+                for (GradSync* g : {&host, &s}) {
+                    g->begin();
+                    for (Range r : reverse_chunks(size, 7)) g->ready(r.offset, r.count);
+                    g->finish();
+                }
+                std::vector<float> got(size);
+                be->download(got.data(), dev.data(), size * sizeof(float));
+                EXPECT_EQ(got, want) << "bf16 " << bf16 << " overlap " << overlap;
+                if (!bf16) expect_exact_sums(got, n, "guarded");
+            }
+    });
+}
+
 // The bf16 transport: the fake adds in group-rank order in f32 and rounds to bf16 after each
 // add, so the result must equal that rounding sequence exactly; it is also within the bf16
 // error bound of the exact sum.
@@ -172,7 +202,7 @@ TEST_P(GradSyncFake, Bf16EqualsRankOrderRoundingOfTheSum) {
         const size_t size = 1031;
         std::vector<float> g(size);
         for (size_t i = 0; i < size; ++i) g[i] = random_grad(w.rank(), i, true);
-        GradSync s(w, g.data(), g.size(), {kBucketElems * sizeof(float), true, true});
+        GradSync s(w, nullptr, g.data(), g.size(), {kBucketElems * sizeof(float), true, true});
         s.begin();
         for (Range r : reverse_chunks(size, 13)) s.ready(r.offset, r.count);
         s.finish();
@@ -208,8 +238,8 @@ TEST_P(GradSyncFake, OverlapOffEqualsOverlapOnBitForBit) {
             std::vector<float> on =
                 fill(w.rank(), size, [](int r, size_t i) { return random_grad(r, i); });
             std::vector<float> off = on;
-            GradSync a(w, on.data(), size, {kBucketElems * sizeof(float), bf16, true});
-            GradSync b(w, off.data(), size, {kBucketElems * sizeof(float), bf16, false});
+            GradSync a(w, nullptr, on.data(), size, {kBucketElems * sizeof(float), bf16, true});
+            GradSync b(w, nullptr, off.data(), size, {kBucketElems * sizeof(float), bf16, false});
             a.begin();
             for (Range r : reverse_chunks(size, 11)) a.ready(r.offset, r.count);
             a.finish();
@@ -230,7 +260,7 @@ TEST_P(GradSyncFake, TwoConsecutiveSteps) {
     run_fake_world(n, [n](Communicator& w) {
         const size_t size = 100;
         std::vector<float> g = fill(w.rank(), size, exact_grad);
-        GradSync s(w, g.data(), size, kSmallBuckets);
+        GradSync s(w, nullptr, g.data(), size, kSmallBuckets);
         for (int step = 0; step < 2; ++step) {
             // Step 1 starts from the sum of step 0 on every rank, so it ends at n * that sum.
             s.begin();
@@ -248,7 +278,7 @@ TEST_P(GradSyncFake, TwoConsecutiveSteps) {
 TEST(GradSyncMisuse, ErrorsNameTheRangeAndTheExpectation) {
     run_fake_world(2, [](Communicator& w) {
         std::vector<float> g(100, 1.0f);
-        GradSync s(w, g.data(), g.size(), kSmallBuckets);
+        GradSync s(w, nullptr, g.data(), g.size(), kSmallBuckets);
         EXPECT_EQ(error_of([&] { s.ready(0, 1); }),
                   "GradSync::ready on group world: no step armed (expected begin() first)");
         EXPECT_NE(error_of([&] { s.finish(); }).find("no step armed"), std::string::npos);
@@ -276,7 +306,7 @@ TEST(GradSyncMisuse, ErrorsNameTheRangeAndTheExpectation) {
 TEST(GradSyncSingleRank, IsANoOp) {
     run_fake_world(1, [](Communicator& w) {
         std::vector<float> g = fill(0, 1031, exact_grad);
-        GradSync s(w, g.data(), g.size(), kSmallBuckets);
+        GradSync s(w, nullptr, g.data(), g.size(), kSmallBuckets);
         s.begin();
         s.ready(10, 5);
         s.finish();
@@ -293,7 +323,7 @@ TEST(GradSyncError, CommThreadFailureSurfacesFromFinish) {
         auto dp = w.split(0, w.rank(), "dp[0,1]");
         if (w.rank() == 1) return;
         std::vector<float> g(40, 1.0f);
-        GradSync s(*dp, g.data(), g.size(), kSmallBuckets);
+        GradSync s(*dp, nullptr, g.data(), g.size(), kSmallBuckets);
         s.begin();
         s.ready(8, 32);  // bucket 0 starts on the comm thread now
         EXPECT_EQ(error_of([&] { s.finish(); }),
@@ -315,7 +345,7 @@ TEST_P(GradSyncFake, AllReduceRunsDuringBackward) {
         for (bool overlap : {true, false}) {
             const size_t bucket = 1024, buckets = 5;
             std::vector<float> g = fill(w.rank(), bucket * buckets, exact_grad);
-            GradSync s(w, g.data(), g.size(), {bucket * sizeof(float), false, overlap});
+            GradSync s(w, nullptr, g.data(), g.size(), {bucket * sizeof(float), false, overlap});
             ASSERT_EQ(s.num_buckets(), buckets);
             w.barrier();  // every rank's backward starts together
             s.begin();

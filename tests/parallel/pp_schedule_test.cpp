@@ -26,7 +26,7 @@ TEST(PpSchedule, EveryMicroBatchGetsOneForwardAndBackwardWithItsTransfersInOrder
     for (int p = 1; p <= 5; ++p) {
         for (int m = 1; m <= 9; ++m) {
             for (int s = 0; s < p; ++s) {
-                SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m << " s=" << s);
+                SCOPED_TRACE(::testing::Message() << "p=" << p << " m=" << m << " s=" << s);
                 const auto a = schedule_1f1b(s, p, m);
                 const bool first = s == 0, last = s == p - 1;
                 // Exactly F, B and the transfers the stage has peers for, nothing else.
@@ -175,7 +175,7 @@ TEST(PpSchedule, AllStagesTogetherNeverDeadlockAndTakeTheTheoreticalBubble) {
     for (int p = 1; p <= 5; ++p) {
         for (int m = 1; m <= 9; ++m) {
             for (long t_b : {1L, 2L}) {  // backward as costly as forward, and twice (typical)
-                SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m << " t_b=" << t_b);
+                SCOPED_TRACE(::testing::Message() << "p=" << p << " m=" << m << " t_b=" << t_b);
                 const long step = simulate(all_stages(p, m), 1, t_b);
                 ASSERT_GE(step, 0) << "deadlock";
                 EXPECT_EQ(step, (m + p - 1) * (1 + t_b));

@@ -1,9 +1,15 @@
 // ete/backend/backend.h — the one narrow interface every compute backend implements.
 //
-// Layers call kernels only through a Backend&. Pointers are device pointers of that backend (host
-// memory for CPU). All tensors are row-major f32; shape comments use B (batch), T (time),
-// C (channels), H (query heads), KV (key/value heads), D (head dim), F (MLP width), V (vocab),
-// N (rows = B*T).
+// Layers call kernels only through a Backend&, on typed views (core/view.h) of the backend's own
+// memory (core/device_memory.h): one method per op, whatever the dtypes; each backend switches on
+// the views' dtypes once inside the op. Shape comments use B (batch), T (time), C (channels),
+// H (query heads), KV (key/value heads), D (head dim), F (MLP width), V (vocab), N (rows = B*T).
+//
+// Dtypes. Float views are F32, BF16 or F16 (the reference backend also takes F64, for finite
+// differences). Statistics (norm rstd/mean, log-sum-exp, losses), parameter gradients, optimizer
+// state and the residual stream are F32 by the precision policy (DESIGN.md §3b); GEMM operands
+// and saved activations may be 16-bit, and every kernel computes in fp32 (at least) whatever it
+// reads, rounding once when it stores a 16-bit output. Ids, targets and document starts are I32.
 //
 // Gradient rule (as in llm.c): parameter gradients ACCUMULATE (+=); activation gradients are
 // WRITTEN (=), except where a comment says "+=" — the residual stream, whose gradient several
@@ -12,12 +18,12 @@
 // The fused QKV layout: a row of qkv holds H query heads, then KV key heads, then KV value heads,
 // each D wide: (N, (H + 2*KV) * D). RoPE and attention read it in place.
 //
-// Packed sequences: several documents may share one row of a batch. AttnDims::doc_start, when
-// non-null, is (B*T) int32: doc_start[b*T + t] = s, the first position of the document that
-// position t of row b belongs to, so 0 <= s <= t, a row starts a document (s = 0 at t = 0), and for
-// t > 0 either s == doc_start[b*T + t-1] (same document) or s == t (a new one). Documents never
-// see each other: causal attention for query t sees keys j in [s, t] only, and RoPE and the
-// position embedding use position t - s. null = one document per row (positions are t).
+// Packed sequences: several documents may share one row of a batch. AttnDims::doc_start, when not
+// empty, is (B*T): doc_start[b*T + t] = s, the first position of the document that position t of
+// row b belongs to, so 0 <= s <= t, a row starts a document (s = 0 at t = 0), and for t > 0
+// either s == doc_start[b*T + t-1] (same document) or s == t (a new one). Documents never see
+// each other: causal attention for query t sees keys j in [s, t] only, and RoPE and the position
+// embedding use position t - s. Empty = one document per row (positions are t).
 #pragma once
 
 #include <cstddef>
@@ -25,112 +31,146 @@
 #include <memory>
 #include <string>
 
+#include "ete/core/device_memory.h"
+#include "ete/core/view.h"
+
 namespace ete {
 
 struct AttnDims {
     int B, T, H, KV, D;
-    const int32_t* doc_start = nullptr;  // (B*T) or null; see the file header
+    CVec doc_start{};  // (B*T) I32 in backend memory, or empty; see the file header
     int qkv_stride() const { return (H + 2 * KV) * D; }
-    // First position of the document that holds position t of row b (0 without packing).
-    int doc_begin(int b, int t) const { return doc_start ? doc_start[size_t(b) * T + t] : 0; }
 };
 
-// Throws ete::Error unless doc_start (B*T; null is always valid) follows the rule of the file
-// header; the message names the row and position and what was expected there.
+// Throws ete::Error unless doc_start (B*T, host memory; null is always valid) follows the rule of
+// the file header; the message names the row and position and what was expected there.
 void check_doc_start(const int32_t* doc_start, int B, int T);
 
 constexpr int kIgnoreIndex = -100;
 
-class Backend {
+// AdamW hyper-parameters of one step; bc1 = 1 - beta1^t, bc2 = 1 - beta2^t.
+struct AdamWStep {
+    float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+};
+
+// Per-op timing for benchmarks: a backend with a profiler reports every op it runs.
+class OpProfiler {
   public:
-    virtual ~Backend() = default;
+    virtual ~OpProfiler() = default;
+    // op: a static name ("gemm_nt", "rmsnorm_forward", ...); flops: 0 when not meaningful.
+    virtual void record(const char* op, double seconds, double flops) = 0;
+};
+
+class Backend : public DeviceMemory {
+  public:
     virtual std::string name() const = 0;
+    // One line: kernels and engines in use ("OpenBLAS SkylakeX, oneDNN 2.6 avx512_core_bf16").
+    virtual std::string describe() const { return name(); }
+    void set_profiler(OpProfiler* p) { profiler_ = p; }
+    OpProfiler* profiler() const { return profiler_; }
 
-    // C(M,N) = alpha * op(A) * op(B) + beta * C, row-major with leading dimensions.
-    virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
-                      int lda, const float* B, int ldb, float beta, float* C, int ldc) = 0;
+    // --- data movement and elementwise ---
+    // dst = src, converting between float dtypes (16-bit outputs rounded to nearest even).
+    virtual void copy(Mat dst, CMat src) = 0;
+    virtual void fill(Mat dst, float value) = 0;
+    // x += y (residual connections; gradient sums).
+    virtual void add(Mat x, CMat y) = 0;
+    // x *= s.
+    virtual void scale(Vec x, float s) = 0;
+    // Sum of x² in double. Non-finite when any element is (the fp16 loss scaler relies on it).
+    virtual double sum_squares(CVec x) = 0;
 
-    // y(N, C) with row stride ldy: y += b.   d_b(C) += column sums of d_y.
-    virtual void bias_forward(float* y, const float* b, int N, int C, int ldy) = 0;
-    virtual void bias_backward(float* d_b, const float* d_y, int N, int C, int ldy) = 0;
+    // --- matrix products ---
+    // c(M, N) = alpha * op(a)(M, K) * op(b)(K, N) + beta * c, op(x) = xᵀ when trans; products
+    // accumulate in fp32; beta == 0 never reads c. a and b share one dtype.
+    virtual void gemm(CMat a, bool trans_a, CMat b, bool trans_b, Mat c, float alpha = 1.0f,
+                      float beta = 0.0f) = 0;
+    // y(N, C) += b(C) on every row.   d_b(C) += column sums of d_y.
+    virtual void bias_forward(Mat y, CVec b) = 0;
+    virtual void bias_backward(Vec d_b, CMat d_y) = 0;
 
-    // out(N, C) = table[ids] (table (V, C)).  d_table += scatter of d_out by ids.
-    virtual void embedding_forward(float* out, const int32_t* ids, const float* table, int N,
-                                   int C) = 0;
-    virtual void embedding_backward(float* d_table, const float* d_out, const int32_t* ids, int N,
-                                    int C) = 0;
-    // out(B, T, C) += wpe(T, C) at position p = t - doc_start[b*T + t] (p = t when doc_start is
-    // null).  d_wpe(T, C) += d_out summed over all (b, t) at each position p.
-    virtual void pos_embedding_forward(float* out, const float* wpe, const int32_t* doc_start,
-                                       int B, int T, int C) = 0;
-    virtual void pos_embedding_backward(float* d_wpe, const float* d_out, const int32_t* doc_start,
-                                        int B, int T, int C) = 0;
+    // --- embeddings ---
+    // out(N, C) = table[ids - first_id]; rows whose id lies outside [first_id, first_id + table
+    // rows) are 0 (a vocab-parallel shard).  d_table += scatter of those rows of d_out.
+    virtual void embedding_forward(Mat out, CVec ids, CMat table, int64_t first_id) = 0;
+    virtual void embedding_backward(Mat d_table, CMat d_out, CVec ids, int64_t first_id) = 0;
+    // out(B·T, C) += wpe(T, C) at position p = t - doc_start[b*T + t] (p = t without doc_start).
+    // d_wpe(T, C) += d_out summed over all (b, t) at each position p.
+    virtual void pos_embedding_forward(Mat out, CMat wpe, CVec doc_start, int B, int T) = 0;
+    virtual void pos_embedding_backward(Mat d_wpe, CMat d_out, CVec doc_start, int B, int T) = 0;
 
-    // RMSNorm over rows: out = x * rstd * w, rstd(N) saved.  d_x += (residual stream), d_w +=.
-    virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N,
-                                 int C, float eps) = 0;
-    virtual void rmsnorm_backward(float* d_x, float* d_w, const float* d_out, const float* x,
-                                  const float* w, const float* rstd, int N, int C) = 0;
-    // LayerNorm over rows with weight and bias; mean(N), rstd(N) saved.  d_x, d_w, d_b +=.
-    virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* x,
-                                   const float* w, const float* b, int N, int C, float eps) = 0;
-    virtual void layernorm_backward(float* d_x, float* d_w, float* d_b, const float* d_out,
-                                    const float* x, const float* w, const float* mean,
-                                    const float* rstd, int N, int C) = 0;
+    // --- norms (statistics in fp32; rstd and mean (N) are saved for backward) ---
+    // RMSNorm over rows: out = x * rstd * w.  d_x += (residual stream), d_w += (an empty d_w or
+    // d_b: a frozen norm, no weight gradient).
+    virtual void rmsnorm_forward(Mat out, Vec rstd, CMat x, CVec w, float eps) = 0;
+    virtual void rmsnorm_backward(Mat d_x, Vec d_w, CMat d_out, CMat x, CVec w, CVec rstd) = 0;
+    // LayerNorm over rows with weight and bias.  d_x, d_w, d_b +=.
+    virtual void layernorm_forward(Mat out, Vec mean, Vec rstd, CMat x, CVec w, CVec b,
+                                   float eps) = 0;
+    virtual void layernorm_backward(Mat d_x, Vec d_w, Vec d_b, CMat d_out, CMat x, CVec w,
+                                    CVec mean, CVec rstd) = 0;
 
+    // --- attention ---
     // RoPE (HF rotate-half: dim j pairs with j + D/2) on the q and k heads of qkv, in place.
-    // cos/sin are (T, D/2) tables read at position t - d.doc_begin(b, t). Backward applies the
-    // inverse rotation to d_qkv in place.
-    virtual void rope_forward(float* qkv, const float* cos, const float* sin, AttnDims d) = 0;
-    virtual void rope_backward(float* d_qkv, const float* cos, const float* sin, AttnDims d) = 0;
-
+    // cos/sin are (T, D/2) F32 tables read at position t - doc_start. Backward applies the inverse
+    // rotation to d_qkv in place.
+    virtual void rope_forward(Mat qkv, CMat cos, CMat sin, AttnDims d) = 0;
+    virtual void rope_backward(Mat d_qkv, CMat cos, CMat sin, AttnDims d) = 0;
     // Causal attention with GQA (query head h uses kv head h / (H/KV)), never materialising a
     // (T, T) score matrix per head for the whole batch: query t of row b sees keys
-    // [d.doc_begin(b, t), t]. out (B, T, H*D); lse (B, H, T) is the log-sum-exp of the scaled
-    // scores, saved for backward. Backward writes all of d_qkv.
-    virtual void attention_forward(float* out, float* lse, const float* qkv, AttnDims d,
-                                   float scale) = 0;
-    virtual void attention_backward(float* d_qkv, const float* d_out, const float* out,
-                                    const float* lse, const float* qkv, AttnDims d,
+    // [doc start, t]. out (B·T, H·D); lse (B·H·T) F32 is the log-sum-exp of the scaled scores,
+    // saved for backward. Backward writes all of d_qkv.
+    virtual void attention_forward(Mat out, Vec lse, CMat qkv, AttnDims d, float scale) = 0;
+    virtual void attention_backward(Mat d_qkv, CMat d_out, CMat out, CVec lse, CMat qkv, AttnDims d,
                                     float scale) = 0;
 
+    // --- activations ---
     // SwiGLU: gate_up (N, 2F) holds gate | up; out (N, F) = silu(gate) * up.  d_gate_up written.
-    virtual void swiglu_forward(float* out, const float* gate_up, int N, int F) = 0;
-    virtual void swiglu_backward(float* d_gate_up, const float* d_out, const float* gate_up, int N,
-                                 int F) = 0;
-    // GELU, tanh approximation (gelu_new), elementwise over n.  d_x written.
-    virtual void gelu_forward(float* out, const float* x, int64_t n) = 0;
-    virtual void gelu_backward(float* d_x, const float* d_out, const float* x, int64_t n) = 0;
+    virtual void swiglu_forward(Mat out, CMat gate_up) = 0;
+    virtual void swiglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) = 0;
+    // GELU, tanh approximation (gelu_new), elementwise.  d_x written.
+    virtual void gelu_forward(Mat out, CMat x) = 0;
+    virtual void gelu_backward(Mat d_x, CMat d_out, CMat x) = 0;
 
-    // x += y, elementwise (residual connections).
-    virtual void add_inplace(float* x, const float* y, int64_t n) = 0;
-
-    // Softmax cross-entropy over logits (N, V), in place: losses(N) = -log p[target] (0 where
-    // target == kIgnoreIndex), and logits are overwritten with d_scale * (p - onehot(target))
-    // (zero rows where ignored). d_scale = 1 / (target tokens in the whole optimizer step).
-    virtual void cross_entropy_forward_backward(float* logits, float* losses,
-                                                const int32_t* targets, int N, int V,
-                                                float d_scale) = 0;
+    // --- loss (F32 logits) ---
+    // Softmax cross-entropy over logits (N, V): losses(N) = -log p[target] (0 where target ==
+    // kIgnoreIndex), and d_logits (N, V) = d_scale * (p - onehot(target)) (zero rows where
+    // ignored). d_logits may be logits itself (in place), or a 16-bit buffer for the GEMMs of
+    // the head's backward; logits are clobbered either way. d_scale = 1 / (target tokens in the
+    // whole optimizer step).
+    virtual void cross_entropy_forward_backward(Mat logits, Vec losses, CVec targets, float d_scale,
+                                                Mat d_logits) = 0;
     // Forward only, logits untouched.
-    virtual void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
-                                       int N, int V) = 0;
+    virtual void cross_entropy_forward(Vec losses, CMat logits, CVec targets) = 0;
+    // The pieces of a cross-entropy whose columns are spread over ranks (vocab-parallel):
+    // lse(N) = log Σ_j e^logits[r, j] over this block's columns (-inf with none), and
+    // target_logit(N) = logits[r, targets[r]] when 0 <= targets[r] < cols, else 0.
+    virtual void cross_entropy_stats(Vec lse, Vec target_logit, CMat logits, CVec targets) = 0;
+    // d_logits (N, V) = d_scale * (e^(logits - lse[r]) - [j == targets[r]]) with the row's global
+    // log-sum-exp lse; rows whose target is kIgnoreIndex are 0. May be in place.
+    virtual void cross_entropy_backward(Mat d_logits, CMat logits, CVec lse, CVec targets,
+                                        float d_scale) = 0;
 
-    // AdamW over n elements; decoupled weight decay p -= lr * wd * p. bc1 = 1 - beta1^t, etc.
-    virtual void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float lr,
-                            float beta1, float beta2, float eps, float weight_decay, float bc1,
-                            float bc2) = 0;
-    virtual double sum_squares(const float* x, int64_t n) = 0;
-    virtual void scale(float* x, float s, int64_t n) = 0;
+    // --- optimizer ---
+    // AdamW over n F32 elements; decoupled weight decay p -= lr * wd * p. When p_compute is not
+    // empty (a 16-bit compute copy of p), it is rewritten from the new p in the same pass.
+    virtual void adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec p_compute) = 0;
+
+  protected:
+    OpProfiler* profiler_ = nullptr;
 };
 
 // The scalar reference backend: plain loops, the oracle every other backend is tested against.
 std::unique_ptr<Backend> make_ref_backend();
-// The optimized CPU backend (OpenMP + SIMD + BLAS).
+// The optimized CPU backend (OpenMP + SIMD + OpenBLAS, oneDNN for 16-bit GEMMs).
 std::unique_ptr<Backend> make_cpu_backend();
+// The CPU backend on memory the host cannot touch (tests: proves that nothing outside the backend
+// dereferences backend memory).
+std::unique_ptr<Backend> make_guarded_backend();
 // The CUDA backend; a build without it throws "[cuda] backend 'cuda': this build ... has no CUDA
 // compute backend".
 std::unique_ptr<Backend> make_cuda_backend();
-// By name: "cpu", "ref", "cuda".
+// By name: "cpu", "ref", "guarded", "cuda".
 std::unique_ptr<Backend> make_backend(const std::string& name);
 
 }  // namespace ete

@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "ete/backend/cpu/cpu_kernels.h"
+#include "ete/backend/cpu/openblas_util.h"
 #include "ete/cli/commands.h"
 #include "ete/cli/launch.h"
 #include "ete/core/error.h"
@@ -111,8 +111,7 @@ void add_inspect(CLI::App& app, InspectArgs& a, std::function<int()>& run) {
 int cli_main(int argc, char** argv) {
     CLI::App app{"ete — the Efficient Training Engine (Llama and GPT-2 families)", "ete"};
     app.require_subcommand(1);
-    app.set_version_flag("--version",
-                         fmt::format("ete 0.1.0 (OpenBLAS core {})", cpu::openblas_core_name()));
+    app.set_version_flag("--version", fmt::format("ete 0.1.0 | {}", cpu::engines_summary()));
     std::function<int()> run;
     TrainArgs train;
     EvalArgs eval;

@@ -148,13 +148,12 @@ int cmd_eval(const EvalArgs& a) {
             tgt[size_t(b) * T + t] = ids[size_t(b) * (T + 1) + t + 1];
         }
     m.model->setup(B, T);
-    Tensor logits = Tensor::empty({B, T, V});
-    m.model->forward_logits(in.data(), B, T, logits.f32());
-    std::vector<float> losses(size_t(B) * T);
-    m.backend->cross_entropy_forward(losses.data(), logits.f32(), tgt.data(), B * T, V);
-    double sum = 0;
-    for (float l : losses) sum += l;
-    if (!a.dump_logits.empty()) write_safetensors(a.dump_logits, {{"logits", logits}});
+    const double sum = m.model->forward_loss(in.data(), tgt.data(), B, T);
+    if (!a.dump_logits.empty()) {
+        Tensor logits = Tensor::empty({B, T, V});
+        m.model->forward_logits(in.data(), B, T, logits.f32());
+        write_safetensors(a.dump_logits, {{"logits", logits}});
+    }
     print_eval(a, sum, int64_t(B) * T, nullptr, 0);
     return 0;
 }

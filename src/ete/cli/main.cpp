@@ -1,5 +1,5 @@
 // ete — the one binary. Everything lives in ete_cli; main only fixes OpenBLAS and dispatches.
-#include "ete/backend/cpu/cpu_kernels.h"
+#include "ete/backend/cpu/openblas_util.h"
 #include "ete/cli/cli.h"
 
 int main(int argc, char** argv) {

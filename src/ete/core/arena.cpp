@@ -1,15 +1,12 @@
 // ete/core/arena.cpp
 #include "ete/core/arena.h"
 
-#include <cstring>
-
 namespace ete {
 
-void Arena::reset(size_t capacity) {
-    capacity_ = capacity;
+void Arena::reset(void* block, size_t capacity) {
+    block_ = static_cast<char*>(block);
+    capacity_ = block ? capacity : 0;
     used_ = 0;
-    block_ = capacity ? aligned_alloc_shared(capacity) : nullptr;
-    if (capacity) std::memset(block_.get(), 0, capacity);
 }
 
 void* Arena::alloc_bytes(size_t bytes) {
@@ -18,12 +15,7 @@ void* Arena::alloc_bytes(size_t bytes) {
     used_ += rounded;
     if (counting()) return nullptr;
     ETE_ASSERT(used_ <= capacity_);
-    return static_cast<char*>(block_.get()) + off;
-}
-
-Tensor Arena::alloc(Shape shape, DType dtype) {
-    size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
-    return Tensor::view(alloc_bytes(bytes), std::move(shape), dtype);
+    return block_ + off;
 }
 
 }  // namespace ete

@@ -1,30 +1,33 @@
-// ete/core/arena.h — a bump allocator for activations and scratch.
+// ete/core/arena.h — a bump allocator that carves one block of backend memory into views.
 //
 // Layers reserve their buffers once, when a model is set up for a (batch, sequence) size; the
-// training loop then runs without calling malloc. Every block is 64-byte aligned.
+// training loop then runs without allocating. The arena never touches the bytes (they may be
+// device memory): it only hands out 64-byte aligned addresses inside the block it was given.
+// Two-pass use: a counting pass (no block) sizes it, then reset(block, bytes) and the same calls
+// again hand out real addresses.
 #pragma once
 
 #include <cstddef>
-#include <memory>
 
-#include "ete/core/tensor.h"
+#include "ete/core/view.h"
 
 namespace ete {
 
 class Arena {
   public:
-    // Two-pass use: a sizing pass with capacity 0 only counts bytes, then reset(bytes) allocates.
-    explicit Arena(size_t capacity = 0) { reset(capacity); }
-    void reset(size_t capacity);
-    float* alloc_f32(size_t n) { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
+    Arena() = default;  // counting
+    void reset(void* block, size_t capacity);
     void* alloc_bytes(size_t bytes);
-    Tensor alloc(Shape shape, DType dtype = DType::F32);
+    Mat alloc_mat(DType t, int64_t rows, int64_t cols) {
+        return {alloc_bytes(size_t(rows * cols) * dtype_size(t)), t, rows, cols};
+    }
+    Vec alloc_vec(DType t, int64_t n) { return {alloc_bytes(size_t(n) * dtype_size(t)), t, n}; }
     size_t used() const { return used_; }
     size_t capacity() const { return capacity_; }
-    bool counting() const { return capacity_ == 0; }
+    bool counting() const { return block_ == nullptr; }
 
   private:
-    std::shared_ptr<void> block_;
+    char* block_ = nullptr;
     size_t capacity_ = 0;
     size_t used_ = 0;
 };

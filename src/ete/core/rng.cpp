@@ -1,7 +1,7 @@
 // ete/core/rng.cpp
 #include "ete/core/rng.h"
 
-#include <cmath>
+#include "ete/core/rng_normal.h"
 
 namespace ete {
 
@@ -44,10 +44,7 @@ float CounterRng::uniform(uint64_t index) const {
 
 float CounterRng::normal(uint64_t index) const {
     auto b = block(index);
-    // u1 in (0, 1] so log(u1) is finite; 53-bit doubles keep the tails accurate.
-    double u1 = (double(b[0]) + 1.0) / 4294967296.0;
-    double u2 = double(b[1]) / 4294967296.0;
-    return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    return rng_detail::normal_from_words(b[0], b[1]);
 }
 
 }  // namespace ete

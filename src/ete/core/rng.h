@@ -25,6 +25,11 @@ class CounterRng {
     float uniform(uint64_t index) const;  // in [0, 1)
     float normal(uint64_t index) const;   // standard normal (Box-Muller on two words)
 
+    // out[k] = scale * normal(first + k) for 0 <= k < n, the float product of normal()'s float
+    // result, bit for bit (so parameter init is layout-invariant whichever way it is filled).
+    // Vectorised and OpenMP-parallel over fixed blocks for large n (rng_normal.cpp).
+    void normal_fill(float* out, uint64_t first, int64_t n, float scale) const;
+
   private:
     std::array<uint32_t, 4> block(uint64_t index) const;
     uint64_t seed_, stream_;

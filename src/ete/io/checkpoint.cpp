@@ -49,7 +49,7 @@ void fsync_path(const std::string& path) {
 }
 
 // One f32 tensor per parameter, viewing `base` (params, m or v) at the store's offsets.
-std::vector<std::pair<std::string, Tensor>> views(const ParamStore& store, const float* base,
+std::vector<std::pair<std::string, Tensor>> views(const HostParams& store, const float* base,
                                                   const std::string& prefix) {
     std::vector<std::pair<std::string, Tensor>> out;
     for (size_t i = 0; i < store.specs().size(); ++i) {
@@ -61,7 +61,7 @@ std::vector<std::pair<std::string, Tensor>> views(const ParamStore& store, const
 }
 
 // Copies every parameter-shaped tensor `prefix + name` of a file into `base`.
-void read_into(const SafetensorsFile& f, const ParamStore& store, float* base,
+void read_into(const SafetensorsFile& f, const HostParams& store, float* base,
                const std::string& prefix) {
     for (size_t i = 0; i < store.specs().size(); ++i) {
         const ParamSpec& s = store.specs()[i];
@@ -76,7 +76,7 @@ void read_into(const SafetensorsFile& f, const ParamStore& store, float* base,
 }
 
 // Each tensor's slice of its global shape; whole tensors until the parallel layouts land.
-std::string slices_metadata(const ParamStore& store) {
+std::string slices_metadata(const HostParams& store) {
     json j = json::object();
     for (const ParamSpec& s : store.specs()) {
         j[s.name] = {{"global_shape", s.shape},
@@ -88,7 +88,7 @@ std::string slices_metadata(const ParamStore& store) {
 }  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
-                            const ParamStore& store, const float* m, const float* v,
+                            const HostParams& store, const float* m, const float* v,
                             const std::string& config_toml) {
     fs::path root = fs::path(run_dir) / "checkpoints";
     fs::create_directories(root);
@@ -100,9 +100,10 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
                   {"step", st.step},
                   {"optimizer_steps", st.optimizer_steps},
                   {"data_position", st.data_position},
-                  {"run", st.run}};
+                  {"run", st.run},
+                  {"extra", st.extra}};
     std::string meta = slices_metadata(store);
-    write_safetensors((tmp / "model.safetensors").string(), views(store, store.params(), ""),
+    write_safetensors((tmp / "model.safetensors").string(), views(store, store.data(), ""),
                       {{"format", "ete"}, {"layout", "ete"}, {"slices", meta}});
     auto opt = views(store, m, "exp_avg.");
     auto v_views = views(store, v, "exp_avg_sq.");
@@ -117,7 +118,7 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
     return final_dir.string();
 }
 
-CheckpointState load_checkpoint(const std::string& dir, ParamStore& store, float* m, float* v) {
+CheckpointState load_checkpoint(const std::string& dir, HostParams& store, float* m, float* v) {
     fs::path d(dir);
     ETE_CHECK(is_committed_name(d.filename().string()) && fs::is_directory(d),
               "checkpoint '{}': expected a committed checkpoint directory step_XXXXXXXX", dir);
@@ -133,7 +134,7 @@ CheckpointState load_checkpoint(const std::string& dir, ParamStore& store, float
               "{}: format_version {} is not supported "
               "(this ETE reads version {})",
               state_path, version, kCheckpointFormatVersion);
-    read_into(SafetensorsFile::open((d / "model.safetensors").string()), store, store.params(), "");
+    read_into(SafetensorsFile::open((d / "model.safetensors").string()), store, store.data(), "");
     SafetensorsFile opt = SafetensorsFile::open((d / "optimizer.safetensors").string());
     read_into(opt, store, m, "exp_avg.");
     read_into(opt, store, v, "exp_avg_sq.");
@@ -143,6 +144,7 @@ CheckpointState load_checkpoint(const std::string& dir, ParamStore& store, float
         st.optimizer_steps = state.at("optimizer_steps").get<int64_t>();
         st.data_position = state.at("data_position").get<uint64_t>();
         st.run = state.at("run");
+        if (state.contains("extra")) st.extra = state.at("extra");
     } catch (const json::exception& e) {
         throw_error(fmt::format("{}: expected step, optimizer_steps, data_position and run ({})",
                                 state_path, e.what()));

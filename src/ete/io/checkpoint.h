@@ -5,7 +5,8 @@
 //                          with `__metadata__` recording each tensor's slice of the global shape
 //   optimizer.safetensors  AdamW moments `exp_avg.<name>`, `exp_avg_sq.<name>` (same layout)
 //   state.json             format version, step, optimizer step count, data position, seed, the
-//                          model config and the run settings that a resume must not change
+//                          model config and the run settings that a resume must not change, and
+//                          `extra` state (the fp16 loss scaler)
 //   config.toml            the resolved run config
 // It is written under `step_XXXXXXXX.tmp.<pid>`, every file fsynced, then renamed: a directory
 // named step_XXXXXXXX is complete. Only such directories are ever loaded.
@@ -26,17 +27,19 @@ struct CheckpointState {
     int64_t optimizer_steps = 0;  // AdamW's t (bias-correction counter)
     uint64_t data_position = 0;   // global sample index of the next micro-batch
     nlohmann::json run;           // settings a resume checks (model config, seed, data, batch)
+    // Further training state restored as is (the fp16 loss scaler); an object, empty if none.
+    nlohmann::json extra = nlohmann::json::object();
 };
 
 // Writes RUN/checkpoints/step_XXXXXXXX/ atomically; returns its path. m and v are the AdamW
-// moments (flat, same offsets as the store).
+// moments (flat, same offsets as the parameters).
 std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
-                            const ParamStore& store, const float* m, const float* v,
+                            const HostParams& store, const float* m, const float* v,
                             const std::string& config_toml);
 
 // Reads a committed checkpoint into store, m and v; returns its state. Names, shapes and the
 // format version are checked against the store.
-CheckpointState load_checkpoint(const std::string& dir, ParamStore& store, float* m, float* v);
+CheckpointState load_checkpoint(const std::string& dir, HostParams& store, float* m, float* v);
 
 // The newest committed checkpoint of a run, if any (temporary directories are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);

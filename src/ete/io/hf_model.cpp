@@ -55,9 +55,10 @@ std::string canonical_name(Arch arch, const std::string& name) {
     return n;
 }
 
-// Checks every tensor of `f` against the ParamSpec table and copies it into `store`; `loaded`
-// collects ETE names across files so a parameter stored twice (under two spellings) is caught.
-void load_file(const SafetensorsFile& f, ParamStore& store,
+// Checks every tensor of `f` against the ParamSpec table and hands it to `take` in ETE layout;
+// `loaded` collects ETE names across files so a parameter stored twice (under two spellings) is
+// caught.
+void load_file(const SafetensorsFile& f, const ParamTable& store, const TensorSink& take,
                std::unordered_set<std::string>& loaded) {
     const std::string& path = f.path();
     Arch arch = store.has("wte.weight") ? Arch::GPT2 : Arch::Llama;
@@ -76,7 +77,9 @@ void load_file(const SafetensorsFile& f, ParamStore& store,
                   dtype_name(e.dtype));
         ETE_CHECK(loaded.insert(n).second, "{}: tensor '{}' appears twice", path, n);
         Tensor t = f.to_f32(name);
-        param_from_hf(store, i, t.f32());
+        std::vector<float> ete_layout(size_t(t.numel()));
+        param_from_hf(s, t.f32(), ete_layout.data());
+        take(i, ete_layout.data());
     }
 }
 
@@ -106,7 +109,7 @@ std::map<std::string, std::vector<std::string>> read_index(const std::string& pa
 }
 
 // Opens each shard once, checks it agrees exactly with the index, then loads it.
-void load_sharded(const std::string& dir, ParamStore& store,
+void load_sharded(const std::string& dir, const ParamTable& store, const TensorSink& take,
                   std::unordered_set<std::string>& loaded) {
     std::string index = (fs::path(dir) / kIndexFile).string();
     auto shards = read_index(index);
@@ -131,25 +134,35 @@ void load_sharded(const std::string& dir, ParamStore& store,
         for (const std::string& n : names)
             ETE_CHECK(f.has(n), "{}: tensor '{}' listed in {} is missing from this shard", path, n,
                       index);
-        load_file(f, store, loaded);
+        load_file(f, store, take, loaded);
     }
 }
 
 }  // namespace
 
+void load_hf_weights(const std::string& dir, HostParams& params) {
+    load_hf_tensors(dir, params, [&](int i, const float* v) {
+        std::copy(v, v + params.numel(i), params.param(i));
+    });
+}
+
 void load_hf_weights(const std::string& dir, ParamStore& store) {
+    load_hf_tensors(dir, store, [&](int i, const float* v) { store.upload(i, v); });
+}
+
+void load_hf_tensors(const std::string& dir, const ParamTable& store, const TensorSink& take) {
     std::string single = (fs::path(dir) / kSingleFile).string();
     std::string index = (fs::path(dir) / kIndexFile).string();
     std::unordered_set<std::string> loaded;
     std::string where;
     if (fs::exists(single)) {
-        load_file(SafetensorsFile::open(single), store, loaded);
+        load_file(SafetensorsFile::open(single), store, take, loaded);
         where = single;
     } else {
         ETE_CHECK(fs::exists(index),
                   "model dir '{}': neither {} nor {} exists (.bin checkpoints are not supported)",
                   dir, kSingleFile, kIndexFile);
-        load_sharded(dir, store, loaded);
+        load_sharded(dir, store, take, loaded);
         where = index;
     }
     for (const ParamSpec& s : store.specs()) {
@@ -169,11 +182,12 @@ void fsync_dir(const std::string& dir) {
 
 // Groups parameter indices into shards: ParamSpec order, a new shard whenever the next tensor
 // would push the current one past `max_bytes`; a tensor larger than the limit sits alone.
-std::vector<std::vector<int>> plan_shards(const ParamStore& store, uint64_t max_bytes) {
+std::vector<std::vector<int>> plan_shards(const HostParams& store, uint64_t max_bytes,
+                                          size_t elem) {
     std::vector<std::vector<int>> shards;
     uint64_t current = 0;
     for (size_t i = 0; i < store.specs().size(); ++i) {
-        uint64_t bytes = uint64_t(shape_numel(hf_shape(store.specs()[i]))) * sizeof(float);
+        uint64_t bytes = uint64_t(shape_numel(hf_shape(store.specs()[i]))) * elem;
         if (shards.empty() || (!shards.back().empty() && current + bytes > max_bytes)) {
             shards.emplace_back();
             current = 0;
@@ -184,13 +198,19 @@ std::vector<std::vector<int>> plan_shards(const ParamStore& store, uint64_t max_
     return shards;
 }
 
-// Writes one safetensors file holding the given parameters in HF layout (F32).
-void write_weights(const std::string& path, const ParamStore& store, const std::vector<int>& ids) {
+// Writes one safetensors file holding the given parameters in HF layout, in `dtype`.
+void write_weights(const std::string& path, const HostParams& store, const std::vector<int>& ids,
+                   DType dtype) {
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (int i : ids) {
         const ParamSpec& s = store.specs()[size_t(i)];
         Tensor t = Tensor::empty(hf_shape(s));
         param_to_hf(store, i, t.f32());
+        if (dtype != DType::F32) {
+            Tensor narrow = Tensor::empty(hf_shape(s), dtype);
+            convert_from_f32(narrow.data(), dtype, t.f32(), size_t(t.numel()));
+            t = std::move(narrow);
+        }
         tensors.emplace_back(s.name, std::move(t));
     }
     write_safetensors(path, tensors, {{"format", "pt"}});
@@ -201,36 +221,45 @@ std::string shard_name(size_t k, size_t n) {
     return fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, n);
 }
 
-void write_weight_files(const std::string& tmp, const ParamStore& store, uint64_t max_bytes) {
-    auto shards = plan_shards(store, max_bytes);
+void write_weight_files(const std::string& tmp, const HostParams& store, uint64_t max_bytes,
+                        DType dtype) {
+    const size_t elem = dtype_size(dtype);
+    auto shards = plan_shards(store, max_bytes, elem);
     if (shards.size() <= 1) {
         write_weights(tmp + "/" + kSingleFile, store,
-                      shards.empty() ? std::vector<int>{} : shards[0]);
+                      shards.empty() ? std::vector<int>{} : shards[0], dtype);
         return;
     }
     json map = json::object();
     uint64_t total = 0;
     for (size_t k = 0; k < shards.size(); ++k) {
         std::string file = shard_name(k, shards.size());
-        write_weights(tmp + "/" + file, store, shards[k]);  // one shard in memory at a time
+        write_weights(tmp + "/" + file, store, shards[k], dtype);  // one shard at a time
         for (int i : shards[k]) {
             const ParamSpec& s = store.specs()[size_t(i)];
             map[s.name] = file;
-            total += uint64_t(shape_numel(hf_shape(s))) * sizeof(float);
+            total += uint64_t(shape_numel(hf_shape(s))) * elem;
         }
     }
     json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
     write_file_atomic(tmp + "/" + kIndexFile, index.dump(2) + "\n");
 }
 
-void write_model_files(const std::string& tmp, const ModelConfig& c, const ParamStore& store,
-                       const std::string& tokenizer_json, uint64_t max_shard_bytes) {
-    write_file_atomic(tmp + "/config.json", config_to_hf_json(c).dump(2) + "\n");
+// HF's torch_dtype spelling of a storage dtype.
+const char* torch_dtype_name(DType t) {
+    return t == DType::BF16 ? "bfloat16" : t == DType::F16 ? "float16" : "float32";
+}
+
+void write_model_files(const std::string& tmp, const ModelConfig& c, const HostParams& store,
+                       const std::string& tokenizer_json, uint64_t max_shard_bytes, DType dtype) {
+    json config = config_to_hf_json(c);
+    config["torch_dtype"] = torch_dtype_name(dtype);
+    write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
     json gen = {{"_from_model_config", true}};
     if (c.bos_token_id >= 0) gen["bos_token_id"] = c.bos_token_id;
     if (c.eos_token_id >= 0) gen["eos_token_id"] = c.eos_token_id;
     write_file_atomic(tmp + "/generation_config.json", gen.dump(2) + "\n");
-    write_weight_files(tmp, store, max_shard_bytes);
+    write_weight_files(tmp, store, max_shard_bytes, dtype);
     if (!tokenizer_json.empty()) {
         write_file_atomic(tmp + "/tokenizer.json", read_file(tokenizer_json));
     }
@@ -238,9 +267,11 @@ void write_model_files(const std::string& tmp, const ModelConfig& c, const Param
 
 }  // namespace
 
-void save_hf_model(const std::string& dir, const ModelConfig& c, const ParamStore& store,
-                   const std::string& tokenizer_json, uint64_t max_shard_bytes) {
+void save_hf_model(const std::string& dir, const ModelConfig& c, const HostParams& store,
+                   const std::string& tokenizer_json, uint64_t max_shard_bytes, DType dtype) {
     ETE_CHECK(max_shard_bytes > 0, "saving model dir '{}': max_shard_bytes must be positive", dir);
+    ETE_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
+              "saving model dir '{}': dtype {} is not F32, BF16 or F16", dir, dtype_name(dtype));
     fs::path target = fs::absolute(dir);
     fs::create_directories(target.parent_path());
     std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
@@ -248,7 +279,7 @@ void save_hf_model(const std::string& dir, const ModelConfig& c, const ParamStor
     fs::remove_all(tmp);
     fs::create_directories(tmp);
     try {
-        write_model_files(tmp, c, store, tokenizer_json, max_shard_bytes);
+        write_model_files(tmp, c, store, tokenizer_json, max_shard_bytes, dtype);
         fsync_dir(tmp);
         if (fs::exists(target)) fs::rename(target, old);
         fs::rename(tmp, target);

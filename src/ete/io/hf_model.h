@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "ete/model/config.h"
@@ -22,22 +23,29 @@ ModelConfig load_hf_config(const std::string& dir);
 // HF's default max_shard_size ("5GB", decimal).
 inline constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000;
 
-// Loads DIR/model.safetensors, or when it is absent the shards named by
-// DIR/model.safetensors.index.json, into `store` (which must have been built from the same
-// config). Accepts F32/BF16/F16 weights, GPT-2 names with or without the `transformer.` prefix,
-// and ignores the GPT-2 attention-mask buffers (`attn.bias`, `attn.masked_bias`). A sharded dir
-// must agree exactly with its index: every mapped tensor in the shard the map names, no tensor in
-// a shard that the map does not name there, no tensor in two shards.
+// Reads DIR/model.safetensors, or when it is absent the shards named by
+// DIR/model.safetensors.index.json, tensor by tensor against `table` (built from the same config):
+// `take(i, values)` receives parameter i's values in ETE layout (F32, host), one tensor at a time,
+// so peak memory is one tensor beyond what `take` keeps. Accepts F32/BF16/F16 weights, GPT-2
+// names with or without the `transformer.` prefix, and ignores the GPT-2 attention-mask buffers
+// (`attn.bias`, `attn.masked_bias`). A sharded dir must agree exactly with its index: every mapped
+// tensor in the shard the map names, no tensor in a shard that the map does not name there, no
+// tensor in two shards. Every parameter of the table must be found.
+using TensorSink = std::function<void(int index, const float* values)>;
+void load_hf_tensors(const std::string& dir, const ParamTable& table, const TensorSink& take);
+// The same into a host copy, or straight into a store's backend memory.
+void load_hf_weights(const std::string& dir, HostParams& params);
 void load_hf_weights(const std::string& dir, ParamStore& store);
 
 // Writes a complete HF model dir atomically: everything goes to a temporary sibling directory,
 // is fsynced, then renamed over `dir`, so `dir` is either the old or the new model, never half.
-// tokenizer_json may be empty (no tokenizer copied). When the F32 tensors exceed
-// max_shard_bytes they are split like HF does: tensors in ParamSpec order, a new shard started
-// whenever the next tensor would push the current one past the limit (a tensor larger than the
-// limit gets a shard of its own), plus model.safetensors.index.json.
-void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamStore& store,
+// tokenizer_json may be empty (no tokenizer copied). Tensors are written in `dtype` (F32, BF16 or
+// F16; 16-bit values rounded to nearest even) and config.json's torch_dtype says which. When the
+// tensors exceed max_shard_bytes they are split like HF does: tensors in ParamSpec order, a new
+// shard started whenever the next tensor would push the current one past the limit (a tensor
+// larger than the limit gets a shard of its own), plus model.safetensors.index.json.
+void save_hf_model(const std::string& dir, const ModelConfig& config, const HostParams& params,
                    const std::string& tokenizer_json,
-                   uint64_t max_shard_bytes = kDefaultMaxShardBytes);
+                   uint64_t max_shard_bytes = kDefaultMaxShardBytes, DType dtype = DType::F32);
 
 }  // namespace ete

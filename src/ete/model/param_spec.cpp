@@ -27,6 +27,12 @@ ParamSpec spec(std::string name, Shape shape, ParamKind kind, ParamInit init, fl
     return s;
 }
 
+ParamSpec& role(std::vector<ParamSpec>& t, ParamRole r, int layer = -1) {
+    t.back().role = r;
+    t.back().layer = layer;
+    return t.back();
+}
+
 void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     std::string p = layer_prefix(c, i);
     int64_t C = c.hidden_size, F = c.intermediate_size, HD = int64_t(c.num_heads) * c.D(),
@@ -41,28 +47,49 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     auto norm = [&](const std::string& n) {
         t.push_back(spec(p + n + ".weight", {C}, ParamKind::Norm, ParamInit::Ones, 0, kReplicated));
     };
+    using R = ParamRole;
     norm("input_layernorm");
+    role(t, R::AttnNorm, i);
     // tp > KV replicates each kv head on tp / KV ranks (ShardRule::max_parts).
     const ShardRule kv{0, 1, false, c.num_kv_heads};
     mat("self_attn.q_proj", HD, C, kRows);
+    role(t, R::Q, i);
     mat("self_attn.k_proj", KVD, C, kv);
+    role(t, R::K, i);
     mat("self_attn.v_proj", KVD, C, kv);
+    role(t, R::V, i);
     if (c.attention_bias) {
         bias("self_attn.q_proj", HD, kRows);
+        role(t, R::QBias, i);
         bias("self_attn.k_proj", KVD, kv);
+        role(t, R::KBias, i);
         bias("self_attn.v_proj", KVD, kv);
+        role(t, R::VBias, i);
     }
     mat("self_attn.o_proj", C, HD, kCols);
-    if (c.attention_bias) bias("self_attn.o_proj", C, kReplicated);  // added after the all-reduce
+    role(t, R::AttnOut, i);
+    if (c.attention_bias) {
+        bias("self_attn.o_proj", C, kReplicated);  // added after the all-reduce
+        role(t, R::AttnOutBias, i);
+    }
     norm("post_attention_layernorm");
+    role(t, R::MlpNorm, i);
     mat("mlp.gate_proj", F, C, kRowsPadded);
+    role(t, R::Gate, i);
     mat("mlp.up_proj", F, C, kRowsPadded);
+    role(t, R::Up, i);
     if (c.mlp_bias) {
         bias("mlp.gate_proj", F, kRowsPadded);
+        role(t, R::GateBias, i);
         bias("mlp.up_proj", F, kRowsPadded);
+        role(t, R::UpBias, i);
     }
     mat("mlp.down_proj", C, F, kColsPadded);
-    if (c.mlp_bias) bias("mlp.down_proj", C, kReplicated);
+    role(t, R::Down, i);
+    if (c.mlp_bias) {
+        bias("mlp.down_proj", C, kReplicated);
+        role(t, R::DownBias, i);
+    }
 }
 
 void gpt2_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
@@ -71,24 +98,29 @@ void gpt2_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     float s = float(c.initializer_range);
     // GPT-2 scales the init of residual projections by 1/sqrt(2L) (HF _init_weights).
     float s_proj = float(c.initializer_range / std::sqrt(2.0 * c.num_layers));
-    auto norm = [&](const std::string& n) {
+    using R = ParamRole;
+    auto norm = [&](const std::string& n, R w, R b) {
         t.push_back(spec(p + n + ".weight", {C}, ParamKind::Norm, ParamInit::Ones, 0, kReplicated));
+        role(t, w, i);
         t.push_back(spec(p + n + ".bias", {C}, ParamKind::Bias, ParamInit::Zeros, 0, kReplicated));
+        role(t, b, i);
     };
     // Conv1D: weight (out, in) in ETE layout; the bias follows the output features, except for
     // row-parallel layers whose bias is added once after the all-reduce (replicated).
     auto conv = [&](const std::string& n, int64_t out, int64_t in, float std, ShardRule w,
-                    ShardRule b) {
+                    ShardRule b, R rw, R rb) {
         t.push_back(
             spec(p + n + ".weight", {out, in}, ParamKind::Matrix, ParamInit::Normal, std, w, true));
+        role(t, rw, i);
         t.push_back(spec(p + n + ".bias", {out}, ParamKind::Bias, ParamInit::Zeros, 0, b));
+        role(t, rb, i);
     };
-    norm("ln_1");
-    conv("attn.c_attn", 3 * C, C, s, kRowsQkv, kRowsQkv);
-    conv("attn.c_proj", C, C, s_proj, kCols, kReplicated);
-    norm("ln_2");
-    conv("mlp.c_fc", F, C, s, kRowsPadded, kRowsPadded);
-    conv("mlp.c_proj", C, F, s_proj, kColsPadded, kReplicated);
+    norm("ln_1", R::AttnNorm, R::AttnNormBias);
+    conv("attn.c_attn", 3 * C, C, s, kRowsQkv, kRowsQkv, R::Qkv, R::QkvBias);
+    conv("attn.c_proj", C, C, s_proj, kCols, kReplicated, R::AttnOut, R::AttnOutBias);
+    norm("ln_2", R::MlpNorm, R::MlpNormBias);
+    conv("mlp.c_fc", F, C, s, kRowsPadded, kRowsPadded, R::Fc, R::FcBias);
+    conv("mlp.c_proj", C, F, s_proj, kColsPadded, kReplicated, R::Down, R::DownBias);
 }
 
 ParamSpec embedding_spec(const ModelConfig& c) {
@@ -109,6 +141,7 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
         if (!llama) {
             t.push_back(spec("wpe.weight", {int64_t(c.max_position_embeddings), C},
                              ParamKind::Embedding, ParamInit::Normal, 0.01f, kReplicated));
+            role(t, ParamRole::PosEmbed);
         }
     }
     for (int i = m.layer_begin; i < m.layer_end; ++i)
@@ -117,12 +150,15 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
         const char* norm = llama ? "model.norm" : "ln_f";
         t.push_back(spec(fmt::format("{}.weight", norm), {C}, ParamKind::Norm, ParamInit::Ones, 0,
                          kReplicated));
+        role(t, ParamRole::FinalNorm);
         if (!llama) {
             t.push_back(spec("ln_f.bias", {C}, ParamKind::Bias, ParamInit::Zeros, 0, kReplicated));
+            role(t, ParamRole::FinalNormBias);
         }
         if (llama && !c.tie_word_embeddings) {
             t.push_back(spec("lm_head.weight", {V, C}, ParamKind::Matrix, ParamInit::Normal,
                              float(c.initializer_range), kRowsPadded));
+            role(t, ParamRole::LmHead);
         } else if (!m.first_stage()) {
             t.push_back(embedding_spec(c));  // GPT-2 always ties
             t.back().tied_copy = true;

@@ -22,6 +22,39 @@ namespace ete {
 enum class ParamKind { Matrix, Embedding, Norm, Bias };
 enum class ParamInit { Normal, Zeros, Ones };
 
+// What a parameter is in the network, so code finds it by (role, layer) and only this table
+// spells HF names. Fused groups name their first member (q|k|v starts at Q, or Qkv for GPT-2's
+// c_attn; gate|up at Gate).
+enum class ParamRole : uint8_t {
+    TokenEmbed,
+    PosEmbed,
+    AttnNorm,
+    AttnNormBias,
+    Q,
+    K,
+    V,
+    QBias,
+    KBias,
+    VBias,
+    Qkv,      // GPT-2 c_attn: q | k | v in one tensor
+    QkvBias,  // GPT-2
+    AttnOut,
+    AttnOutBias,
+    MlpNorm,
+    MlpNormBias,
+    Gate,
+    Up,
+    GateBias,
+    UpBias,
+    Fc,  // GPT-2 c_fc
+    FcBias,
+    Down,  // Llama down_proj, GPT-2 mlp.c_proj
+    DownBias,
+    FinalNorm,
+    FinalNormBias,
+    LmHead,
+};
+
 // How tensor parallelism splits a parameter (Megatron): column-parallel linears split their
 // output rows (dim 0), row-parallel linears their input columns (dim 1), vocab-parallel tables
 // their vocabulary rows (dim 0); everything else is replicated.
@@ -50,6 +83,8 @@ struct ParamSpec {
     // be summed with stage 0's embedding gradient before the optimizer step; it is not counted in
     // the gradient norm and not saved (stage 0 owns the tensor).
     bool tied_copy = false;
+    ParamRole role = ParamRole::TokenEmbed;
+    int layer = -1;  // decoder layer of a per-layer parameter, -1 otherwise
 };
 
 // This stage's parameters with this tp rank's local shapes (ModelParallel{} = the whole model):

@@ -8,7 +8,20 @@
 
 namespace ete {
 
-ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size)
+namespace {
+
+int role_key(ParamRole role, int layer) {
+    return int(role) * 65536 + (layer + 1);
+}
+
+// Frozen parameters keep GEMM operands in the compute dtype, everything else in F32.
+DType frozen_dtype(const ParamSpec& s, DType compute) {
+    return s.kind == ParamKind::Matrix || s.kind == ParamKind::Embedding ? compute : DType::F32;
+}
+
+}  // namespace
+
+ParamTable::ParamTable(std::vector<ParamSpec> specs, int tp_rank, int tp_size)
     : specs_(std::move(specs)), tp_rank_(tp_rank), tp_size_(tp_size) {
     ETE_ASSERT(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size);
     for (size_t i = 0; i < specs_.size(); ++i) {
@@ -16,47 +29,223 @@ ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size)
         ETE_CHECK(index_.emplace(s.name, int(i)).second, "duplicate parameter name '{}'", s.name);
         if (s.global_shape.empty()) s.global_shape = s.shape;  // a hand-made replicated spec
         ETE_ASSERT(s.shape == shard_shape(s.shard, s.global_shape, tp_size));
-        offsets_.push_back(total_);
+        roles_.emplace(role_key(s.role, s.layer), int(i));
         // No padding: fused groups (q|k|v, gate|up) must be contiguous to run as one GEMM.
-        total_ += shape_numel(s.shape);
+        offsets_.push_back(s.trainable ? total_ : -1);
+        if (s.trainable) total_ += shape_numel(s.shape);
     }
-    params_ = Tensor::zeros({total_});
-    grads_ = Tensor::zeros({total_});
 }
 
-int ParamStore::index(const std::string& name) const {
+int ParamTable::index(const std::string& name) const {
     auto it = index_.find(name);
     ETE_CHECK(it != index_.end(), "parameter '{}' does not exist in this model", name);
     return it->second;
 }
 
-Tensor ParamStore::param_tensor(int i) {
-    return Tensor::view(param(i), specs_[size_t(i)].shape);
+int ParamTable::find(ParamRole role, int layer) const {
+    auto it = roles_.find(role_key(role, layer));
+    return it == roles_.end() ? -1 : it->second;
 }
 
-void ParamStore::init(uint64_t seed) {
-    for (size_t i = 0; i < specs_.size(); ++i) {
-        const ParamSpec& s = specs_[i];
-        float* p = param(int(i));
-        CounterRng rng(seed, s.name);
-        auto value = [&](int64_t global) {  // global < 0: padding
-            if (global < 0 || s.init == ParamInit::Zeros) return 0.0f;
-            return s.init == ParamInit::Ones ? 1.0f : s.init_std * rng.normal(uint64_t(global));
-        };
-        for (const ShardRun& r : shard_runs(s, tp_rank_, tp_size_))
-            for (int64_t k = 0; k < r.len; ++k)
-                p[r.local + k] = value(r.global < 0 ? -1 : r.global + k);
+bool ParamTable::counts_in_norm(int i) const {
+    const ParamSpec& s = specs_[size_t(i)];
+    return s.trainable && !s.tied_copy && shard_owner(s.shard, tp_rank_, tp_size_);
+}
+
+ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_rank, int tp_size,
+                       DType compute)
+    : ParamTable(std::move(table), tp_rank, tp_size), be_(backend), compute_(compute) {
+    ETE_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
+              "parameter store: compute dtype {} is not F32, BF16 or F16", dtype_name(compute));
+    const size_t n = size_t(numel());
+    master_ = DeviceBuffer(be_, n * sizeof(float));
+    grad_ = DeviceBuffer(be_, n * sizeof(float));
+    be_.fill_bytes(master_.data(), 0, master_.bytes());
+    be_.fill_bytes(grad_.data(), 0, grad_.bytes());
+    if (compute_ != DType::F32) {
+        compute_copy_ = DeviceBuffer(be_, n * dtype_size(compute_));
+        be_.fill_bytes(compute_copy_.data(), 0, compute_copy_.bytes());
+    }
+    frozen_.resize(size_t(size()));
+    for (int i = 0; i < size(); ++i) {
+        if (trainable(i)) continue;
+        const DType t = frozen_dtype(specs()[size_t(i)], compute_);
+        const size_t bytes = size_t(ParamTable::numel(i)) * dtype_size(t);
+        frozen_[size_t(i)] = DeviceBuffer(be_, bytes);
+        be_.fill_bytes(frozen_[size_t(i)].data(), 0, bytes);
     }
 }
 
-bool ParamStore::counts_in_norm(int i) const {
-    const ParamSpec& s = specs_[size_t(i)];
-    return !s.tied_copy && shard_owner(s.shard, tp_rank_, tp_size_);
+Shape ParamStore::dims(int i) const {
+    const Shape& s = specs()[size_t(i)].shape;
+    if (s.size() == 2) return s;
+    return {1, shape_numel(s)};
 }
 
-}  // namespace ete
+namespace {
 
-namespace ete {
+// (rows, cols) at element `offset` of a flat buffer of `total` elements of dtype t.
+template <typename P>
+MatViewT<P> flat_view(P base, DType t, int64_t offset, int64_t total, int64_t rows, int64_t cols) {
+    ETE_ASSERT(offset >= 0 && offset + rows * cols <= total);
+    return {view_detail::advance(base, offset * int64_t(dtype_size(t))), t, rows, cols};
+}
+
+}  // namespace
+
+Mat ParamStore::master_span(int i, int64_t rows, int64_t cols) {
+    ETE_ASSERT(trainable(i));
+    return flat_view(master_.data(), DType::F32, offset(i), numel(), rows, cols);
+}
+
+Mat ParamStore::grad_span(int i, int64_t rows, int64_t cols) {
+    if (!trainable(i)) return {};
+    return flat_view(grad_.data(), DType::F32, offset(i), numel(), rows, cols);
+}
+
+CMat ParamStore::weight_span(int i, int64_t rows, int64_t cols) const {
+    if (!trainable(i)) {
+        ETE_ASSERT(rows * cols == ParamTable::numel(i));
+        const void* p = frozen_[size_t(i)].data();
+        return {p, frozen_dtype(specs()[size_t(i)], compute_), rows, cols};
+    }
+    if (compute_ == DType::F32)
+        return flat_view<const void*>(master_.data(), DType::F32, offset(i), numel(), rows, cols);
+    return flat_view<const void*>(compute_copy_.data(), compute_, offset(i), numel(), rows, cols);
+}
+
+Mat ParamStore::master(int i) {
+    Shape d = dims(i);
+    return master_span(i, d[0], d[1]);
+}
+
+CMat ParamStore::master(int i) const {
+    return const_cast<ParamStore*>(this)->master(i);
+}
+
+Mat ParamStore::grad(int i) {
+    Shape d = dims(i);
+    return grad_span(i, d[0], d[1]);
+}
+
+CMat ParamStore::weight(int i) const {
+    Shape d = dims(i);
+    return weight_span(i, d[0], d[1]);
+}
+
+CMat ParamStore::value(int i) const {
+    if (trainable(i)) return master(i);
+    Shape d = dims(i);
+    return {frozen_[size_t(i)].data(), frozen_dtype(specs()[size_t(i)], compute_), d[0], d[1]};
+}
+
+void ParamStore::zero_grads() {
+    be_.fill_bytes(grad_.data(), 0, grad_.bytes());
+}
+
+std::vector<float> ParamStore::download(int i) const {
+    std::vector<float> out(size_t(ParamTable::numel(i)));
+    CMat v = value(i);
+    if (v.dtype == DType::F32) {
+        be_.download(out.data(), v.data, out.size() * sizeof(float));
+        return out;
+    }
+    std::vector<uint16_t> raw(out.size());
+    be_.download(raw.data(), v.data, raw.size() * 2);
+    convert_to_f32(out.data(), raw.data(), v.dtype, raw.size());
+    return out;
+}
+
+void ParamStore::upload(int i, const float* host) {
+    const size_t n = size_t(ParamTable::numel(i));
+    if (!trainable(i)) {
+        const DType t = frozen_dtype(specs()[size_t(i)], compute_);
+        if (t == DType::F32) return be_.upload(frozen_[size_t(i)].data(), host, n * 4);
+        std::vector<uint16_t> raw(n);
+        convert_from_f32(raw.data(), t, host, n);
+        return be_.upload(frozen_[size_t(i)].data(), raw.data(), n * 2);
+    }
+    Mat m = master(i);
+    be_.upload(m.data, host, n * sizeof(float));
+    if (compute_ != DType::F32) {
+        Shape d = dims(i);
+        CMat w = weight_span(i, d[0], d[1]);
+        be_.copy(Mat(const_cast<void*>(w.data), w.dtype, w.rows, w.cols), m);
+    }
+}
+
+void ParamStore::download_masters(float* host) const {
+    be_.download(host, master_.data(), master_.bytes());
+}
+
+void ParamStore::upload_masters(const float* host) {
+    be_.upload(master_.data(), host, master_.bytes());
+    refresh_compute();
+}
+
+std::vector<float> ParamStore::download_grads() const {
+    std::vector<float> g(static_cast<size_t>(numel()));
+    be_.download(g.data(), grad_.data(), grad_.bytes());
+    return g;
+}
+
+std::vector<float> ParamStore::download_grad(int i) const {
+    ETE_ASSERT(trainable(i));
+    std::vector<float> g(size_t(ParamTable::numel(i)));
+    be_.download(g.data(), static_cast<const float*>(grad_.data()) + offset(i),
+                 g.size() * sizeof(float));
+    return g;
+}
+
+void ParamStore::upload_grads(const float* host) {
+    be_.upload(grad_.data(), host, grad_.bytes());
+}
+
+HostParams ParamStore::to_host() const {
+    HostParams h(*this);
+    download_masters(h.data());
+    return h;
+}
+
+void ParamStore::from_host(const HostParams& h) {
+    ETE_ASSERT(h.numel() == numel());
+    upload_masters(h.data());
+}
+
+void ParamStore::refresh_compute() {
+    if (compute_ == DType::F32 || numel() == 0) return;
+    be_.copy(Mat(compute_copy_.data(), compute_, 1, numel()),
+             CMat(master_.data(), DType::F32, 1, numel()));
+}
+
+void init_param(const ParamSpec& s, int tp_rank, int tp_size, uint64_t seed, float* p) {
+    CounterRng rng(seed, s.name);
+    for (const ShardRun& r : shard_runs(s, tp_rank, tp_size)) {
+        float* out = p + r.local;
+        if (r.global < 0 || s.init == ParamInit::Zeros) {
+            std::fill(out, out + r.len, 0.0f);  // padding, or a zero-initialised tensor
+        } else if (s.init == ParamInit::Ones) {
+            std::fill(out, out + r.len, 1.0f);
+        } else {
+            // Bit-identical to init_std * normal(g) per element (g the global index).
+            rng.normal_fill(out, uint64_t(r.global), r.len, s.init_std);
+        }
+    }
+}
+
+void HostParams::init(uint64_t seed) {
+    for (int i = 0; i < size(); ++i)
+        init_param(specs()[size_t(i)], tp_rank(), tp_size(), seed, param(i));
+}
+
+void ParamStore::init(uint64_t seed) {
+    std::vector<float> host;
+    for (int i = 0; i < size(); ++i) {
+        host.resize(size_t(ParamTable::numel(i)));
+        init_param(specs()[size_t(i)], tp_rank(), tp_size(), seed, host.data());
+        upload(i, host.data());
+    }
+}
 
 Shape hf_shape(const ParamSpec& s) {
     if (!s.hf_transposed) return s.shape;
@@ -68,9 +257,7 @@ Shape hf_global_shape(const ParamSpec& s) {
     return Shape(s.global_shape.rbegin(), s.global_shape.rend());
 }
 
-void param_from_hf(ParamStore& store, int i, const float* src) {
-    const ParamSpec& s = store.specs()[size_t(i)];
-    float* dst = store.param(i);
+void param_from_hf(const ParamSpec& s, const float* src, float* dst) {
     int64_t n = shape_numel(s.shape);
     if (!s.hf_transposed) {
         std::copy(src, src + n, dst);
@@ -81,9 +268,7 @@ void param_from_hf(ParamStore& store, int i, const float* src) {
         for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[c * rows + r];
 }
 
-void param_to_hf(const ParamStore& store, int i, float* dst) {
-    const ParamSpec& s = store.specs()[size_t(i)];
-    const float* src = store.param(i);
+void param_to_hf(const ParamSpec& s, const float* src, float* dst) {
     int64_t n = shape_numel(s.shape);
     if (!s.hf_transposed) {
         std::copy(src, src + n, dst);
@@ -92,6 +277,14 @@ void param_to_hf(const ParamStore& store, int i, float* dst) {
     int64_t rows = s.shape[0], cols = s.shape[1];
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+}
+
+void param_from_hf(HostParams& store, int i, const float* src) {
+    param_from_hf(store.specs()[size_t(i)], src, store.param(i));
+}
+
+void param_to_hf(const HostParams& store, int i, float* dst) {
+    param_to_hf(store.specs()[size_t(i)], store.param(i), dst);
 }
 
 }  // namespace ete

@@ -1,50 +1,50 @@
-// ete/model/param_store.h — parameters and gradients in two contiguous f32 buffers.
+// ete/model/param_store.h — where parameters live: the table that lays them out (ParamTable), a
+// host copy for files and tests (HostParams), and the backend-owned store a model trains
+// (ParamStore).
 //
-// Offsets follow the ParamSpec table (execution order), so the gradient buffer can be cut into
-// all-reduce buckets in reverse execution order without copies. Under tensor parallelism the
-// store holds one rank's shards (ParamSpec::shape) and knows that rank (tp_rank, tp_size).
+// Layout. Trainable parameters are one flat F32 master buffer in ParamSpec table order
+// (execution order), with a flat F32 gradient buffer at the same offsets, so the gradient buffer
+// can be cut into all-reduce buckets in reverse execution order without copies, and AdamW,
+// clipping, ZeRO-1 and checkpoints walk one range. With a 16-bit compute dtype (mixed precision)
+// a flat copy of the masters in that dtype sits beside them: the GEMMs read it, AdamW rewrites it
+// in the pass that updates the masters. Frozen parameters (ParamSpec::trainable = false) are not
+// in these buffers: each has a buffer of its own in its compute dtype and no gradient.
+//
+// Under tensor parallelism the store holds one rank's shards (ParamSpec::shape) and knows that
+// rank (tp_rank, tp_size).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "ete/backend/backend.h"
 #include "ete/model/param_spec.h"
 
 namespace ete {
 
-class ParamStore {
+// Names, shapes and flat offsets of a spec list. offset(i) is the parameter's place in the flat
+// trainable buffers (-1 for a frozen one); numel() counts the trainable elements.
+class ParamTable {
   public:
     // specs as param_specs() built them for (tp_rank, tp_size).
-    explicit ParamStore(std::vector<ParamSpec> specs, int tp_rank = 0, int tp_size = 1);
+    explicit ParamTable(std::vector<ParamSpec> specs, int tp_rank = 0, int tp_size = 1);
 
     const std::vector<ParamSpec>& specs() const { return specs_; }
+    int size() const { return int(specs_.size()); }
     int64_t numel() const { return total_; }
     int index(const std::string& name) const;  // throws if unknown
     bool has(const std::string& name) const { return index_.count(name) != 0; }
+    // The parameter of `role` in decoder `layer` (-1 for the others), or -1 when the model has
+    // none (no bias, say). A tied copy is found as TokenEmbed.
+    int find(ParamRole role, int layer = -1) const;
     int64_t offset(int i) const { return offsets_[size_t(i)]; }
     int64_t numel(int i) const { return shape_numel(specs_[size_t(i)].shape); }
+    bool trainable(int i) const { return specs_[size_t(i)].trainable; }
     int tp_rank() const { return tp_rank_; }
     int tp_size() const { return tp_size_; }
-
-    float* param(int i) { return params_.f32() + offsets_[size_t(i)]; }
-    const float* param(int i) const { return params_.f32() + offsets_[size_t(i)]; }
-    float* grad(int i) { return grads_.f32() + offsets_[size_t(i)]; }
-    const float* grad(int i) const { return grads_.f32() + offsets_[size_t(i)]; }
-    float* param(const std::string& name) { return param(index(name)); }
-    float* grad(const std::string& name) { return grad(index(name)); }
-    Tensor param_tensor(int i);  // a view with the spec's (local) shape
-
-    float* params() { return params_.f32(); }
-    const float* params() const { return params_.f32(); }
-    float* grads() { return grads_.f32(); }
-    const float* grads() const { return grads_.f32(); }
-    void zero_grads() { grads_.fill_zero(); }
-
-    // Initialises every parameter from its spec with the counter-based RNG keyed by
-    // (seed, name, GLOBAL element index); padding elements are 0. The same seed gives the same
-    // model on any layout: a tp shard is exactly a slice of the tp = 1 tensor.
-    void init(uint64_t seed);
 
     // For a global gradient norm over the tp × pp ranks of a replica: whether parameter i's
     // elements are counted on this rank, so each element is counted exactly once — sharded ones
@@ -57,21 +57,108 @@ class ParamStore {
     std::vector<ParamSpec> specs_;
     std::vector<int64_t> offsets_;
     std::unordered_map<std::string, int> index_;
+    std::unordered_map<int, int> roles_;  // (role, layer) key -> index
     int64_t total_ = 0;
     int tp_rank_ = 0, tp_size_ = 1;
-    Tensor params_, grads_;
 };
 
-}  // namespace ete
+// A host F32 copy of a parameter table's trainable parameters (one flat buffer, table offsets):
+// what files are read into and written from, and what tests inspect.
+class HostParams : public ParamTable {
+  public:
+    explicit HostParams(std::vector<ParamSpec> specs, int tp_rank = 0, int tp_size = 1)
+        : ParamTable(std::move(specs), tp_rank, tp_size), data_(size_t(numel()), 0.0f) {}
+    explicit HostParams(const ParamTable& table)
+        : HostParams(table.specs(), table.tp_rank(), table.tp_size()) {}
 
-namespace ete {
+    float* param(int i) { return data_.data() + offset(i); }
+    const float* param(int i) const { return data_.data() + offset(i); }
+    float* param(const std::string& name) { return param(index(name)); }
+    const float* param(const std::string& name) const { return param(index(name)); }
+    float* data() { return data_.data(); }
+    const float* data() const { return data_.data(); }
+    const std::vector<float>& data_vector() const { return data_; }
+    // The values ParamStore::init gives the same table (layout-invariant, from the seed).
+    void init(uint64_t seed);
+
+  private:
+    std::vector<float> data_;
+};
+
+class ParamStore : public ParamTable {
+  public:
+    // compute: the dtype GEMMs read weights in (F32, BF16, F16). All buffers are zero.
+    ParamStore(std::vector<ParamSpec> specs, Backend& backend, int tp_rank = 0, int tp_size = 1,
+               DType compute = DType::F32);
+
+    Backend& backend() const { return be_; }
+    DType compute_dtype() const { return compute_; }
+
+    // Parameter i as (rows, cols): 2-D specs as they are, 1-D ones as one row.
+    Mat master(int i);  // F32 master (trainable only)
+    CMat master(int i) const;
+    Mat grad(int i);  // F32 gradient; empty for a frozen parameter
+    // What GEMMs read: the compute-dtype copy (the master itself in F32 runs; a frozen matrix's
+    // own buffer).
+    CMat weight(int i) const;
+    // What the other kernels read: the F32 master, or a frozen parameter's buffer (F32 for norms
+    // and biases, the compute dtype for matrices and embeddings).
+    CMat value(int i) const;
+    // `rows` rows of `cols` starting at parameter i, across the parameters that follow it in the
+    // flat buffers (fused q|k|v, gate|up). Trainable parameters only.
+    Mat master_span(int i, int64_t rows, int64_t cols);
+    Mat grad_span(int i, int64_t rows, int64_t cols);
+    CMat weight_span(int i, int64_t rows, int64_t cols) const;
+
+    // The flat trainable buffers.
+    Vec masters() { return {master_.data(), DType::F32, numel()}; }
+    CVec masters() const { return {master_.data(), DType::F32, numel()}; }
+    Vec grads() { return {grad_.data(), DType::F32, numel()}; }
+    CVec grads() const { return {grad_.data(), DType::F32, numel()}; }
+    // The compute copy, or empty when the compute dtype is F32.
+    Vec compute_copy() {
+        return {compute_copy_.data(), compute_, compute_copy_.data() ? numel() : 0};
+    }
+    void zero_grads();
+
+    // Host transfers. Uploading masters refreshes their compute copy.
+    std::vector<float> download(int i) const;  // parameter i's values (F32)
+    void upload(int i, const float* host);
+    void download_masters(float* host) const;  // numel() floats
+    void upload_masters(const float* host);
+    std::vector<float> download_grads() const;
+    std::vector<float> download_grad(int i) const;  // parameter i's gradient (trainable only)
+    void upload_grads(const float* host);
+    // The whole trainable part as a HostParams with this table.
+    HostParams to_host() const;
+    void from_host(const HostParams& h);
+    // The compute copy (and frozen buffers) rewritten from the masters.
+    void refresh_compute();
+
+    // Initialises every parameter from its spec with the counter-based RNG keyed by
+    // (seed, name, GLOBAL element index); padding elements are 0. The same seed gives the same
+    // model on any layout: a tp shard is exactly a slice of the tp = 1 tensor.
+    void init(uint64_t seed);
+
+  private:
+    Shape dims(int i) const;
+    Backend& be_;
+    DType compute_;
+    DeviceBuffer master_, grad_, compute_copy_;
+    std::vector<DeviceBuffer> frozen_;  // by parameter index (empty for trainable ones)
+};
+
+// The host values of parameter i of a store's table, initialised like ParamStore::init.
+void init_param(const ParamSpec& s, int tp_rank, int tp_size, uint64_t seed, float* out);
 
 // HF layout of a spec's local shape: the shape reversed when HF stores it transposed (GPT-2
 // Conv1D). hf_global_shape: the same for the logical tensor.
 Shape hf_shape(const ParamSpec& s);
 Shape hf_global_shape(const ParamSpec& s);
 // Copies a parameter from / to its HF layout (transposing GPT-2 Conv1D weights); local shapes.
-void param_from_hf(ParamStore& store, int i, const float* src);
-void param_to_hf(const ParamStore& store, int i, float* dst);
+void param_from_hf(const ParamSpec& s, const float* src, float* dst);
+void param_to_hf(const ParamSpec& s, const float* src, float* dst);
+void param_from_hf(HostParams& store, int i, const float* src);
+void param_to_hf(const HostParams& store, int i, float* dst);
 
 }  // namespace ete

@@ -1,22 +1,32 @@
 // ete/model/transformer.h — a decoder-only transformer (Llama or GPT-2) with explicit backward,
-// tensor-parallel (Megatron) and cut into pipeline stages (DESIGN.md §4).
+// tensor-parallel (Megatron) and cut into pipeline stages (DESIGN.md §4), assembled from
+// nn::Linear and nn::Norm layers over a ParamStore.
 //
 // Dimension letters: B batch, T time, C hidden, H query heads, KV key/value heads, D head dim,
 // S = (H + 2KV)·D fused qkv width, F MLP width, V vocab, L layers, N = B·T rows. Under tensor
 // parallelism over P ranks H, KV, S, F and V are this rank's (H/P, KV/P — or 1 when P > KV —,
 // padded F/P and V/P).
 //
-// Activations live in one Arena sized by setup(B, T, plan, slots): the training loop never
+// Memory. Parameters, gradients and activations are backend memory: this class never touches
+// their bytes, it only hands views to backend ops and moves host data (token ids, targets,
+// document starts, the per-row loss sums) in and out with upload/download. Activations live in
+// one backend block carved by an Arena, sized by setup(B, T, plan, slots): the training loop never
 // allocates. A recomputed layer keeps only its input (the residual stream) and re-runs its
 // forward into a shared scratch before its backward. Each pipeline slot (a micro-batch in flight)
 // has its own saved activations; backward scratch is shared.
 //
-// Tensor parallelism (tp_size > 1): q|k|v and gate|up are column-parallel (this rank's heads and
-// MLP columns), o_proj/down_proj row-parallel with one all-reduce of their output in forward; in
-// backward the gradient into each column-parallel block's input (d ln1, d ln2) is all-reduced
-// once. Embedding and LM head are vocab-parallel; the cross-entropy is fused across ranks and
-// never gathers full logits. Activations on the residual stream, the loss and the gradients of
-// replicated parameters are identical on every tp rank. With tp_size 1 nothing is communicated.
+// Precision (DESIGN.md §3b). The compute dtype A (F32, BF16 or F16) is the dtype of the GEMM
+// operands: weights (the ParamStore's compute copy), the saved activations that feed GEMMs
+// (norm outputs, q|k|v, attention output, MLP activations) and the activation gradients between
+// GEMMs. The residual stream and its gradient, norm statistics, the log-sum-exp, logits, losses
+// and every parameter gradient stay F32; GEMM products accumulate in fp32.
+//
+// Tensor parallelism (tp_size > 1): q|k|v and gate|up are column-parallel Linears (this rank's
+// heads and MLP columns), o_proj/down_proj row-parallel ones; their conjugate collectives are
+// nn/tp_regions.h. Embedding and LM head are vocab-parallel; the cross-entropy is fused across
+// ranks and never gathers full logits. Activations on the residual stream, the loss and the
+// gradients of replicated parameters are identical on every tp rank. With tp_size 1 nothing is
+// communicated.
 //
 // GQA with P > KV (P a multiple of KV): rank r holds kv head r / (P/KV), the one all its H/P
 // query heads use, so attention stays local. The P/KV ranks holding a kv head (its kv group)
@@ -35,6 +45,8 @@
 #include "ete/model/config.h"
 #include "ete/model/model_parallel.h"
 #include "ete/model/param_store.h"
+#include "ete/nn/linear.h"
+#include "ete/nn/norm.h"
 #include "ete/parallel/communicator.h"
 
 namespace ete {
@@ -45,30 +57,27 @@ enum class Recompute { None, Full };
 // indices and ranges such as "0-3,6" (memory is then spent only on the layers not listed).
 std::vector<bool> recompute_plan(const std::string& spec, int num_layers);
 
-// Pointers into the ParamStore (weights or gradients) for one layer; unused ones are null.
-struct LayerWeights {
-    float *ln1_w = nullptr, *ln1_b = nullptr;
-    float *qkv_w = nullptr, *qkv_b = nullptr;  // (S, C), (S)
-    float *o_w = nullptr, *o_b = nullptr;      // (C, H·D), (C)
-    float *ln2_w = nullptr, *ln2_b = nullptr;
-    float *fc_w = nullptr, *fc_b = nullptr;      // Llama (2F, C) gate|up; GPT-2 (F, C)
-    float *proj_w = nullptr, *proj_b = nullptr;  // (C, F)
+// One decoder layer's parameters as layers (views into the ParamStore).
+struct DecoderLayer {
+    Norm ln1, ln2;
+    Linear qkv;   // (S, C) column-parallel: q | k | v
+    Linear o;     // (C, H·D) row-parallel
+    Linear fc;    // Llama (2F, C) gate | up; GPT-2 (F, C); column-parallel
+    Linear proj;  // (C, F) row-parallel
 };
 
 // What one layer's forward saves for its backward.
 struct LayerActs {
-    float* ln1 = nullptr;        // (N, C)
-    float* ln1_mean = nullptr;   // (N) LayerNorm only
-    float* ln1_rstd = nullptr;   // (N)
-    float* qkv = nullptr;        // (N, S) after RoPE
-    float* att = nullptr;        // (N, H·D)
-    float* lse = nullptr;        // (B, H, T)
-    float* resid_mid = nullptr;  // (N, C) residual after attention
-    float* ln2 = nullptr;        // (N, C)
-    float* ln2_mean = nullptr;   // (N)
-    float* ln2_rstd = nullptr;   // (N)
-    float* fc = nullptr;         // (N, 2F) Llama gate|up; (N, F) GPT-2 pre-activation
-    float* act = nullptr;        // (N, F)
+    Mat ln1;                 // (N, C) A
+    Vec ln1_mean, ln1_rstd;  // (N) F32; mean: LayerNorm only
+    Mat qkv;                 // (N, S) A, after RoPE
+    Mat att;                 // (N, H·D) A
+    Vec lse;                 // (B·H·T) F32
+    Mat resid_mid;           // (N, C) F32 residual after attention
+    Mat ln2;                 // (N, C) A
+    Vec ln2_mean, ln2_rstd;  // (N) F32
+    Mat fc;                  // (N, 2F) Llama gate|up; (N, F) GPT-2 pre-activation; A
+    Mat act;                 // (N, F) A
 };
 
 class Transformer {
@@ -77,14 +86,18 @@ class Transformer {
     // gradient buffer (ParamStore offsets) whose gradient became final.
     using GradReadyHook = std::function<void(int64_t offset, int64_t count)>;
 
-    // mp = {}: the whole model on one process. Throws ete::Error on an invalid ModelParallel.
-    Transformer(const ModelConfig& config, Backend& backend, const ModelParallel& mp = {});
+    // mp = {}: the whole model on one process. compute: the compute dtype (train.precision).
+    // Throws ete::Error on an invalid ModelParallel.
+    Transformer(const ModelConfig& config, Backend& backend, const ModelParallel& mp = {},
+                DType compute = DType::F32);
+    ~Transformer();
 
     const ModelConfig& config() const { return cfg_; }
     const ModelParallel& model_parallel() const { return mp_; }  // layer_end resolved
     ParamStore& params() { return params_; }
     const ParamStore& params() const { return params_; }
     Backend& backend() { return be_; }
+    DType compute_dtype() const { return act_; }
 
     // Allocates activations for batches up to (B, T) and `slots` micro-batches in flight (the
     // stage API; 1F1B needs min(num_stages - stage, micro-batches)); `plan` (size L, global layer
@@ -96,7 +109,7 @@ class Transformer {
     int slots() const { return int(slots_.size()); }
     size_t activation_bytes() const { return arena_.capacity(); }
 
-    // --- The whole model in one call (a single pipeline stage; any tp). ---
+    // --- The whole model in one call (a single pipeline stage; any tp). Host arguments. ---
     // One micro-batch forward + backward. inputs/targets are (B, T) with B, T up to the set-up
     // size; gradients accumulate into params().grads(); d_scale scales the loss gradient
     // (1 / target tokens in the step). Returns the sum of per-token losses over non-ignored
@@ -108,33 +121,34 @@ class Transformer {
     // Forward only: sum of per-token losses (ignored targets contribute 0).
     double forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T,
                         const int32_t* doc_start = nullptr);
-    // Forward only: logits (B·T, V) for every position; under tp the shards are all-gathered
-    // (every tp rank gets the full logits).
+    // Forward only: logits (B·T, V) for every position into host memory; under tp the shards are
+    // all-gathered (every tp rank gets the full logits).
     void forward_logits(const int32_t* inputs, int B, int T, float* logits,
                         const int32_t* doc_start = nullptr);
 
     // --- The pipeline-stage API: one stage of one micro-batch, in slot `slot`. ---
-    // Batches are exactly the set-up (B, T). Stage 0 reads token ids `inputs` (B·T); other
+    // Batches are exactly the set-up (B, T). Stage 0 reads token ids `inputs` (B·T, host); other
     // stages read stage_input(slot). Non-last stages leave their output in stage_output(slot).
-    // The last stage computes the loss of `targets` (B·T) and returns the sum of token losses
-    // (0 on other stages); it also runs the LM head's backward at once (the head's weight
+    // The last stage computes the loss of `targets` (B·T, host) and returns the sum of token
+    // losses (0 on other stages); it also runs the LM head's backward at once (the head's weight
     // gradient accumulates here, d_lnf is kept for stage_backward). d_scale == 0 (on every
     // stage) is a forward-only evaluation: nothing accumulates and stage_backward(slot) throws.
-    // A slot whose backward is due refuses another forward. doc_start is given to every stage's
-    // call of a micro-batch and copied, so the caller may reuse its buffers at once.
+    // A slot whose backward is due refuses another forward. doc_start (host) is given to every
+    // stage's call of a micro-batch and copied, so the caller may reuse its buffers at once.
     double stage_forward(int slot, const int32_t* inputs, const int32_t* targets,
                          const int32_t* doc_start, float d_scale);
     // The last stage starts from its loss; the others read d(output) from
     // stage_output_grad(slot). Non-first stages leave d(input) in stage_input_grad(slot).
     // Parameter gradients accumulate (+=). Calls the grad-ready hook as gradients become final.
     void stage_backward(int slot);
-    // (B·T, C) buffers of a slot, for the executor to receive into / send from. Each stays
-    // valid and untouched until the slot's next stage_forward (input, output) or stage_backward
-    // (the grads). Asking a stage for one it does not have (stage 0's input) throws.
-    float* stage_input(int slot);
-    float* stage_output(int slot);
-    float* stage_output_grad(int slot);
-    float* stage_input_grad(int slot);
+    // (B·T, C) F32 buffers of a slot in backend memory, for the executor to receive into / send
+    // from. Each stays valid and untouched until the slot's next stage_forward (input, output)
+    // or stage_backward (the grads). Asking a stage for one it does not have (stage 0's input)
+    // throws.
+    Mat stage_input(int slot);
+    Mat stage_output(int slot);
+    Mat stage_output_grad(int slot);
+    Mat stage_input_grad(int slot);
 
     // During every backward (stage_backward and forward_backward): after each layer (its
     // parameters), after the head (final norm and LM head or tied copy) and at the end
@@ -149,69 +163,74 @@ class Transformer {
   private:
     // One micro-batch in flight: its saved activations and stage-boundary buffers.
     struct Slot {
-        std::vector<float*> resid;    // L_s + 1 (N, C): input of local layer i; [L_s] = output
+        std::vector<Mat> resid;       // L_s + 1 (N, C) F32: input of local layer i; [L_s] = output
         std::vector<LayerActs> acts;  // one per kept layer of this stage
-        float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // last stage
-        float* d_lnf = nullptr;  // (N, C) from the head; the shared d_ln_ when slots == 1
-        float* d_out = nullptr;  // (N, C) non-last stages: stage_output_grad
-        float* d_in = nullptr;   // (N, C) non-first stages: stage_input_grad, backward's d_resid
-        int32_t* ids = nullptr;  // (N) stage 0: the token ids
-        int32_t* doc = nullptr;  // (N) copy of doc_start
-        AttnDims dims{};         // of the last forward (doc_start -> doc or null)
-        bool pending = false;    // forward done, backward due
+        Mat lnf;                      // (N, C) A, last stage
+        Vec lnf_mean, lnf_rstd;       // (N) F32
+        Mat d_lnf;                    // (N, C) F32 from the head; the shared d_ln_ when slots == 1
+        Mat d_out;                    // (N, C) non-last stages: stage_output_grad
+        Mat d_in;              // (N, C) non-first stages: stage_input_grad, backward's d_resid
+        Vec ids;               // (N) I32 stage 0: the token ids
+        Vec doc;               // (N) I32 copy of doc_start
+        AttnDims dims{};       // of the last forward (doc_start -> doc or empty)
+        bool pending = false;  // forward done, backward due
     };
-    // Contiguous gradient range reported by the hook, and its parameters with padding.
+    // Contiguous gradient range reported by the hook, and the padding runs to zero in it.
     struct GradGroup {
         int64_t offset = 0, count = 0;
-        std::vector<int> padded;
+        std::vector<Vec> padding;  // views of padding elements of the gradient buffer
     };
 
     void allocate(Arena& a);
+    void build_layers();
     void build_grad_groups();
     void finish_group(const GradGroup& g);
     AttnDims attn_dims(int B, int T, const int32_t* doc_start) const;
     Slot& slot_at(int slot, const char* op);
     void require_single_stage(const char* op) const;
     double run_forward(Slot& s, AttnDims d, const int32_t* inputs, const int32_t* targets,
-                       float d_scale, bool backward);
+                       const int32_t* doc_start, float d_scale, bool backward);
     void run_backward(Slot& s);
     const LayerActs& acts(const Slot& s, int i) const;
+    // Views of the (N, ·) buffers for a batch of N rows.
+    static Mat rows(const Mat& m, int N) { return m.empty() ? m : m.row_slice(0, N); }
+    static Vec rows(const Vec& v, int64_t n) { return v.empty() ? v : v.slice(0, n); }
+    // x in the compute dtype: itself, or converted into `scratch` (N, C).
+    CMat in_compute(CMat x, Mat scratch);
     // Layers, by local index i (global layer layer_begin + i).
-    void layer_forward(int i, const LayerActs& s, const float* x, float* out, AttnDims d);
-    void layer_backward(int i, Slot& s, float* d_resid, AttnDims d);
-    void attention_backward(int i, const LayerActs& s, const float* x, float* d_resid, AttnDims d);
-    void mlp_backward(int i, const LayerActs& s, float* d_resid, AttnDims d);
-    void row_parallel_forward(float* y, const float* resid, const float* in, int K, const float* W,
-                              const float* b, int N);
-    void tp_sum(float* x, size_t n);
+    void layer_forward(int i, const LayerActs& s, CMat x, Mat out, AttnDims d);
+    void layer_backward(int i, Slot& s, Mat d_resid, AttnDims d);
+    void attention_backward(int i, const LayerActs& s, CMat x, Mat d_resid, AttnDims d);
+    void mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims d);
+    // y (N, C) = resid + in · Wᵀ + b for a row-parallel Linear.
+    void row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMat in);
     // Replicated kv heads (kv_group_): around a layer's q|k|v weight-gradient accumulation.
     void kv_grads_set_aside(int i);
     Request kv_grads_start_sum(int i);
     void kv_grads_finish(int i, Request& sum);
-    LayerWeights weights(int layer, bool grads);
+    Mat kv_grad_rows(int i, bool bias);  // the k|v rows of layer i's q|k|v weight/bias gradient
     // Embedding, final norm and head (transformer_head.cpp).
-    void embed_forward(float* out, const int32_t* ids, AttnDims d);
-    void embed_backward(const float* d_out, const int32_t* ids, AttnDims d);
-    bool owns_token(int32_t id) const {
-        return id >= vocab_begin_ && id < vocab_begin_ + vocab_valid_;
-    }
-    void local_ids(const int32_t* ids, int N);
+    void embed_forward(Mat out, CVec ids, AttnDims d);
+    void embed_backward(CMat d_out, CVec ids, AttnDims d);
     void final_norm_forward(Slot& s, int N);
-    void final_norm_backward(Slot& s, float* d_resid, int N);
+    void final_norm_backward(Slot& s, Mat d_resid, int N);
     double head_forward(Slot& s, const int32_t* targets, int N, float d_scale, bool backward);
-    void head_chunk_vocab_parallel(const float* x, const int32_t* targets, int rows, float d_scale,
-                                   bool backward, float* losses, float* d_x);
-    void logits_forward(const float* x, int N, float* logits);
-    const float* head_weight() const;
-    float* head_grad();
+    void head_chunk(Slot& s, int r0, int rows, float d_scale, bool backward);
+    void head_chunk_vocab_parallel(Slot& s, const int32_t* targets, int r0, int rows, float d_scale,
+                                   bool backward);
+    void logits_forward(CMat x, int N, float* logits);
+    Linear head_linear(bool with_grad);
+    Norm final_norm() const;
 
     ModelConfig cfg_;
     Backend& be_;
     ModelParallel mp_;
-    Communicator* tp_ = nullptr;  // the tp group when tp_size > 1, else null (no communication)
+    DType act_;                         // the compute dtype A
+    Communicator* tp_host_ = nullptr;   // the tp group (host buffers) when tp_size > 1, else null
+    std::unique_ptr<Communicator> tp_;  // tp_host_ carrying backend memory, or null
     std::unique_ptr<Communicator> kv_group_;  // tp > KV: the ranks holding this kv head, else null
     ParamStore params_;
-    std::vector<LayerWeights> w_, g_;        // by local layer
+    std::vector<DecoderLayer> layers_;       // by local layer
     int H_ = 0, KV_ = 0, F_ = 0, V_ = 0;     // this rank's heads, kv heads, MLP width, vocab rows
     int vocab_begin_ = 0, vocab_valid_ = 0;  // global ids [begin, begin + valid) are this rank's
     std::vector<GradGroup> layer_groups_;    // by local layer
@@ -221,23 +240,27 @@ class Transformer {
     int B_ = 0, T_ = 0, head_rows_ = 0;
     std::vector<bool> recompute_;  // per global layer
     std::vector<int> act_index_;   // local layer -> its LayerActs in a slot, -1 = shared scratch
+    DeviceBuffer block_;           // the activation memory the arena carves
     Arena arena_;
     std::vector<Slot> slots_;
-    LayerActs scratch_acts_;                           // recomputed layers
-    float* logits_ = nullptr;                          // (head_rows, V)
-    float* losses_ = nullptr;                          // (N)
-    float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // (T, D/2)
-    float *d_resid_ = nullptr, *d_ln_ = nullptr;       // (N, C)
-    float *d_qkv_ = nullptr, *d_att_ = nullptr;        // (N, S), (N, H·D)
-    float *d_fc_ = nullptr, *d_act_ = nullptr;         // (N, 2F | F), (N, F)
-    float* tp_buf_ = nullptr;       // (N, C) tp > 1: partial row-parallel outputs
-    int32_t* ids_local_ = nullptr;  // (N) tp > 1: token ids within this rank's vocabulary rows
-    float* ce_buf_ = nullptr;       // (5·head_rows) tp > 1: the vocab-parallel softmax statistics
-    int32_t* ce_tgt_ = nullptr;     // (head_rows) tp > 1: targets as local columns
+    LayerActs scratch_acts_;   // recomputed layers
+    Mat logits_;               // (head_rows, V) F32
+    Mat d_logits_;             // (head_rows, V) A when A is 16-bit, else logits_ (in place)
+    Vec losses_;               // (N) F32
+    Vec targets_;              // (N) I32 the last stage's targets (global ids)
+    Mat rope_cos_, rope_sin_;  // (T, D/2) F32
+    Mat d_resid_, d_ln_;       // (N, C) F32
+    Mat d_qkv_, d_att_;        // (N, S), (N, H·D) A
+    Mat d_fc_, d_act_;         // (N, 2F | F), (N, F) A
+    Mat d_y16_;                // (N, C) A: F32 gradients converted for a GEMM (A != F32)
+    Mat tp_buf_;               // (N, C) F32 tp > 1: partial row-parallel outputs
+    // tp > 1, vocab-parallel head: local targets (head_rows) and row statistics.
+    Vec ce_tgt_, ce_lse_, ce_zt_;
+    std::vector<int32_t> host_tgt_;  // (head_rows) host staging of ce_tgt_
 
     // kv_group_: the k|v weight (2·D, C) and bias (2·D) gradients accumulated before this
     // micro-batch, and this micro-batch's partials being summed over the group.
-    float *kv_old_ = nullptr, *kv_sum_ = nullptr;  // (2·D·C + 2·D) each
+    Vec kv_old_, kv_sum_;  // (2·D·C + 2·D) F32 each
 };
 
 }  // namespace ete

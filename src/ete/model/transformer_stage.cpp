@@ -1,17 +1,15 @@
 // ete/model/transformer_stage.cpp — one pipeline stage of one micro-batch (stage_forward /
 // stage_backward in a slot), and the whole-model calls built on the same two steps.
-#include <cstring>
-
 #include "ete/model/transformer.h"
 
 namespace ete {
 
-// The attention shape of a (B, T) batch on this rank's heads; validates doc_start once for the
-// whole call.
+// The attention shape of a (B, T) batch on this rank's heads; validates the host doc_start once
+// for the whole call (the slot's backend copy replaces it in run_forward).
 AttnDims Transformer::attn_dims(int B, int T, const int32_t* doc_start) const {
     ETE_CHECK(B <= B_ && T <= T_, "batch ({}, {}) exceeds the set-up size ({}, {})", B, T, B_, T_);
     check_doc_start(doc_start, B, T);
-    return AttnDims{B, T, H_, KV_, cfg_.D(), doc_start};
+    return AttnDims{B, T, H_, KV_, cfg_.D(), {}};
 }
 
 Transformer::Slot& Transformer::slot_at(int slot, const char* op) {
@@ -31,14 +29,14 @@ void Transformer::require_single_stage(const char* op) const {
 
 // The forward of this stage for one micro-batch in slot s. On the last stage also the final norm
 // and, unless targets is null (logits only), the loss, with `backward` the head's backward up to
-// d_lnf (so the stage's backward starts at the final norm).
+// d_lnf (so the stage's backward starts at the final norm). Host inputs, targets, doc_start.
 double Transformer::run_forward(Slot& s, AttnDims d, const int32_t* inputs, const int32_t* targets,
-                                float d_scale, bool backward) {
+                                const int32_t* doc_start, float d_scale, bool backward) {
     const int N = d.B * d.T, V = cfg_.vocab_size;
-    if (d.doc_start) {
+    if (doc_start) {
         // Copied: backward (and recompute) read the positions again after the caller moved on.
-        std::memcpy(s.doc, d.doc_start, sizeof(int32_t) * size_t(N));
-        d.doc_start = s.doc;
+        be_.upload(s.doc.data, doc_start, sizeof(int32_t) * size_t(N));
+        d.doc_start = s.doc.slice(0, N);
     }
     s.dims = d;
     s.pending = false;
@@ -48,12 +46,13 @@ double Transformer::run_forward(Slot& s, AttnDims d, const int32_t* inputs, cons
                       "token id {} at position {} is outside the vocabulary [0, {})", inputs[i], i,
                       V);
         }
-        std::memcpy(s.ids, inputs, sizeof(int32_t) * size_t(N));
-        embed_forward(s.resid[0], s.ids, d);
+        be_.upload(s.ids.data, inputs, sizeof(int32_t) * size_t(N));
+        embed_forward(rows(s.resid[0], N), s.ids.slice(0, N), d);
     }
-    const int Ls = int(w_.size());
+    const int Ls = int(layers_.size());
     for (int i = 0; i < Ls; ++i)
-        layer_forward(i, acts(s, i), s.resid[size_t(i)], s.resid[size_t(i) + 1], d);
+        layer_forward(i, acts(s, i), rows(s.resid[size_t(i)], N), rows(s.resid[size_t(i) + 1], N),
+                      d);
     double loss = 0;
     if (mp_.last_stage()) {
         final_norm_forward(s, N);
@@ -68,19 +67,19 @@ double Transformer::run_forward(Slot& s, AttnDims d, const int32_t* inputs, cons
 void Transformer::run_backward(Slot& s) {
     const AttnDims d = s.dims;
     const int N = d.B * d.T;
-    float* d_resid = mp_.first_stage() ? d_resid_ : s.d_in;
+    Mat d_resid = rows(mp_.first_stage() ? d_resid_ : s.d_in, N);
     if (mp_.last_stage()) {
         final_norm_backward(s, d_resid, N);
         finish_group(head_group_);
     } else {
-        std::memcpy(d_resid, s.d_out, sizeof(float) * size_t(N) * cfg_.hidden_size);
+        be_.copy(d_resid, rows(s.d_out, N));
     }
-    for (int i = int(w_.size()) - 1; i >= 0; --i) {
+    for (int i = int(layers_.size()) - 1; i >= 0; --i) {
         layer_backward(i, s, d_resid, d);
         finish_group(layer_groups_[size_t(i)]);
     }
     if (mp_.first_stage()) {
-        embed_backward(d_resid, s.ids, d);
+        embed_backward(d_resid, s.ids.slice(0, N), d);
         finish_group(embed_group_);
     }
     s.pending = false;
@@ -92,7 +91,8 @@ double Transformer::stage_forward(int slot, const int32_t* inputs, const int32_t
     ETE_CHECK(!s.pending, "stage_forward: slot {} of stage {} still waits for its stage_backward",
               slot, mp_.stage);
     ETE_CHECK(targets || !mp_.last_stage(), "stage_forward: the last stage needs targets");
-    return run_forward(s, attn_dims(B_, T_, doc_start), inputs, targets, d_scale, d_scale != 0.0f);
+    return run_forward(s, attn_dims(B_, T_, doc_start), inputs, targets, doc_start, d_scale,
+                       d_scale != 0.0f);
 }
 
 void Transformer::stage_backward(int slot) {
@@ -103,23 +103,23 @@ void Transformer::stage_backward(int slot) {
     run_backward(s);
 }
 
-float* Transformer::stage_input(int slot) {
+Mat Transformer::stage_input(int slot) {
     ETE_CHECK(!mp_.first_stage(), "stage_input: stage 0 reads token ids, not an activation");
     return slot_at(slot, "stage_input").resid.front();
 }
 
-float* Transformer::stage_output(int slot) {
+Mat Transformer::stage_output(int slot) {
     ETE_CHECK(!mp_.last_stage(),
               "stage_output: the last stage ends in the loss, not an activation");
     return slot_at(slot, "stage_output").resid.back();
 }
 
-float* Transformer::stage_output_grad(int slot) {
+Mat Transformer::stage_output_grad(int slot) {
     ETE_CHECK(!mp_.last_stage(), "stage_output_grad: the last stage starts backward from its loss");
     return slot_at(slot, "stage_output_grad").d_out;
 }
 
-float* Transformer::stage_input_grad(int slot) {
+Mat Transformer::stage_input_grad(int slot) {
     ETE_CHECK(!mp_.first_stage(), "stage_input_grad: stage 0 has no input activation");
     return slot_at(slot, "stage_input_grad").d_in;
 }
@@ -129,7 +129,8 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     require_single_stage("forward_backward");
     // One AttnDims (and so one doc_start) for the forward and every recomputed layer forward.
     Slot& s = slots_[0];
-    double loss = run_forward(s, attn_dims(B, T, doc_start), inputs, targets, d_scale, true);
+    double loss =
+        run_forward(s, attn_dims(B, T, doc_start), inputs, targets, doc_start, d_scale, true);
     run_backward(s);
     return loss;
 }
@@ -137,14 +138,15 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
 double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T,
                                  const int32_t* doc_start) {
     require_single_stage("forward_loss");
-    return run_forward(slots_[0], attn_dims(B, T, doc_start), inputs, targets, 0.0f, false);
+    return run_forward(slots_[0], attn_dims(B, T, doc_start), inputs, targets, doc_start, 0.0f,
+                       false);
 }
 
 void Transformer::forward_logits(const int32_t* inputs, int B, int T, float* logits,
                                  const int32_t* doc_start) {
     require_single_stage("forward_logits");
     Slot& s = slots_[0];
-    run_forward(s, attn_dims(B, T, doc_start), inputs, nullptr, 0.0f, false);
+    run_forward(s, attn_dims(B, T, doc_start), inputs, nullptr, doc_start, 0.0f, false);
     logits_forward(s.lnf, B * T, logits);
 }
 

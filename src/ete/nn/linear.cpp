@@ -1,19 +1,32 @@
 // ete/nn/linear.cpp
 #include "ete/nn/linear.h"
 
+#include "ete/nn/tp_regions.h"
+
 namespace ete {
 
-void linear_forward(Backend& be, float* y, int ldy, const float* x, int ldx, const float* W,
-                    const float* b, LinearShape s, float beta) {
-    be.gemm(false, true, s.N, s.out, s.in, 1.0f, x, ldx, W, s.in, beta, y, ldy);
-    if (b) be.bias_forward(y, b, s.N, s.out, ldy);
+void Linear::forward(Backend& be, Mat y, CMat x, bool accumulate, Mat scratch) const {
+    if (mode_ == TpMode::Row && tp_) {
+        // Partial products first, summed over tp, then (once) the replicated bias.
+        Mat part = accumulate ? scratch : y;
+        ETE_ASSERT(part.rows == y.rows && part.cols == y.cols);
+        be.gemm(x, false, p_.w, true, part);
+        reduce_from_region_forward(tp_, part);
+        if (accumulate) be.add(y, part);
+    } else {
+        be.gemm(x, false, p_.w, true, y, 1.0f, accumulate ? 1.0f : 0.0f);
+    }
+    if (!p_.b.empty()) be.bias_forward(y, p_.b);
 }
 
-void linear_backward(Backend& be, float* d_x, const float* d_y, int ldy, const float* x, int ldx,
-                     const float* W, float* d_W, float* d_b, LinearShape s) {
-    if (d_x) be.gemm(false, false, s.N, s.in, s.out, 1.0f, d_y, ldy, W, s.in, 0.0f, d_x, s.in);
-    be.gemm(true, false, s.out, s.in, s.N, 1.0f, d_y, ldy, x, ldx, 1.0f, d_W, s.in);
-    if (d_b) be.bias_backward(d_b, d_y, s.N, s.out, ldy);
+void Linear::backward_weight(Backend& be, CMat d_y, CMat x) const {
+    if (!p_.d_w.empty()) be.gemm(d_y, true, x, false, p_.d_w, 1.0f, 1.0f);
+    if (!p_.d_b.empty()) be.bias_backward(p_.d_b, d_y);
+}
+
+void Linear::backward_input(Backend& be, Mat d_x, CMat d_y) const {
+    be.gemm(d_y, false, p_.w, false, d_x);
+    if (mode_ == TpMode::Column) copy_to_region_backward(tp_, d_x);
 }
 
 }  // namespace ete

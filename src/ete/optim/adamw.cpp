@@ -14,8 +14,28 @@ AdamW::AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg)
 AdamW::AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg, int64_t begin, int64_t end)
     : store_(store), be_(backend), cfg_(cfg), begin_(begin), end_(end) {
     ETE_ASSERT(0 <= begin && begin <= end && end <= store.numel());
-    m_ = Tensor::zeros({end - begin});
-    v_ = Tensor::zeros({end - begin});
+    const size_t bytes = size_t(end - begin) * sizeof(float);
+    m_ = DeviceBuffer(be_, bytes);
+    v_ = DeviceBuffer(be_, bytes);
+    be_.fill_bytes(m_.data(), 0, bytes);
+    be_.fill_bytes(v_.data(), 0, bytes);
+}
+
+std::vector<float> AdamW::download_exp_avg() const {
+    std::vector<float> h(static_cast<size_t>(end_ - begin_));
+    be_.download(h.data(), m_.data(), m_.bytes());
+    return h;
+}
+
+std::vector<float> AdamW::download_exp_avg_sq() const {
+    std::vector<float> h(static_cast<size_t>(end_ - begin_));
+    be_.download(h.data(), v_.data(), v_.bytes());
+    return h;
+}
+
+void AdamW::upload_moments(const float* m, const float* v) {
+    be_.upload(m_.data(), m, m_.bytes());
+    be_.upload(v_.data(), v, v_.bytes());
 }
 
 void AdamW::step(double lr) {
@@ -23,6 +43,7 @@ void AdamW::step(double lr) {
     float bc1 = float(1.0 - std::pow(cfg_.beta1, double(t_)));
     float bc2 = float(1.0 - std::pow(cfg_.beta2, double(t_)));
     const auto& specs = store_.specs();
+    Vec p = store_.masters(), g = store_.grads(), copy = store_.compute_copy();
     for (size_t i = 0; i < specs.size(); ++i) {
         if (!specs[i].trainable) continue;
         // The part of parameter i inside [begin_, end_).
@@ -30,35 +51,38 @@ void AdamW::step(double lr) {
         const int64_t lo = std::max(off, begin_), hi = std::min(off + n, end_);
         if (lo >= hi) continue;
         float wd = param_decays(specs[i]) ? float(cfg_.weight_decay) : 0.0f;
-        be_.adamw_step(store_.params() + lo, store_.grads() + lo, m_.f32() + (lo - begin_),
-                       v_.f32() + (lo - begin_), hi - lo, float(lr), float(cfg_.beta1),
-                       float(cfg_.beta2), float(cfg_.eps), wd, bc1, bc2);
+        AdamWStep s{float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps), wd, bc1, bc2};
+        be_.adamw_step(p.slice(lo, hi - lo), g.slice(lo, hi - lo),
+                       exp_avg().slice(lo - begin_, hi - lo),
+                       exp_avg_sq().slice(lo - begin_, hi - lo), s,
+                       copy.empty() ? Vec{} : copy.slice(lo, hi - lo));
     }
 }
 
-double clip_grad_norm(ParamStore& store, Backend& backend, double clip) {
-    double norm = std::sqrt(backend.sum_squares(store.grads(), store.numel()));
-    if (clip > 0) {
-        // torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1, computed in f32.
-        float coef = float(clip) / (float(norm) + 1e-6f);
-        if (coef < 1.0f) backend.scale(store.grads(), coef, store.numel());
-    }
-    return norm;
+float clip_coefficient(double norm, double clip) {
+    if (clip <= 0) return 1.0f;
+    // torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1, computed in f32.
+    return std::min(1.0f, float(clip) / (float(norm) + 1e-6f));
+}
+
+double grad_norm(ParamStore& store, Backend& backend, Communicator* mp) {
+    if (!mp || mp->size() == 1) return std::sqrt(backend.sum_squares(store.grads()));
+    double sq = 0;
+    for (int i = 0; i < store.size(); ++i)
+        if (store.counts_in_norm(i)) sq += backend.sum_squares(store.grad(i).flat());
+    mp->all_reduce(&sq, 1, DType::F64, ReduceOp::Sum);
+    return std::sqrt(sq);
 }
 
 double clip_grad_norm(ParamStore& store, Backend& backend, double clip, Communicator* mp) {
-    if (!mp || mp->size() == 1) return clip_grad_norm(store, backend, clip);
-    double sq = 0;
-    for (size_t i = 0; i < store.specs().size(); ++i)
-        if (store.counts_in_norm(int(i)))
-            sq += backend.sum_squares(store.grad(int(i)), store.numel(int(i)));
-    mp->all_reduce(&sq, 1, DType::F64, ReduceOp::Sum);
-    const double norm = std::sqrt(sq);
-    if (clip > 0) {
-        float coef = float(clip) / (float(norm) + 1e-6f);
-        if (coef < 1.0f) backend.scale(store.grads(), coef, store.numel());
-    }
+    const double norm = grad_norm(store, backend, mp);
+    const float coef = clip_coefficient(norm, clip);
+    if (coef < 1.0f) backend.scale(store.grads(), coef);
     return norm;
+}
+
+double clip_grad_norm(ParamStore& store, Backend& backend, double clip) {
+    return clip_grad_norm(store, backend, clip, nullptr);
 }
 
 LrSchedule lr_schedule_from_name(const std::string& name) {

@@ -1,11 +1,13 @@
 // ete/optim/adamw.h — AdamW with decoupled weight decay, global-norm clipping, LR schedules.
 //
-// Moments are f32 and live beside the flat parameter buffer (same offsets). Weight decay applies
-// per ParamSpec (matrices only by default). The update follows torch.optim.AdamW's operation
-// order so PyTorch goldens match to rounding.
+// Moments are F32 backend memory beside the flat trainable buffer (same offsets). Weight decay
+// applies per ParamSpec (matrices only by default). The update follows torch.optim.AdamW's
+// operation order so PyTorch goldens match to rounding; under mixed precision the same pass
+// rewrites the parameters' compute copy.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "ete/backend/backend.h"
 #include "ete/model/param_store.h"
@@ -33,18 +35,31 @@ class AdamW {
     int64_t steps_taken() const { return t_; }
     int64_t shard_begin() const { return begin_; }
     int64_t shard_end() const { return end_; }
-    Tensor& exp_avg() { return m_; }  // (end - begin) elements
-    Tensor& exp_avg_sq() { return v_; }
+    // The moments, (end - begin) F32 elements of backend memory each.
+    Vec exp_avg() { return {m_.data(), DType::F32, end_ - begin_}; }
+    Vec exp_avg_sq() { return {v_.data(), DType::F32, end_ - begin_}; }
+    // Host copies in and out (checkpoints).
+    std::vector<float> download_exp_avg() const;
+    std::vector<float> download_exp_avg_sq() const;
+    void upload_moments(const float* m, const float* v);
     void set_steps_taken(int64_t t) { t_ = t; }
 
   private:
     ParamStore& store_;
     Backend& be_;
     AdamWConfig cfg_;
-    Tensor m_, v_;
+    DeviceBuffer m_, v_;
     int64_t begin_ = 0, end_ = 0;
     int64_t t_ = 0;
 };
+
+// The global L2 norm of the gradients over the ranks of `mp` (tensor x pipeline parallel; null
+// or size 1 = this rank's): the squared norm counts every element once
+// (ParamTable::counts_in_norm) and is summed over mp. Non-finite when any gradient is.
+double grad_norm(ParamStore& store, Backend& backend, Communicator* mp);
+// The clip coefficient torch uses for gradients of norm `norm`: min(1, clip / (norm + 1e-6))
+// in f32; 1 when clip <= 0 (no clipping).
+float clip_coefficient(double norm, double clip);
 
 // Global L2 norm of all gradients; when clip > 0 and the norm exceeds it, scales the gradients
 // by clip / (norm + 1e-6) exactly like torch.nn.utils.clip_grad_norm_. Returns the norm before

@@ -20,8 +20,13 @@
 
 namespace ete {
 
-GradSync::GradSync(Communicator& dp, float* grads, size_t n, GradSyncOptions options)
-    : dp_(dp), grads_(grads), n_(n), options_(options) {
+GradSync::GradSync(Communicator& dp, DeviceMemory* mem, float* grads, size_t n,
+                   GradSyncOptions options)
+    : dp_(dp),
+      mem_(mem && !mem->host_addressable() ? mem : nullptr),
+      grads_(grads),
+      n_(n),
+      options_(options) {
     ETE_CHECK(options.bucket_bytes >= sizeof(float),
               "GradSync on group {}: bucket_bytes {} (expected >= 4, one f32 element)", dp.name(),
               options.bucket_bytes);
@@ -43,6 +48,7 @@ GradSync::GradSync(Communicator& dp, float* grads, size_t n, GradSyncOptions opt
         options_.overlap = false;
     }
     if (options_.bf16) staging_.resize(std::min(bucket_elems_, n));
+    if (mem_) host_.resize(std::min(bucket_elems_, n));
     if (options_.overlap) comm_thread_ = std::thread([this] { comm_loop(); });
 }
 
@@ -234,9 +240,10 @@ void GradSync::reduce_bucket(size_t b) {
         events_[b].start_s = now_s();
     }
     const Range r = bucket(b);
-    float* p = grads_ + r.offset;
+    float* p = mem_ ? host_.data() : grads_ + r.offset;
     std::string error;
     try {
+        if (mem_) mem_->download(p, grads_ + r.offset, r.count * sizeof(float));
         if (options_.bf16) {
             uint16_t* h = staging_.data();
             for (size_t i = 0; i < r.count; ++i) h[i] = f32_to_bf16(p[i]);
@@ -245,6 +252,7 @@ void GradSync::reduce_bucket(size_t b) {
         } else {
             dp_.all_reduce(p, r.count, DType::F32, ReduceOp::Sum);
         }
+        if (mem_) mem_->upload(grads_ + r.offset, p, r.count * sizeof(float));
     } catch (const std::exception& e) {
         error = fmt::format("GradSync bucket {} of {} (elements [{}, {})): {}", b, num_buckets_,
                             r.offset, r.offset + r.count, e.what());

@@ -16,6 +16,10 @@
 // order (the MPI rule) even when ranks report ranges in different orders; in the usual reverse
 // execution order it costs nothing.
 //
+// Backend memory: the gradient buffer is a backend's (core/device_memory.h). When that memory is
+// not host addressable, each bucket is downloaded into a host staging buffer, reduced there and
+// uploaded back (the dp communicator always works on host buffers).
+//
 // Threading contract: between begin() and finish() the comm thread owns the dp communicator and
 // every reported range — the caller must neither call dp nor touch a reported range until finish()
 // returns. Other communicators (tp, pp) may be used meanwhile (MPI runs with MPI_THREAD_MULTIPLE).
@@ -32,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "ete/core/device_memory.h"
 #include "ete/parallel/communicator.h"
 
 namespace ete {
@@ -55,9 +60,10 @@ class GradSync {
         size_t offset, count;
     };
 
-    // grads (n f32) must outlive this object. With dp.size() == 1 every step is a no-op (no thread,
-    // no events) apart from the argument checks.
-    GradSync(Communicator& dp, float* grads, size_t n, GradSyncOptions options = {});
+    // grads (n f32 of `mem`'s memory; mem null = host memory) must outlive this object. With
+    // dp.size() == 1 every step is a no-op (no thread, no events) apart from the argument checks.
+    GradSync(Communicator& dp, DeviceMemory* mem, float* grads, size_t n,
+             GradSyncOptions options = {});
     ~GradSync();  // stops the comm thread after the bucket it is reducing, if any
     GradSync(const GradSync&) = delete;
     GradSync& operator=(const GradSync&) = delete;
@@ -90,6 +96,7 @@ class GradSync {
     void run_on_main_thread();
 
     Communicator& dp_;
+    DeviceMemory* mem_;  // null or host addressable: reduce in place
     float* grads_;
     size_t n_;
     GradSyncOptions options_;
@@ -117,6 +124,7 @@ class GradSync {
     std::vector<BucketEvent> events_;
 
     std::vector<uint16_t> staging_;  // bf16 copy of one bucket (used by one thread at a time)
+    std::vector<float> host_;  // f32 copy of one bucket when the gradients are not host memory
     std::thread comm_thread_;
 };
 

@@ -124,7 +124,15 @@ const std::vector<Key>& keys() {
         t.push_back(field("train.eval_every", &R::eval_every, "validation interval (0 = off)"));
         t.push_back(field("train.eval_batches", &R::eval_batches, "validation micro-batches"));
         t.push_back(field("train.log_every", &R::log_every, "log-line interval (non-TTY)"));
-        t.push_back(field("train.backend", &R::backend, "compute backend: cpu, ref or cuda"));
+        t.push_back(field("train.backend", &R::backend,
+                          "compute backend: cpu, ref, guarded (tests) or cuda"));
+        t.push_back(field("train.precision", &R::precision,
+                          "GEMM operand dtype: fp32, bf16 or fp16 (fp32 master weights, "
+                          "gradients and optimizer; fp16 adds a dynamic loss scaler)"));
+        t.push_back(field("train.save_dtype", &R::save_dtype,
+                          "dtype of final/: fp32, bf16 or fp16 (empty = the precision's)"));
+        t.push_back(field("train.loss_scale_window", &R::loss_scale_window,
+                          "fp16: clean steps before the loss scale doubles"));
         t.push_back(field("train.checkpoint_every", &R::checkpoint_every,
                           "steps between checkpoints (0 = only on SIGTERM/SIGINT)"));
         t.push_back(field("train.keep_checkpoints", &R::keep_checkpoints,
@@ -302,6 +310,26 @@ std::string dump_toml(const RunConfig& cfg) {
     return out.str();
 }
 
+namespace {
+
+DType precision_dtype(const std::string& v, const char* key) {
+    if (v == "fp32") return DType::F32;
+    if (v == "bf16") return DType::BF16;
+    if (v == "fp16") return DType::F16;
+    throw_error(fmt::format("{} = '{}': expected fp32, bf16 or fp16", key, v));
+}
+
+}  // namespace
+
+DType compute_dtype(const RunConfig& c) {
+    return precision_dtype(c.precision, "train.precision");
+}
+
+DType save_dtype(const RunConfig& c) {
+    return c.save_dtype.empty() ? compute_dtype(c)
+                                : precision_dtype(c.save_dtype, "train.save_dtype");
+}
+
 void validate(const RunConfig& c) {
     ETE_CHECK(c.model_arch == "llama" || c.model_arch == "gpt2",
               "model.arch = '{}': expected llama or gpt2", c.model_arch);
@@ -318,6 +346,10 @@ void validate(const RunConfig& c) {
     ETE_CHECK(c.beta2 >= 0 && c.beta2 < 1, "train.beta2 = {}: expected in [0, 1)", c.beta2);
     ETE_CHECK(c.adam_eps > 0, "train.adam_eps = {}: expected > 0", c.adam_eps);
     ETE_CHECK(c.grad_clip >= 0, "train.grad_clip = {}: expected >= 0", c.grad_clip);
+    compute_dtype(c);
+    save_dtype(c);
+    ETE_CHECK(c.loss_scale_window > 0, "train.loss_scale_window = {}: expected > 0",
+              c.loss_scale_window);
     // With model.init_from the layer count is known only once the model dir is read.
     if (c.model_init_from.empty() && c.model.num_layers > 0) {
         recompute_plan(c.recompute, c.model.num_layers);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ete/core/dtype.h"
 #include "ete/data/sft.h"
 #include "ete/model/config.h"
 
@@ -35,8 +36,13 @@ struct RunConfig {
     int eval_batches = 8;
     int64_t log_every = 50;
     std::string backend = "cpu";
-    int64_t checkpoint_every = 0;  // steps between checkpoints (0 = only on SIGTERM/SIGINT)
-    int keep_checkpoints = 3;      // newest committed checkpoints kept (0 = all)
+    // Mixed precision (DESIGN.md §3b): the GEMMs' operand dtype; masters, gradients, optimizer
+    // and statistics stay fp32. fp16 adds a dynamic loss scaler.
+    std::string precision = "fp32";    // fp32 | bf16 | fp16
+    std::string save_dtype;            // final/ dtype: "" = the precision's (fp32, bf16, fp16)
+    int64_t loss_scale_window = 2000;  // fp16: clean steps before the loss scale doubles
+    int64_t checkpoint_every = 0;      // steps between checkpoints (0 = only on SIGTERM/SIGINT)
+    int keep_checkpoints = 3;          // newest committed checkpoints kept (0 = all)
     // [data]
     std::string data_format = "tokens";  // "tokens" (ETETOK01 shard) or "sft" (JSONL records)
     std::string data_train = "data/kjv.bin";
@@ -74,6 +80,11 @@ void apply_override(RunConfig& cfg, const std::string& assignment);
 std::string dump_toml(const RunConfig& cfg);
 // Cross-key checks after all sources are applied (model shape, batch sizes, ...).
 void validate(const RunConfig& cfg);
+// The compute dtype of train.precision, and the dtype final/ is saved in (train.save_dtype, or
+// the precision's natural choice).
+DType compute_dtype(const RunConfig& cfg);
+DType save_dtype(const RunConfig& cfg);
+
 // All keys with a one-line description, for --help.
 std::vector<std::pair<std::string, std::string>> config_keys_help();
 

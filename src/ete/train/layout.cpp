@@ -9,7 +9,7 @@
 
 namespace ete {
 
-LayoutMap::LayoutMap(const ParamStore& local, std::vector<ParamSpec> global_specs)
+LayoutMap::LayoutMap(const ParamTable& local, std::vector<ParamSpec> global_specs)
     : local_(local), global_specs_(std::move(global_specs)) {
     std::unordered_map<std::string, int64_t> offset;
     for (const ParamSpec& s : global_specs_) {

@@ -4,7 +4,7 @@
 //
 // Checkpoints and exported models always hold the logical model, so they load onto any layout.
 // Gathering sums over the world: each logical element is written by exactly one rank (the
-// dp-rank-0 replica's owner: ParamStore::counts_in_norm), every other rank contributes zeros.
+// dp-rank-0 replica's owner: ParamTable::counts_in_norm), every other rank contributes zeros.
 // This needs one whole-model buffer per rank while saving or loading — fine at CPU scale; a
 // sharded checkpoint format is the way to go past it.
 #pragma once
@@ -20,7 +20,7 @@ namespace ete {
 class LayoutMap {
   public:
     // local: this rank's store; global_specs: param_specs(config) without parallelism.
-    LayoutMap(const ParamStore& local, std::vector<ParamSpec> global_specs);
+    LayoutMap(const ParamTable& local, std::vector<ParamSpec> global_specs);
     int64_t global_numel() const { return global_numel_; }
     const std::vector<ParamSpec>& global_specs() const { return global_specs_; }
 
@@ -34,7 +34,7 @@ class LayoutMap {
     std::vector<float> to_global(const float* local, bool writer, Communicator& world) const;
 
   private:
-    const ParamStore& local_;
+    const ParamTable& local_;
     std::vector<ParamSpec> global_specs_;
     int64_t global_numel_ = 0;
     std::vector<int64_t> global_offset_;  // local parameter i -> its offset in the logical model

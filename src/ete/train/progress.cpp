@@ -43,6 +43,8 @@ void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run)
         if (m.buckets_early) j["buckets_early"] = *m.buckets_early;
         if (m.pp_bubble) j["pp_bubble"] = *m.pp_bubble;
         if (m.tp_comm_ms) j["tp_comm_ms"] = *m.tp_comm_ms;
+        if (m.loss_scale) j["loss_scale"] = *m.loss_scale;
+        if (m.skipped) j["skipped"] = *m.skipped;
         if (m.pp_bubble_theory) j["pp_bubble_theory"] = *m.pp_bubble_theory;
         std::fputs((j.dump() + "\n").c_str(), metrics_);
         std::fflush(metrics_);
@@ -52,6 +54,9 @@ void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run)
         "step: {}/{} | loss: {:.4f} | lr: {:.3e} | grad_norm: {:.3f} | tok/s: {:.0f} | eta: {}",
         m.step, total_, m.loss, m.lr, m.grad_norm, m.tokens_per_s, format_duration(eta));
     if (m.val_loss) line += fmt::format(" | val_loss: {:.4f}", *m.val_loss);
+    if (m.loss_scale)
+        line += fmt::format(" | loss_scale: {:g}{}", *m.loss_scale,
+                            m.skipped && *m.skipped ? " (skipped)" : "");
     if (tty_) {
         std::fprintf(stderr, "\r\033[K%s", line.c_str());
         live_ = true;

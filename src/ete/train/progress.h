@@ -26,6 +26,9 @@ struct StepMetrics {
     std::optional<double> pp_bubble, pp_bubble_theory;
     // Tensor parallel: time spent in the step's blocking tp all-reduces (forward and backward).
     std::optional<double> tp_comm_ms;
+    // fp16: the loss scale the step ran with, and whether it was skipped (non-finite gradient).
+    std::optional<double> loss_scale;
+    std::optional<bool> skipped;
 };
 
 class Progress {

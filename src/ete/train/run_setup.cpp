@@ -95,11 +95,15 @@ json run_settings(const RunConfig& c, const ModelConfig& mc) {
             {"train.beta1", c.beta1},
             {"train.beta2", c.beta2},
             {"train.adam_eps", c.adam_eps},
-            {"train.grad_clip", c.grad_clip}};
+            {"train.grad_clip", c.grad_clip},
+            {"train.precision", c.precision}};
 }
 
-void check_resume_compatible(const json& saved, const json& now, const std::string& from,
+void check_resume_compatible(const json& saved_settings, const json& now, const std::string& from,
                              const std::vector<std::string>& force) {
+    // Settings added after the first checkpoint format: what a checkpoint without them meant.
+    json saved = saved_settings;
+    if (!saved.contains("train.precision")) saved["train.precision"] = "fp32";
     for (const auto& [key, value] : now.items()) {
         if (saved.contains(key) && saved[key] == value) continue;
         if (std::find(force.begin(), force.end(), key) != force.end()) {

@@ -5,10 +5,14 @@
 // (dist.h). The loss is normalised by the target tokens of the whole global step. Only world
 // rank 0 writes files (metrics, config, checkpoints, the final model); every rank reads them.
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "ete/core/file_util.h"
 #include "ete/core/log.h"
+#include "ete/parallel/device_comm.h"
 #include "ete/parallel/pp_schedule.h"
 #include "ete/parallel/replica_check.h"
 #include "ete/train/run_setup.h"
@@ -38,7 +42,7 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
       rows_(replica_rows(cfg_.micro_batch, dist_.shape().dp, dist_.groups.dp_rank,
                          cfg_.parallel_uneven_batch)),
       loader_(open_data(cfg_, mc_, tok_, shard_)),
-      model_(mc_, *backend_, model_parallel()),
+      model_(mc_, *backend_, model_parallel(), compute_dtype(cfg_)),
       layout_(model_.params(), param_specs(mc_)),
       opt_(make_optimizer()),
       sched_(lr_schedule_from_name(cfg_.lr_schedule)) {
@@ -55,8 +59,19 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
         o.bucket_bytes = size_t(cfg_.parallel_bucket_mb * double(1 << 20));
         o.bf16 = cfg_.parallel_grad_bf16;
         o.overlap = cfg_.parallel_overlap;
-        sync_ = std::make_unique<GradSync>(*dist_.groups.dp, model_.params().grads(),
+        sync_ = std::make_unique<GradSync>(*dist_.groups.dp, backend_.get(),
+                                           static_cast<float*>(model_.params().grads().data),
                                            size_t(model_.params().numel()), o);
+    }
+    if (dist_.groups.pp) pp_dev_ = device_communicator(*dist_.groups.pp, *backend_);
+    if (dist_.tied) tied_dev_ = device_communicator(*dist_.tied, *backend_);
+    if (cfg_.precision == "fp16") scaler_ = LossScaler::for_fp16(cfg_.loss_scale_window);
+    // Fault injection for tests (docs/architecture.md): "STEP:RANK" puts an inf into one gradient
+    // of world rank RANK at 1-based step STEP, after the data-parallel reduction, so only that
+    // rank sees it unless the skip decision is shared.
+    if (const char* f = std::getenv("ETE_INJECT_NONFINITE_GRAD")) {
+        ETE_CHECK(std::sscanf(f, "%ld:%d", &inject_step_, &inject_rank_) == 2,
+                  "ETE_INJECT_NONFINITE_GRAD = '{}': expected STEP:RANK", f);
     }
 }
 
@@ -94,13 +109,52 @@ void Trainer::reduce_grads() {
         sync_->finish();
         model_.set_grad_ready_hook({});
     }
-    if (dist_.tied) {
+    if (tied_dev_) {
         // The first stage's embedding and the last stage's head copy share the name.
-        const int i = model_.params().index(mc_.arch == Arch::Llama ? "model.embed_tokens.weight"
-                                                                    : "wte.weight");
-        dist_.tied->all_reduce(model_.params().grad(i), size_t(model_.params().numel(i)),
-                               DType::F32, ReduceOp::Sum);
+        Mat g = model_.params().grad(model_.params().find(ParamRole::TokenEmbed));
+        tied_dev_->all_reduce(g.data, size_t(g.numel()), DType::F32, ReduceOp::Sum);
     }
+}
+
+void Trainer::inject_nonfinite(int64_t step) {
+    if (step + 1 != inject_step_ || dist_.world->rank() != inject_rank_) return;
+    const float inf = std::numeric_limits<float>::infinity();
+    backend_->upload(model_.params().grads().data, &inf, sizeof(float));
+    log_warn("ETE_INJECT_NONFINITE_GRAD: an inf gradient on world rank {} at step {}", inject_rank_,
+             inject_step_);
+}
+
+// Under fp16 the gradients carry the loss scale S: the step is taken only when no rank found a
+// non-finite one (one all-reduced flag, so every rank of every layout agrees), and then the
+// gradients are unscaled and clipped in one pass (S is a power of two: exact).
+bool Trainer::finish_grads(int64_t step, double* norm) {
+    inject_nonfinite(step);
+    ParamStore& ps = model_.params();
+    double n = grad_norm(ps, *backend_, dist_.mp.get());
+    if (!scaler_.enabled()) {
+        const float coef = clip_coefficient(n, cfg_.grad_clip);
+        if (coef < 1.0f) backend_->scale(ps.grads(), coef);
+        *norm = n;
+        return true;
+    }
+    int32_t bad = std::isfinite(n) ? 0 : 1;
+    if (dist_.world->size() > 1) dist_.world->all_reduce(&bad, 1, DType::I32, ReduceOp::Max);
+    const double S = scaler_.scale();
+    const bool ok = scaler_.update(bad != 0);
+    *norm = n / S;
+    if (!ok) {
+        log_info("step {}: non-finite gradient, step skipped; loss scale {} -> {}", step + 1, S,
+                 scaler_.scale());
+        return false;
+    }
+    backend_->scale(ps.grads(), float(double(clip_coefficient(*norm, cfg_.grad_clip)) / S));
+    return true;
+}
+
+nlohmann::json Trainer::checkpoint_extra() const {
+    nlohmann::json j = nlohmann::json::object();
+    if (scaler_.enabled()) j["loss_scaler"] = scaler_.state();
+    return j;
 }
 
 double Trainer::run_micro_batches(float d_scale) {
@@ -131,11 +185,14 @@ double Trainer::run_pipeline_step(float d_scale) {
         arm_grad_sync(m + 1 == A);
         model_.stage_backward(slot(m));
     };
-    cb.act_in = [&](int m) { return model_.stage_input(slot(m)); };
-    cb.act_out = [&](int m) { return model_.stage_output(slot(m)); };
-    cb.grad_in = [&](int m) { return model_.stage_output_grad(slot(m)); };
-    cb.grad_out = [&](int m) { return model_.stage_input_grad(slot(m)); };
-    last_pipe_ = run_pipeline(schedule_1f1b(stage, p, A), *dist_.groups.pp, stage, p, cb);
+    // Stage buffers are backend memory: the executor only hands them to the device-capable pp
+    // group.
+    auto f32 = [](Mat m) { return static_cast<float*>(m.data); };
+    cb.act_in = [&](int m) { return f32(model_.stage_input(slot(m))); };
+    cb.act_out = [&](int m) { return f32(model_.stage_output(slot(m))); };
+    cb.grad_in = [&](int m) { return f32(model_.stage_output_grad(slot(m))); };
+    cb.grad_out = [&](int m) { return f32(model_.stage_input_grad(slot(m))); };
+    last_pipe_ = run_pipeline(schedule_1f1b(stage, p, A), *pp_dev_, stage, p, cb);
     return loss_sum;
 }
 
@@ -143,22 +200,30 @@ StepMetrics Trainer::step(int64_t step) {
     const int T = cfg_.seq_len, A = cfg_.grad_accum;
     auto t0 = Clock::now();
     for (int a = 0; a < A; ++a) fill_micro(step, a);
-    // Normalise by the target tokens of the whole global step, not a mean of means.
+    // Normalise by the target tokens of the whole global step, not a mean of means; fp16 scales
+    // the loss gradient by the loss scale (a power of two: exact).
     const int64_t tokens = sum_over(*dist_.groups.dp, count_targets(tgt_.data(), tgt_.size()));
-    const float d_scale = 1.0f / float(std::max<int64_t>(tokens, 1));
+    const double loss_scale = scaler_.scale();
+    float d_scale = 1.0f / float(std::max<int64_t>(tokens, 1));
+    if (scaler_.enabled()) d_scale *= float(loss_scale);
     model_.params().zero_grads();
     if (tp_timed_) tp_timed_->reset();
     double loss_sum =
         dist_.shape().pp > 1 ? run_pipeline_step(d_scale) : run_micro_batches(d_scale);
     reduce_grads();
     loss_sum = global_loss(loss_sum);
-    double norm = clip_grad_norm(model_.params(), *backend_, cfg_.grad_clip, dist_.mp.get());
+    double norm = 0;
+    const bool take = finish_grads(step, &norm);
     double lr = lr_at(sched_, step, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
-    opt_.step(lr);
-    if (zero1()) {  // every replica updated its slice: gather the whole model everywhere
-        std::vector<float> mine(model_.params().params() + opt_.shard_begin(),
-                                model_.params().params() + opt_.shard_end());
-        gather_shards(mine.data(), model_.params().params());
+    if (take) opt_.step(lr);
+    if (take && zero1()) {  // every replica updated its slice: gather the whole model everywhere
+        ParamStore& ps = model_.params();
+        const int64_t have = opt_.shard_end() - opt_.shard_begin();
+        std::vector<float> mine(static_cast<size_t>(have)), full(size_t(ps.numel()));
+        backend_->download(mine.data(), ps.masters().slice(opt_.shard_begin(), have).data,
+                           mine.size() * sizeof(float));
+        gather_shards(mine.data(), full.data());
+        ps.upload_masters(full.data());
     }
     double dt = seconds_since(t0);
     const int64_t step_tokens = int64_t(A) * rows_.global_rows * T;
@@ -170,6 +235,10 @@ StepMetrics Trainer::step(int64_t step) {
     m.tokens_per_s = double(step_tokens) / dt;
     m.step_ms = dt * 1e3;
     m.tokens = tokens;
+    if (scaler_.enabled()) {
+        m.loss_scale = loss_scale;
+        m.skipped = !take;
+    }
     if (tp_timed_) m.tp_comm_ms = tp_timed_->seconds() * 1e3;
     if (dist_.shape().pp > 1) {
         // The mean over the stages of the share of the step not computing (waiting for
@@ -217,10 +286,10 @@ double Trainer::evaluate() {
             sum += model_.forward_loss(in_.data(), tgt_.data(), R, T, doc_start(0));
             continue;
         }
-        Communicator& pp = *dist_.groups.pp;
-        if (stage > 0) pp.recv(model_.stage_input(0), act, DType::F32, stage - 1, 0);
+        Communicator& pp = *pp_dev_;
+        if (stage > 0) pp.recv(model_.stage_input(0).data, act, DType::F32, stage - 1, 0);
         sum += model_.stage_forward(0, in_.data(), tgt_.data(), doc_start(0), 0.0f);
-        if (stage + 1 < p) pp.send(model_.stage_output(0), act, DType::F32, stage + 1, 0);
+        if (stage + 1 < p) pp.send(model_.stage_output(0).data, act, DType::F32, stage + 1, 0);
     }
     sum = global_loss(sum);
     count = sum_over(*dist_.groups.dp, count);
@@ -231,8 +300,10 @@ void Trainer::check_replicas(int64_t steps_done) {
     if (dist_.shape().dp == 1 || cfg_.parallel_replica_check_every == 0 ||
         steps_done % cfg_.parallel_replica_check_every != 0)
         return;
-    check_replicas_identical(*dist_.groups.dp, model_.params().params(),
-                             size_t(model_.params().numel()), fmt::format("step {}", steps_done));
+    std::vector<float> w(size_t(model_.params().numel()));
+    model_.params().download_masters(w.data());
+    check_replicas_identical(*dist_.groups.dp, w.data(), w.size(),
+                             fmt::format("step {}", steps_done));
 }
 
 // Ranks receive signals at different moments: they agree to stop when any of them got one.
@@ -246,11 +317,12 @@ void Trainer::log_start() const {
     const MeshShape& m = dist_.shape();
     log_info(
         "ete train: {} {}L C={} H={}/{} V={} | {:.2f}M params | {} tokens/step | "
-        "activations {:.0f} MiB | backend {}",
+        "activations {:.0f} MiB | backend {} | precision {}",
         arch_name(mc_.arch), mc_.num_layers, mc_.hidden_size, mc_.num_heads, mc_.num_kv_heads,
         mc_.vocab_size, double(model_.params().numel()) / 1e6,
         int64_t(rows_.global_rows) * cfg_.seq_len * cfg_.grad_accum,
-        double(model_.activation_bytes()) / (1 << 20), backend_->name());
+        double(model_.activation_bytes()) / (1 << 20), backend_->name(), cfg_.precision);
+    log_info("backend: {}", backend_->describe());
     if (m.size() > 1)
         log_info("parallel: {} ranks = dp {} x tp {} x pp {} | {} rows per replica micro-batch{}",
                  m.size(), m.dp, m.tp, m.pp, rows_.rows,

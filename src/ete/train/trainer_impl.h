@@ -14,6 +14,7 @@
 #include "ete/io/checkpoint.h"
 #include "ete/model/transformer.h"
 #include "ete/optim/adamw.h"
+#include "ete/optim/loss_scaler.h"
 #include "ete/parallel/grad_sync.h"
 #include "ete/parallel/pp_executor.h"
 #include "ete/parallel/timed_comm.h"
@@ -64,7 +65,7 @@ class Trainer {
     void load_state(const std::string& dir, CheckpointState& st);
     // The logical whole model (weights, or with moments = true also the AdamW moments, zero
     // elsewhere) on world rank 0; other ranks get an empty store.
-    std::unique_ptr<ParamStore> gather_model() const;
+    std::unique_ptr<HostParams> gather_model() const;
     std::vector<float> whole_of(const float* local) const;
     void gather_moments(std::vector<float>& m, std::vector<float>& v);
     void save_final();
@@ -76,6 +77,11 @@ class Trainer {
     double run_pipeline_step(float d_scale);
     void arm_grad_sync(bool last_micro);
     void reduce_grads();
+    // Clips (and under fp16 unscales) the step's gradients; returns false when the step must be
+    // skipped (a non-finite gradient on any rank, fp16). *norm = the unscaled gradient norm.
+    bool finish_grads(int64_t step, double* norm);
+    void inject_nonfinite(int64_t step);
+    nlohmann::json checkpoint_extra() const;
     double evaluate();
     void checkpoint(int64_t steps_done);
     void check_replicas(int64_t steps_done);
@@ -113,6 +119,11 @@ class Trainer {
     AdamW opt_;
     LrSchedule sched_;
     std::unique_ptr<GradSync> sync_;  // dp > 1
+    // The pp and tied-embedding groups over backend memory (stage buffers, gradients).
+    std::unique_ptr<Communicator> pp_dev_, tied_dev_;
+    LossScaler scaler_;         // enabled for train.precision = fp16
+    int64_t inject_step_ = -1;  // ETE_INJECT_NONFINITE_GRAD (tests): step and world rank
+    int inject_rank_ = -1;
     std::vector<int32_t> in_, tgt_;   // (grad_accum, rows, T)
     std::vector<int32_t> doc_start_;  // packed sources only (else empty)
     PipeStats last_pipe_;             // the last pipelined step's timing (pp > 1)

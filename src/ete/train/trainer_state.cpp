@@ -8,6 +8,7 @@
 
 #include "ete/core/log.h"
 #include "ete/io/hf_model.h"
+#include "ete/model/shard.h"
 #include "ete/train/run_setup.h"
 #include "ete/train/trainer_impl.h"
 
@@ -27,30 +28,40 @@ void Trainer::gather_shards(const float* mine, float* full) {
 }
 
 void Trainer::init_weights() {
+    ParamStore& local = model_.params();
     if (cfg_.model_init_from.empty()) {
-        model_.params().init(cfg_.seed);  // layout-invariant: shards are slices of the whole
+        local.init(cfg_.seed);  // layout-invariant: shards are slices of the whole
         return;
     }
-    if (!sharded()) return load_hf_weights(cfg_.model_init_from, model_.params());
-    ParamStore whole(layout_.global_specs());
-    load_hf_weights(cfg_.model_init_from, whole);
-    layout_.gather_local(whole.params(), model_.params().params());
+    if (!sharded()) return load_hf_weights(cfg_.model_init_from, local);
+    // Tensor by tensor: each logical tensor is cut to this rank's slice and uploaded, so no rank
+    // holds more than one whole tensor on the host.
+    const ParamTable global(layout_.global_specs());
+    std::vector<float> part;
+    load_hf_tensors(cfg_.model_init_from, global, [&](int g, const float* values) {
+        const std::string& name = global.specs()[size_t(g)].name;
+        if (!local.has(name)) return;  // another stage's
+        const int i = local.index(name);
+        part.resize(size_t(local.numel(i)));
+        shard_from_global(local.specs()[size_t(i)], local.tp_rank(), local.tp_size(), values,
+                          part.data());
+        local.upload(i, part.data());
+    });
 }
 
 // Reads checkpoint `dir` into this rank's weights and (its slice of) the AdamW moments.
 void Trainer::load_state(const std::string& dir, CheckpointState& st) {
-    ParamStore whole(layout_.global_specs());
+    HostParams whole(layout_.global_specs());
     const size_t n = size_t(whole.numel());
     std::vector<float> m(n), v(n);
     st = load_checkpoint(dir, whole, m.data(), v.data());
     ParamStore& local = model_.params();
-    std::vector<float> lm(size_t(local.numel())), lv(lm.size());
-    layout_.gather_local(whole.params(), local.params());
+    std::vector<float> lp(size_t(local.numel())), lm(lp.size()), lv(lp.size());
+    layout_.gather_local(whole.data(), lp.data());
     layout_.gather_local(m.data(), lm.data());
     layout_.gather_local(v.data(), lv.data());
-    std::copy(lm.begin() + opt_.shard_begin(), lm.begin() + opt_.shard_end(), opt_.exp_avg().f32());
-    std::copy(lv.begin() + opt_.shard_begin(), lv.begin() + opt_.shard_end(),
-              opt_.exp_avg_sq().f32());
+    local.upload_masters(lp.data());
+    opt_.upload_moments(lm.data() + opt_.shard_begin(), lv.data() + opt_.shard_begin());
 }
 
 // Initialises or resumes; returns the number of steps already done.
@@ -83,6 +94,8 @@ int64_t Trainer::start(const ResumeOptions& resume) {
               "with the same global batch",
               *from, st.data_position, st.step, data_position(1));
     opt_.set_steps_taken(st.optimizer_steps);
+    if (scaler_.enabled() && st.extra.contains("loss_scaler"))
+        scaler_.restore(st.extra["loss_scaler"]);
     if (dist_.main()) truncate_metrics(out_ + "/metrics.jsonl", st.step);
     log_info("resumed from {} at step {}", *from, st.step);
     return st.step;
@@ -96,24 +109,26 @@ std::vector<float> Trainer::whole_of(const float* local) const {
     return std::vector<float>(local, local + model_.params().numel());
 }
 
-std::unique_ptr<ParamStore> Trainer::gather_model() const {
-    std::vector<float> w = whole_of(model_.params().params());
+std::unique_ptr<HostParams> Trainer::gather_model() const {
+    std::vector<float> local(size_t(model_.params().numel()));
+    model_.params().download_masters(local.data());
+    std::vector<float> w = whole_of(local.data());
     if (!dist_.main()) return nullptr;
-    auto whole = std::make_unique<ParamStore>(layout_.global_specs());
-    std::copy(w.begin(), w.end(), whole->params());
+    auto whole = std::make_unique<HostParams>(layout_.global_specs());
+    std::copy(w.begin(), w.end(), whole->data());
     return whole;
 }
 
 // The whole logical AdamW moments into m and v on world rank 0 (every rank must call).
 void Trainer::gather_moments(std::vector<float>& m, std::vector<float>& v) {
-    const size_t n = size_t(model_.params().numel());
-    std::vector<float> lm(n), lv(n);
+    std::vector<float> lm = opt_.download_exp_avg(), lv = opt_.download_exp_avg_sq();
     if (zero1()) {
-        gather_shards(opt_.exp_avg().f32(), lm.data());
-        gather_shards(opt_.exp_avg_sq().f32(), lv.data());
-    } else {
-        std::copy(opt_.exp_avg().f32(), opt_.exp_avg().f32() + n, lm.begin());
-        std::copy(opt_.exp_avg_sq().f32(), opt_.exp_avg_sq().f32() + n, lv.begin());
+        const size_t n = size_t(model_.params().numel());
+        std::vector<float> fm(n), fv(n);
+        gather_shards(lm.data(), fm.data());
+        gather_shards(lv.data(), fv.data());
+        lm.swap(fm);
+        lv.swap(fv);
     }
     m = whole_of(lm.data());
     v = whole_of(lv.data());
@@ -123,10 +138,10 @@ void Trainer::checkpoint(int64_t steps_done) {
     auto t0 = Clock::now();
     std::vector<float> m, v;
     gather_moments(m, v);
-    std::unique_ptr<ParamStore> whole = gather_model();
+    std::unique_ptr<HostParams> whole = gather_model();
     if (dist_.main()) {
         CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
-                           run_settings(cfg_, mc_)};
+                           run_settings(cfg_, mc_), checkpoint_extra()};
         std::string dir = save_checkpoint(out_, st, *whole, m.data(), v.data(), dump_toml(cfg_));
         prune_checkpoints(out_, cfg_.keep_checkpoints);
         log_info("checkpoint: {} ({:.1f}s)", dir, seconds_since(t0));
@@ -135,8 +150,11 @@ void Trainer::checkpoint(int64_t steps_done) {
 }
 
 void Trainer::save_final() {
-    std::unique_ptr<ParamStore> whole = gather_model();
-    if (dist_.main()) save_hf_model(out_ + "/final", mc_, *whole, tok_ ? cfg_.data_tokenizer : "");
+    std::unique_ptr<HostParams> whole = gather_model();
+    if (dist_.main()) {
+        save_hf_model(out_ + "/final", mc_, *whole, tok_ ? cfg_.data_tokenizer : "",
+                      kDefaultMaxShardBytes, save_dtype(cfg_));
+    }
     dist_.world->barrier();
 }
 

@@ -68,7 +68,7 @@ TEST(MpiComm, GradSyncSumsForEveryWayOfReporting) {
             std::vector<Range> ranges = reverse_chunks(size, 7);
             if (mode == 1) std::shuffle(ranges.begin(), ranges.end(), std::mt19937(uint32_t(r)));
             if (mode == 2) ranges.clear();
-            GradSync s(*dp, g.data(), size, {kBucketElems * sizeof(float), false, true});
+            GradSync s(*dp, nullptr, g.data(), size, {kBucketElems * sizeof(float), false, true});
             s.begin();
             for (Range x : ranges) s.ready(x.offset, x.count);
             s.finish();
@@ -92,8 +92,8 @@ TEST(MpiComm, GradSyncBf16WithinItsBoundAndOverlapOffEqualsOn) {
     for (bool bf16 : {false, true}) {
         std::vector<float> on(size), off(size);
         for (size_t i = 0; i < size; ++i) on[i] = off[i] = random_grad(r, i);
-        GradSync a(*dp, on.data(), size, {kBucketElems * sizeof(float), bf16, true});
-        GradSync b(*dp, off.data(), size, {kBucketElems * sizeof(float), bf16, false});
+        GradSync a(*dp, nullptr, on.data(), size, {kBucketElems * sizeof(float), bf16, true});
+        GradSync b(*dp, nullptr, off.data(), size, {kBucketElems * sizeof(float), bf16, false});
         a.begin();
         for (Range x : reverse_chunks(size, 11)) a.ready(x.offset, x.count);
         a.finish();
@@ -117,7 +117,7 @@ TEST(MpiComm, GradSyncAllReduceRunsDuringBackward) {
     const size_t bucket = 1024, buckets = 5;
     std::vector<float> g(bucket * buckets);
     for (size_t i = 0; i < g.size(); ++i) g[i] = exact_grad(dp->rank(), i);
-    GradSync s(*dp, g.data(), g.size(), {bucket * sizeof(float), false, true});
+    GradSync s(*dp, nullptr, g.data(), g.size(), {bucket * sizeof(float), false, true});
     mpi_world().barrier();  // every rank's backward starts together
     s.begin();
     for (size_t b = 0; b < buckets; ++b) {

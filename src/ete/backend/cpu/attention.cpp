@@ -35,7 +35,8 @@
 #include <vector>
 
 #include "ete/backend/cpu/attention_tiles.h"
-#include "ete/backend/cpu/cpu_kernels.h"
+#include "ete/backend/cpu/cpu_backend.h"
+#include "ete/backend/cpu/elem.h"
 #include "ete/core/error.h"
 
 namespace ete::cpu {
@@ -60,13 +61,28 @@ constexpr int kBwdQ = 128;  // queries per backward chunk (the inner length of d
 static_assert(kFwdQ % kLanes == 0 && kFwdK % kFwdQ == 0 && kBwdK % kLanes == 0 &&
               kBwdQ % kLanes == 0);
 
-void check_dims(const char* op, AttnDims d) {
+// Validates the dims (and doc_start, whose host address d carries) and returns doc_start as a
+// host pointer, or null.
+const int32_t* check_dims(const char* op, const AttnDims& d) {
     ETE_CHECK(d.B >= 0 && d.T >= 0 && d.H > 0 && d.KV > 0 && d.D > 0,
               "{}: dims B={} T={} H={} KV={} D={} must be positive", op, d.B, d.T, d.H, d.KV, d.D);
     ETE_CHECK(d.H % d.KV == 0, "{}: query heads H={} must be a multiple of kv heads KV={}", op, d.H,
               d.KV);
     ETE_CHECK(d.D % 2 == 0, "{}: head dim D={} must be even (RoPE pairs j with j + D/2)", op, d.D);
-    check_doc_start(d.doc_start, d.B, d.T);
+    if (d.doc_start.empty()) return nullptr;
+    ETE_CHECK(d.doc_start.dtype == DType::I32 && d.doc_start.n == int64_t(d.B) * d.T,
+              "{}: doc_start must be {} I32 values, got {}", op, int64_t(d.B) * d.T, d.doc_start.n);
+    const int32_t* s = static_cast<const int32_t*>(d.doc_start.data);
+    check_doc_start(s, d.B, d.T);
+    return s;
+}
+
+// A (rows, cols) view of an attention operand must match the batch: rows B*T, cols `want`.
+void check_operand(const char* op, const char* what, const CMat& m, const AttnDims& d,
+                   int64_t want) {
+    ETE_CHECK(m.rows == int64_t(d.B) * d.T && m.cols == want,
+              "{}: {} is ({}, {}), expected ({}, {})", op, what, m.rows, m.cols, int64_t(d.B) * d.T,
+              want);
 }
 
 // Which (key c, query r) pairs of a score tile are live: kNone all; kCausal r >= first, with
@@ -114,19 +130,21 @@ Scratch& thread_scratch() {
     return s;
 }
 
-// dst rows = mul * src rows, the first D columns only (both sides strided).
-void copy_rows(float* dst, size_t dst_ld, const float* src, size_t src_ld, int rows, int D,
-               float mul) {
+// dst rows = mul * src rows, the first D columns only (both sides strided); element types of
+// either side widen to float and round once on store.
+template <typename Dst, typename Src>
+void copy_rows(Dst* dst, size_t dst_ld, const Src* src, size_t src_ld, int rows, int D, float mul) {
     for (int r = 0; r < rows; ++r) {
-        const float* s = src + size_t(r) * src_ld;
-        float* o = dst + size_t(r) * dst_ld;
+        const Src* s = src + size_t(r) * src_ld;
+        Dst* o = dst + size_t(r) * dst_ld;
 #pragma omp simd
-        for (int e = 0; e < D; ++e) o[e] = s[e] * mul;
+        for (int e = 0; e < D; ++e) store(o[e], load(s[e]) * mul);
     }
 }
 
 // dst(rows, Dp) = mul * src rows (row stride src_ld, D wide), zero in columns D..Dp.
-void pack_rows(float* dst, int Dp, const float* src, size_t src_ld, int rows, int D, float mul) {
+template <typename Src>
+void pack_rows(float* dst, int Dp, const Src* src, size_t src_ld, int rows, int D, float mul) {
     copy_rows(dst, size_t(Dp), src, src_ld, rows, D, mul);
     for (int r = 0; r < rows; ++r)
         std::fill(dst + size_t(r) * Dp + D, dst + size_t(r + 1) * Dp, 0.0f);
@@ -207,12 +225,13 @@ void forward_query_tile(HeadBuffers& hb, int D, const int32_t* s, int i0, int nq
     }
 }
 
-// Forward for one (b, h): out rows of head h and lse(b, h, :).
-void forward_head(float* out, float* lse, const float* qkv, AttnDims d, float scale, int b, int h) {
+// Forward for one (b, h): out rows of head h and lse(b, h, :). doc: the host doc_start or null.
+template <typename A>
+void forward_head(A* out, size_t ldo, float* lse, const A* qkv, size_t S, const int32_t* doc,
+                  AttnDims d, float scale, int b, int h) {
     const int T = d.T, D = d.D, Dp = round_up(D, kLanes), Tp = round_up(T, kFwdQ);
-    const size_t S = size_t(d.qkv_stride()), ldo = size_t(d.H) * D;
     const int kvh = h / (d.H / d.KV);
-    const float* base = qkv + size_t(b) * T * S;
+    const A* base = qkv + size_t(b) * T * S;
 
     Scratch& sc = thread_scratch();
     sc.reserve(Scratch::padded(size_t(D) * Tp) + Scratch::padded(size_t(T) * Dp) * 3 +
@@ -232,11 +251,11 @@ void forward_head(float* out, float* lse, const float* qkv, AttnDims d, float sc
     pack_rows(hb.ks, Dp, base + size_t(d.H + kvh) * D, S, T, D, 1.0f);
     pack_rows(hb.vs, Dp, base + size_t(d.H + d.KV + kvh) * D, S, T, D, 1.0f);
 
-    const int32_t* s = d.doc_start ? d.doc_start + size_t(b) * T : nullptr;
+    const int32_t* s = doc ? doc + size_t(b) * T : nullptr;
     for (int i0 = 0; i0 < T; i0 += kFwdQ) {
         const int nq = std::min(kFwdQ, T - i0);
         forward_query_tile(hb, D, s, i0, nq);
-        float* out_rows = out + (size_t(b) * T + i0) * ldo + size_t(h) * D;
+        A* out_rows = out + (size_t(b) * T + i0) * ldo + size_t(h) * D;
         for (int r = 0; r < nq; ++r) {
             copy_rows(out_rows + size_t(r) * ldo, 0, hb.o + size_t(r) * Dp, 0, 1, D,
                       1.0f / hb.l[r]);
@@ -270,13 +289,14 @@ struct GroupBuffers {
     int lo[kBwdQ] = {};            // document starts relative to the current key tile
 };
 
-// Packs query head h of batch b: q, dO (rows and transposed), lse2, D_i; clears d_q.
-void pack_head(GroupBuffers& g, const float* d_out, const float* out, const float* lse,
-               const float* qkv, AttnDims d, float scale, int b, int h) {
+// Packs query head h of batch b: q, dO (rows and transposed), lse2, D_i; clears d_q. d_out
+// and out have row stride ldo, qkv S.
+template <typename A>
+void pack_head(GroupBuffers& g, const A* d_out, const A* out, size_t ldo, const float* lse,
+               const A* qkv, size_t S, AttnDims d, float scale, int b, int h) {
     const int T = d.T, D = d.D, Dp = g.Dp, Tp = g.Tp;
-    const size_t S = size_t(d.qkv_stride()), ldo = size_t(d.H) * D;
-    const float* dy = d_out + size_t(b) * T * ldo + size_t(h) * D;
-    const float* o = out + size_t(b) * T * ldo + size_t(h) * D;
+    const A* dy = d_out + size_t(b) * T * ldo + size_t(h) * D;
+    const A* o = out + size_t(b) * T * ldo + size_t(h) * D;
     // Transposed from the packed rows (contiguous), as in forward_head.
     pack_rows(g.q, Dp, qkv + size_t(b) * T * S + size_t(h) * D, S, T, D, scale * kLog2e);
     attn::transpose_pack(g.qt, Tp, g.q, size_t(Dp), T, Tp, D);
@@ -284,11 +304,11 @@ void pack_head(GroupBuffers& g, const float* d_out, const float* out, const floa
     attn::transpose_pack(g.d_ot, Tp, g.d_o, size_t(Dp), T, Tp, D);
     std::fill(g.d_q, g.d_q + size_t(T) * Dp, 0.0f);
     for (int i = 0; i < T; ++i) {
-        const float* dyi = dy + size_t(i) * ldo;
-        const float* oi = o + size_t(i) * ldo;
+        const A* dyi = dy + size_t(i) * ldo;
+        const A* oi = o + size_t(i) * ldo;
         float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-        for (int e = 0; e < D; ++e) acc += dyi[e] * oi[e];
+        for (int e = 0; e < D; ++e) acc += load(dyi[e]) * load(oi[e]);
         g.di[i] = acc;
         g.lse2[i] = lse[(size_t(b) * d.H + h) * T + i] * kLog2e;
     }
@@ -359,11 +379,18 @@ const int* doc_ends(const int32_t* s, int T) {
     return end.data();
 }
 
+// The row strides of one attention call's operands.
+struct Strides {
+    size_t qkv, d_qkv, out, d_out;
+};
+
 // Backward for one (b, kv head): writes d_qkv for its G query heads, its key and value head.
-void backward_group(float* d_qkv, const float* d_out, const float* out, const float* lse,
-                    const float* qkv, AttnDims d, float scale, int b, int kvh) {
+template <typename A>
+void backward_group(A* d_qkv, const A* d_out, const A* out, const float* lse, const A* qkv,
+                    const Strides& ld, const int32_t* doc, AttnDims d, float scale, int b,
+                    int kvh) {
     const int T = d.T, D = d.D, Dp = round_up(D, kLanes), G = d.H / d.KV, Tp = round_up(T, kLanes);
-    const size_t S = size_t(d.qkv_stride()), rows = size_t(T) * Dp, cols = size_t(D) * Tp;
+    const size_t S = ld.qkv, rows = size_t(T) * Dp, cols = size_t(D) * Tp;
     const size_t score = size_t(kBwdK) * kBwdQ;
     Scratch& sc = thread_scratch();
     sc.reserve(Scratch::padded(rows) * 7 + Scratch::padded(cols) * 2 + Scratch::padded(Tp) * 2 +
@@ -383,27 +410,28 @@ void backward_group(float* d_qkv, const float* d_out, const float* out, const fl
                    .di = sc.take(size_t(Tp)),
                    .st = sc.take(score),
                    .dst = sc.take(score)};
-    if (d.doc_start) {
-        g.s = d.doc_start + size_t(b) * T;
+    if (doc) {
+        g.s = doc + size_t(b) * T;
         g.doc_end = doc_ends(g.s, T);
     }
-    const float* base = qkv + size_t(b) * T * S;
+    const A* base = qkv + size_t(b) * T * S;
     const size_t k_off = size_t(d.H + kvh) * D, v_off = size_t(d.H + d.KV + kvh) * D;
     pack_rows(g.ks, Dp, base + k_off, S, T, D, 1.0f);
     pack_rows(g.vs, Dp, base + v_off, S, T, D, 1.0f);
     std::fill(g.d_k, g.d_k + rows, 0.0f);
     std::fill(g.d_v, g.d_v + rows, 0.0f);
 
-    float* d_base = d_qkv + size_t(b) * T * S;
+    const size_t dS = ld.d_qkv;
+    A* d_base = d_qkv + size_t(b) * T * dS;
     for (int h = kvh * G; h < (kvh + 1) * G; ++h) {
-        pack_head(g, d_out, out, lse, qkv, d, scale, b, h);
+        pack_head(g, d_out, out, ld.out, lse, qkv, S, d, scale, b, h);
         for (int j0 = 0; j0 < T; j0 += kBwdK)
             backward_key_tile(g, T, D, j0, std::min(kBwdK, T - j0));
-        copy_rows(d_base + size_t(h) * D, S, g.d_q, size_t(Dp), T, D, scale);
+        copy_rows(d_base + size_t(h) * D, dS, g.d_q, size_t(Dp), T, D, scale);
     }
     // dK = scale * sum dS q = ln2 * sum dS q' since q' = q * scale * log2e.
-    copy_rows(d_base + k_off, S, g.d_k, size_t(Dp), T, D, kLn2);
-    copy_rows(d_base + v_off, S, g.d_v, size_t(Dp), T, D, 1.0f);
+    copy_rows(d_base + k_off, dS, g.d_k, size_t(Dp), T, D, kLn2);
+    copy_rows(d_base + v_off, dS, g.d_v, size_t(Dp), T, D, 1.0f);
 }
 
 // Elements below which RoPE runs on the calling thread: a parallel region costs more.
@@ -411,53 +439,113 @@ constexpr int64_t kRopeParallelMin = 32768;
 
 // In-place rotate-half rotation of the q and k heads at position t - s (packed rows) or t;
 // sign = +1 forward, -1 inverse.
-void rope_apply(float* x, const float* cos, const float* sin, AttnDims d, float sign) {
+template <typename A>
+void rope_apply(A* x, size_t S, const float* cos, const float* sin, size_t ldt, const int32_t* doc,
+                AttnDims d, float sign) {
     const int half = d.D / 2, heads = d.H + d.KV;
     const int64_t N = int64_t(d.B) * d.T;
-    const size_t S = size_t(d.qkv_stride());
 #pragma omp parallel for schedule(static) if (N * heads * d.D > kRopeParallelMin)
     for (int64_t n = 0; n < N; ++n) {
-        const size_t t = size_t(n % d.T - (d.doc_start ? d.doc_start[n] : 0));
-        const float* c = cos + t * half;
-        const float* s = sin + t * half;
+        const size_t t = size_t(n % d.T - (doc ? doc[n] : 0));
+        const float* c = cos + t * ldt;
+        const float* s = sin + t * ldt;
         for (int h = 0; h < heads; ++h) {
-            float* v = x + size_t(n) * S + size_t(h) * d.D;
+            A* v = x + size_t(n) * S + size_t(h) * d.D;
 #pragma omp simd
             for (int j = 0; j < half; ++j) {
-                const float x0 = v[j], x1 = v[j + half], sn = sign * s[j];
-                v[j] = x0 * c[j] - x1 * sn;
-                v[j + half] = x1 * c[j] + x0 * sn;
+                const float x0 = load(v[j]), x1 = load(v[j + half]), sn = sign * s[j];
+                store(v[j], x0 * c[j] - x1 * sn);
+                store(v[j + half], x1 * c[j] + x0 * sn);
             }
         }
     }
 }
 
+void check_tables(const char* op, const CMat& cos, const CMat& sin, const AttnDims& d) {
+    ETE_CHECK(cos.dtype == DType::F32 && sin.dtype == DType::F32 && cos.rows >= d.T &&
+                  sin.rows >= d.T && cos.cols == d.D / 2 && sin.cols == d.D / 2,
+              "{}: cos/sin tables must be F32 (>= {}, {})", op, d.T, d.D / 2);
+}
+
+void rope_op(Mat x, CMat cos, CMat sin, const AttnDims& d, const char* op, float sign) {
+    const int32_t* doc = check_dims(op, d);
+    check_operand(op, "qkv", x, d, d.qkv_stride());
+    check_tables(op, cos, sin, d);
+    with_float_type(x.dtype, op, [&](auto t) {
+        using A = decltype(t);
+        rope_apply(elems<A>(x), size_t(x.ld), elems<float>(cos), elems<float>(sin), size_t(cos.ld),
+                   doc, d, sign);
+    });
+}
+
 }  // namespace
 
-void rope_forward(float* qkv, const float* cos, const float* sin, AttnDims d) {
-    check_dims("rope_forward", d);
-    rope_apply(qkv, cos, sin, d, 1.0f);
+void CpuBackend::rope_forward(Mat qkv, CMat cos, CMat sin, AttnDims d) {
+    Scope h(*this, "rope");
+    rope_op(h(qkv), h(cos), h(sin), h(d), "rope_forward", 1.0f);
 }
 
-void rope_backward(float* d_qkv, const float* cos, const float* sin, AttnDims d) {
-    check_dims("rope_backward", d);
-    rope_apply(d_qkv, cos, sin, d, -1.0f);
+void CpuBackend::rope_backward(Mat d_qkv, CMat cos, CMat sin, AttnDims d) {
+    Scope h(*this, "rope");
+    rope_op(h(d_qkv), h(cos), h(sin), h(d), "rope_backward", -1.0f);
 }
 
-void attention_forward(float* out, float* lse, const float* qkv, AttnDims d, float scale) {
-    check_dims("attention_forward", d);
-    const int items = d.B * d.H;
+void CpuBackend::attention_forward(Mat out, Vec lse, CMat qkv, AttnDims d, float scale) {
+    Scope h(*this, "attention_forward");
+    out = h(out);
+    lse = h(lse);
+    qkv = h(qkv);
+    d = h(d);
+    const int32_t* doc = check_dims("attention_forward", d);
+    check_operand("attention_forward", "qkv", qkv, d, d.qkv_stride());
+    check_operand("attention_forward", "out", out, d, int64_t(d.H) * d.D);
+    ETE_CHECK(lse.n == int64_t(d.B) * d.H * d.T && lse.dtype == DType::F32,
+              "attention_forward: lse must be B*H*T = {} F32", int64_t(d.B) * d.H * d.T);
+    ETE_CHECK(out.dtype == qkv.dtype, "attention_forward: out and qkv must share one dtype");
+    with_float_type(qkv.dtype, "attention_forward", [&](auto t) {
+        using A = decltype(t);
+        const int items = d.B * d.H;
+        A* o = elems<A>(out);
+        const A* q = elems<A>(qkv);
+        float* l = elems<float>(lse);
 #pragma omp parallel for schedule(static)
-    for (int it = 0; it < items; ++it) forward_head(out, lse, qkv, d, scale, it / d.H, it % d.H);
+        for (int it = 0; it < items; ++it)
+            forward_head(o, size_t(out.ld), l, q, size_t(qkv.ld), doc, d, scale, it / d.H,
+                         it % d.H);
+    });
 }
 
-void attention_backward(float* d_qkv, const float* d_out, const float* out, const float* lse,
-                        const float* qkv, AttnDims d, float scale) {
-    check_dims("attention_backward", d);
-    const int items = d.B * d.KV;
+void CpuBackend::attention_backward(Mat d_qkv, CMat d_out, CMat out, CVec lse, CMat qkv, AttnDims d,
+                                    float scale) {
+    Scope h(*this, "attention_backward");
+    d_qkv = h(d_qkv);
+    d_out = h(d_out);
+    out = h(out);
+    lse = h(lse);
+    qkv = h(qkv);
+    d = h(d);
+    const char* op = "attention_backward";
+    const int32_t* doc = check_dims(op, d);
+    check_operand(op, "qkv", qkv, d, d.qkv_stride());
+    check_operand(op, "d_qkv", d_qkv, d, d.qkv_stride());
+    check_operand(op, "out", out, d, int64_t(d.H) * d.D);
+    check_operand(op, "d_out", d_out, d, int64_t(d.H) * d.D);
+    ETE_CHECK(lse.n == int64_t(d.B) * d.H * d.T && lse.dtype == DType::F32,
+              "{}: lse must be B*H*T = {} F32", op, int64_t(d.B) * d.H * d.T);
+    ETE_CHECK(d_qkv.dtype == qkv.dtype && d_out.dtype == qkv.dtype && out.dtype == qkv.dtype,
+              "{}: d_qkv, d_out, out and qkv must share one dtype", op);
+    ETE_CHECK(d_out.ld == out.ld, "{}: d_out and out must share one row stride", op);
+    const Strides ld{size_t(qkv.ld), size_t(d_qkv.ld), size_t(out.ld), size_t(d_out.ld)};
+    with_float_type(qkv.dtype, op, [&](auto t) {
+        using A = decltype(t);
+        const int items = d.B * d.KV;
+        A* dq = elems<A>(d_qkv);
+        const A *dy = elems<A>(d_out), *o = elems<A>(out), *q = elems<A>(qkv);
+        const float* l = elems<float>(lse);
 #pragma omp parallel for schedule(static)
-    for (int it = 0; it < items; ++it)
-        backward_group(d_qkv, d_out, out, lse, qkv, d, scale, it / d.KV, it % d.KV);
+        for (int it = 0; it < items; ++it)
+            backward_group(dq, dy, o, l, q, ld, doc, d, scale, it / d.KV, it % d.KV);
+    });
 }
 
 }  // namespace ete::cpu

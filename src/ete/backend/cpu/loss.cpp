@@ -14,7 +14,8 @@
 #include <cmath>
 #include <type_traits>
 
-#include "ete/backend/cpu/cpu_kernels.h"
+#include "ete/backend/cpu/cpu_backend.h"
+#include "ete/backend/cpu/elem.h"
 #include "ete/backend/cpu/simd_math.h"
 #include "ete/core/error.h"
 
@@ -72,51 +73,176 @@ void check_targets(const char* op, const int32_t* targets, int N, int V) {
                   targets[n], n, V, kIgnoreIndex);
 }
 
-}  // namespace
+// One row of the fused forward+backward: z (V) is overwritten by e^(z - M_chunk) and then
+// scaled into the gradient; when dz is another buffer (16-bit, for the head's backward GEMMs)
+// the scaled values go there instead and z keeps the exponentials.
+template <typename G>
+float ce_row_fused(float* z, G* dz, int V, int len, int t, float d_scale) {
+    float z_t = z[t];
+    float chunk_max[kMaxChunks];
+    RowStats st = row_softmax_stats(z, V, len, chunk_max);
+    const float loss = float(double(st.max) + std::log(st.sum) - z_t);
+    for (int c0 = 0, k = 0; c0 < V; c0 += len, ++k) {
+        int cnt = std::min(len, V - c0);
+        float f = float(d_scale * std::exp(double(chunk_max[k]) - st.max) / st.sum);
+        float* zc = z + c0;
+        G* dc = dz + c0;
+#pragma omp simd
+        for (int i = 0; i < cnt; ++i) store(dc[i], zc[i] * f);
+    }
+    if constexpr (std::is_same_v<G, float>) {
+        dz[t] -= d_scale;
+    } else {
+        // Subtract before rounding: the target's p - 1 would otherwise lose its low bits twice.
+        float e_t = z[t] * float(d_scale * std::exp(double(chunk_max[t / len]) - st.max) / st.sum);
+        store(dz[t], e_t - d_scale);
+    }
+    return loss;
+}
 
-void cross_entropy_forward_backward(float* logits, float* losses, const int32_t* targets, int N,
-                                    int V, float d_scale) {
-    check_targets("cross_entropy_forward_backward", targets, N, V);
+template <typename G>
+void ce_fused(float* logits, int64_t ldz, float* losses, const int32_t* targets, G* d, int64_t ldd,
+              int N, int V, float d_scale) {
     int len = chunk_len(V);
 #pragma omp parallel for schedule(static) if (int64_t(N) * V >= kParallelMin)
     for (int n = 0; n < N; ++n) {
-        float* z = logits + int64_t(n) * V;  // (V)
+        float* z = logits + int64_t(n) * ldz;  // (V)
+        G* dz = d + int64_t(n) * ldd;
         int t = targets[n];
         if (t == kIgnoreIndex) {
             losses[n] = 0.0f;
-            std::fill(z, z + V, 0.0f);
+            for (int i = 0; i < V; ++i) store(dz[i], 0.0f);
             continue;
         }
-        float z_t = z[t];
-        float chunk_max[kMaxChunks];
-        RowStats st = row_softmax_stats(z, V, len, chunk_max);
-        losses[n] = float(double(st.max) + std::log(st.sum) - z_t);
-        for (int c0 = 0, k = 0; c0 < V; c0 += len, ++k) {
-            int cnt = std::min(len, V - c0);
-            float f = float(d_scale * std::exp(double(chunk_max[k]) - st.max) / st.sum);
-            float* zc = z + c0;
-#pragma omp simd
-            for (int i = 0; i < cnt; ++i) zc[i] *= f;
-        }
-        z[t] -= d_scale;
+        losses[n] = ce_row_fused(z, dz, V, len, t, d_scale);
     }
 }
 
-void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
-                           int V) {
-    check_targets("cross_entropy_forward", targets, N, V);
+// The shapes every cross-entropy op shares: logits (N, V) F32, per-row vectors (N), targets I32.
+void check_ce(const char* op, const CMat& logits, const CVec& targets,
+              std::initializer_list<CVec> rows) {
+    ETE_CHECK(logits.dtype == DType::F32, "{}: logits must be F32, not {}", op,
+              dtype_name(logits.dtype));
+    ETE_CHECK(targets.dtype == DType::I32 && targets.n == logits.rows,
+              "{}: targets must be {} I32 values, got {}", op, logits.rows, targets.n);
+    for (const CVec& r : rows)
+        ETE_CHECK(r.dtype == DType::F32 && r.n == logits.rows, "{}: row vectors must be {} F32", op,
+                  logits.rows);
+}
+
+}  // namespace
+
+void CpuBackend::cross_entropy_forward_backward(Mat logits, Vec losses, CVec targets, float d_scale,
+                                                Mat d_logits) {
+    const char* op = "cross_entropy_forward_backward";
+    Scope h(*this, "cross_entropy");
+    check_ce(op, logits, targets, {losses});
+    ETE_CHECK(d_logits.rows == logits.rows && d_logits.cols == logits.cols,
+              "{}: d_logits ({}, {}) for logits ({}, {})", op, d_logits.rows, d_logits.cols,
+              logits.rows, logits.cols);
+    ETE_CHECK(d_logits.data != logits.data || d_logits.dtype == DType::F32,
+              "{}: an in-place gradient must be F32", op);
+    logits = h(logits);
+    losses = h(losses);
+    targets = h(targets);
+    d_logits = h(d_logits);
+    const int N = int(logits.rows), V = int(logits.cols);
+    const int32_t* t = elems<int32_t>(targets);
+    check_targets(op, t, N, V);
+    with_float_type(d_logits.dtype, op, [&](auto g) {
+        using G = decltype(g);
+        ce_fused(elems<float>(logits), logits.ld, elems<float>(losses), t, elems<G>(d_logits),
+                 d_logits.ld, N, V, d_scale);
+    });
+}
+
+void CpuBackend::cross_entropy_forward(Vec losses, CMat logits, CVec targets) {
+    const char* op = "cross_entropy_forward";
+    Scope h(*this, "cross_entropy");
+    check_ce(op, logits, targets, {losses});
+    losses = h(losses);
+    logits = h(logits);
+    targets = h(targets);
+    const int N = int(logits.rows), V = int(logits.cols);
+    const int32_t* tg = elems<int32_t>(targets);
+    check_targets(op, tg, N, V);
+    float* out = elems<float>(losses);
+    const float* lz = elems<float>(logits);
     int len = chunk_len(V);
 #pragma omp parallel for schedule(static) if (int64_t(N) * V >= kParallelMin)
     for (int n = 0; n < N; ++n) {
-        int t = targets[n];
+        int t = tg[n];
         if (t == kIgnoreIndex) {
-            losses[n] = 0.0f;
+            out[n] = 0.0f;
             continue;
         }
-        const float* z = logits + int64_t(n) * V;  // (V), read only
+        const float* z = lz + int64_t(n) * logits.ld;  // (V), read only
         RowStats st = row_softmax_stats(z, V, len, nullptr);
-        losses[n] = float(double(st.max) + std::log(st.sum) - z[t]);
+        out[n] = float(double(st.max) + std::log(st.sum) - z[t]);
     }
+}
+
+void CpuBackend::cross_entropy_stats(Vec lse, Vec target_logit, CMat logits, CVec targets) {
+    const char* op = "cross_entropy_stats";
+    Scope h(*this, "cross_entropy");
+    check_ce(op, logits, targets, {lse, target_logit});
+    lse = h(lse);
+    target_logit = h(target_logit);
+    logits = h(logits);
+    targets = h(targets);
+    const int N = int(logits.rows), V = int(logits.cols);
+    const int32_t* tg = elems<int32_t>(targets);
+    const float* lz = elems<float>(logits);
+    float *l = elems<float>(lse), *zt = elems<float>(target_logit);
+    int len = chunk_len(std::max(V, 1));
+#pragma omp parallel for schedule(static) if (int64_t(N) * V >= kParallelMin)
+    for (int n = 0; n < N; ++n) {
+        const float* z = lz + int64_t(n) * logits.ld;
+        const int t = tg[n];
+        zt[n] = t >= 0 && t < V ? z[t] : 0.0f;
+        if (V == 0) {
+            l[n] = -INFINITY;
+            continue;
+        }
+        RowStats st = row_softmax_stats(z, V, len, nullptr);
+        l[n] = float(double(st.max) + std::log(st.sum));
+    }
+}
+
+void CpuBackend::cross_entropy_backward(Mat d_logits, CMat logits, CVec lse, CVec targets,
+                                        float d_scale) {
+    const char* op = "cross_entropy_backward";
+    Scope h(*this, "cross_entropy");
+    check_ce(op, logits, targets, {lse});
+    ETE_CHECK(d_logits.rows == logits.rows && d_logits.cols == logits.cols,
+              "{}: d_logits ({}, {}) for logits ({}, {})", op, d_logits.rows, d_logits.cols,
+              logits.rows, logits.cols);
+    d_logits = h(d_logits);
+    logits = h(logits);
+    lse = h(lse);
+    targets = h(targets);
+    const int N = int(logits.rows), V = int(logits.cols);
+    const int32_t* tg = elems<int32_t>(targets);
+    const float *lz = elems<float>(logits), *l = elems<float>(lse);
+    with_float_type(d_logits.dtype, op, [&](auto g) {
+        using G = decltype(g);
+        G* d = elems<G>(d_logits);
+#pragma omp parallel for schedule(static) if (int64_t(N) * V >= kParallelMin)
+        for (int n = 0; n < N; ++n) {
+            const float* z = lz + int64_t(n) * logits.ld;
+            G* dz = d + int64_t(n) * d_logits.ld;
+            const int t = tg[n];
+            if (t == kIgnoreIndex) {
+                for (int j = 0; j < V; ++j) store(dz[j], 0.0f);
+                continue;
+            }
+            const float m = l[n];
+            const float z_t = t >= 0 && t < V ? z[t] : 0.0f;  // read first: d may alias z
+#pragma omp simd
+            for (int j = 0; j < V; ++j) store(dz[j], d_scale * exp_fast(z[j] - m));
+            if (t >= 0 && t < V) store(dz[t], d_scale * (exp_fast(z_t - m) - 1.0f));
+        }
+    });
 }
 
 }  // namespace ete::cpu

@@ -11,7 +11,8 @@
 #include <cmath>
 #include <vector>
 
-#include "ete/backend/cpu/cpu_kernels.h"
+#include "ete/backend/cpu/cpu_backend.h"
+#include "ete/backend/cpu/elem.h"
 
 namespace ete::cpu {
 namespace {
@@ -41,105 +42,225 @@ void add_partials(float* dst, const std::vector<float>& part, int nblk, int C) {
     }
 }
 
-}  // namespace
-
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
-                     float eps) {
-#pragma omp parallel for schedule(static) if (int64_t(N) * C >= kParallelMin)
-    for (int n = 0; n < N; ++n) {
-        const float* xr = x + int64_t(n) * C;  // (C)
-        float* o = out + int64_t(n) * C;
+// Row statistics read x as float whatever its dtype; outputs round once.
+template <typename O, typename X>
+void rmsnorm_fwd(O* out, int64_t ldo, float* rstd, const X* x, int64_t ldx, const float* w,
+                 int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+    for (int64_t n = 0; n < N; ++n) {
+        const X* xr = x + n * ldx;  // (C)
+        O* o = out + n * ldo;
         double ss = 0;
 #pragma omp simd reduction(+ : ss)
-        for (int c = 0; c < C; ++c) ss += double(xr[c]) * xr[c];
-        float r = float(1.0 / std::sqrt(ss / C + eps));
+        for (int64_t c = 0; c < C; ++c) {
+            const double v = load(xr[c]);
+            ss += v * v;
+        }
+        float r = float(1.0 / std::sqrt(ss / double(C) + eps));
         rstd[n] = r;
 #pragma omp simd
-        for (int c = 0; c < C; ++c) o[c] = xr[c] * r * w[c];
+        for (int64_t c = 0; c < C; ++c) store(o[c], load(xr[c]) * r * w[c]);
     }
 }
 
-void rmsnorm_backward(float* d_x, float* d_w, const float* d_out, const float* x, const float* w,
-                      const float* rstd, int N, int C) {
+template <typename G, typename X>
+void rmsnorm_bwd(float* d_x, int64_t ldd, float* d_w, const G* d_out, int64_t ldg, const X* x,
+                 int64_t ldx, const float* w, const float* rstd, int64_t N, int64_t C) {
     // d_x += r * (dy * w - xhat * mean(dy * w * xhat)),  d_w += sum over rows of dy * xhat.
-    int nblk = row_blocks(N);
+    int nblk = row_blocks(int(N));
     std::vector<float> part_w(size_t(nblk) * C, 0.0f);  // (nblk, C)
-#pragma omp parallel for schedule(static) if (int64_t(N) * C >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
     for (int blk = 0; blk < nblk; ++blk) {
         float* pw = part_w.data() + int64_t(blk) * C;
-        for (int n = blk * kRowBlock; n < std::min(N, (blk + 1) * kRowBlock); ++n) {
-            const float* xr = x + int64_t(n) * C;
-            const float* dy = d_out + int64_t(n) * C;
-            float* dx = d_x + int64_t(n) * C;
+        for (int64_t n = blk * kRowBlock; n < std::min<int64_t>(N, (blk + 1) * kRowBlock); ++n) {
+            const X* xr = x + n * ldx;
+            const G* dy = d_out + n * ldg;
+            float* dx = d_x + n * ldd;
             float r = rstd[n];
             double dot = 0;
 #pragma omp simd reduction(+ : dot)
-            for (int c = 0; c < C; ++c) dot += double(dy[c]) * w[c] * xr[c];
-            float k = float(dot * r / C);
+            for (int64_t c = 0; c < C; ++c) dot += double(load(dy[c])) * w[c] * load(xr[c]);
+            float k = float(dot * r / double(C));
 #pragma omp simd
-            for (int c = 0; c < C; ++c) {
-                float xhat = xr[c] * r;
-                pw[c] += dy[c] * xhat;
-                dx[c] += r * (dy[c] * w[c] - xhat * k);
+            for (int64_t c = 0; c < C; ++c) {
+                const float dyc = load(dy[c]);
+                float xhat = load(xr[c]) * r;
+                pw[c] += dyc * xhat;
+                dx[c] += r * (dyc * w[c] - xhat * k);
             }
         }
     }
-    add_partials(d_w, part_w, nblk, C);
+    add_partials(d_w, part_w, nblk, int(C));
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
-                       const float* b, int N, int C, float eps) {
-#pragma omp parallel for schedule(static) if (int64_t(N) * C >= kParallelMin)
-    for (int n = 0; n < N; ++n) {
-        const float* xr = x + int64_t(n) * C;  // (C)
-        float* o = out + int64_t(n) * C;
+template <typename O, typename X>
+void layernorm_fwd(O* out, int64_t ldo, float* mean, float* rstd, const X* x, int64_t ldx,
+                   const float* w, const float* b, int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+    for (int64_t n = 0; n < N; ++n) {
+        const X* xr = x + n * ldx;  // (C)
+        O* o = out + n * ldo;
         double sum = 0;
 #pragma omp simd reduction(+ : sum)
-        for (int c = 0; c < C; ++c) sum += xr[c];
-        double mu_d = sum / C, var = 0;  // two-pass variance: no E[x^2] - E[x]^2 cancellation
+        for (int64_t c = 0; c < C; ++c) sum += load(xr[c]);
+        double mu_d = sum / double(C), var = 0;  // two-pass: no E[x^2] - E[x]^2 cancellation
 #pragma omp simd reduction(+ : var)
-        for (int c = 0; c < C; ++c) var += (xr[c] - mu_d) * (xr[c] - mu_d);
-        float mu = float(mu_d), r = float(1.0 / std::sqrt(var / C + eps));
+        for (int64_t c = 0; c < C; ++c) var += (load(xr[c]) - mu_d) * (load(xr[c]) - mu_d);
+        float mu = float(mu_d), r = float(1.0 / std::sqrt(var / double(C) + eps));
         mean[n] = mu;
         rstd[n] = r;
 #pragma omp simd
-        for (int c = 0; c < C; ++c) o[c] = (xr[c] - mu) * r * w[c] + b[c];
+        for (int64_t c = 0; c < C; ++c) store(o[c], (load(xr[c]) - mu) * r * w[c] + b[c]);
     }
 }
 
-void layernorm_backward(float* d_x, float* d_w, float* d_b, const float* d_out, const float* x,
-                        const float* w, const float* mean, const float* rstd, int N, int C) {
+template <typename G, typename X>
+void layernorm_bwd(float* d_x, int64_t ldd, float* d_w, float* d_b, const G* d_out, int64_t ldg,
+                   const X* x, int64_t ldx, const float* w, const float* mean, const float* rstd,
+                   int64_t N, int64_t C) {
     // g = dy * w:  d_x += r * (g - mean(g) - xhat * mean(g * xhat)),  d_w += dy * xhat,  d_b += dy.
-    int nblk = row_blocks(N);
+    int nblk = row_blocks(int(N));
     std::vector<float> part_w(size_t(nblk) * C, 0.0f), part_b(size_t(nblk) * C, 0.0f);
-#pragma omp parallel for schedule(static) if (int64_t(N) * C >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
     for (int blk = 0; blk < nblk; ++blk) {
         float* pw = part_w.data() + int64_t(blk) * C;
         float* pb = part_b.data() + int64_t(blk) * C;
-        for (int n = blk * kRowBlock; n < std::min(N, (blk + 1) * kRowBlock); ++n) {
-            const float* xr = x + int64_t(n) * C;
-            const float* dy = d_out + int64_t(n) * C;
-            float* dx = d_x + int64_t(n) * C;
+        for (int64_t n = blk * kRowBlock; n < std::min<int64_t>(N, (blk + 1) * kRowBlock); ++n) {
+            const X* xr = x + n * ldx;
+            const G* dy = d_out + n * ldg;
+            float* dx = d_x + n * ldd;
             float mu = mean[n], r = rstd[n];
             double sum_g = 0, sum_gx = 0;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
-            for (int c = 0; c < C; ++c) {
-                float g = dy[c] * w[c];
+            for (int64_t c = 0; c < C; ++c) {
+                float g = load(dy[c]) * w[c];
                 sum_g += g;
-                sum_gx += double(g) * ((xr[c] - mu) * r);
+                sum_gx += double(g) * ((load(xr[c]) - mu) * r);
             }
-            float mg = float(sum_g / C), mgx = float(sum_gx / C);
+            float mg = float(sum_g / double(C)), mgx = float(sum_gx / double(C));
 #pragma omp simd
-            for (int c = 0; c < C; ++c) {
-                float xhat = (xr[c] - mu) * r;
-                pw[c] += dy[c] * xhat;
-                pb[c] += dy[c];
-                dx[c] += r * (dy[c] * w[c] - mg - xhat * mgx);
+            for (int64_t c = 0; c < C; ++c) {
+                const float dyc = load(dy[c]);
+                float xhat = (load(xr[c]) - mu) * r;
+                pw[c] += dyc * xhat;
+                pb[c] += dyc;
+                dx[c] += r * (dyc * w[c] - mg - xhat * mgx);
             }
         }
     }
-    add_partials(d_w, part_w, nblk, C);
-    add_partials(d_b, part_b, nblk, C);
+    add_partials(d_w, part_w, nblk, int(C));
+    add_partials(d_b, part_b, nblk, int(C));
+}
+
+// A frozen norm has no weight gradient: the kernels then accumulate into a sink of C floats.
+struct GradSink {
+    std::vector<float> buf;
+    Vec operator()(Vec g, int64_t C) {
+        if (!g.empty()) return g;
+        buf.assign(size_t(C), 0.0f);
+        return {buf.data(), DType::F32, C};
+    }
+};
+
+// Shapes and dtypes every norm op shares: x and out (N, C), stats (N) and weights (C) in F32.
+void check_norm(const CMat& x, const CMat& other, const CVec& w, std::initializer_list<CVec> stats,
+                const char* op) {
+    ETE_CHECK(other.rows == x.rows && other.cols == x.cols && w.n == x.cols,
+              "{}: x ({}, {}), other ({}, {}) and weight ({}) do not match", op, x.rows, x.cols,
+              other.rows, other.cols, w.n);
+    ETE_CHECK(w.dtype == DType::F32, "{}: the weight must be F32", op);
+    for (const CVec& s : stats)
+        ETE_CHECK(s.n == x.rows && s.dtype == DType::F32, "{}: row statistics must be {} F32", op,
+                  x.rows);
+}
+
+}  // namespace
+
+void CpuBackend::rmsnorm_forward(Mat out, Vec rstd, CMat x, CVec w, float eps) {
+    Scope h(*this, "rmsnorm_forward");
+    check_norm(x, out, w, {rstd}, "rmsnorm_forward");
+    out = h(out);
+    rstd = h(rstd);
+    x = h(x);
+    w = h(w);
+    with_float_type(out.dtype, "rmsnorm_forward", [&](auto o) {
+        with_float_type(x.dtype, "rmsnorm_forward", [&](auto xt) {
+            using O = decltype(o);
+            using X = decltype(xt);
+            rmsnorm_fwd(elems<O>(out), out.ld, elems<float>(rstd), elems<X>(x), x.ld,
+                        elems<float>(w), x.rows, x.cols, eps);
+        });
+    });
+}
+
+void CpuBackend::rmsnorm_backward(Mat d_x, Vec d_w, CMat d_out, CMat x, CVec w, CVec rstd) {
+    Scope h(*this, "rmsnorm_backward");
+    GradSink sink;
+    d_w = h(d_w);
+    d_w = sink(d_w, x.cols);
+    check_norm(x, d_out, w, {rstd}, "rmsnorm_backward");
+    check_norm(x, d_x, d_w, {}, "rmsnorm_backward");
+    ETE_CHECK(d_x.dtype == DType::F32, "rmsnorm_backward: d_x (residual stream) must be F32");
+    d_x = h(d_x);
+    d_out = h(d_out);
+    x = h(x);
+    w = h(w);
+    rstd = h(rstd);
+    with_float_type(d_out.dtype, "rmsnorm_backward", [&](auto g) {
+        with_float_type(x.dtype, "rmsnorm_backward", [&](auto xt) {
+            using G = decltype(g);
+            using X = decltype(xt);
+            rmsnorm_bwd(elems<float>(d_x), d_x.ld, elems<float>(d_w), elems<G>(d_out), d_out.ld,
+                        elems<X>(x), x.ld, elems<float>(w), elems<float>(rstd), x.rows, x.cols);
+        });
+    });
+}
+
+void CpuBackend::layernorm_forward(Mat out, Vec mean, Vec rstd, CMat x, CVec w, CVec b, float eps) {
+    Scope h(*this, "layernorm_forward");
+    check_norm(x, out, w, {mean, rstd}, "layernorm_forward");
+    check_norm(x, out, b, {}, "layernorm_forward");
+    out = h(out);
+    mean = h(mean);
+    rstd = h(rstd);
+    x = h(x);
+    w = h(w);
+    b = h(b);
+    with_float_type(out.dtype, "layernorm_forward", [&](auto o) {
+        with_float_type(x.dtype, "layernorm_forward", [&](auto xt) {
+            using O = decltype(o);
+            using X = decltype(xt);
+            layernorm_fwd(elems<O>(out), out.ld, elems<float>(mean), elems<float>(rstd),
+                          elems<X>(x), x.ld, elems<float>(w), elems<float>(b), x.rows, x.cols, eps);
+        });
+    });
+}
+
+void CpuBackend::layernorm_backward(Mat d_x, Vec d_w, Vec d_b, CMat d_out, CMat x, CVec w,
+                                    CVec mean, CVec rstd) {
+    Scope h(*this, "layernorm_backward");
+    GradSink sink_w, sink_b;
+    d_w = sink_w(h(d_w), x.cols);
+    d_b = sink_b(h(d_b), x.cols);
+    check_norm(x, d_out, w, {mean, rstd}, "layernorm_backward");
+    check_norm(x, d_x, d_w, {}, "layernorm_backward");
+    check_norm(x, d_x, d_b, {}, "layernorm_backward");
+    ETE_CHECK(d_x.dtype == DType::F32, "layernorm_backward: d_x (residual stream) must be F32");
+    d_x = h(d_x);
+    d_out = h(d_out);
+    x = h(x);
+    w = h(w);
+    mean = h(mean);
+    rstd = h(rstd);
+    with_float_type(d_out.dtype, "layernorm_backward", [&](auto g) {
+        with_float_type(x.dtype, "layernorm_backward", [&](auto xt) {
+            using G = decltype(g);
+            using X = decltype(xt);
+            layernorm_bwd(elems<float>(d_x), d_x.ld, elems<float>(d_w), elems<float>(d_b),
+                          elems<G>(d_out), d_out.ld, elems<X>(x), x.ld, elems<float>(w),
+                          elems<float>(mean), elems<float>(rstd), x.rows, x.cols);
+        });
+    });
 }
 
 }  // namespace ete::cpu

@@ -1,4 +1,4 @@
-// ete/backend/cpu/optim.cpp — AdamW step, sum of squares (gradient norm) and scaling on the CPU.
+// ete/backend/cpu/optim.cpp — the AdamW step on the CPU.
 //
 // AdamW repeats ete::ref::adamw_step operation for operation (the order of torch.optim.AdamW), so
 // results are bit-identical to the reference as GCC compiles it. GCC contracts a*b+c into fma by
@@ -7,9 +7,8 @@
 // those fmas out; the portable path is the reference's own source, contracted the same way.
 // Vector sqrt and division are correctly rounded, as the scalar ones.
 //
-// sum_squares adds fixed blocks of kSumBlock elements (each in double) and then the block sums in
-// block order: the value does not depend on thread count or timing, so gradient clipping is
-// reproducible on any machine running this build.
+// With a 16-bit compute copy (mixed precision) each block rewrites its slice of the copy right
+// after updating the fp32 master, while the values are still in cache: one pass over memory.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -18,13 +17,13 @@
 #include <immintrin.h>
 #endif
 
-#include "ete/backend/cpu/cpu_kernels.h"
+#include "ete/backend/cpu/cpu_backend.h"
+#include "ete/backend/cpu/elem.h"
 
 namespace ete::cpu {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
-constexpr int64_t kSumBlock = 1 << 14;
 
 constexpr int64_t kAdamBlock = 1 << 14;  // elements per parallel task
 
@@ -71,42 +70,48 @@ void adamw_range(float* p, const float* g, float* m, float* v, int64_t i0, int64
 }
 #endif
 
-double sum_squares_block(const float* x, int64_t n) {
-    double acc = 0;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t i = 0; i < n; ++i) acc += double(x[i]) * x[i];
-    return acc;
+template <typename C>
+void write_copy(C* dst, const float* p, int64_t i0, int64_t i1) {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) store(dst[i], p[i]);
 }
 
 }  // namespace
 
-void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                float beta2, float eps, float wd, float bc1, float bc2) {
-    AdamConsts k{lr / bc1, std::sqrt(bc2), 1.0f - lr * wd, 1.0f - beta1, beta2, 1.0f - beta2, eps};
-    int64_t nblk = (n + kAdamBlock - 1) / kAdamBlock;
+void CpuBackend::adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec p_compute) {
+    Scope h(*this, "adamw");
+    const int64_t n = p.n;
+    ETE_CHECK(g.n == n && m.n == n && v.n == n && (p_compute.empty() || p_compute.n == n),
+              "adamw_step: p, g, m, v (and the compute copy) must have {} elements", n);
+    ETE_CHECK(p.dtype == DType::F32 && g.dtype == DType::F32 && m.dtype == DType::F32 &&
+                  v.dtype == DType::F32,
+              "adamw_step: parameters, gradients and moments must be F32");
+    p = h(p);
+    g = h(g);
+    m = h(m);
+    v = h(v);
+    p_compute = h(p_compute);
+    float* pp = elems<float>(p);
+    float *mp = elems<float>(m), *vp = elems<float>(v);
+    const float* gp = elems<float>(g);
+    AdamConsts k{s.lr / s.bc1,   std::sqrt(s.bc2), 1.0f - s.lr * s.weight_decay,
+                 1.0f - s.beta1, s.beta2,          1.0f - s.beta2,
+                 s.eps};
+    auto update = [&](auto copy) {
+        using C = std::remove_pointer_t<decltype(copy)>;
+        int64_t nblk = (n + kAdamBlock - 1) / kAdamBlock;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-    for (int64_t b = 0; b < nblk; ++b) {
-        int64_t i0 = b * kAdamBlock, i1 = std::min(n, i0 + kAdamBlock);
-        adamw_range(p, g, m, v, i0, i1, k);
-    }
-}
-
-double sum_squares(const float* x, int64_t n) {
-    int64_t nblk = (n + kSumBlock - 1) / kSumBlock;
-    if (nblk <= 1) return sum_squares_block(x, n);
-    std::vector<double> part(static_cast<size_t>(nblk));
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-    for (int64_t b = 0; b < nblk; ++b)
-        part[size_t(b)] =
-            sum_squares_block(x + b * kSumBlock, std::min(kSumBlock, n - b * kSumBlock));
-    double acc = 0;
-    for (double s : part) acc += s;
-    return acc;
-}
-
-void scale(float* x, float s, int64_t n) {
-#pragma omp parallel for simd schedule(simd : static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+        for (int64_t b = 0; b < nblk; ++b) {
+            int64_t i0 = b * kAdamBlock, i1 = std::min(n, i0 + kAdamBlock);
+            adamw_range(pp, gp, mp, vp, i0, i1, k);
+            if constexpr (!std::is_same_v<C, void>) write_copy(copy, pp, i0, i1);
+        }
+    };
+    if (p_compute.empty()) return update(static_cast<void*>(nullptr));
+    with_float_type(p_compute.dtype, "adamw_step", [&](auto t) {
+        using C = decltype(t);
+        update(elems<C>(p_compute));
+    });
 }
 
 }  // namespace ete::cpu

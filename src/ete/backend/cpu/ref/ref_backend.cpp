@@ -1,112 +1,431 @@
-// ete/backend/cpu/ref/ref_backend.cpp — Backend over the scalar reference kernels (f32).
+// ete/backend/cpu/ref/ref_backend.cpp — the reference Backend: every op gathers its views into
+// contiguous host arrays, runs the scalar template of ref_kernels.h on them and writes the
+// outputs back, rounding once into each output's dtype.
 //
-// The kernels trust doc_start; the Backend methods validate it first (an invalid one would make
-// them read outside the tensors), as the CPU backend does.
+// The compute type is double when every float view of the op is F64 (finite-difference tests
+// run the whole backend in double) and float otherwise: a 16-bit input is widened exactly, so
+// the reference computes the exact-input answer in (at least) fp32 and rounds it once — what an
+// optimized kernel may be compared against. The kernels trust doc_start; the ops validate it
+// first (an invalid one would make them read outside the tensors), as the CPU backend does.
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <new>
+#include <vector>
+
+#include "ete/backend/cpu/elem.h"
 #include "ete/backend/cpu/ref/ref_kernels.h"
 
 namespace ete {
 namespace {
 
+// Element i of a host float view of any float dtype, as double.
+double get(const void* p, DType t, int64_t i) {
+    switch (t) {
+        case DType::F64:
+            return static_cast<const double*>(p)[i];
+        case DType::F32:
+            return static_cast<const float*>(p)[i];
+        case DType::BF16:
+            return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+        case DType::F16:
+            return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+        default:
+            throw_error(fmt::format("ref backend: dtype {} is not a float dtype", dtype_name(t)));
+    }
+}
+
+void put(void* p, DType t, int64_t i, double v) {
+    switch (t) {
+        case DType::F64:
+            static_cast<double*>(p)[i] = v;
+            return;
+        case DType::F32:
+            static_cast<float*>(p)[i] = float(v);
+            return;
+        case DType::BF16:
+            static_cast<uint16_t*>(p)[i] = f32_to_bf16(float(v));
+            return;
+        case DType::F16:
+            static_cast<uint16_t*>(p)[i] = f32_to_f16(float(v));
+            return;
+        default:
+            throw_error(fmt::format("ref backend: dtype {} is not a float dtype", dtype_name(t)));
+    }
+}
+
+// A contiguous (rows, cols) host copy of a view in compute type T; write() stores it back.
+template <typename T>
+class Host {
+  public:
+    explicit Host(CMat m, bool read = true) : view_(m), v_(size_t(m.rows * m.cols)) {
+        if (!read || m.empty()) return;
+        for (int64_t r = 0; r < m.rows; ++r)
+            for (int64_t c = 0; c < m.cols; ++c)
+                v_[size_t(r * m.cols + c)] = T(get(m.data, m.dtype, r * m.ld + c));
+    }
+    explicit Host(CVec v, bool read = true) : Host(CMat(v), read) {}
+    T* data() { return view_.empty() ? nullptr : v_.data(); }
+    void write(Mat m) const {
+        for (int64_t r = 0; r < m.rows; ++r)
+            for (int64_t c = 0; c < m.cols; ++c)
+                put(m.data, m.dtype, r * m.ld + c, double(v_[size_t(r * m.cols + c)]));
+    }
+    void write(Vec v) const { write(Mat(v)); }
+
+  private:
+    CMat view_;
+    std::vector<T> v_;
+};
+
+std::vector<int32_t> ints(CVec v) {
+    if (v.empty()) return {};
+    ETE_CHECK(v.dtype == DType::I32, "ref backend: ids must be I32, not {}", dtype_name(v.dtype));
+    const auto* p = static_cast<const int32_t*>(v.data);
+    return std::vector<int32_t>(p, p + v.n);
+}
+
+// f(T{}) with T = double when every given view is F64, else float.
+template <typename F>
+void compute(std::initializer_list<DType> dtypes, F&& f) {
+    bool all64 = true;
+    for (DType t : dtypes) all64 = all64 && t == DType::F64;
+    if (all64) {
+        f(double{});
+    } else {
+        f(float{});
+    }
+}
+
+// A frozen norm has no weight gradient (an empty view): the templates then accumulate into this
+// sink of C floats, which nobody reads.
+Vec or_sink(Vec g, int64_t C, std::vector<float>& sink) {
+    if (!g.empty()) return g;
+    sink.assign(size_t(C), 0.0f);
+    return {sink.data(), DType::F32, C};
+}
+
+// AttnDims whose doc_start points at a validated host copy.
+AttnDims host_dims(AttnDims d, std::vector<int32_t>& doc) {
+    doc = ints(d.doc_start);
+    check_doc_start(doc.empty() ? nullptr : doc.data(), d.B, d.T);
+    d.doc_start = doc.empty() ? CVec{} : CVec{doc.data(), DType::I32, int64_t(doc.size())};
+    return d;
+}
+
 class RefBackend final : public Backend {
   public:
     std::string name() const override { return "ref"; }
-    void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-              const float* B, int ldb, float beta, float* C, int ldc) override {
-        ref::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+
+    void* allocate(size_t bytes) override {
+        void* p = std::aligned_alloc(64, std::max<size_t>((bytes + 63) / 64 * 64, 64));
+        if (!p) throw std::bad_alloc();
+        return p;
     }
-    void bias_forward(float* y, const float* b, int N, int C, int ldy) override {
-        ref::bias_forward(y, b, N, C, ldy);
+    void deallocate(void* p) noexcept override { std::free(p); }
+    void upload(void* dst, const void* src, size_t n) override { copy_bytes(dst, src, n); }
+    void download(void* dst, const void* src, size_t n) override { copy_bytes(dst, src, n); }
+    void copy_bytes(void* dst, const void* src, size_t n) override {
+        if (n) std::memmove(dst, src, n);
     }
-    void bias_backward(float* d_b, const float* d_y, int N, int C, int ldy) override {
-        ref::bias_backward(d_b, d_y, N, C, ldy);
+    void fill_bytes(void* dst, int value, size_t n) override {
+        if (n) std::memset(dst, value, n);
     }
-    void embedding_forward(float* out, const int32_t* ids, const float* table, int N,
-                           int C) override {
-        ref::embedding_forward(out, ids, table, N, C);
+    void synchronize() override {}
+    bool host_addressable() const override { return true; }
+
+    void copy(Mat dst, CMat src) override {
+        ETE_CHECK(dst.rows == src.rows && dst.cols == src.cols, "copy: shapes differ");
+        Host<double>(src).write(dst);
     }
-    void embedding_backward(float* d_table, const float* d_out, const int32_t* ids, int N,
-                            int C) override {
-        ref::embedding_backward(d_table, d_out, ids, N, C);
+    void fill(Mat dst, float value) override {
+        for (int64_t r = 0; r < dst.rows; ++r)
+            for (int64_t c = 0; c < dst.cols; ++c) put(dst.data, dst.dtype, r * dst.ld + c, value);
     }
-    void pos_embedding_forward(float* out, const float* wpe, const int32_t* doc_start, int B, int T,
-                               int C) override {
-        check_doc_start(doc_start, B, T);
-        ref::pos_embedding_forward(out, wpe, doc_start, B, T, C);
+    void add(Mat x, CMat y) override {
+        ETE_CHECK(x.rows == y.rows && x.cols == y.cols, "add: shapes differ");
+        compute({x.dtype, y.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> X(x);
+            Host<T> Y(y);
+            for (int64_t i = 0; i < x.numel(); ++i) X.data()[i] += Y.data()[i];
+            X.write(x);
+        });
     }
-    void pos_embedding_backward(float* d_wpe, const float* d_out, const int32_t* doc_start, int B,
-                                int T, int C) override {
-        check_doc_start(doc_start, B, T);
-        ref::pos_embedding_backward(d_wpe, d_out, doc_start, B, T, C);
+    void scale(Vec x, float s) override {
+        for (int64_t i = 0; i < x.n; ++i) put(x.data, x.dtype, i, get(x.data, x.dtype, i) * s);
     }
-    void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
-                         float eps) override {
-        ref::rmsnorm_forward(out, rstd, x, w, N, C, eps);
-    }
-    void rmsnorm_backward(float* d_x, float* d_w, const float* d_out, const float* x,
-                          const float* w, const float* rstd, int N, int C) override {
-        ref::rmsnorm_backward(d_x, d_w, d_out, x, w, rstd, N, C);
-    }
-    void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
-                           const float* b, int N, int C, float eps) override {
-        ref::layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
-    }
-    void layernorm_backward(float* d_x, float* d_w, float* d_b, const float* d_out, const float* x,
-                            const float* w, const float* mean, const float* rstd, int N,
-                            int C) override {
-        ref::layernorm_backward(d_x, d_w, d_b, d_out, x, w, mean, rstd, N, C);
-    }
-    void rope_forward(float* qkv, const float* cos, const float* sin, AttnDims d) override {
-        check_doc_start(d.doc_start, d.B, d.T);
-        ref::rope_apply(qkv, cos, sin, d, +1);
-    }
-    void rope_backward(float* d_qkv, const float* cos, const float* sin, AttnDims d) override {
-        check_doc_start(d.doc_start, d.B, d.T);
-        ref::rope_apply(d_qkv, cos, sin, d, -1);
-    }
-    void attention_forward(float* out, float* lse, const float* qkv, AttnDims d,
-                           float scale) override {
-        check_doc_start(d.doc_start, d.B, d.T);
-        ref::attention_forward(out, lse, qkv, d, scale);
-    }
-    void attention_backward(float* d_qkv, const float* d_out, const float* out, const float* lse,
-                            const float* qkv, AttnDims d, float scale) override {
-        check_doc_start(d.doc_start, d.B, d.T);
-        ref::attention_backward(d_qkv, d_out, out, lse, qkv, d, scale);
-    }
-    void swiglu_forward(float* out, const float* gu, int N, int F) override {
-        ref::swiglu_forward(out, gu, N, F);
-    }
-    void swiglu_backward(float* d_gu, const float* d_out, const float* gu, int N, int F) override {
-        ref::swiglu_backward(d_gu, d_out, gu, N, F);
-    }
-    void gelu_forward(float* out, const float* x, int64_t n) override {
-        ref::gelu_forward(out, x, n);
-    }
-    void gelu_backward(float* d_x, const float* d_out, const float* x, int64_t n) override {
-        ref::gelu_backward(d_x, d_out, x, n);
-    }
-    void add_inplace(float* x, const float* y, int64_t n) override {
-        for (int64_t i = 0; i < n; ++i) x[i] += y[i];
-    }
-    void cross_entropy_forward_backward(float* logits, float* losses, const int32_t* targets, int N,
-                                        int V, float d_scale) override {
-        ref::cross_entropy_forward_backward(logits, losses, targets, N, V, d_scale);
-    }
-    void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
-                               int V) override {
-        ref::cross_entropy_forward(losses, logits, targets, N, V);
-    }
-    void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                    float beta2, float eps, float wd, float bc1, float bc2) override {
-        ref::adamw_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
-    }
-    double sum_squares(const float* x, int64_t n) override {
+    double sum_squares(CVec x) override {
         double acc = 0;
-        for (int64_t i = 0; i < n; ++i) acc += double(x[i]) * x[i];
+        for (int64_t i = 0; i < x.n; ++i) {
+            const double v = get(x.data, x.dtype, i);
+            acc += v * v;
+        }
         return acc;
     }
-    void scale(float* x, float s, int64_t n) override {
-        for (int64_t i = 0; i < n; ++i) x[i] *= s;
+
+    void gemm(CMat a, bool ta, CMat b, bool tb, Mat c, float alpha, float beta) override {
+        const int M = int(ta ? a.cols : a.rows), K = int(ta ? a.rows : a.cols);
+        const int N = int(tb ? b.rows : b.cols);
+        ETE_CHECK((tb ? b.cols : b.rows) == K && c.rows == M && c.cols == N,
+                  "gemm: operand shapes do not match");
+        compute({a.dtype, b.dtype, c.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> A(a), B(b), Cm(c, beta != 0.0f);
+            ref::gemm<T>(ta, tb, M, N, K, T(alpha), A.data(), int(a.cols), B.data(), int(b.cols),
+                         T(beta), Cm.data(), N);
+            Cm.write(c);
+        });
+    }
+    void bias_forward(Mat y, CVec b) override {
+        compute({y.dtype, b.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> Y(y), Bv(b);
+            ref::bias_forward<T>(Y.data(), Bv.data(), int(y.rows), int(y.cols), int(y.cols));
+            Y.write(y);
+        });
+    }
+    void bias_backward(Vec d_b, CMat d_y) override {
+        compute({d_b.dtype, d_y.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> Db(d_b), Dy(d_y);
+            ref::bias_backward<T>(Db.data(), Dy.data(), int(d_y.rows), int(d_y.cols),
+                                  int(d_y.cols));
+            Db.write(d_b);
+        });
+    }
+    void embedding_forward(Mat out, CVec ids, CMat table, int64_t first_id) override {
+        std::vector<int32_t> id = ints(ids);
+        compute({out.dtype, table.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> O(out, false), W(table);
+            ref::embedding_forward<T>(O.data(), id.data(), W.data(), int(out.rows), int(out.cols),
+                                      first_id, table.rows);
+            O.write(out);
+        });
+    }
+    void embedding_backward(Mat d_table, CMat d_out, CVec ids, int64_t first_id) override {
+        std::vector<int32_t> id = ints(ids);
+        compute({d_table.dtype, d_out.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> Dt(d_table), Do(d_out);
+            ref::embedding_backward<T>(Dt.data(), Do.data(), id.data(), int(d_out.rows),
+                                       int(d_out.cols), first_id, d_table.rows);
+            Dt.write(d_table);
+        });
+    }
+    void pos_embedding_forward(Mat out, CMat wpe, CVec doc_start, int B, int T) override {
+        std::vector<int32_t> doc = ints(doc_start);
+        check_doc_start(doc.empty() ? nullptr : doc.data(), B, T);
+        compute({out.dtype, wpe.dtype}, [&](auto t) {
+            using E = decltype(t);
+            Host<E> O(out), W(wpe);
+            ref::pos_embedding_forward<E>(O.data(), W.data(), doc.empty() ? nullptr : doc.data(), B,
+                                          T, int(out.cols));
+            O.write(out);
+        });
+    }
+    void pos_embedding_backward(Mat d_wpe, CMat d_out, CVec doc_start, int B, int T) override {
+        std::vector<int32_t> doc = ints(doc_start);
+        check_doc_start(doc.empty() ? nullptr : doc.data(), B, T);
+        compute({d_wpe.dtype, d_out.dtype}, [&](auto t) {
+            using E = decltype(t);
+            Host<E> Dw(d_wpe), Do(d_out);
+            ref::pos_embedding_backward<E>(Dw.data(), Do.data(), doc.empty() ? nullptr : doc.data(),
+                                           B, T, int(d_out.cols));
+            Dw.write(d_wpe);
+        });
+    }
+    void rmsnorm_forward(Mat out, Vec rstd, CMat x, CVec w, float eps) override {
+        compute({out.dtype, rstd.dtype, x.dtype, w.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> O(out, false), R(rstd, false), X(x), W(w);
+            ref::rmsnorm_forward<T>(O.data(), R.data(), X.data(), W.data(), int(x.rows),
+                                    int(x.cols), eps);
+            O.write(out);
+            R.write(rstd);
+        });
+    }
+    void rmsnorm_backward(Mat d_x, Vec d_w, CMat d_out, CMat x, CVec w, CVec rstd) override {
+        std::vector<float> sink;
+        d_w = or_sink(d_w, x.cols, sink);
+        compute({d_x.dtype, d_w.dtype, d_out.dtype, x.dtype, w.dtype, rstd.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> Dx(d_x), Dw(d_w), Do(d_out), X(x), W(w), R(rstd);
+            ref::rmsnorm_backward<T>(Dx.data(), Dw.data(), Do.data(), X.data(), W.data(), R.data(),
+                                     int(x.rows), int(x.cols));
+            Dx.write(d_x);
+            Dw.write(d_w);
+        });
+    }
+    void layernorm_forward(Mat out, Vec mean, Vec rstd, CMat x, CVec w, CVec b,
+                           float eps) override {
+        compute({out.dtype, mean.dtype, rstd.dtype, x.dtype, w.dtype, b.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> O(out, false), Mn(mean, false), R(rstd, false), X(x), W(w), Bv(b);
+            ref::layernorm_forward<T>(O.data(), Mn.data(), R.data(), X.data(), W.data(), Bv.data(),
+                                      int(x.rows), int(x.cols), eps);
+            O.write(out);
+            Mn.write(mean);
+            R.write(rstd);
+        });
+    }
+    void layernorm_backward(Mat d_x, Vec d_w, Vec d_b, CMat d_out, CMat x, CVec w, CVec mean,
+                            CVec rstd) override {
+        std::vector<float> sink_w, sink_b;
+        d_w = or_sink(d_w, x.cols, sink_w);
+        d_b = or_sink(d_b, x.cols, sink_b);
+        compute({d_x.dtype, d_w.dtype, d_b.dtype, d_out.dtype, x.dtype, w.dtype, mean.dtype,
+                 rstd.dtype},
+                [&](auto t) {
+                    using T = decltype(t);
+                    Host<T> Dx(d_x), Dw(d_w), Db(d_b), Do(d_out), X(x), W(w), Mn(mean), R(rstd);
+                    ref::layernorm_backward<T>(Dx.data(), Dw.data(), Db.data(), Do.data(), X.data(),
+                                               W.data(), Mn.data(), R.data(), int(x.rows),
+                                               int(x.cols));
+                    Dx.write(d_x);
+                    Dw.write(d_w);
+                    Db.write(d_b);
+                });
+    }
+    void rope_forward(Mat qkv, CMat cos, CMat sin, AttnDims d) override {
+        rope(qkv, cos, sin, d, 1);
+    }
+    void rope_backward(Mat d_qkv, CMat cos, CMat sin, AttnDims d) override {
+        rope(d_qkv, cos, sin, d, -1);
+    }
+    void attention_forward(Mat out, Vec lse, CMat qkv, AttnDims d, float scale) override {
+        std::vector<int32_t> doc;
+        AttnDims hd = host_dims(d, doc);
+        compute({out.dtype, lse.dtype, qkv.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> O(out, false), L(lse, false), Q(qkv);
+            ref::attention_forward<T>(O.data(), L.data(), Q.data(), hd, scale);
+            O.write(out);
+            L.write(lse);
+        });
+    }
+    void attention_backward(Mat d_qkv, CMat d_out, CMat out, CVec lse, CMat qkv, AttnDims d,
+                            float scale) override {
+        std::vector<int32_t> doc;
+        AttnDims hd = host_dims(d, doc);
+        compute({d_qkv.dtype, d_out.dtype, out.dtype, lse.dtype, qkv.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> Dq(d_qkv, false), Do(d_out), O(out), L(lse), Q(qkv);
+            ref::attention_backward<T>(Dq.data(), Do.data(), O.data(), L.data(), Q.data(), hd,
+                                       scale);
+            Dq.write(d_qkv);
+        });
+    }
+    void swiglu_forward(Mat out, CMat gate_up) override {
+        compute({out.dtype, gate_up.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> O(out, false), G(gate_up);
+            ref::swiglu_forward<T>(O.data(), G.data(), int(out.rows), int(out.cols));
+            O.write(out);
+        });
+    }
+    void swiglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) override {
+        compute({d_gate_up.dtype, d_out.dtype, gate_up.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> Dg(d_gate_up, false), Do(d_out), G(gate_up);
+            ref::swiglu_backward<T>(Dg.data(), Do.data(), G.data(), int(d_out.rows),
+                                    int(d_out.cols));
+            Dg.write(d_gate_up);
+        });
+    }
+    void gelu_forward(Mat out, CMat x) override {
+        compute({out.dtype, x.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> O(out, false), X(x);
+            ref::gelu_forward<T>(O.data(), X.data(), x.numel());
+            O.write(out);
+        });
+    }
+    void gelu_backward(Mat d_x, CMat d_out, CMat x) override {
+        compute({d_x.dtype, d_out.dtype, x.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> Dx(d_x, false), Do(d_out), X(x);
+            ref::gelu_backward<T>(Dx.data(), Do.data(), X.data(), x.numel());
+            Dx.write(d_x);
+        });
+    }
+    void cross_entropy_forward_backward(Mat logits, Vec losses, CVec targets, float d_scale,
+                                        Mat d_logits) override {
+        std::vector<int32_t> tg = ints(targets);
+        check_targets(tg, logits.cols);
+        compute({logits.dtype, losses.dtype, d_logits.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> Z(logits), L(losses, false);
+            ref::cross_entropy_forward_backward<T>(Z.data(), L.data(), tg.data(), int(logits.rows),
+                                                   int(logits.cols), d_scale);
+            L.write(losses);
+            Z.write(d_logits);
+        });
+    }
+    void cross_entropy_forward(Vec losses, CMat logits, CVec targets) override {
+        std::vector<int32_t> tg = ints(targets);
+        check_targets(tg, logits.cols);
+        compute({logits.dtype, losses.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> Z(logits), L(losses, false);
+            ref::cross_entropy_forward<T>(L.data(), Z.data(), tg.data(), int(logits.rows),
+                                          int(logits.cols));
+            L.write(losses);
+        });
+    }
+    void cross_entropy_stats(Vec lse, Vec target_logit, CMat logits, CVec targets) override {
+        std::vector<int32_t> tg = ints(targets);
+        compute({lse.dtype, target_logit.dtype, logits.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> L(lse, false), Zt(target_logit, false), Z(logits);
+            ref::cross_entropy_stats<T>(L.data(), Zt.data(), Z.data(), tg.data(), int(logits.rows),
+                                        int(logits.cols));
+            L.write(lse);
+            Zt.write(target_logit);
+        });
+    }
+    void cross_entropy_backward(Mat d_logits, CMat logits, CVec lse, CVec targets,
+                                float d_scale) override {
+        std::vector<int32_t> tg = ints(targets);
+        compute({d_logits.dtype, logits.dtype, lse.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> D(d_logits, false), Z(logits), L(lse);
+            ref::cross_entropy_backward<T>(D.data(), Z.data(), L.data(), tg.data(),
+                                           int(logits.rows), int(logits.cols), d_scale);
+            D.write(d_logits);
+        });
+    }
+    void adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec p_compute) override {
+        compute({p.dtype, g.dtype, m.dtype, v.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> P(p), G(g), Mm(m), Vv(v);
+            ref::adamw_step<T>(P.data(), G.data(), Mm.data(), Vv.data(), p.n, s.lr, s.beta1,
+                               s.beta2, s.eps, s.weight_decay, s.bc1, s.bc2);
+            P.write(p);
+            Mm.write(m);
+            Vv.write(v);
+            if (!p_compute.empty()) P.write(p_compute);
+        });
+    }
+
+  private:
+    void rope(Mat x, CMat cos, CMat sin, AttnDims d, int sign) {
+        std::vector<int32_t> doc;
+        AttnDims hd = host_dims(d, doc);
+        compute({x.dtype, cos.dtype, sin.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> X(x), Cs(cos), Sn(sin);
+            ref::rope_apply<T>(X.data(), Cs.data(), Sn.data(), hd, sign);
+            X.write(x);
+        });
+    }
+    static void check_targets(const std::vector<int32_t>& t, int64_t V) {
+        for (size_t n = 0; n < t.size(); ++n)
+            ETE_CHECK(t[n] == kIgnoreIndex || (t[n] >= 0 && t[n] < V),
+                      "cross_entropy: target {} of row {} is outside [0, {}) and not the ignore "
+                      "index {}",
+                      t[n], n, V, kIgnoreIndex);
     }
 };
 

@@ -46,21 +46,36 @@ void bias_backward(T* d_b, const T* d_y, int N, int C, int ldy) {
     }
 }
 
+// Table rows hold ids [first, first + V); other ids give zero rows and no gradient.
 template <typename T>
-void embedding_forward(T* out, const int32_t* ids, const T* table, int N, int C) {
-    for (int n = 0; n < N; ++n)
-        for (int c = 0; c < C; ++c) out[size_t(n) * C + c] = table[size_t(ids[n]) * C + c];
+void embedding_forward(T* out, const int32_t* ids, const T* table, int N, int C, int64_t first = 0,
+                       int64_t V = INT64_MAX) {
+    for (int n = 0; n < N; ++n) {
+        const int64_t row = int64_t(ids[n]) - first;
+        const bool mine = row >= 0 && row < V;
+        for (int c = 0; c < C; ++c) out[size_t(n) * C + c] = mine ? table[row * C + c] : T(0);
+    }
 }
 
 template <typename T>
-void embedding_backward(T* d_table, const T* d_out, const int32_t* ids, int N, int C) {
-    for (int n = 0; n < N; ++n)
-        for (int c = 0; c < C; ++c) d_table[size_t(ids[n]) * C + c] += d_out[size_t(n) * C + c];
+void embedding_backward(T* d_table, const T* d_out, const int32_t* ids, int N, int C,
+                        int64_t first = 0, int64_t V = INT64_MAX) {
+    for (int n = 0; n < N; ++n) {
+        const int64_t row = int64_t(ids[n]) - first;
+        if (row < 0 || row >= V) continue;
+        for (int c = 0; c < C; ++c) d_table[row * C + c] += d_out[size_t(n) * C + c];
+    }
 }
 
 // Position of (b, t) in its document: t - doc_start[b*T + t], or t without packing.
 inline int doc_position(const int32_t* doc_start, int b, int t, int T_) {
     return doc_start ? t - doc_start[size_t(b) * T_ + t] : t;
+}
+
+// The first position of the document holding (b, t): d.doc_start is a host view here.
+inline int doc_begin(const AttnDims& d, int b, int t) {
+    const auto* s = static_cast<const int32_t*>(d.doc_start.data);
+    return s ? s[size_t(b) * d.T + t] : 0;
 }
 
 template <typename T>
@@ -160,7 +175,7 @@ void rope_apply(T* qkv, const T* cos, const T* sin, AttnDims d, int sign) {
     for (int b = 0; b < d.B; ++b)
         for (int t = 0; t < d.T; ++t) {
             T* row = qkv + (size_t(b) * d.T + t) * d.qkv_stride();
-            size_t p = size_t(t - d.doc_begin(b, t));
+            size_t p = size_t(t - doc_begin(d, b, t));
             for (int h = 0; h < d.H + d.KV; ++h) {
                 T* v = row + size_t(h) * d.D;
                 for (int j = 0; j < half; ++j) {
@@ -183,7 +198,7 @@ void attention_forward(T* out, T* lse, const T* qkv, AttnDims d, float scale) {
             int kh = h / group;
             for (int i = 0; i < d.T; ++i) {
                 const T* q = qkv + (size_t(b) * d.T + i) * S + size_t(h) * d.D;
-                const int s0 = d.doc_begin(b, i);
+                const int s0 = doc_begin(d, b, i);
                 double mx = -INFINITY;
                 for (int j = s0; j <= i; ++j) {
                     const T* k = qkv + (size_t(b) * d.T + j) * S + size_t(d.H + kh) * d.D;
@@ -225,7 +240,7 @@ void attention_backward(T* d_qkv, const T* d_out, const T* out, const T* lse, co
                 const T* dy = d_out + (size_t(b) * d.T + i) * d.H * d.D + size_t(h) * d.D;
                 double l = lse[(size_t(b) * d.H + h) * d.T + i], di = 0;
                 for (int e = 0; e < d.D; ++e) di += double(dy[e]) * o[e];
-                for (int j = d.doc_begin(b, i); j <= i; ++j) {
+                for (int j = doc_begin(d, b, i); j <= i; ++j) {
                     size_t krow = (size_t(b) * d.T + j) * S;
                     const T* k = qkv + krow + size_t(d.H + kh) * d.D;
                     const T* v = qkv + krow + size_t(d.H + d.KV + kh) * d.D;
@@ -320,6 +335,36 @@ void cross_entropy_forward_backward(T* logits, T* losses, const int32_t* targets
         for (int v = 0; v < V; ++v) sum += std::exp(z[v] - mx);
         for (int v = 0; v < V; ++v)
             z[v] = T(d_scale * (std::exp(z[v] - mx) / sum - (v == targets[n] ? 1.0 : 0.0)));
+    }
+}
+
+// lse(N) over the row's V columns (-inf when V = 0); target_logit = z[t] for t in [0, V), else 0.
+template <typename T>
+void cross_entropy_stats(T* lse, T* target_logit, const T* logits, const int32_t* targets, int N,
+                         int V) {
+    for (int n = 0; n < N; ++n) {
+        const T* z = logits + size_t(n) * V;
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < V; ++v) mx = std::max(mx, double(z[v]));
+        for (int v = 0; v < V; ++v) sum += std::exp(z[v] - mx);
+        lse[n] = T(V > 0 ? mx + std::log(sum) : -INFINITY);
+        const int t = targets[n];
+        target_logit[n] = t >= 0 && t < V ? z[t] : T(0);
+    }
+}
+
+// d = d_scale (e^(z - lse) - onehot(t)); ignored rows 0.
+template <typename T>
+void cross_entropy_backward(T* d, const T* logits, const T* lse, const int32_t* targets, int N,
+                            int V, float d_scale) {
+    for (int n = 0; n < N; ++n) {
+        const T* z = logits + size_t(n) * V;
+        T* dz = d + size_t(n) * V;
+        const int t = targets[n];
+        for (int v = 0; v < V; ++v)
+            dz[v] = t == kIgnoreIndex
+                        ? T(0)
+                        : T(d_scale * (std::exp(double(z[v]) - lse[n]) - (v == t ? 1.0 : 0.0)));
     }
 }
 

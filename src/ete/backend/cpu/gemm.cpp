@@ -1,4 +1,5 @@
-// ete/backend/cpu/blas.cpp — GEMM through OpenBLAS, and the core-type fix of DESIGN.md §8.
+// ete/backend/cpu/gemm.cpp — GEMM (OpenBLAS sgemm for f32, oneDNN matmul for bf16/fp16 with fp32
+// accumulation), and the OpenBLAS core-type fix of DESIGN.md §8.
 #include <cblas.h>
 #include <unistd.h>
 
@@ -6,14 +7,37 @@
 #include <cstring>
 #include <string_view>
 
-#include "ete/backend/cpu/cpu_kernels.h"
+#include "ete/backend/cpu/cpu_backend.h"
+#include "ete/backend/cpu/dnnl_gemm.h"
+#include "ete/backend/cpu/openblas_util.h"
 
 namespace ete::cpu {
 
-void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-          const float* B, int ldb, float beta, float* C, int ldc) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-                K, alpha, A, lda, B, ldb, beta, C, ldc);
+void CpuBackend::gemm(CMat a, bool ta, CMat b, bool tb, Mat c, float alpha, float beta) {
+    const int64_t M = ta ? a.cols : a.rows, K = ta ? a.rows : a.cols;
+    const int64_t N = tb ? b.rows : b.cols, Kb = tb ? b.cols : b.rows;
+    ETE_CHECK(K == Kb && c.rows == M && c.cols == N,
+              "gemm: op(a) ({}, {}) times op(b) ({}, {}) does not give c ({}, {})", M, K, Kb, N,
+              c.rows, c.cols);
+    ETE_CHECK(a.dtype == b.dtype, "gemm: operands have dtypes {} and {}, expected one dtype",
+              dtype_name(a.dtype), dtype_name(b.dtype));
+    static const char* kRole[2][2] = {{"gemm_nn", "gemm_nt"}, {"gemm_tn", "gemm_tt"}};
+    Scope h(*this, kRole[ta][tb], 2.0 * double(M) * double(N) * double(K));
+    a = h(a);
+    b = h(b);
+    c = h(c);
+    if (M == 0 || N == 0) return;
+    if (a.dtype == DType::F32) {
+        ETE_CHECK(c.dtype == DType::F32, "gemm: f32 operands need an F32 result, not {}",
+                  dtype_name(c.dtype));
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    int(M), int(N), int(K), alpha, static_cast<const float*>(a.data), int(a.ld),
+                    static_cast<const float*>(b.data), int(b.ld), beta,
+                    static_cast<float*>(c.data), int(c.ld));
+        return;
+    }
+    dnnl_gemm(ta, tb, M, N, K, alpha, a.data, a.ld, b.data, b.ld, a.dtype, beta, c.data, c.ld,
+              c.dtype);
 }
 
 const char* openblas_core_name() {

@@ -1,0 +1,134 @@
+// ete/backend/cpu/cpu_backend.h — the optimized CPU backend (OpenMP + SIMD + OpenBLAS, oneDNN for
+// 16-bit GEMMs), declared once; each op is defined in the file of its concern:
+//
+//   memory.cpp       allocation, transfers, copy/fill/add/scale/sum_squares
+//   gemm.cpp         gemm (OpenBLAS sgemm for f32, oneDNN for bf16/fp16), the core-type fix
+//   elementwise.cpp  bias, embeddings, SwiGLU, GELU
+//   norm.cpp         RMSNorm, LayerNorm
+//   attention.cpp    RoPE, flash attention
+//   loss.cpp         cross-entropy
+//   optim.cpp        AdamW
+//
+// Memory. Normally plain host memory. In guarded mode (make_guarded_backend) every allocation is
+// mapped twice (cpu/guarded_memory.h): the address handed out is PROT_NONE, so any load or store
+// from outside this backend faults, and the ops translate each view to its read-write alias first
+// — checking on the way that the view lies inside one live allocation. The kernels are the same.
+// Each op starts with a Scope: it translates views, and reports to the profiler when one is set.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "ete/backend/backend.h"
+
+namespace ete::cpu {
+
+class GuardedMemory;
+
+class CpuBackend final : public Backend {
+  public:
+    explicit CpuBackend(bool guarded = false);
+    ~CpuBackend() override;
+
+    std::string name() const override { return guard_ ? "guarded" : "cpu"; }
+    std::string describe() const override;
+
+    // memory.cpp
+    void* allocate(size_t bytes) override;
+    void deallocate(void* p) noexcept override;
+    void upload(void* dst, const void* host_src, size_t bytes) override;
+    void download(void* host_dst, const void* src, size_t bytes) override;
+    void copy_bytes(void* dst, const void* src, size_t bytes) override;
+    void fill_bytes(void* dst, int value, size_t bytes) override;
+    void synchronize() override {}
+    bool host_addressable() const override { return !guard_; }
+    void copy(Mat dst, CMat src) override;
+    void fill(Mat dst, float value) override;
+    void add(Mat x, CMat y) override;
+    void scale(Vec x, float s) override;
+    double sum_squares(CVec x) override;
+
+    // gemm.cpp
+    void gemm(CMat a, bool trans_a, CMat b, bool trans_b, Mat c, float alpha, float beta) override;
+
+    // elementwise.cpp
+    void bias_forward(Mat y, CVec b) override;
+    void bias_backward(Vec d_b, CMat d_y) override;
+    void embedding_forward(Mat out, CVec ids, CMat table, int64_t first_id) override;
+    void embedding_backward(Mat d_table, CMat d_out, CVec ids, int64_t first_id) override;
+    void pos_embedding_forward(Mat out, CMat wpe, CVec doc_start, int B, int T) override;
+    void pos_embedding_backward(Mat d_wpe, CMat d_out, CVec doc_start, int B, int T) override;
+    void swiglu_forward(Mat out, CMat gate_up) override;
+    void swiglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) override;
+    void gelu_forward(Mat out, CMat x) override;
+    void gelu_backward(Mat d_x, CMat d_out, CMat x) override;
+
+    // norm.cpp
+    void rmsnorm_forward(Mat out, Vec rstd, CMat x, CVec w, float eps) override;
+    void rmsnorm_backward(Mat d_x, Vec d_w, CMat d_out, CMat x, CVec w, CVec rstd) override;
+    void layernorm_forward(Mat out, Vec mean, Vec rstd, CMat x, CVec w, CVec b, float eps) override;
+    void layernorm_backward(Mat d_x, Vec d_w, Vec d_b, CMat d_out, CMat x, CVec w, CVec mean,
+                            CVec rstd) override;
+
+    // attention.cpp
+    void rope_forward(Mat qkv, CMat cos, CMat sin, AttnDims d) override;
+    void rope_backward(Mat d_qkv, CMat cos, CMat sin, AttnDims d) override;
+    void attention_forward(Mat out, Vec lse, CMat qkv, AttnDims d, float scale) override;
+    void attention_backward(Mat d_qkv, CMat d_out, CMat out, CVec lse, CMat qkv, AttnDims d,
+                            float scale) override;
+
+    // loss.cpp
+    void cross_entropy_forward_backward(Mat logits, Vec losses, CVec targets, float d_scale,
+                                        Mat d_logits) override;
+    void cross_entropy_forward(Vec losses, CMat logits, CVec targets) override;
+    void cross_entropy_stats(Vec lse, Vec target_logit, CMat logits, CVec targets) override;
+    void cross_entropy_backward(Mat d_logits, CMat logits, CVec lse, CVec targets,
+                                float d_scale) override;
+
+    // optim.cpp
+    void adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec p_compute) override;
+
+  private:
+    // One op: host views of its arguments, and its timing when a profiler is set.
+    class Scope {
+      public:
+        Scope(const CpuBackend& be, const char* op, double flops = 0)
+            : be_(be), op_(op), flops_(flops) {
+            if (be_.profiler_) t0_ = std::chrono::steady_clock::now();
+        }
+        ~Scope() {
+            if (!be_.profiler_) return;
+            std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0_;
+            be_.profiler_->record(op_, dt.count(), flops_);
+        }
+        template <typename P>
+        MatViewT<P> operator()(MatViewT<P> m) const {
+            m.data = static_cast<P>(be_.host_ptr(m.data, m.span_bytes()));
+            return m;
+        }
+        template <typename P>
+        VecViewT<P> operator()(VecViewT<P> v) const {
+            v.data = static_cast<P>(be_.host_ptr(v.data, v.bytes()));
+            return v;
+        }
+        AttnDims operator()(AttnDims d) const {
+            d.doc_start = (*this)(d.doc_start);
+            return d;
+        }
+
+      private:
+        const CpuBackend& be_;
+        const char* op_;
+        double flops_;
+        std::chrono::steady_clock::time_point t0_{};
+    };
+
+    // The host address of [p, p + bytes) of this backend's memory (p itself unless guarded).
+    void* host_ptr(const void* p, size_t bytes) const;
+
+    std::unique_ptr<GuardedMemory> guard_;
+};
+
+}  // namespace ete::cpu

@@ -1,0 +1,37 @@
+// ete/backend/cpu/no_dnnl/dnnl_stub.cpp — linked when the build has no oneDNN (not found, or
+// -DETE_DNNL=OFF). MLX style: no #ifdef in shared code; CMake picks this file or backend/cpu/dnnl/.
+// The fp32 fallback (backend/cpu/dnnl_fallback.cpp) is still built, but dnnl_gemm does not use it
+// silently: a build without oneDNN should say so rather than run 16-bit GEMMs slowly.
+#include "ete/backend/cpu/dnnl_gemm.h"
+#include "ete/backend/cpu/dnnl_gemm_internal.h"
+#include "ete/core/error.h"
+
+namespace ete::cpu {
+
+void dnnl_gemm(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*,
+               int64_t, DType, float, void*, int64_t, DType) {
+    throw_error("[gemm] this build has no oneDNN: bf16/fp16 GEMM needs libdnnl-dev");
+}
+
+std::string dnnl_gemm_impl(bool, bool, int64_t, int64_t, int64_t, float, int64_t, int64_t, DType,
+                           float, int64_t, DType) {
+    return "none";
+}
+
+size_t dnnl_cached_primitives() {
+    return 0;
+}
+
+bool dnnl_available() {
+    return false;
+}
+
+bool dnnl_native(DType) {
+    return false;
+}
+
+std::string dnnl_info() {
+    return "oneDNN: not built";
+}
+
+}  // namespace ete::cpu

@@ -1,0 +1,23 @@
+// ete/nn/norm.cpp
+#include "ete/nn/norm.h"
+
+namespace ete {
+
+void Norm::forward(Backend& be, Mat out, Vec mean, Vec rstd, CMat x) const {
+    if (layernorm_) {
+        be.layernorm_forward(out, mean, rstd, x, p_.w, p_.b, eps_);
+    } else {
+        be.rmsnorm_forward(out, rstd, x, p_.w, eps_);
+    }
+}
+
+void Norm::backward(Backend& be, Mat d_x, CMat d_out, CMat x, CVec mean, CVec rstd) const {
+    // A frozen norm (empty d_w, d_b) still passes the gradient to its input.
+    if (layernorm_) {
+        be.layernorm_backward(d_x, p_.d_w, p_.d_b, d_out, x, p_.w, mean, rstd);
+    } else {
+        be.rmsnorm_backward(d_x, p_.d_w, d_out, x, p_.w, rstd);
+    }
+}
+
+}  // namespace ete

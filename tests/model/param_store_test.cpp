@@ -1,0 +1,112 @@
+// tests/model/param_store_test.cpp — the two parameter groups: trainable parameters in one flat
+// F32 master + gradient (+ a compute-dtype copy that AdamW keeps equal to the rounded masters),
+// frozen ones each in its own buffer with no gradient; and nn::Linear over a frozen weight
+// (input gradient, no weight gradient). On the guarded backend, so no host access slips in.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ete/core/rng.h"
+#include "ete/model/param_store.h"
+#include "ete/nn/linear.h"
+#include "ete/optim/adamw.h"
+#include "test_util.h"
+
+namespace ete {
+namespace {
+
+// A linear layer's table: weight (out, in) and bias, then a norm weight.
+std::vector<ParamSpec> linear_table(bool freeze_weight) {
+    std::vector<ParamSpec> t(3);
+    t[0].name = "w";
+    t[0].shape = {5, 7};
+    t[0].role = ParamRole::Q;
+    t[0].trainable = !freeze_weight;
+    t[1].name = "b";
+    t[1].shape = {5};
+    t[1].kind = ParamKind::Bias;
+    t[1].role = ParamRole::QBias;
+    t[2].name = "n";
+    t[2].shape = {7};
+    t[2].kind = ParamKind::Norm;
+    t[2].role = ParamRole::AttnNorm;
+    return t;
+}
+
+std::vector<float> ramp(size_t n, float scale) {
+    std::vector<float> v(n);
+    CounterRng rng(3, "ramp");
+    for (size_t i = 0; i < n; ++i) v[i] = scale * rng.normal(i);
+    return v;
+}
+
+TEST(ParamGroups, FrozenParametersLiveOutsideTheFlatBuffers) {
+    auto be = make_guarded_backend();
+    ParamStore ps(linear_table(true), *be, 0, 1, DType::BF16);
+    EXPECT_EQ(ps.numel(), 5 + 7);  // bias and norm only
+    EXPECT_EQ(ps.offset(0), -1);
+    EXPECT_EQ(ps.offset(1), 0);
+    EXPECT_EQ(ps.offset(2), 5);
+    EXPECT_TRUE(ps.grad(0).empty());  // a frozen weight has no gradient buffer
+    EXPECT_FALSE(ps.grad(1).empty());
+    EXPECT_FALSE(ps.counts_in_norm(0));
+    // A frozen matrix is stored in the compute dtype: reading it back gives the rounded values.
+    std::vector<float> w = ramp(35, 0.3f);
+    ps.upload(0, w.data());
+    EXPECT_EQ(ps.weight(0).dtype, DType::BF16);
+    std::vector<float> back = ps.download(0);
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(back[i], bf16_to_f32(f32_to_bf16(w[i])));
+    // Its norm and bias neighbours stay F32.
+    EXPECT_EQ(ps.value(2).dtype, DType::F32);
+    EXPECT_EQ(ps.find(ParamRole::AttnNorm), 2);
+    EXPECT_EQ(ps.find(ParamRole::Q, 3), -1);
+}
+
+TEST(ParamGroups, ComputeCopyFollowsTheMastersThroughAdamW) {
+    auto be = make_guarded_backend();
+    ParamStore ps(linear_table(false), *be, 0, 1, DType::BF16);
+    ps.init(1);
+    std::vector<float> w = ramp(35, 0.3f);
+    ps.upload(0, w.data());
+    std::vector<float> g = ramp(size_t(ps.numel()), 0.01f);
+    ps.upload_grads(g.data());
+    AdamW opt(ps, *be, AdamWConfig{1e-2, 0.9, 0.95, 1e-8, 0.1});
+    opt.step(1e-2);
+    std::vector<float> master = ps.download(0);
+    EXPECT_NE(master, w);  // it moved
+    std::vector<uint16_t> copy(35);
+    be->download(copy.data(), ps.weight(0).data, copy.size() * 2);
+    for (size_t i = 0; i < copy.size(); ++i)
+        ASSERT_EQ(copy[i], f32_to_bf16(master[i])) << "the compute copy is round(master)";
+}
+
+// Forward through a frozen weight equals forward through the same trainable weight; backward
+// gives the same input gradient and the same bias gradient, and no weight gradient.
+TEST(ParamGroups, LinearOverAFrozenWeightPassesGradientsToItsInput) {
+    auto be = make_guarded_backend();
+    ParamStore frozen(linear_table(true), *be), train(linear_table(false), *be);
+    std::vector<float> w = ramp(35, 0.3f), b = ramp(5, 0.1f);
+    for (ParamStore* ps : {&frozen, &train}) {
+        ps->upload(0, w.data());
+        ps->upload(1, b.data());
+    }
+    const int N = 4;
+    testing::DeviceCopy x(*be, ramp(N * 7, 1.0f)), d_y(*be, ramp(N * 5, 0.5f));
+    std::vector<std::vector<float>> y_out, dx_out;
+    for (ParamStore* ps : {&frozen, &train}) {
+        Linear lin({ps->weight(0), ps->grad(0), ps->value(1).flat(), ps->grad(1).flat()});
+        testing::DeviceCopy y(*be, std::vector<float>(N * 5)), d_x(*be, std::vector<float>(N * 7));
+        lin.forward(*be, y.mat(N, 5), x.mat(N, 7));
+        lin.backward(*be, d_x.mat(N, 7), d_y.mat(N, 5), x.mat(N, 7));
+        y_out.push_back(y.download<float>());
+        dx_out.push_back(d_x.download<float>());
+    }
+    EXPECT_EQ(y_out[0], y_out[1]);
+    EXPECT_EQ(dx_out[0], dx_out[1]);
+    EXPECT_EQ(frozen.download_grad(1), train.download_grad(1));  // the bias still learns
+    std::vector<float> dw = train.download_grad(0);
+    EXPECT_TRUE(std::any_of(dw.begin(), dw.end(), [](float v) { return v != 0.0f; }));
+}
+
+}  // namespace
+}  // namespace ete
