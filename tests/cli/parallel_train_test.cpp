@@ -210,6 +210,82 @@ TEST_F(ParallelTrain, EveryTransportCarriesBackendMemory) {
     expect_same(train(1, gpt2), train(8, mesh(2, 2, 2) + gpt2 + guarded), "guarded gpt2 (2,2,2)");
 }
 
+// bf16: every layout against one process, within tolerances derived from bf16 itself (not bit
+// for bit: the layouts sum the same fp32 products in other orders, and a result near the midpoint
+// of two bf16 values can then round the other way).
+// - Losses: within a quarter of the distance between the bf16 and the fp32 run. A layout only
+//   reorders sums, whose effect through bf16 rounding is a small part of what rounding to bf16
+//   does at all. (Measured: layouts <= 3.1e-5 relative; the bf16-fp32 gap 3.5e-4.)
+// - Final weights (saved as bf16): at least 98% within 2 bf16 units of the value — the fp32 masters
+//   differ by far less than one unit, so their roundings differ by at most one step — and every
+//   one within lr / 10 = 1e-3. AdamW moves an element by about lr per step whatever the size of its
+//   gradient, so where a gradient is tiny, rounding noise in it can redirect part of a step.
+//   (Measured: at most 1.0% beyond 2 units, worst 4.9e-4, on tp layouts; pp alone is exact.)
+TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
+    const std::string bf16 = " --set train.precision=bf16";
+    RunResult fp32 = train(1, ""), one = train(1, bf16);
+    double gap = 0;
+    for (size_t i = 0; i < one.losses.size(); ++i)
+        gap = std::max(gap, std::abs(one.losses[i] - fp32.losses[i]) / fp32.losses[i]);
+    ASSERT_GT(gap, 0.0) << "bf16 must differ from fp32";
+    for (const auto& l : kLayouts) {
+        const std::string what = fmt::format("bf16 ({},{},{})", l[0], l[1], l[2]);
+        RunResult got = train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + bf16);
+        ASSERT_EQ(got.losses.size(), one.losses.size()) << what;
+        for (size_t i = 0; i < got.losses.size(); ++i)
+            EXPECT_LE(std::abs(got.losses[i] - one.losses[i]) / one.losses[i], gap / 4)
+                << what << " step " << i + 1;
+        size_t far = 0, total = 0;
+        double worst = 0;
+        for (const auto& [name, w] : one.weights) {
+            const auto& g = got.weights.at(name);
+            for (size_t i = 0; i < w.size(); ++i) {
+                const float big = std::max({std::fabs(w[i]), std::fabs(g[i]), 1e-30f});
+                const float unit = std::ldexp(1.0f, std::ilogb(big) - 7);
+                ++total;
+                if (std::fabs(g[i] - w[i]) > 2 * unit) ++far;
+                worst = std::max(worst, double(std::fabs(g[i] - w[i])));
+            }
+        }
+        EXPECT_LE(worst, 1e-3) << what;
+        EXPECT_LE(double(far), 0.02 * double(total)) << what;
+    }
+}
+
+// fp16: an inf in the gradient of one rank (world rank 5 of a (2,2,2) mesh: not the rank that
+// writes the metrics, and after the data-parallel sum, so no other rank sees it) makes every rank
+// skip the same step and halve the same scale: the run equals the one where rank 0 saw the inf,
+// bit for bit, and the replicas stay identical (checked every step).
+TEST_F(ParallelTrain, Fp16SkipIsDecidedByEveryRankAlike) {
+    const std::string fp16 = " --set train.precision=fp16 --set train.loss_scale_window=2" +
+                             std::string(" --set parallel.replica_check_every=1 ") + mesh(2, 2, 2);
+    auto metrics = [](const std::string& out) {
+        std::vector<std::pair<double, bool>> m;
+        std::ifstream in(out + "/metrics.jsonl");
+        for (std::string line; std::getline(in, line);) {
+            nlohmann::json j = nlohmann::json::parse(line);
+            m.emplace_back(j["loss_scale"].get<double>(), j["skipped"].get<bool>());
+        }
+        return m;
+    };
+    setenv("ETE_INJECT_NONFINITE_GRAD", "3:5", 1);
+    RunResult by5 = train(8, fp16);
+    const auto m5 = metrics(last_out_);
+    setenv("ETE_INJECT_NONFINITE_GRAD", "3:0", 1);
+    RunResult by0 = train(8, fp16);
+    const auto m0 = metrics(last_out_);
+    unsetenv("ETE_INJECT_NONFINITE_GRAD");
+    using M = std::vector<std::pair<double, bool>>;
+    EXPECT_EQ(m5,
+              (M{{65536, false}, {65536, false}, {131072, true}, {65536, false}, {65536, false}}));
+    EXPECT_EQ(m0, m5);
+    EXPECT_EQ(by5.losses, by0.losses);
+    EXPECT_EQ(by5.weights, by0.weights);
+    EXPECT_NE(by5.log.find("non-finite gradient, step skipped; loss scale 131072 -> 65536"),
+              std::string::npos)
+        << by5.log;
+}
+
 // GQA with tp = 4 > num_kv_heads = 2: each kv head is replicated on 2 tp ranks, which sum its
 // gradient; alone (4 ranks) and under dp = 2 (8 ranks), the same run as one process.
 TEST_F(ParallelTrain, KvHeadsReplicatedWhenTpExceedsThem) {

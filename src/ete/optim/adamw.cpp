@@ -65,11 +65,22 @@ float clip_coefficient(double norm, double clip) {
     return std::min(1.0f, float(clip) / (float(norm) + 1e-6f));
 }
 
-double grad_norm(ParamStore& store, Backend& backend, Communicator* mp) {
-    if (!mp || mp->size() == 1) return std::sqrt(backend.sum_squares(store.grads()));
+double grad_norm(ParamStore& store, Backend& backend, Communicator* mp, bool* local_finite) {
+    if (!mp || mp->size() == 1) {
+        // One process holds each element once: every element is counted.
+        const double sq = backend.sum_squares(store.grads());
+        if (local_finite) *local_finite = std::isfinite(sq);
+        return std::sqrt(sq);
+    }
     double sq = 0;
-    for (int i = 0; i < store.size(); ++i)
-        if (store.counts_in_norm(i)) sq += backend.sum_squares(store.grad(i).flat());
+    bool finite = true;
+    for (int i = 0; i < store.size(); ++i) {
+        if (!store.trainable(i)) continue;
+        const double s = backend.sum_squares(store.grad(i).flat());
+        finite = finite && std::isfinite(s);
+        if (store.counts_in_norm(i)) sq += s;
+    }
+    if (local_finite) *local_finite = finite;
     mp->all_reduce(&sq, 1, DType::F64, ReduceOp::Sum);
     return std::sqrt(sq);
 }

@@ -56,7 +56,10 @@ class AdamW {
 // The global L2 norm of the gradients over the ranks of `mp` (tensor x pipeline parallel; null
 // or size 1 = this rank's): the squared norm counts every element once
 // (ParamTable::counts_in_norm) and is summed over mp. Non-finite when any gradient is.
-double grad_norm(ParamStore& store, Backend& backend, Communicator* mp);
+// *local_finite (optional) says whether every gradient element THIS rank holds is finite — the
+// copies that are not counted in the norm included (a replicated parameter on a tp rank > 0).
+double grad_norm(ParamStore& store, Backend& backend, Communicator* mp,
+                 bool* local_finite = nullptr);
 // The clip coefficient torch uses for gradients of norm `norm`: min(1, clip / (norm + 1e-6))
 // in f32; 1 when clip <= 0 (no clipping).
 float clip_coefficient(double norm, double clip);

@@ -130,14 +130,16 @@ void Trainer::inject_nonfinite(int64_t step) {
 bool Trainer::finish_grads(int64_t step, double* norm) {
     inject_nonfinite(step);
     ParamStore& ps = model_.params();
-    double n = grad_norm(ps, *backend_, dist_.mp.get());
+    bool finite = true;
+    double n = grad_norm(ps, *backend_, dist_.mp.get(), &finite);
     if (!scaler_.enabled()) {
         const float coef = clip_coefficient(n, cfg_.grad_clip);
         if (coef < 1.0f) backend_->scale(ps.grads(), coef);
         *norm = n;
         return true;
     }
-    int32_t bad = std::isfinite(n) ? 0 : 1;
+    // Every element this rank holds, counted in the norm or not (a replicated copy on tp rank 1).
+    int32_t bad = finite && std::isfinite(n) ? 0 : 1;
     if (dist_.world->size() > 1) dist_.world->all_reduce(&bad, 1, DType::I32, ReduceOp::Max);
     const double S = scaler_.scale();
     const bool ok = scaler_.update(bad != 0);

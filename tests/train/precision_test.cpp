@@ -1,0 +1,166 @@
+// tests/train/precision_test.cpp — train.precision in the trainer: bf16 and fp16 runs train close
+// to fp32 and resume bit-exactly (the fp16 loss scaler included); the scaler skips a step with a
+// non-finite gradient and halves, grows after its window, and is restored from checkpoints;
+// train.save_dtype decides the dtype of final/, and a BF16 model dir loads into a bf16 run with
+// its compute copy equal to the file's bits.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "ete/core/file_util.h"
+#include "ete/io/hf_model.h"
+#include "ete/io/safetensors.h"
+#include "ete/model/transformer.h"
+#include "ete/train/trainer.h"
+#include "tiny_run.h"
+
+namespace ete {
+namespace {
+
+namespace fs = std::filesystem;
+
+using PrecisionRun = TinyRunTest;
+
+std::vector<double> column(const fs::path& metrics, const char* key) {
+    std::vector<double> out;
+    for (const auto& j : read_metrics(metrics.string())) {
+        if (!j.contains(key) || j[key].is_null()) {
+            out.push_back(-1.0);
+        } else {
+            out.push_back(j[key].is_boolean() ? double(j[key].get<bool>()) : j[key].get<double>());
+        }
+    }
+    return out;
+}
+
+// Sets an environment variable for the scope of a test.
+class ScopedEnv {
+  public:
+    ScopedEnv(const char* name, const std::string& value) : name_(name) {
+        setenv(name, value.c_str(), 1);
+    }
+    ~ScopedEnv() { unsetenv(name_); }
+
+  private:
+    const char* name_;
+};
+
+TEST_F(PrecisionRun, Bf16AndFp16TrainCloseToFp32) {
+    run_training(cfg_, (dir_ / "fp32").string());
+    std::vector<double> want = column(dir_ / "fp32" / "metrics.jsonl", "loss");
+    for (const char* p : {"bf16", "fp16"}) {
+        RunConfig c = cfg_;
+        c.precision = p;
+        run_training(c, (dir_ / p).string());
+        std::vector<double> got = column(dir_ / p / "metrics.jsonl", "loss");
+        ASSERT_EQ(got.size(), want.size());
+        // 8 steps of a 2-layer model: each step's rounding noise (~u, see the model precision
+        // test) accumulates; 2% is ~5 bf16 rounding units of the loss, far above fp16's.
+        for (size_t i = 0; i < got.size(); ++i)
+            EXPECT_NEAR(got[i], want[i], 2e-2 * want[i]) << p << " step " << i + 1;
+        EXPECT_NE(got, want) << p << " must not silently run in fp32";
+        EXPECT_LT(got.back(), got.front()) << p;
+    }
+    // fp16 runs record the loss scale; nothing was skipped here.
+    std::vector<double> scale = column(dir_ / "fp16" / "metrics.jsonl", "loss_scale");
+    EXPECT_EQ(scale.front(), 65536.0);
+    for (double s : column(dir_ / "fp16" / "metrics.jsonl", "skipped")) EXPECT_EQ(s, 0.0);
+    EXPECT_EQ(column(dir_ / "bf16" / "metrics.jsonl", "loss_scale").front(), -1.0);  // absent
+}
+
+TEST_F(PrecisionRun, ResumeIsBitExactInBf16AndFp16) {
+    for (const char* p : {"bf16", "fp16"}) {
+        RunConfig c = cfg_;
+        c.precision = p;
+        c.loss_scale_window = 3;  // the scale changes before and after the checkpoint
+        const fs::path straight = dir_ / (std::string(p) + "_straight");
+        const fs::path a = dir_ / (std::string(p) + "_a"), b = dir_ / (std::string(p) + "_b");
+        run_training(c, straight.string());
+        RunConfig half = c;
+        half.checkpoint_every = 4;
+        run_training(half, a.string());
+        fs::create_directories(b);
+        fs::copy(a / "metrics.jsonl", b / "metrics.jsonl");
+        run_training(half, b.string(), {(a / "checkpoints" / "step_00000004").string(), {}});
+        EXPECT_EQ(column(b / "metrics.jsonl", "loss"), column(straight / "metrics.jsonl", "loss"))
+            << p;
+        EXPECT_EQ(column(b / "metrics.jsonl", "loss_scale"),
+                  column(straight / "metrics.jsonl", "loss_scale"))
+            << p;
+        EXPECT_EQ(read_file((straight / "final" / "model.safetensors").string()),
+                  read_file((b / "final" / "model.safetensors").string()))
+            << p;
+    }
+}
+
+// An inf gradient at step 3: that step is skipped (no update: the next loss continues from step
+// 2's weights), the scale halves; after loss_scale_window = 2 clean steps it doubles again. The
+// checkpoint after step 4 restores the halved scale and its count exactly.
+TEST_F(PrecisionRun, Fp16ScalerSkipsHalvesGrowsAndResumes) {
+    cfg_.precision = "fp16";
+    cfg_.loss_scale_window = 2;
+    cfg_.checkpoint_every = 4;
+    ScopedEnv inject("ETE_INJECT_NONFINITE_GRAD", "3:0");
+    run_training(cfg_, (dir_ / "a").string());
+    const fs::path m = dir_ / "a" / "metrics.jsonl";
+    EXPECT_EQ(column(m, "skipped"), (std::vector<double>{0, 0, 1, 0, 0, 0, 0, 0}));
+    // Window 2: doubles after steps 2, (skip at 3 halves), 5, 7.
+    EXPECT_EQ(column(m, "loss_scale"),
+              (std::vector<double>{65536.0, 65536.0, 131072.0, 65536.0, 65536.0, 131072.0, 131072.0,
+                                   262144.0}));
+    run_training(cfg_, (dir_ / "b").string(),
+                 {(dir_ / "a" / "checkpoints" / "step_00000004").string(), {}});
+    EXPECT_EQ(column(dir_ / "b" / "metrics.jsonl", "loss_scale"),
+              (std::vector<double>{65536.0, 131072.0, 131072.0, 262144.0}));
+    EXPECT_EQ(read_file((dir_ / "a" / "final" / "model.safetensors").string()),
+              read_file((dir_ / "b" / "final" / "model.safetensors").string()));
+}
+
+// The skipped step changed nothing: the checkpoint after it holds the model of the step before
+// (and optimizer steps were taken before it: the first two checkpoints differ).
+TEST_F(PrecisionRun, ASkippedStepLeavesTheModelUntouched) {
+    cfg_.precision = "fp16";
+    cfg_.checkpoint_every = 1;
+    cfg_.keep_checkpoints = 0;
+    cfg_.steps = 3;
+    ScopedEnv inject("ETE_INJECT_NONFINITE_GRAD", "3:0");
+    run_training(cfg_, (dir_ / "a").string());
+    const fs::path ck = dir_ / "a" / "checkpoints";
+    EXPECT_EQ(read_file((ck / "step_00000002" / "model.safetensors").string()),
+              read_file((ck / "step_00000003" / "model.safetensors").string()));
+    EXPECT_NE(read_file((ck / "step_00000001" / "model.safetensors").string()),
+              read_file((ck / "step_00000002" / "model.safetensors").string()));
+}
+
+TEST_F(PrecisionRun, SaveDtypeAndBf16DirsLoadBitExactly) {
+    cfg_.precision = "bf16";
+    cfg_.steps = 2;
+    run_training(cfg_, (dir_ / "bf16").string());  // default save_dtype: the precision's
+    const std::string dir = (dir_ / "bf16" / "final").string();
+    SafetensorsFile f = SafetensorsFile::open(dir + "/model.safetensors");
+    for (const std::string& n : f.names()) EXPECT_EQ(f.info(n).dtype, DType::BF16) << n;
+    EXPECT_NE(read_file(dir + "/config.json").find("\"torch_dtype\": \"bfloat16\""),
+              std::string::npos);
+    RunConfig f32 = cfg_;
+    f32.save_dtype = "fp32";
+    run_training(f32, (dir_ / "as_f32").string());
+    SafetensorsFile g =
+        SafetensorsFile::open((dir_ / "as_f32" / "final" / "model.safetensors").string());
+    for (const std::string& n : g.names()) EXPECT_EQ(g.info(n).dtype, DType::F32) << n;
+
+    // A bf16 run loading the BF16 dir: its compute copy holds exactly the file's bits.
+    ModelConfig mc = load_hf_config(dir);
+    auto be = make_guarded_backend();
+    Transformer m(mc, *be, {}, DType::BF16);
+    load_hf_weights(dir, m.params());
+    const int i = m.params().find(ParamRole::Q, 0);
+    const std::string& name = m.params().specs()[size_t(i)].name;
+    Tensor want = f.to_tensor(name);
+    std::vector<uint16_t> got(size_t(m.params().numel(i)));
+    be->download(got.data(), m.params().weight(i).data, got.size() * 2);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 2), 0) << name;
+}
+
+}  // namespace
+}  // namespace ete
