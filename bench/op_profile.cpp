@@ -60,10 +60,11 @@ Phase phase_of(const char* op) {
 }
 
 void PhaseProfiler::record(const char* op, double seconds, double flops) {
-    PhaseStats& s = stats_[size_t(phase_of(op))];
-    s.seconds += seconds;
-    s.flops += flops;
-    ++s.calls;
+    for (PhaseStats* s : {&stats_[size_t(phase_of(op))], &by_op_[op]}) {
+        s->seconds += seconds;
+        s->flops += flops;
+        ++s->calls;
+    }
 }
 
 }  // namespace ete::bench

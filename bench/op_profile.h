@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <string>
 
 #include "ete/backend/backend.h"
@@ -42,11 +43,17 @@ struct PhaseStats {
 class PhaseProfiler final : public OpProfiler {
   public:
     void record(const char* op, double seconds, double flops) override;
-    void reset() { stats_ = {}; }
+    void reset() {
+        stats_ = {};
+        by_op_.clear();
+    }
     const PhaseStats& stats(Phase p) const { return stats_[size_t(p)]; }
+    // The same by op name (ete_bench_train --ops).
+    const std::map<std::string, PhaseStats>& by_op() const { return by_op_; }
 
   private:
     std::array<PhaseStats, kPhaseCount> stats_{};
+    std::map<std::string, PhaseStats> by_op_;
 };
 
 }  // namespace ete::bench

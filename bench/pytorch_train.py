@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""bench/pytorch_train.py — the ETE bench model trained in plain PyTorch (the side-by-side peer).
+"""bench/pytorch_train.py — the ETE bench models trained in plain PyTorch (the side-by-side peer).
 
-Same model and step as bench/train_throughput.cpp: a Llama with V 8192, C 512, L 8, H 8, KV 4,
-F 1408, untied head, fp32, micro-batch (B, T) = (8, 256) of random token ids with a fixed seed;
-a step is zero_grad, forward, F.cross_entropy (mean over the B*T tokens), backward,
-clip_grad_norm_(1.0) and torch.optim.AdamW (weight decay on matrices only). The layers are
-written here the way Hugging Face's LlamaForCausalLM writes them (separate q/k/v and gate/up
-projections, RoPE rotate-half, GQA by repeating kv heads, causal attention as
+Same models and step as bench/train_throughput.cpp. --model llama-bench (default): a Llama with
+V 8192, C 512, L 8, H 8, KV 4, F 1408, untied head, micro-batch (B, T) = (8, 256). --model
+gpt2-124m: GPT-2 small as Hugging Face's GPT2LMHeadModel (V 50257, C 768, L 12, H 12, F 3072,
+learned positions, LayerNorm, tanh GELU, biases, tied head; init std 0.02 with the residual
+projections scaled by 1/sqrt(2L)) at (4, 64). Random token ids with a fixed seed; a step is
+zero_grad, forward, F.cross_entropy (mean over the B*T tokens), backward, clip_grad_norm_(1.0)
+and torch.optim.AdamW (weight decay on linear matrices only: not embeddings, norms, biases — ETE's
+rule). --precision bf16 runs forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
+(matmuls in bf16 through oneDNN; parameters, gradients and AdamW stay fp32), as PyTorch users do
+on CPU. The Llama is written the way Hugging Face's LlamaForCausalLM writes it (separate q/k/v
+and gate/up projections, RoPE rotate-half, GQA by repeating kv heads, causal attention as
 matmul + mask + softmax + matmul, since PyTorch 1.13 has no scaled_dot_product_attention).
 
 Prints one JSON object with the median tokens/s of the measured steps. Run it under Debian's
@@ -29,12 +34,19 @@ def parse_args():
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = torch default)")
     p.add_argument("--steps", type=int, default=8, help="measured optimizer steps")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps (not measured)")
-    p.add_argument("--batch", type=int, default=8, help="micro-batch rows B")
-    p.add_argument("--seq", type=int, default=256, help="sequence length T")
+    p.add_argument("--model", choices=["llama-bench", "gpt2-124m"], default="llama-bench")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--batch", type=int, default=0, help="micro-batch rows B (0: 8, gpt2 4)")
+    p.add_argument("--seq", type=int, default=0, help="sequence length T (0: 256, gpt2 64)")
     p.add_argument("--seed", type=int, default=1234, help="init and token seed")
     a = p.parse_args()
+    gpt2 = a.model == "gpt2-124m"
+    a.batch = a.batch or (4 if gpt2 else 8)
+    a.seq = a.seq or (64 if gpt2 else 256)
     if a.steps < 1 or a.warmup < 0 or a.threads < 0 or a.batch < 1 or a.seq < 1:
         p.error("--steps, --batch, --seq must be >= 1; --warmup, --threads >= 0")
+    if a.seq > (1024 if gpt2 else 256):
+        p.error("--seq exceeds the model's positions")
     return a
 
 
@@ -52,6 +64,7 @@ import torch.nn.functional as F  # noqa: E402
 VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = 8192, 512, 8, 8, 4, 1408
 HEAD_DIM = HIDDEN // HEADS
 ROPE_THETA, NORM_EPS, INIT_STD = 10000.0, 1e-6, 0.02
+G_VOCAB, G_POSITIONS, G_HIDDEN, G_LAYERS, G_HEADS, G_INTERMEDIATE = 50257, 1024, 768, 12, 12, 3072
 
 
 class RMSNorm(nn.Module):
@@ -96,6 +109,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, HEADS, HEAD_DIM).transpose(1, 2)  # (B, H, T, D)
         k = self.k_proj(x).view(B, T, KV_HEADS, HEAD_DIM).transpose(1, 2)  # (B, KV, T, D)
         v = self.v_proj(x).view(B, T, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)  # HF casts the tables to q's dtype
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k, v = repeat_kv(k), repeat_kv(v)  # (B, H, T, D)
@@ -152,19 +166,76 @@ class Llama(nn.Module):
         return self.lm_head(self.norm(x))  # (B, T, V)
 
 
+class GPT2Block(nn.Module):
+    """HF GPT2Block: pre-LayerNorm, fused c_attn (q|k|v), tanh GELU MLP, biases everywhere."""
+
+    def __init__(self):
+        super().__init__()
+        C = G_HIDDEN
+        self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+        self.c_fc = nn.Linear(C, G_INTERMEDIATE)
+        self.mlp_proj = nn.Linear(G_INTERMEDIATE, C)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        D = C // G_HEADS
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=-1)
+        q, k, v = (t.view(B, T, G_HEADS, D).transpose(1, 2) for t in (q, k, v))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(D)
+        scores = scores.masked_fill(mask, float("-inf"))
+        att = torch.matmul(F.softmax(scores, dim=-1), v).transpose(1, 2).reshape(B, T, C)
+        x = x + self.c_proj(att)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, T):
+        super().__init__()
+        self.wte = nn.Embedding(G_VOCAB, G_HIDDEN)
+        self.wpe = nn.Embedding(G_POSITIONS, G_HIDDEN)
+        self.h = nn.ModuleList(GPT2Block() for _ in range(G_LAYERS))
+        self.ln_f = nn.LayerNorm(G_HIDDEN, eps=1e-5)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        self.register_buffer("mask", mask, persistent=False)
+        # HF _init_weights: normal(0.02) for linears and embeddings, zero biases, and the
+        # residual projections scaled by 1/sqrt(2L).
+        for n, p in self.named_parameters():
+            if p.dim() == 2:
+                std = INIT_STD / math.sqrt(2 * G_LAYERS) if n.endswith(("c_proj.weight",
+                                                                         "mlp_proj.weight")) \
+                    else INIT_STD
+                nn.init.normal_(p, std=std)
+            elif n.endswith(".bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        x = self.wte(ids) + self.wpe(torch.arange(T))
+        for block in self.h:
+            x = block(x, self.mask)
+        return F.linear(self.ln_f(x), self.wte.weight)  # tied head
+
+
 def make_optimizer(model):
-    # Same groups as ETE's ParamSpec: decay on linear weights only (not embedding, not norms).
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n]
-    rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "embed" not in n)]
+    # Same groups as ETE's ParamSpec: decay on linear weights only (not embeddings, norms, biases).
+    def decays(n, p):
+        return p.dim() == 2 and not any(e in n for e in ("embed", "wte", "wpe"))
+    decay = [p for n, p in model.named_parameters() if decays(n, p)]
+    rest = [p for n, p in model.named_parameters() if not decays(n, p)]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
 
 
-def train_step(model, opt, ids):
+def train_step(model, opt, ids, bf16, vocab):
     inputs, targets = ids[:, :-1], ids[:, 1:]
     opt.zero_grad(set_to_none=True)
-    logits = model(inputs)
-    loss = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(inputs)
+        # autocast runs cross_entropy in fp32 whatever the logits' dtype.
+        loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
@@ -181,8 +252,13 @@ def openblas_core():
         return "unknown"
 
 
-def model_flops_per_step(B, T):
-    # Same formula as ete_bench_train: 6 * matmul params * tokens + causal attention.
+def model_flops_per_step(gpt2, B, T):
+    # Same formula as ete_bench_train: 6 * matmul params * tokens + causal attention (the tied
+    # GPT-2 head counts as a matmul).
+    if gpt2:
+        C, L, H, V, F_ = G_HIDDEN, G_LAYERS, G_HEADS, G_VOCAB, G_INTERMEDIATE
+        p_mm = L * (3 * C * C + C * C + 2 * F_ * C) + V * C
+        return 6.0 * p_mm * B * T + 6.0 * L * B * C * T * (T + 1)
     S = (HEADS + 2 * KV_HEADS) * HEAD_DIM
     per_layer = S * HIDDEN + HEADS * HEAD_DIM * HIDDEN + 3 * INTERMEDIATE * HIDDEN
     p_mm = LAYERS * per_layer + VOCAB * HIDDEN
@@ -194,29 +270,32 @@ def main():
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    model = Llama(a.seq)
+    gpt2 = a.model == "gpt2-124m"
+    model = GPT2(a.seq) if gpt2 else Llama(a.seq)
+    vocab = G_VOCAB if gpt2 else VOCAB
     opt = make_optimizer(model)
     gen = torch.Generator().manual_seed(a.seed)
     times, first_loss = [], None
     for s in range(a.warmup + a.steps):
-        ids = torch.randint(0, VOCAB, (a.batch, a.seq + 1), generator=gen)
+        ids = torch.randint(0, vocab, (a.batch, a.seq + 1), generator=gen)
         t0 = time.perf_counter()
-        loss = train_step(model, opt, ids)
+        loss = train_step(model, opt, ids, a.precision == "bf16", vocab)
         dt = time.perf_counter() - t0
         if first_loss is None:
             # Correctness before speed: at init the first loss must be near ln V.
             first_loss = loss
-            if not abs(loss - math.log(VOCAB)) < 0.5:
-                sys.exit(f"pytorch_train: first loss {loss} is not near ln(V) = {math.log(VOCAB)}")
+            if not abs(loss - math.log(vocab)) < 0.5:
+                sys.exit(f"pytorch_train: first loss {loss} is not near ln(V) = {math.log(vocab)}")
         tag = "warmup" if s < a.warmup else "      "
         print(f"{tag} step {s:2d}: {dt * 1e3:8.1f} ms  loss {loss:.4f}", file=sys.stderr)
         if s >= a.warmup:
             times.append(dt)
     med = statistics.median(times)
     tokens = a.batch * a.seq
-    flops = model_flops_per_step(a.batch, a.seq)
+    flops = model_flops_per_step(gpt2, a.batch, a.seq)
     print(json.dumps({
-        "bench": "pytorch_train", "torch": torch.__version__,
+        "bench": "pytorch_train", "torch": torch.__version__, "model": a.model,
+        "precision": a.precision, "batch": a.batch, "seq": a.seq,
         "threads": torch.get_num_threads(), "openblas_core": openblas_core(),
         "params": sum(p.numel() for p in model.parameters()),
         "step_ms": [t * 1e3 for t in times], "median_step_ms": med * 1e3,

@@ -5,7 +5,8 @@
 // (V 50257, C 768, L 12, H 12, F 3072, tied head) at (4, 64), llm.c's CPU setting. Random token
 // ids with a fixed seed, AdamW and global-norm clipping at 1.0, in --precision fp32, bf16 or fp16
 // (fp32 masters, gradients and optimizer; 16-bit GEMM operands). A step is exactly what the
-// trainer does: zero grads, forward_backward with d_scale = 1/(B·T), clip, AdamW. After --warmup
+// trainer does: zero grads, forward_backward with d_scale = 1/(B·T), the gradient norm, AdamW
+// (with the clip coefficient applied as it reads the gradients). After --warmup
 // steps, --steps measured steps give the per-step times; tokens/s and model FLOP/s use their
 // median. The report ends with the process's peak RSS.
 //
@@ -47,6 +48,7 @@ struct Options {
     std::string precision = "fp32";
     bool recompute = false;
     bool json = false;
+    bool ops = false;  // also print time per op name
     uint64_t seed = 1234;
 };
 
@@ -137,11 +139,12 @@ StepParts train_step(Transformer& model, AdamW& opt, const std::vector<int32_t>&
     auto t1 = std::chrono::steady_clock::now();
     double loss = model.forward_backward(in.data(), tgt.data(), B, T, 1.0f / float(B * T));
     p.fwd_bwd = seconds_since(t1);
+    // As the trainer: the norm, then the clip coefficient applied inside AdamW.
     auto t2 = std::chrono::steady_clock::now();
-    clip_grad_norm(model.params(), model.backend(), 1.0);
+    const float coef = clip_coefficient(grad_norm(model.params(), model.backend(), nullptr), 1.0);
     p.clip = seconds_since(t2);
     auto t3 = std::chrono::steady_clock::now();
-    opt.step(3e-4);
+    opt.step(3e-4, coef);
     p.adamw = seconds_since(t3);
     p.total = seconds_since(t0);
     p.loss_per_token = loss / (double(B) * T);
@@ -223,6 +226,12 @@ Result run(const Options& o, const ModelConfig& cfg) {
         zero += p.zero;
     }
     r.phases = phase_rows(tb, fwd_bwd, zero, o.steps);
+    if (o.ops) {
+        std::fprintf(stderr, "per op (ms per step, calls per step):\n");
+        for (const auto& [name, st] : tb.by_op())
+            std::fprintf(stderr, "  %-28s %8.2f ms %6ld\n", name.c_str(),
+                         st.seconds / o.steps * 1e3, st.calls / o.steps);
+    }
     r.peak_rss_mib = peak_rss_mib();
     return r;
 }
@@ -287,7 +296,10 @@ void print_json(const Options& o, const ModelConfig& cfg, const Result& r, int t
                                   {"adamw", &StepParts::adamw}}) {
         j["parts_median_ms"][name] = median(column(r.steps, m)) * 1e3;
     }
-    for (const PhaseRow& p : r.phases) j["phases_ms"][p.name] = p.ms;
+    for (const PhaseRow& p : r.phases) {
+        j["phases_ms"][p.name] = p.ms;
+        if (p.gflops > 0) j["phases_gflops"][p.name] = p.gflops;
+    }
     std::printf("%s\n", j.dump().c_str());
 }
 
@@ -342,6 +354,7 @@ int main(int argc, char** argv) {
     app.add_option("--seed", o.seed, "init and token seed")->capture_default_str();
     app.add_flag("--recompute", o.recompute, "full activation recomputation");
     app.add_flag("--json", o.json, "print one JSON object instead of the text report");
+    app.add_flag("--ops", o.ops, "also print the time of each backend op (stderr)");
     CLI11_PARSE(app, argc, argv);
     try {
         if (o.threads > 0) {

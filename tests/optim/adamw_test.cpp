@@ -64,7 +64,28 @@ TEST_P(AdamWShard, AnEmptySliceUpdatesNothing) {
     EXPECT_EQ(s.to_host().data_vector(), before);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, AdamWShard, ::testing::Values("cpu", "guarded"));
+// Clipping folded into the update (AdamW reads g · c) is bit-identical to scaling the gradients
+// first and then stepping, as torch's clip_grad_norm_ + AdamW do.
+TEST_P(AdamWShard, FoldedGradScaleEqualsAScalingPass) {
+    auto be = make_backend(GetParam());
+    ParamStore a(param_specs(tiny()), *be), b(param_specs(tiny()), *be);
+    a.init(2);
+    b.init(2);
+    AdamWConfig cfg{1e-2, 0.9, 0.95, 1e-8, 0.1};
+    AdamW oa(a, *be, cfg), ob(b, *be, cfg);
+    const float c = 0.3137f;
+    for (int step = 0; step < 3; ++step) {
+        fill_grads(a);
+        fill_grads(b);
+        be->scale(a.grads(), c);
+        oa.step(1e-2);
+        ob.step(1e-2, c);
+    }
+    EXPECT_EQ(a.to_host().data_vector(), b.to_host().data_vector());
+    EXPECT_EQ(oa.download_exp_avg_sq(), ob.download_exp_avg_sq());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AdamWShard, ::testing::Values("cpu", "guarded", "ref"));
 
 }  // namespace
 }  // namespace ete

@@ -17,12 +17,6 @@ namespace fs = std::filesystem;
 
 using GuardedTrainer = TinyRunTest;
 
-std::vector<double> column(const fs::path& metrics, const char* key) {
-    std::vector<double> out;
-    for (const auto& j : read_metrics(metrics.string())) out.push_back(j[key].get<double>());
-    return out;
-}
-
 // The guarded backend runs the CPU kernels on translated addresses: every number is the same.
 TEST_F(GuardedTrainer, SameRunAsTheCpuBackend) {
     cfg_.recompute = "1";
@@ -30,10 +24,10 @@ TEST_F(GuardedTrainer, SameRunAsTheCpuBackend) {
     RunConfig g = cfg_;
     g.backend = "guarded";
     run_training(g, (dir_ / "guarded").string());
-    EXPECT_EQ(column(dir_ / "guarded" / "metrics.jsonl", "loss"),
-              column(dir_ / "cpu" / "metrics.jsonl", "loss"));
-    EXPECT_EQ(column(dir_ / "guarded" / "metrics.jsonl", "grad_norm"),
-              column(dir_ / "cpu" / "metrics.jsonl", "grad_norm"));
+    EXPECT_EQ(metric_column(dir_ / "guarded" / "metrics.jsonl", "loss"),
+              metric_column(dir_ / "cpu" / "metrics.jsonl", "loss"));
+    EXPECT_EQ(metric_column(dir_ / "guarded" / "metrics.jsonl", "grad_norm"),
+              metric_column(dir_ / "cpu" / "metrics.jsonl", "grad_norm"));
     EXPECT_EQ(read_file((dir_ / "guarded" / "final" / "model.safetensors").string()),
               read_file((dir_ / "cpu" / "final" / "model.safetensors").string()));
 }
@@ -48,8 +42,8 @@ TEST_F(GuardedTrainer, ResumeIsBitExact) {
     fs::copy(dir_ / "a" / "metrics.jsonl", dir_ / "b" / "metrics.jsonl");
     run_training(half, (dir_ / "b").string(),
                  {(dir_ / "a" / "checkpoints" / "step_00000004").string(), {}});
-    EXPECT_EQ(column(dir_ / "b" / "metrics.jsonl", "loss"),
-              column(dir_ / "straight" / "metrics.jsonl", "loss"));
+    EXPECT_EQ(metric_column(dir_ / "b" / "metrics.jsonl", "loss"),
+              metric_column(dir_ / "straight" / "metrics.jsonl", "loss"));
     EXPECT_EQ(read_file((dir_ / "straight" / "final" / "model.safetensors").string()),
               read_file((dir_ / "b" / "final" / "model.safetensors").string()));
 }

@@ -22,18 +22,6 @@ namespace fs = std::filesystem;
 
 using PrecisionRun = TinyRunTest;
 
-std::vector<double> column(const fs::path& metrics, const char* key) {
-    std::vector<double> out;
-    for (const auto& j : read_metrics(metrics.string())) {
-        if (!j.contains(key) || j[key].is_null()) {
-            out.push_back(-1.0);
-        } else {
-            out.push_back(j[key].is_boolean() ? double(j[key].get<bool>()) : j[key].get<double>());
-        }
-    }
-    return out;
-}
-
 // Sets an environment variable for the scope of a test.
 class ScopedEnv {
   public:
@@ -48,12 +36,12 @@ class ScopedEnv {
 
 TEST_F(PrecisionRun, Bf16AndFp16TrainCloseToFp32) {
     run_training(cfg_, (dir_ / "fp32").string());
-    std::vector<double> want = column(dir_ / "fp32" / "metrics.jsonl", "loss");
+    std::vector<double> want = metric_column(dir_ / "fp32" / "metrics.jsonl", "loss");
     for (const char* p : {"bf16", "fp16"}) {
         RunConfig c = cfg_;
         c.precision = p;
         run_training(c, (dir_ / p).string());
-        std::vector<double> got = column(dir_ / p / "metrics.jsonl", "loss");
+        std::vector<double> got = metric_column(dir_ / p / "metrics.jsonl", "loss");
         ASSERT_EQ(got.size(), want.size());
         // 8 steps of a 2-layer model: each step's rounding noise (~u, see the model precision
         // test) accumulates; 2% is ~5 bf16 rounding units of the loss, far above fp16's.
@@ -63,10 +51,11 @@ TEST_F(PrecisionRun, Bf16AndFp16TrainCloseToFp32) {
         EXPECT_LT(got.back(), got.front()) << p;
     }
     // fp16 runs record the loss scale; nothing was skipped here.
-    std::vector<double> scale = column(dir_ / "fp16" / "metrics.jsonl", "loss_scale");
+    std::vector<double> scale = metric_column(dir_ / "fp16" / "metrics.jsonl", "loss_scale");
     EXPECT_EQ(scale.front(), 65536.0);
-    for (double s : column(dir_ / "fp16" / "metrics.jsonl", "skipped")) EXPECT_EQ(s, 0.0);
-    EXPECT_EQ(column(dir_ / "bf16" / "metrics.jsonl", "loss_scale").front(), -1.0);  // absent
+    for (double s : metric_column(dir_ / "fp16" / "metrics.jsonl", "skipped")) EXPECT_EQ(s, 0.0);
+    EXPECT_EQ(metric_column(dir_ / "bf16" / "metrics.jsonl", "loss_scale").front(),
+              -1.0);  // absent
 }
 
 TEST_F(PrecisionRun, ResumeIsBitExactInBf16AndFp16) {
@@ -83,10 +72,11 @@ TEST_F(PrecisionRun, ResumeIsBitExactInBf16AndFp16) {
         fs::create_directories(b);
         fs::copy(a / "metrics.jsonl", b / "metrics.jsonl");
         run_training(half, b.string(), {(a / "checkpoints" / "step_00000004").string(), {}});
-        EXPECT_EQ(column(b / "metrics.jsonl", "loss"), column(straight / "metrics.jsonl", "loss"))
+        EXPECT_EQ(metric_column(b / "metrics.jsonl", "loss"),
+                  metric_column(straight / "metrics.jsonl", "loss"))
             << p;
-        EXPECT_EQ(column(b / "metrics.jsonl", "loss_scale"),
-                  column(straight / "metrics.jsonl", "loss_scale"))
+        EXPECT_EQ(metric_column(b / "metrics.jsonl", "loss_scale"),
+                  metric_column(straight / "metrics.jsonl", "loss_scale"))
             << p;
         EXPECT_EQ(read_file((straight / "final" / "model.safetensors").string()),
                   read_file((b / "final" / "model.safetensors").string()))
@@ -104,14 +94,14 @@ TEST_F(PrecisionRun, Fp16ScalerSkipsHalvesGrowsAndResumes) {
     ScopedEnv inject("ETE_INJECT_NONFINITE_GRAD", "3:0");
     run_training(cfg_, (dir_ / "a").string());
     const fs::path m = dir_ / "a" / "metrics.jsonl";
-    EXPECT_EQ(column(m, "skipped"), (std::vector<double>{0, 0, 1, 0, 0, 0, 0, 0}));
+    EXPECT_EQ(metric_column(m, "skipped"), (std::vector<double>{0, 0, 1, 0, 0, 0, 0, 0}));
     // Window 2: doubles after steps 2, (skip at 3 halves), 5, 7.
-    EXPECT_EQ(column(m, "loss_scale"),
+    EXPECT_EQ(metric_column(m, "loss_scale"),
               (std::vector<double>{65536.0, 65536.0, 131072.0, 65536.0, 65536.0, 131072.0, 131072.0,
                                    262144.0}));
     run_training(cfg_, (dir_ / "b").string(),
                  {(dir_ / "a" / "checkpoints" / "step_00000004").string(), {}});
-    EXPECT_EQ(column(dir_ / "b" / "metrics.jsonl", "loss_scale"),
+    EXPECT_EQ(metric_column(dir_ / "b" / "metrics.jsonl", "loss_scale"),
               (std::vector<double>{65536.0, 131072.0, 131072.0, 262144.0}));
     EXPECT_EQ(read_file((dir_ / "a" / "final" / "model.safetensors").string()),
               read_file((dir_ / "b" / "final" / "model.safetensors").string()));

@@ -23,6 +23,19 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
     return out;
 }
 
+// One key of every step in metrics.jsonl as numbers (booleans as 0/1; -1 where a step lacks it).
+inline std::vector<double> metric_column(const std::filesystem::path& metrics, const char* key) {
+    std::vector<double> out;
+    for (const auto& j : read_metrics(metrics.string())) {
+        if (!j.contains(key) || j[key].is_null()) {
+            out.push_back(-1.0);
+        } else {
+            out.push_back(j[key].is_boolean() ? double(j[key].get<bool>()) : j[key].get<double>());
+        }
+    }
+    return out;
+}
+
 // Fixture: dir_ holds toks.bin, a learnable stream (a repeating pattern with some noise) over
 // kVocab ids; cfg_ trains a 2-layer GQA Llama on it, 2 micro-batches of 2 x 16 tokens per step.
 class TinyRunTest : public ::testing::Test {

@@ -48,9 +48,12 @@ void check_doc_start(const int32_t* doc_start, int B, int T);
 
 constexpr int kIgnoreIndex = -100;
 
-// AdamW hyper-parameters of one step; bc1 = 1 - beta1^t, bc2 = 1 - beta2^t.
+// AdamW hyper-parameters of one step; bc1 = 1 - beta1^t, bc2 = 1 - beta2^t. The gradient is
+// read as g · grad_scale (gradient clipping and the fp16 unscale, folded into the update: the
+// same float product a separate scaling pass would store, one pass over memory less).
 struct AdamWStep {
     float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+    float grad_scale = 1.0f;
 };
 
 // Per-op timing for benchmarks: a backend with a profiler reports every op it runs.

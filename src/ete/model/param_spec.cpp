@@ -140,7 +140,8 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
         t.push_back(embedding_spec(c));
         if (!llama) {
             t.push_back(spec("wpe.weight", {int64_t(c.max_position_embeddings), C},
-                             ParamKind::Embedding, ParamInit::Normal, 0.01f, kReplicated));
+                             ParamKind::Embedding, ParamInit::Normal, float(c.initializer_range),
+                             kReplicated));
             role(t, ParamRole::PosEmbed);
         }
     }

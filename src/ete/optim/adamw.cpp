@@ -38,7 +38,7 @@ void AdamW::upload_moments(const float* m, const float* v) {
     be_.upload(v_.data(), v, v_.bytes());
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, float grad_scale) {
     ++t_;
     float bc1 = float(1.0 - std::pow(cfg_.beta1, double(t_)));
     float bc2 = float(1.0 - std::pow(cfg_.beta2, double(t_)));
@@ -51,7 +51,8 @@ void AdamW::step(double lr) {
         const int64_t lo = std::max(off, begin_), hi = std::min(off + n, end_);
         if (lo >= hi) continue;
         float wd = param_decays(specs[i]) ? float(cfg_.weight_decay) : 0.0f;
-        AdamWStep s{float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps), wd, bc1, bc2};
+        AdamWStep s{float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps), wd, bc1,
+                    bc2,       grad_scale};
         be_.adamw_step(p.slice(lo, hi - lo), g.slice(lo, hi - lo),
                        exp_avg().slice(lo - begin_, hi - lo),
                        exp_avg_sq().slice(lo - begin_, hi - lo), s,

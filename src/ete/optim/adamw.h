@@ -30,8 +30,9 @@ class AdamW {
     // moments cover that range and step() updates only those parameters (the caller then
     // gathers the parameters the other ranks updated).
     AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg, int64_t begin, int64_t end);
-    // One update with learning rate lr; increments the step counter first (t starts at 1).
-    void step(double lr);
+    // One update with learning rate lr; increments the step counter first (t starts at 1). The
+    // gradients are read as g · grad_scale (clipping and unscaling folded into the update).
+    void step(double lr, float grad_scale = 1.0f);
     int64_t steps_taken() const { return t_; }
     int64_t shard_begin() const { return begin_; }
     int64_t shard_end() const { return end_; }

@@ -125,16 +125,15 @@ void Trainer::inject_nonfinite(int64_t step) {
 }
 
 // Under fp16 the gradients carry the loss scale S: the step is taken only when no rank found a
-// non-finite one (one all-reduced flag, so every rank of every layout agrees), and then the
-// gradients are unscaled and clipped in one pass (S is a power of two: exact).
-bool Trainer::finish_grads(int64_t step, double* norm) {
+// non-finite one (one all-reduced flag, so every rank of every layout agrees), and then they are
+// unscaled and clipped by one factor (S is a power of two: exact), applied inside AdamW.
+bool Trainer::finish_grads(int64_t step, double* norm, float* grad_scale) {
     inject_nonfinite(step);
     ParamStore& ps = model_.params();
     bool finite = true;
     double n = grad_norm(ps, *backend_, dist_.mp.get(), &finite);
     if (!scaler_.enabled()) {
-        const float coef = clip_coefficient(n, cfg_.grad_clip);
-        if (coef < 1.0f) backend_->scale(ps.grads(), coef);
+        *grad_scale = clip_coefficient(n, cfg_.grad_clip);
         *norm = n;
         return true;
     }
@@ -149,7 +148,7 @@ bool Trainer::finish_grads(int64_t step, double* norm) {
                  scaler_.scale());
         return false;
     }
-    backend_->scale(ps.grads(), float(double(clip_coefficient(*norm, cfg_.grad_clip)) / S));
+    *grad_scale = float(double(clip_coefficient(*norm, cfg_.grad_clip)) / S);
     return true;
 }
 
@@ -215,9 +214,10 @@ StepMetrics Trainer::step(int64_t step) {
     reduce_grads();
     loss_sum = global_loss(loss_sum);
     double norm = 0;
-    const bool take = finish_grads(step, &norm);
+    float grad_scale = 1.0f;
+    const bool take = finish_grads(step, &norm, &grad_scale);
     double lr = lr_at(sched_, step, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
-    if (take) opt_.step(lr);
+    if (take) opt_.step(lr, grad_scale);
     if (take && zero1()) {  // every replica updated its slice: gather the whole model everywhere
         ParamStore& ps = model_.params();
         const int64_t have = opt_.shard_end() - opt_.shard_begin();

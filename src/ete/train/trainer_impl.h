@@ -77,9 +77,10 @@ class Trainer {
     double run_pipeline_step(float d_scale);
     void arm_grad_sync(bool last_micro);
     void reduce_grads();
-    // Clips (and under fp16 unscales) the step's gradients; returns false when the step must be
-    // skipped (a non-finite gradient on any rank, fp16). *norm = the unscaled gradient norm.
-    bool finish_grads(int64_t step, double* norm);
+    // The factor that clips (and under fp16 unscales) the step's gradients, which AdamW applies
+    // as it reads them; false when the step must be skipped (a non-finite gradient on any rank,
+    // fp16). *norm = the unscaled gradient norm.
+    bool finish_grads(int64_t step, double* norm, float* grad_scale);
     void inject_nonfinite(int64_t step);
     nlohmann::json checkpoint_extra() const;
     double evaluate();

@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -32,12 +33,22 @@ void CpuBackend::gemm(CMat a, bool ta, CMat b, bool tb, Mat c, float alpha, floa
                   dtype_name(c.dtype));
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                     int(M), int(N), int(K), alpha, static_cast<const float*>(a.data), int(a.ld),
-                    static_cast<const float*>(b.data), int(b.ld), beta,
-                    static_cast<float*>(c.data), int(c.ld));
+                    static_cast<const float*>(b.data), int(b.ld), beta, static_cast<float*>(c.data),
+                    int(c.ld));
         return;
     }
-    dnnl_gemm(ta, tb, M, N, K, alpha, a.data, a.ld, b.data, b.ld, a.dtype, beta, c.data, c.ld,
-              c.dtype);
+    // Very tall products (the LM head's weight gradient, V rows) run in row chunks: oneDNN's
+    // blocking of one call over all of them ran at 0.78 of the chunked speed (GPT-2's head
+    // d_W, 50257 x 768 x 256 in bf16: 66 ms in one call, 51 ms in chunks of 2048 rows).
+    constexpr int64_t kRowChunk = 2048;
+    for (int64_t r0 = 0; r0 < M; r0 += kRowChunk) {
+        const int64_t m = M > 2 * kRowChunk ? std::min(kRowChunk, M - r0) : M;
+        CMat ar = ta ? a.col_slice(r0, m) : a.row_slice(r0, m);
+        Mat cr = c.row_slice(r0, m);
+        dnnl_gemm(ta, tb, m, N, K, alpha, ar.data, ar.ld, b.data, b.ld, a.dtype, beta, cr.data,
+                  cr.ld, c.dtype);
+        if (m == M) break;
+    }
 }
 
 const char* openblas_core_name() {

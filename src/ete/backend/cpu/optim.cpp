@@ -29,7 +29,7 @@ constexpr int64_t kAdamBlock = 1 << 14;  // elements per parallel task
 
 // The float constants of ete::ref::adamw_step, computed the same way.
 struct AdamConsts {
-    float step_size, bc2_sqrt, decay, one_m_b1, beta2, one_m_b2, eps;
+    float step_size, bc2_sqrt, decay, one_m_b1, beta2, one_m_b2, eps, grad_scale;
 };
 
 #if defined(__AVX512F__) && defined(__FMA__)
@@ -41,10 +41,12 @@ void adamw_range(float* p, const float* g, float* m, float* v, int64_t i0, int64
     const __m512 step = _mm512_set1_ps(k.step_size), bc2s = _mm512_set1_ps(k.bc2_sqrt);
     const __m512 decay = _mm512_set1_ps(k.decay), omb1 = _mm512_set1_ps(k.one_m_b1);
     const __m512 b2 = _mm512_set1_ps(k.beta2), omb2 = _mm512_set1_ps(k.one_m_b2);
-    const __m512 eps = _mm512_set1_ps(k.eps);
+    const __m512 eps = _mm512_set1_ps(k.eps), gs = _mm512_set1_ps(k.grad_scale);
+    const bool scaled = k.grad_scale != 1.0f;
     for (int64_t i = i0; i < i1; i += 16) {
         __mmask16 mask = i1 - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (i1 - i)) - 1);
         __m512 gi = _mm512_maskz_loadu_ps(mask, g + i);
+        if (scaled) gi = _mm512_mul_ps(gi, gs);
         __m512 mi = _mm512_maskz_loadu_ps(mask, m + i);
         __m512 vi = _mm512_maskz_loadu_ps(mask, v + i);
         __m512 pi = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, p + i), decay);
@@ -61,9 +63,10 @@ void adamw_range(float* p, const float* g, float* m, float* v, int64_t i0, int64
 void adamw_range(float* p, const float* g, float* m, float* v, int64_t i0, int64_t i1,
                  const AdamConsts& k) {
     for (int64_t i = i0; i < i1; ++i) {  // same expressions as ete::ref::adamw_step
+        const float gi = k.grad_scale == 1.0f ? g[i] : g[i] * k.grad_scale;
         p[i] = p[i] * k.decay;
-        m[i] = m[i] + (g[i] - m[i]) * k.one_m_b1;
-        v[i] = v[i] * k.beta2 + k.one_m_b2 * g[i] * g[i];
+        m[i] = m[i] + (gi - m[i]) * k.one_m_b1;
+        v[i] = v[i] * k.beta2 + k.one_m_b2 * gi * gi;
         float denom = std::sqrt(v[i]) / k.bc2_sqrt + k.eps;
         p[i] = p[i] - k.step_size * (m[i] / denom);
     }
@@ -96,7 +99,7 @@ void CpuBackend::adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec
     const float* gp = elems<float>(g);
     AdamConsts k{s.lr / s.bc1,   std::sqrt(s.bc2), 1.0f - s.lr * s.weight_decay,
                  1.0f - s.beta1, s.beta2,          1.0f - s.beta2,
-                 s.eps};
+                 s.eps,          s.grad_scale};
     auto update = [&](auto copy) {
         using C = std::remove_pointer_t<decltype(copy)>;
         int64_t nblk = (n + kAdamBlock - 1) / kAdamBlock;

@@ -401,7 +401,7 @@ class RefBackend final : public Backend {
             using T = decltype(t);
             Host<T> P(p), G(g), Mm(m), Vv(v);
             ref::adamw_step<T>(P.data(), G.data(), Mm.data(), Vv.data(), p.n, s.lr, s.beta1,
-                               s.beta2, s.eps, s.weight_decay, s.bc1, s.bc2);
+                               s.beta2, s.eps, s.weight_decay, s.bc1, s.bc2, s.grad_scale);
             P.write(p);
             Mm.write(m);
             Vv.write(v);

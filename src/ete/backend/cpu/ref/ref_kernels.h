@@ -370,14 +370,16 @@ void cross_entropy_backward(T* d, const T* logits, const T* lse, const int32_t* 
 
 // AdamW in the exact operation order of torch.optim.AdamW (single-tensor path), so 10-step
 // goldens match to float rounding.
+// g is read as g * grad_scale (clipping folded into the step).
 template <typename T>
 void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, float lr, float beta1, float beta2,
-                float eps, float wd, float bc1, float bc2) {
+                float eps, float wd, float bc1, float bc2, float grad_scale = 1.0f) {
     float step_size = lr / bc1, bc2_sqrt = std::sqrt(bc2);
     for (int64_t i = 0; i < n; ++i) {
+        const T gi = grad_scale == 1.0f ? g[i] : T(g[i] * grad_scale);
         p[i] = p[i] * (1.0f - lr * wd);
-        m[i] = m[i] + (g[i] - m[i]) * (1.0f - beta1);
-        v[i] = v[i] * beta2 + (1.0f - beta2) * g[i] * g[i];
+        m[i] = m[i] + (gi - m[i]) * (1.0f - beta1);
+        v[i] = v[i] * beta2 + (1.0f - beta2) * gi * gi;
         T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
         p[i] = p[i] - step_size * (m[i] / denom);
     }
