@@ -30,7 +30,7 @@ namespace ete {
 namespace {
 
 constexpr int64_t kFillBlock = 1 << 14;          // elements per OpenMP task
-constexpr int64_t kParallelMin = 1 << 17;        // below this one thread is faster
+[[maybe_unused]] constexpr int64_t kParallelMin = 1 << 17;  // below: one thread (read by omp)
 constexpr int64_t kRedoUlps = int64_t(1) << 16;  // distance from a float boundary, in d_a ulps
 // The bound of the file comment, with a factor 2 to spare.
 constexpr double kE = rng_detail::kMaxRelError;
@@ -241,6 +241,8 @@ void approx_factors(const uint32_t* w0, const uint32_t* w1, double* r, double* c
         _mm512_store_pd(ca, cos_angle8(_mm512_load_si512(b)));
         for (int64_t l = 0; l < m; ++l) r[i + l] = ra[l], c[i + l] = ca[l];
     }
+#else
+    (void)w0, (void)w1, (void)r, (void)c, (void)n;  // portable builds: never called (asserted)
 #endif
 }
 
