@@ -67,6 +67,14 @@ void Transformer::build_layers() {
     // A Linear whose weight starts at parameter w and spans `out` rows (fused groups span the
     // adjacent members), with the bias starting at parameter b (or none).
     auto linear = [&](int w, int b, int64_t out, int64_t in, TpMode mode) {
+        // A fused span (q|k|v, gate|up) lies in the flat trainable buffers; frozen parameters
+        // each have a buffer of their own, so they can only be a whole Linear by themselves.
+        ETE_CHECK(ps.trainable(w) || out * in == ps.numel(w),
+                  "parameter '{}': a frozen weight cannot be part of a fused q|k|v or gate|up "
+                  "block yet",
+                  ps.specs()[size_t(w)].name);
+        ETE_CHECK(b < 0 || ps.trainable(b), "parameter '{}': frozen biases are not supported yet",
+                  b < 0 ? "" : ps.specs()[size_t(b)].name);
         LinearParams p;
         p.w = ps.weight_span(w, out, in);
         p.d_w = ps.grad_span(w, out, in);
