@@ -29,7 +29,7 @@
 namespace ete {
 namespace {
 
-constexpr int64_t kFillBlock = 1 << 14;          // elements per OpenMP task
+constexpr int64_t kFillBlock = 1 << 14;                     // elements per OpenMP task
 [[maybe_unused]] constexpr int64_t kParallelMin = 1 << 17;  // below: one thread (read by omp)
 constexpr int64_t kRedoUlps = int64_t(1) << 16;  // distance from a float boundary, in d_a ulps
 // The bound of the file comment, with a factor 2 to spare.

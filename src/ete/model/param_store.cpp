@@ -167,11 +167,8 @@ void ParamStore::upload(int i, const float* host) {
     }
     Mat m = master(i);
     be_.upload(m.data, host, n * sizeof(float));
-    if (compute_ != DType::F32) {
-        Shape d = dims(i);
-        CMat w = weight_span(i, d[0], d[1]);
-        be_.copy(Mat(const_cast<void*>(w.data), w.dtype, w.rows, w.cols), m);
-    }
+    if (compute_ != DType::F32)
+        be_.copy(flat_view(compute_copy_.data(), compute_, offset(i), numel(), m.rows, m.cols), m);
 }
 
 void ParamStore::download_masters(float* host) const {

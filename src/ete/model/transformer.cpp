@@ -101,6 +101,17 @@ void Transformer::build_layers() {
         L.proj = linear(at(R::Down), at(R::DownBias), C, F_, TpMode::Row);
         layers_.push_back(L);
     }
+    if (!mp_.last_stage()) return;
+    final_norm_ = norm(ps.find(R::FinalNorm), ps.find(R::FinalNormBias));
+    // The LM head: its own matrix for untied Llama, else the embedding table (on a last stage
+    // other than stage 0, its tied copy). Under tp it is vocab-parallel: this rank's real output
+    // columns, no bias, no communication inside (the loss combines the blocks).
+    const int h = llama && !cfg_.tie_word_embeddings ? ps.find(R::LmHead) : ps.find(R::TokenEmbed);
+    Mat d_head = ps.grad(h);
+    head_ = Linear({ps.weight(h).row_slice(0, vocab_valid_),
+                    d_head.empty() ? Mat{} : d_head.row_slice(0, vocab_valid_),
+                    {},
+                    {}});
 }
 
 // Groups follow the table's execution order: [embeddings] [layer 0] ... [final norm, head], so
@@ -410,24 +421,16 @@ void Transformer::layer_backward(int i, Slot& s, Mat d_resid, AttnDims d) {
     attention_backward(i, a, x, d_resid, d);
 }
 
-Norm Transformer::final_norm() const {
-    const int w = params_.find(ParamRole::FinalNorm), b = params_.find(ParamRole::FinalNormBias);
-    ParamStore& ps = const_cast<ParamStore&>(params_);
-    auto vec = [&](int i) { return i < 0 ? CVec{} : ps.value(i).flat(); };
-    auto dvec = [&](int i) { return i < 0 ? Vec{} : ps.grad(i).flat(); };
-    return Norm({vec(w), dvec(w), vec(b), dvec(b)}, cfg_.arch == Arch::GPT2, float(cfg_.norm_eps));
-}
-
 void Transformer::final_norm_forward(Slot& s, int N) {
-    final_norm().forward(be_, rows(s.lnf, N), rows(s.lnf_mean, N), rows(s.lnf_rstd, N),
-                         rows(s.resid.back(), N));
+    final_norm_.forward(be_, rows(s.lnf, N), rows(s.lnf_mean, N), rows(s.lnf_rstd, N),
+                        rows(s.resid.back(), N));
 }
 
 // d_resid (N, C) = dL/d(stage output) from d_lnf.
 void Transformer::final_norm_backward(Slot& s, Mat d_resid, int N) {
     be_.fill(d_resid, 0.0f);
-    final_norm().backward(be_, d_resid, rows(s.d_lnf, N), rows(s.resid.back(), N),
-                          rows(s.lnf_mean, N), rows(s.lnf_rstd, N));
+    final_norm_.backward(be_, d_resid, rows(s.d_lnf, N), rows(s.resid.back(), N),
+                         rows(s.lnf_mean, N), rows(s.lnf_rstd, N));
 }
 
 }  // namespace ete

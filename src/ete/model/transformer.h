@@ -219,8 +219,6 @@ class Transformer {
     void head_chunk_vocab_parallel(Slot& s, const int32_t* targets, int r0, int rows, float d_scale,
                                    bool backward);
     void logits_forward(CMat x, int N, float* logits);
-    Linear head_linear(bool with_grad);
-    Norm final_norm() const;
 
     ModelConfig cfg_;
     Backend& be_;
@@ -231,6 +229,8 @@ class Transformer {
     std::unique_ptr<Communicator> kv_group_;  // tp > KV: the ranks holding this kv head, else null
     ParamStore params_;
     std::vector<DecoderLayer> layers_;       // by local layer
+    Norm final_norm_;                        // last stage
+    Linear head_;                            // last stage: the (vocab-parallel) LM head
     int H_ = 0, KV_ = 0, F_ = 0, V_ = 0;     // this rank's heads, kv heads, MLP width, vocab rows
     int vocab_begin_ = 0, vocab_valid_ = 0;  // global ids [begin, begin + valid) are this rank's
     std::vector<GradGroup> layer_groups_;    // by local layer

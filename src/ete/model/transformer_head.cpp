@@ -29,19 +29,6 @@ std::vector<float> download_floats(Backend& be, CVec v) {
 
 }  // namespace
 
-// The LM head as a Linear: its own matrix for untied Llama, else the embedding table (on a last
-// stage other than stage 0, its tied copy). Under tp it is vocab-parallel: each rank's block of
-// output columns, no bias, no communication inside (the loss combines the blocks).
-Linear Transformer::head_linear(bool with_grad) {
-    const int i = cfg_.arch == Arch::Llama && !cfg_.tie_word_embeddings
-                      ? params_.find(ParamRole::LmHead)
-                      : params_.find(ParamRole::TokenEmbed);
-    LinearParams p;
-    p.w = params_.weight(i).row_slice(0, vocab_valid_);
-    if (with_grad) p.d_w = params_.grad(i).row_slice(0, vocab_valid_);
-    return Linear(p);
-}
-
 void Transformer::embed_forward(Mat out, CVec ids, AttnDims d) {
     const int table = params_.find(ParamRole::TokenEmbed);
     be_.embedding_forward(out, ids, params_.value(table), vocab_begin_);
@@ -64,7 +51,7 @@ void Transformer::embed_backward(CMat d_out, CVec ids, AttnDims d) {
 // Rows [r0, r0 + rows) without tp: logits, loss, and with `backward` d_lnf and the head's weight
 // gradient (d_logits in the compute dtype for the two GEMMs).
 void Transformer::head_chunk(Slot& s, int r0, int rows_n, float d_scale, bool backward) {
-    Linear head = head_linear(backward);
+    const Linear& head = head_;
     CMat x = s.lnf.row_slice(r0, rows_n);
     Mat logits = rows(logits_, rows_n);
     CVec targets = targets_.slice(r0, rows_n);
@@ -118,7 +105,7 @@ void Transformer::head_chunk_vocab_parallel(Slot& s, const int32_t* targets, int
     Vec tgt = ce_tgt_.slice(0, rows_n), lse = ce_lse_.slice(0, rows_n),
         zt = ce_zt_.slice(0, rows_n);
     be_.upload(tgt.data, host_tgt_.data(), sizeof(int32_t) * size_t(rows_n));
-    Linear head = head_linear(backward);
+    const Linear& head = head_;
     CMat x = s.lnf.row_slice(r0, rows_n);
     Mat logits = rows(logits_, rows_n).col_slice(0, Vv);
     const float kNoColumns = -std::numeric_limits<float>::infinity();
@@ -171,7 +158,7 @@ void Transformer::head_chunk_vocab_parallel(Slot& s, const int32_t* targets, int
 // allocates.
 void Transformer::logits_forward(CMat x, int N, float* logits) {
     const int V = cfg_.vocab_size, P = mp_.tp_size;
-    Linear head = head_linear(false);
+    const Linear& head = head_;
     for (int r0 = 0; r0 < N; r0 += head_rows_) {
         const int rows_n = std::min(head_rows_, N - r0);
         Mat out = rows(logits_, rows_n);
