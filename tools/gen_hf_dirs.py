@@ -35,7 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_model_goldens as gmg  # noqa: E402  (forwards, configs, parameter tables)
 
 B, T = 2, 9
-DTYPES = {torch.float32: ("F32", 4), torch.int32: ("I32", 4), torch.bfloat16: ("BF16", 2)}
+DTYPES = {torch.float32: ("F32", 4), torch.int32: ("I32", 4), torch.bfloat16: ("BF16", 2),
+          torch.uint8: ("U8", 1)}
 
 
 def tensor_bytes(t):

@@ -32,6 +32,7 @@
 #include <string>
 
 #include "ete/core/device_memory.h"
+#include "ete/core/nf4.h"
 #include "ete/core/view.h"
 
 namespace ete {
@@ -88,6 +89,16 @@ class Backend : public DeviceMemory {
     // accumulate in fp32; beta == 0 never reads c. a and b share one dtype.
     virtual void gemm(CMat a, bool trans_a, CMat b, bool trans_b, Mat c, float alpha = 1.0f,
                       float beta = 0.0f) = 0;
+    // The same with b an NF4 (out, in) weight W (core/nf4.h), dequantized on the fly: trans_w
+    // gives c (M, out) = alpha · a · Wᵀ + beta · c (a linear's forward), otherwise c (M, in) =
+    // alpha · a · W + beta · c (its input gradient). The whole W is never materialised: tiles of
+    // its rows are dequantized in a's dtype (F32, BF16, F16) into backend workspace and multiplied
+    // with fp32 accumulation, so the result is that of dequantize_nf4 followed by gemm.
+    virtual void gemm_nf4(CMat a, const Nf4View& w, bool trans_w, Mat c, float alpha = 1.0f,
+                          float beta = 0.0f) = 0;
+    // out (r, cols) = rows [row0, row0 + r) of W dequantized (code · absmax in fp32, rounded once
+    // into out's dtype).
+    virtual void dequantize_nf4(Mat out, const Nf4View& w, int64_t row0 = 0) = 0;
     // y(N, C) += b(C) on every row.   d_b(C) += column sums of d_y.
     virtual void bias_forward(Mat y, CVec b) = 0;
     virtual void bias_backward(Vec d_b, CMat d_y) = 0;

@@ -3,6 +3,7 @@
 //
 //   memory.cpp       allocation, transfers, copy/fill/add/scale/sum_squares
 //   gemm.cpp         gemm (OpenBLAS sgemm for f32, oneDNN for bf16/fp16), the core-type fix
+//   nf4.cpp          NF4 dequantization and the tiled NF4 GEMM
 //   elementwise.cpp  bias, embeddings, SwiGLU, GELU
 //   norm.cpp         RMSNorm, LayerNorm
 //   attention.cpp    RoPE, flash attention
@@ -20,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ete/backend/backend.h"
 
@@ -52,6 +54,10 @@ class CpuBackend final : public Backend {
 
     // gemm.cpp
     void gemm(CMat a, bool trans_a, CMat b, bool trans_b, Mat c, float alpha, float beta) override;
+
+    // nf4.cpp
+    void gemm_nf4(CMat a, const Nf4View& w, bool trans_w, Mat c, float alpha, float beta) override;
+    void dequantize_nf4(Mat out, const Nf4View& w, int64_t row0) override;
 
     // elementwise.cpp
     void bias_forward(Mat y, CVec b) override;
@@ -127,8 +133,13 @@ class CpuBackend final : public Backend {
 
     // The host address of [p, p + bytes) of this backend's memory (p itself unless guarded).
     void* host_ptr(const void* p, size_t bytes) const;
+    // An NF4 view with every pointer translated like host_ptr.
+    Nf4View host_view(const Nf4View& w) const;
 
     std::unique_ptr<GuardedMemory> guard_;
+    // Host scratch of the ops that need one (dequantized NF4 tiles); grows, never shrinks. Only
+    // this backend's kernels see it, so it is plain host memory even in guarded mode.
+    std::vector<std::byte> workspace_;
 };
 
 }  // namespace ete::cpu

@@ -10,6 +10,7 @@
 
 #include "ete/backend/cpu/cpu_backend.h"
 #include "ete/backend/cpu/dnnl_gemm.h"
+#include "ete/backend/cpu/gemm_host.h"
 #include "ete/backend/cpu/openblas_util.h"
 
 namespace ete::cpu {
@@ -24,9 +25,12 @@ void CpuBackend::gemm(CMat a, bool ta, CMat b, bool tb, Mat c, float alpha, floa
               dtype_name(a.dtype), dtype_name(b.dtype));
     static const char* kRole[2][2] = {{"gemm_nn", "gemm_nt"}, {"gemm_tn", "gemm_tt"}};
     Scope h(*this, kRole[ta][tb], 2.0 * double(M) * double(N) * double(K));
-    a = h(a);
-    b = h(b);
-    c = h(c);
+    gemm_host(h(a), ta, h(b), tb, h(c), alpha, beta);
+}
+
+void gemm_host(CMat a, bool ta, CMat b, bool tb, Mat c, float alpha, float beta) {
+    const int64_t M = ta ? a.cols : a.rows, K = ta ? a.rows : a.cols;
+    const int64_t N = tb ? b.rows : b.cols;
     if (M == 0 || N == 0) return;
     if (a.dtype == DType::F32) {
         ETE_CHECK(c.dtype == DType::F32, "gemm: f32 operands need an F32 result, not {}",

@@ -177,6 +177,27 @@ class RefBackend final : public Backend {
             Cm.write(c);
         });
     }
+    // The reference NF4 product: W dequantized whole (nf4_element), rounded to a's dtype like a
+    // tile of the CPU backend, then the reference GEMM.
+    void gemm_nf4(CMat a, const Nf4View& w, bool trans_w, Mat c, float alpha, float beta) override {
+        std::vector<double> wd(size_t(w.numel()));
+        Mat wm{wd.data(), DType::F64, w.rows, w.cols};
+        std::vector<uint16_t> w16;
+        if (a.dtype != DType::F64 && a.dtype != DType::F32) {
+            w16.resize(wd.size());
+            wm = Mat{w16.data(), a.dtype, w.rows, w.cols};
+        }
+        dequantize_nf4(wm, w, 0);
+        gemm(a, false, wm, trans_w, c, alpha, beta);
+    }
+    void dequantize_nf4(Mat out, const Nf4View& w, int64_t row0) override {
+        ETE_CHECK(out.cols == w.cols && row0 >= 0 && row0 + out.rows <= w.rows,
+                  "dequantize_nf4: rows [{}, {}) of a ({}, {}) weight into ({}, {})", row0,
+                  row0 + out.rows, w.rows, w.cols, out.rows, out.cols);
+        for (int64_t r = 0; r < out.rows; ++r)
+            for (int64_t c = 0; c < out.cols; ++c)
+                put(out.data, out.dtype, r * out.ld + c, nf4_element(w, (row0 + r) * w.cols + c));
+    }
     void bias_forward(Mat y, CVec b) override {
         compute({y.dtype, b.dtype}, [&](auto t) {
             using T = decltype(t);
