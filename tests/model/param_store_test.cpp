@@ -94,7 +94,7 @@ TEST(ParamGroups, LinearOverAFrozenWeightPassesGradientsToItsInput) {
     testing::DeviceCopy x(*be, ramp(N * 7, 1.0f)), d_y(*be, ramp(N * 5, 0.5f));
     std::vector<std::vector<float>> y_out, dx_out;
     for (ParamStore* ps : {&frozen, &train}) {
-        Linear lin({ps->weight(0), ps->grad(0), ps->value(1).flat(), ps->grad(1).flat()});
+        Linear lin({ps->weight(0), {}, ps->grad(0), ps->value(1).flat(), ps->grad(1).flat()});
         testing::DeviceCopy y(*be, std::vector<float>(N * 5)), d_x(*be, std::vector<float>(N * 7));
         lin.forward(*be, y.mat(N, 5), x.mat(N, 7));
         lin.backward(*be, d_x.mat(N, 7), d_y.mat(N, 5), x.mat(N, 7));

@@ -1,8 +1,10 @@
 // ete/model/param_spec.cpp
 #include "ete/model/param_spec.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "ete/model/lora_spec.h"
 #include "ete/model/shard.h"
 
 namespace ete {
@@ -129,9 +131,74 @@ ParamSpec embedding_spec(const ModelConfig& c) {
                 ParamInit::Normal, float(c.initializer_range), kRowsPadded);
 }
 
+bool is_decoder_linear(ParamRole r) {
+    using R = ParamRole;
+    switch (r) {
+        case R::Q:
+        case R::K:
+        case R::V:
+        case R::Qkv:
+        case R::AttnOut:
+        case R::Gate:
+        case R::Up:
+        case R::Fc:
+        case R::Down:
+            return true;
+        default:
+            return false;
+    }
+}
+
+// The adapter of base weight spec w (global shapes): A (R, in), B (out, R), sharded with the
+// base (Column base: A replicated, B like the base's rows; Row base: A like its columns, B
+// replicated).
+void add_adapter(std::vector<ParamSpec>& t, const ParamSpec& w, int R) {
+    const std::string module = w.name.substr(0, w.name.size() - std::string(".weight").size());
+    const int64_t out = w.shape[0], in = w.shape[1];
+    const bool column = w.shard.dim == 0;
+    ParamSpec a = spec(module + ".lora_A.weight", {R, in}, ParamKind::Matrix, ParamInit::Uniform,
+                       float(1.0 / std::sqrt(double(in))),
+                       column ? kReplicated : ShardRule{1, 1, w.shard.pad});
+    ParamSpec b = spec(module + ".lora_B.weight", {out, R}, ParamKind::Matrix, ParamInit::Zeros, 0,
+                       column ? w.shard : kReplicated);
+    for (ParamSpec* x : {&a, &b}) {
+        x->layer = w.layer;
+        x->lora_base = w.role;
+    }
+    a.role = ParamRole::LoraA;
+    b.role = ParamRole::LoraB;
+    t.push_back(std::move(a));
+    t.push_back(std::move(b));
+}
+
+// Freezes the base, marks NF4 linears, and puts each target's adapter after its weight.
+std::vector<ParamSpec> with_lora(std::vector<ParamSpec> base, const ModelConfig& c,
+                                 const LoraSpec& lora) {
+    const std::vector<ParamRole> targets = lora_target_roles(lora, c);
+    std::vector<ParamSpec> t;
+    for (ParamSpec& s : base) {
+        s.trainable = false;
+        const bool linear = is_decoder_linear(s.role) && s.kind == ParamKind::Matrix;
+        if (linear && lora.nf4()) {
+            s.nf4_block = lora.nf4_block;
+            s.nf4_double_quant = lora.nf4_double_quant;
+        }
+        t.push_back(s);
+        if (linear && std::find(targets.begin(), targets.end(), s.role) != targets.end())
+            add_adapter(t, s, lora.allocated_rank());
+    }
+    return t;
+}
+
 }  // namespace
 
 std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp) {
+    return param_specs(c, mp, LoraSpec{});
+}
+
+std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp,
+                                   const LoraSpec& lora) {
+    check_lora_spec(lora, c);
     const ModelParallel m = mp.resolved(c);
     std::vector<ParamSpec> t;
     const int64_t V = c.vocab_size, C = c.hidden_size;
@@ -165,6 +232,7 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
             t.back().tied_copy = true;
         }
     }
+    if (lora.enabled) t = with_lora(std::move(t), c, lora);
     for (ParamSpec& s : t) {
         s.global_shape = s.shape;
         s.shape = shard_shape(s.shard, s.global_shape, m.tp_size);

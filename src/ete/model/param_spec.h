@@ -20,7 +20,8 @@
 namespace ete {
 
 enum class ParamKind { Matrix, Embedding, Norm, Bias };
-enum class ParamInit { Normal, Zeros, Ones };
+// Uniform: U(-init_std, init_std) (LoRA's A: PEFT's Kaiming-uniform with a = √5, bound 1/√in).
+enum class ParamInit { Normal, Zeros, Ones, Uniform };
 
 // What a parameter is in the network, so code finds it by (role, layer) and only this table
 // spells HF names. Fused groups name their first member (q|k|v starts at Q, or Qkv for GPT-2's
@@ -53,6 +54,8 @@ enum class ParamRole : uint8_t {
     FinalNorm,
     FinalNormBias,
     LmHead,
+    LoraA,  // a LoRA adapter's A (r_max, in) of the base weight ParamSpec::lora_base names
+    LoraB,  // its B (out, r_max)
 };
 
 // How tensor parallelism splits a parameter (Megatron): column-parallel linears split their
@@ -85,6 +88,11 @@ struct ParamSpec {
     bool tied_copy = false;
     ParamRole role = ParamRole::TokenEmbed;
     int layer = -1;  // decoder layer of a per-layer parameter, -1 otherwise
+    // A frozen matrix stored in NF4 (core/nf4.h) with this block size; 0 = not quantized.
+    int nf4_block = 0;
+    bool nf4_double_quant = true;
+    // LoraA / LoraB: the role of the base weight the adapter belongs to (Q, K, ..., Down).
+    ParamRole lora_base = ParamRole::TokenEmbed;
 };
 
 // This stage's parameters with this tp rank's local shapes (ModelParallel{} = the whole model):
@@ -93,7 +101,13 @@ struct ParamSpec {
 // the embedding named like it, at the end of the table. In execution order (embeddings, layers,
 // final norm, head); fused groups (q|k|v, gate|up) are adjacent so the model can run them as one
 // GEMM, locally too. Throws ete::Error if the heads do not fit tp (ModelParallel::resolved).
+// lora (model/lora_spec.h) enabled: every base parameter is frozen, the decoder's linears are NF4
+// or in the compute dtype by lora.base_format, and each targeted linear's weight is followed by
+// its adapter's A and B (the only trainable parameters).
+struct LoraSpec;
 std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp = {});
+std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp,
+                                   const LoraSpec& lora);
 
 // Weight decay applies to matrices only by default (not norms, biases, embeddings).
 bool param_decays(const ParamSpec& p);

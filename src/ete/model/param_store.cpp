@@ -10,8 +10,8 @@ namespace ete {
 
 namespace {
 
-int role_key(ParamRole role, int layer) {
-    return int(role) * 65536 + (layer + 1);
+int64_t role_key(ParamRole role, int layer, ParamRole base = ParamRole::TokenEmbed) {
+    return (int64_t(role) * 256 + int64_t(base)) * 65536 + (layer + 1);
 }
 
 // Frozen parameters keep GEMM operands in the compute dtype, everything else in F32.
@@ -29,7 +29,8 @@ ParamTable::ParamTable(std::vector<ParamSpec> specs, int tp_rank, int tp_size)
         ETE_CHECK(index_.emplace(s.name, int(i)).second, "duplicate parameter name '{}'", s.name);
         if (s.global_shape.empty()) s.global_shape = s.shape;  // a hand-made replicated spec
         ETE_ASSERT(s.shape == shard_shape(s.shard, s.global_shape, tp_size));
-        roles_.emplace(role_key(s.role, s.layer), int(i));
+        roles_.emplace(role_key(s.role, s.layer, s.lora_base), int(i));
+        ETE_ASSERT(s.nf4_block == 0 || (!s.trainable && s.shape.size() == 2));
         // No padding: fused groups (q|k|v, gate|up) must be contiguous to run as one GEMM.
         offsets_.push_back(s.trainable ? total_ : -1);
         if (s.trainable) total_ += shape_numel(s.shape);
@@ -44,6 +45,11 @@ int ParamTable::index(const std::string& name) const {
 
 int ParamTable::find(ParamRole role, int layer) const {
     auto it = roles_.find(role_key(role, layer));
+    return it == roles_.end() ? -1 : it->second;
+}
+
+int ParamTable::find_lora(ParamRole base, int layer, bool b) const {
+    auto it = roles_.find(role_key(b ? ParamRole::LoraB : ParamRole::LoraA, layer, base));
     return it == roles_.end() ? -1 : it->second;
 }
 
@@ -67,8 +73,9 @@ ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_ra
         be_.fill_bytes(compute_copy_.data(), 0, compute_copy_.bytes());
     }
     frozen_.resize(size_t(size()));
+    nf4_.resize(size_t(size()));
     for (int i = 0; i < size(); ++i) {
-        if (trainable(i)) continue;
+        if (trainable(i) || is_nf4(i)) continue;  // NF4 buffers come with the first upload
         const DType t = frozen_dtype(specs()[size_t(i)], compute_);
         const size_t bytes = size_t(ParamTable::numel(i)) * dtype_size(t);
         frozen_[size_t(i)] = DeviceBuffer(be_, bytes);
@@ -104,6 +111,7 @@ Mat ParamStore::grad_span(int i, int64_t rows, int64_t cols) {
 }
 
 CMat ParamStore::weight_span(int i, int64_t rows, int64_t cols) const {
+    ETE_ASSERT(!is_nf4(i));
     if (!trainable(i)) {
         ETE_ASSERT(rows * cols == ParamTable::numel(i));
         const void* p = frozen_[size_t(i)].data();
@@ -134,6 +142,7 @@ CMat ParamStore::weight(int i) const {
 }
 
 CMat ParamStore::value(int i) const {
+    ETE_ASSERT(!is_nf4(i));
     if (trainable(i)) return master(i);
     Shape d = dims(i);
     return {frozen_[size_t(i)].data(), frozen_dtype(specs()[size_t(i)], compute_), d[0], d[1]};
@@ -143,8 +152,38 @@ void ParamStore::zero_grads() {
     be_.fill_bytes(grad_.data(), 0, grad_.bytes());
 }
 
+Nf4View ParamStore::nf4(int i) const {
+    ETE_ASSERT(is_nf4(i));
+    ETE_CHECK(!nf4_[size_t(i)].view().empty(), "parameter '{}': its NF4 weight was never loaded",
+              specs()[size_t(i)].name);
+    return nf4_[size_t(i)].view();
+}
+
+void ParamStore::upload_nf4(int i, const Nf4Tensor& t) {
+    const ParamSpec& s = specs()[size_t(i)];
+    ETE_ASSERT(is_nf4(i));
+    ETE_CHECK(t.rows == s.shape[0] && t.cols == s.shape[1],
+              "parameter '{}': NF4 tensor ({}, {}), expected {}", s.name, t.rows, t.cols,
+              shape_str(s.shape));
+    nf4_[size_t(i)] = Nf4Buffer(be_, t);
+}
+
+size_t ParamStore::frozen_bytes() const {
+    size_t n = 0;
+    for (const DeviceBuffer& b : frozen_) n += b.bytes();
+    for (const Nf4Buffer& b : nf4_) n += b.bytes();
+    return n;
+}
+
 std::vector<float> ParamStore::download(int i) const {
     std::vector<float> out(size_t(ParamTable::numel(i)));
+    if (is_nf4(i)) {  // dequantized by the backend, like the kernels see it
+        DeviceBuffer tmp(be_, out.size() * sizeof(float));
+        const Shape d = dims(i);
+        be_.dequantize_nf4(Mat(tmp.data(), DType::F32, d[0], d[1]), nf4(i), 0);
+        be_.download(out.data(), tmp.data(), tmp.bytes());
+        return out;
+    }
     CMat v = value(i);
     if (v.dtype == DType::F32) {
         be_.download(out.data(), v.data, out.size() * sizeof(float));
@@ -158,6 +197,11 @@ std::vector<float> ParamStore::download(int i) const {
 
 void ParamStore::upload(int i, const float* host) {
     const size_t n = size_t(ParamTable::numel(i));
+    if (is_nf4(i)) {
+        const ParamSpec& s = specs()[size_t(i)];
+        return upload_nf4(
+            i, nf4_quantize(host, s.shape[0], s.shape[1], {s.nf4_block, s.nf4_double_quant}));
+    }
     if (!trainable(i)) {
         const DType t = frozen_dtype(specs()[size_t(i)], compute_);
         if (t == DType::F32) return be_.upload(frozen_[size_t(i)].data(), host, n * 4);
@@ -223,6 +267,9 @@ void init_param(const ParamSpec& s, int tp_rank, int tp_size, uint64_t seed, flo
             std::fill(out, out + r.len, 0.0f);  // padding, or a zero-initialised tensor
         } else if (s.init == ParamInit::Ones) {
             std::fill(out, out + r.len, 1.0f);
+        } else if (s.init == ParamInit::Uniform) {
+            for (int64_t k = 0; k < r.len; ++k)
+                out[k] = (2.0f * rng.uniform(uint64_t(r.global + k)) - 1.0f) * s.init_std;
         } else {
             // Bit-identical to init_std * normal(g) per element (g the global index).
             rng.normal_fill(out, uint64_t(r.global), r.len, s.init_std);

@@ -8,7 +8,7 @@
 // clipping, ZeRO-1 and checkpoints walk one range. With a 16-bit compute dtype (mixed precision)
 // a flat copy of the masters in that dtype sits beside them: the GEMMs read it, AdamW rewrites it
 // in the pass that updates the masters. Frozen parameters (ParamSpec::trainable = false) are not
-// in these buffers: each has a buffer of its own in its compute dtype and no gradient.
+// in these buffers: each has a buffer of its own in its compute dtype (or NF4) and no gradient.
 //
 // Under tensor parallelism the store holds one rank's shards (ParamSpec::shape) and knows that
 // rank (tp_rank, tp_size).
@@ -22,6 +22,7 @@
 
 #include "ete/backend/backend.h"
 #include "ete/model/param_spec.h"
+#include "ete/quant/nf4.h"
 
 namespace ete {
 
@@ -40,9 +41,12 @@ class ParamTable {
     // The parameter of `role` in decoder `layer` (-1 for the others), or -1 when the model has
     // none (no bias, say). A tied copy is found as TokenEmbed.
     int find(ParamRole role, int layer = -1) const;
+    // The LoRA A (b = false) or B of the base weight of `base` role in `layer`, or -1.
+    int find_lora(ParamRole base, int layer, bool b) const;
     int64_t offset(int i) const { return offsets_[size_t(i)]; }
     int64_t numel(int i) const { return shape_numel(specs_[size_t(i)].shape); }
     bool trainable(int i) const { return specs_[size_t(i)].trainable; }
+    bool is_nf4(int i) const { return specs_[size_t(i)].nf4_block > 0; }
     int tp_rank() const { return tp_rank_; }
     int tp_size() const { return tp_size_; }
 
@@ -102,8 +106,14 @@ class ParamStore : public ParamTable {
     // own buffer).
     CMat weight(int i) const;
     // What the other kernels read: the F32 master, or a frozen parameter's buffer (F32 for norms
-    // and biases, the compute dtype for matrices and embeddings).
+    // and biases, the compute dtype for matrices and embeddings). Not for NF4 parameters.
     CMat value(int i) const;
+    // An NF4 parameter (ParamSpec::nf4_block > 0): its quantized weight; upload() quantizes host
+    // values into it (fast path of quant/nf4.h), upload_nf4 takes an already quantized tensor.
+    Nf4View nf4(int i) const;
+    void upload_nf4(int i, const Nf4Tensor& t);
+    // Backend bytes of the frozen parameters (dense and NF4).
+    size_t frozen_bytes() const;
     // `rows` rows of `cols` starting at parameter i, across the parameters that follow it in the
     // flat buffers (fused q|k|v, gate|up). Trainable parameters only.
     Mat master_span(int i, int64_t rows, int64_t cols);
@@ -146,6 +156,7 @@ class ParamStore : public ParamTable {
     DType compute_;
     DeviceBuffer master_, grad_, compute_copy_;
     std::vector<DeviceBuffer> frozen_;  // by parameter index (empty for trainable ones)
+    std::vector<Nf4Buffer> nf4_;        // by parameter index (NF4 parameters only)
 };
 
 // The host values of parameter i of a store's table, initialised like ParamStore::init.

@@ -108,10 +108,10 @@ void Transformer::build_layers() {
     // columns, no bias, no communication inside (the loss combines the blocks).
     const int h = llama && !cfg_.tie_word_embeddings ? ps.find(R::LmHead) : ps.find(R::TokenEmbed);
     Mat d_head = ps.grad(h);
-    head_ = Linear({ps.weight(h).row_slice(0, vocab_valid_),
-                    d_head.empty() ? Mat{} : d_head.row_slice(0, vocab_valid_),
-                    {},
-                    {}});
+    LinearParams hp;
+    hp.w = ps.weight(h).row_slice(0, vocab_valid_);
+    if (!d_head.empty()) hp.d_w = d_head.row_slice(0, vocab_valid_);
+    head_ = Linear(hp);
 }
 
 // Groups follow the table's execution order: [embeddings] [layer 0] ... [final norm, head], so

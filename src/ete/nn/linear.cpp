@@ -1,32 +1,131 @@
 // ete/nn/linear.cpp
 #include "ete/nn/linear.h"
 
+#include <cmath>
+
 #include "ete/nn/tp_regions.h"
 
 namespace ete {
 
-void Linear::forward(Backend& be, Mat y, CMat x, bool accumulate, Mat scratch) const {
+namespace {
+
+// The first rows x cols elements of a contiguous buffer, as a contiguous (rows, cols) view.
+Mat head(Mat buf, int64_t rows, int64_t cols) {
+    ETE_ASSERT(buf.contiguous() && rows * cols <= buf.numel());
+    return {buf.data, buf.dtype, rows, cols};
+}
+
+}  // namespace
+
+float lora_scale(float alpha, int r, bool rslora) {
+    ETE_ASSERT(r > 0);
+    return rslora ? alpha / std::sqrt(float(r)) : alpha / float(r);
+}
+
+Linear::Linear(LinearParams p, TpMode mode, Communicator* tp)
+    : p_(p), mode_(mode), tp_(mode == TpMode::None ? nullptr : tp) {
+    ETE_ASSERT(p_.w.empty() != p_.nf4.empty());
+    ETE_ASSERT(!nf4() || p_.d_w.empty());
+}
+
+void Linear::set_adapter(const LoraParams& lora) {
+    if (!lora.empty()) {
+        ETE_CHECK(lora.a.cols == in() && lora.b.rows == out() && lora.b.cols == lora.a.rows &&
+                      lora.d_a.rows == lora.a.rows && lora.d_a.cols == lora.a.cols &&
+                      lora.d_b.rows == lora.b.rows && lora.d_b.cols == lora.b.cols,
+                  "lora: adapter A ({}, {}), B ({}, {}) does not fit a ({}, {}) linear",
+                  lora.a.rows, lora.a.cols, lora.b.rows, lora.b.cols, out(), in());
+        ETE_CHECK(lora.rank > 0 && lora.rank <= lora.r_max(),
+                  "lora: active rank {} outside [1, {}]", lora.rank, lora.r_max());
+    }
+    lora_ = lora;
+}
+
+void Linear::set_rank(int r) {
+    ETE_CHECK(has_adapter() && r > 0 && r <= lora_.r_max(), "lora: rank {} outside [1, {}]", r,
+              lora_.r_max());
+    lora_.rank = r;
+}
+
+void Linear::base_product(Backend& be, Mat y, CMat x, float beta) const {
+    if (nf4()) {
+        be.gemm_nf4(x, p_.nf4, true, y, 1.0f, beta);
+    } else {
+        be.gemm(x, false, p_.w, true, y, 1.0f, beta);
+    }
+}
+
+void Linear::forward(Backend& be, Mat y, CMat x, bool accumulate, Mat scratch,
+                     const LoraActs* acts) const {
     if (mode_ == TpMode::Row && tp_) {
         // Partial products first, summed over tp, then (once) the replicated bias.
         Mat part = accumulate ? scratch : y;
         ETE_ASSERT(part.rows == y.rows && part.cols == y.cols);
-        be.gemm(x, false, p_.w, true, part);
+        base_product(be, part, x, 0.0f);
         reduce_from_region_forward(tp_, part);
         if (accumulate) be.add(y, part);
     } else {
-        be.gemm(x, false, p_.w, true, y, 1.0f, accumulate ? 1.0f : 0.0f);
+        base_product(be, y, x, accumulate ? 1.0f : 0.0f);
     }
     if (!p_.b.empty()) be.bias_forward(y, p_.b);
+    if (has_adapter()) {
+        ETE_ASSERT(acts);
+        adapter_forward(be, y, x, *acts);
+    }
 }
 
-void Linear::backward_weight(Backend& be, CMat d_y, CMat x) const {
+void Linear::adapter_forward(Backend& be, Mat y, CMat x, const LoraActs& acts) const {
+    const int64_t N = x.rows, r = lora_.rank;
+    CMat a = lora_.a.row_slice(0, r), b = lora_.b.col_slice(0, r);
+    Mat u = head(acts.u, N, r);
+    if (mode_ == TpMode::Row && tp_) {
+        // u is partial (this rank's input columns): summed over tp in F32.
+        Mat part = u.dtype == DType::F32 ? u : head(acts.d_u, N, r);
+        be.gemm(x, false, a, true, part);
+        reduce_from_region_forward(tp_, part);
+        if (part.data != u.data) be.copy(u, part);
+    } else {
+        be.gemm(x, false, a, true, u);
+    }
+    be.gemm(u, false, b, true, y, lora_.scale, 1.0f);
+}
+
+void Linear::backward_weight(Backend& be, CMat d_y, CMat x, const LoraActs* acts) const {
     if (!p_.d_w.empty()) be.gemm(d_y, true, x, false, p_.d_w, 1.0f, 1.0f);
     if (!p_.d_b.empty()) be.bias_backward(p_.d_b, d_y);
+    if (!has_adapter()) return;
+    ETE_ASSERT(acts);
+    const int64_t N = x.rows, r = lora_.rank;
+    const float s = lora_.scale;
+    Mat d_u = head(acts->d_u, N, r);
+    be.gemm(d_y, false, lora_.b.col_slice(0, r), false, d_u, s);  // (N, out)·(out, r)
+    // Column base: this rank's output rows gave a partial d_u.
+    if (mode_ == TpMode::Column) copy_to_region_backward(tp_, d_u);
+    Mat d_uc = d_u;
+    if (acts->d_uc.dtype != DType::F32) {
+        d_uc = head(acts->d_uc, N, r);
+        be.copy(d_uc, d_u);
+    }
+    be.gemm(d_y, true, head(acts->u, N, r), false, lora_.d_b.col_slice(0, r), s, 1.0f);
+    be.gemm(d_uc, true, x, false, lora_.d_a.row_slice(0, r), 1.0f, 1.0f);
 }
 
-void Linear::backward_input(Backend& be, Mat d_x, CMat d_y) const {
-    be.gemm(d_y, false, p_.w, false, d_x);
-    if (mode_ == TpMode::Column) copy_to_region_backward(tp_, d_x);
+void Linear::backward_input_base(Backend& be, Mat d_x, CMat d_y, bool accumulate) const {
+    const float beta = accumulate ? 1.0f : 0.0f;
+    if (nf4()) {
+        be.gemm_nf4(d_y, p_.nf4, false, d_x, 1.0f, beta);
+    } else {
+        be.gemm(d_y, false, p_.w, false, d_x, 1.0f, beta);
+    }
+}
+
+void Linear::backward_input_finish(Backend& be, Mat d_x, const LoraActs* acts, bool sum) const {
+    if (sum && mode_ == TpMode::Column) copy_to_region_backward(tp_, d_x);
+    if (!has_adapter()) return;
+    ETE_ASSERT(acts);
+    const int64_t N = d_x.rows, r = lora_.rank;
+    Mat d_uc = head(acts->d_uc.dtype != DType::F32 ? acts->d_uc : acts->d_u, N, r);
+    be.gemm(d_uc, false, lora_.a.row_slice(0, r), false, d_x, 1.0f, 1.0f);
 }
 
 }  // namespace ete

@@ -1,22 +1,30 @@
-// ete/nn/linear.h — the one linear layer, y = x·Wᵀ + b, W stored (out, in) like HF nn.Linear.
+// ete/nn/linear.h — the one linear layer, y = x·Wᵀ + b (+ a LoRA adapter), W stored (out, in)
+// like HF nn.Linear.
 //
-// It is the place where a weight's storage format, its bias, and its tensor-parallel mode meet:
-//   - W is read in the compute dtype the ParamStore holds it in (F32, or a 16-bit copy under
-//     mixed precision): x and d_y must be in that dtype too, products accumulate in fp32, and the
-//     weight gradient accumulates into the F32 gradient (a β = 1 GEMM).
-//   - A frozen weight (empty d_w) gets no weight gradient; its bias likewise.
+// It is the place where a weight's storage format, its bias, its adapter and its tensor-parallel
+// mode meet:
+//   - W is dense in the compute dtype the ParamStore holds it in (F32, or a 16-bit copy under
+//     mixed precision), or NF4 (core/nf4.h), dequantized tile by tile inside the GEMM. x and d_y
+//     are in the compute dtype, products accumulate in fp32, and a trainable W's gradient
+//     accumulates into the F32 gradient (a β = 1 GEMM).
+//   - A frozen weight (empty d_w; always for NF4) gets no weight gradient; its bias likewise.
+//   - An adapter (nn/lora.h) adds scale · (x·Aᵀ)·Bᵀ; it needs LoraActs in forward and backward.
 //   - Tensor parallelism: Column splits the output features (the input is replicated:
-//     copy_to_region, so backward_input sums d_x over tp); Row splits the input features (the
-//     output is partial: reduce_from_region sums it in forward, before the replicated bias).
-// Adapters (LoRA) and quantization hooks (fake quant of input, weight, output) wrap this layer
-// in the next issues: each gets its own member with its own forward/backward around forward()
-// and the two backward halves, which is why backward is split in weight and input parts.
+//     copy_to_region, so the input gradient is summed over tp); Row splits the input features
+//     (the output is partial: reduce_from_region sums it in forward, before the replicated bias).
 //
-// Gradient rule: d_W, d_b accumulate; d_x is written. Row strides of x, y, d_y may exceed their
-// widths (views into fused buffers such as q|k|v or gate|up).
+// Backward comes in halves so that a caller can run several Linears that read one input (the
+// q, k and v projections of a frozen base) and communicate once: backward_weight (parameter
+// gradients; computes the adapter's d_u, so it runs first), backward_input_base (d_x = or +=
+// d_y·W, no communication), backward_input_finish (the tp sum of a Column layer, then the
+// adapter's d_x term). backward_input runs the last two.
+//
+// Gradient rule: d_W, d_b, d_A, d_B accumulate; d_x is written. Row strides of x, y, d_y may
+// exceed their widths (views into fused buffers such as q|k|v or gate|up).
 #pragma once
 
 #include "ete/backend/backend.h"
+#include "ete/nn/lora.h"
 #include "ete/parallel/communicator.h"
 
 namespace ete {
@@ -24,40 +32,61 @@ namespace ete {
 enum class TpMode { None, Column, Row };
 
 struct LinearParams {
-    CMat w;   // (out, in), compute dtype
-    Mat d_w;  // (out, in) F32, empty = frozen
-    CVec b;   // (out) F32, or empty (no bias)
-    Vec d_b;  // (out) F32, empty when there is no bias or it is frozen
+    CMat w;       // (out, in), compute dtype; or empty when the weight is NF4
+    Nf4View nf4;  // (out, in) NF4 weight (frozen), or empty
+    Mat d_w;      // (out, in) F32, empty = frozen
+    CVec b;       // (out) F32, or empty (no bias)
+    Vec d_b;      // (out) F32, empty when there is no bias or it is frozen
 };
 
 class Linear {
   public:
     Linear() = default;
     // tp: the device-capable tp group for Column/Row (null = no communication).
-    explicit Linear(LinearParams p, TpMode mode = TpMode::None, Communicator* tp = nullptr)
-        : p_(p), mode_(mode), tp_(mode == TpMode::None ? nullptr : tp) {}
+    explicit Linear(LinearParams p, TpMode mode = TpMode::None, Communicator* tp = nullptr);
 
-    int64_t in() const { return p_.w.cols; }
-    int64_t out() const { return p_.w.rows; }
-    DType dtype() const { return p_.w.dtype; }
+    int64_t in() const { return nf4() ? p_.nf4.cols : p_.w.cols; }
+    int64_t out() const { return nf4() ? p_.nf4.rows : p_.w.rows; }
+    bool nf4() const { return !p_.nf4.empty(); }
     const LinearParams& params() const { return p_; }
+    TpMode mode() const { return mode_; }
 
-    // y (N, out) = x (N, in) · Wᵀ + b, or with accumulate y += x · Wᵀ + b. A Row layer under tp
-    // sums the product over tp before the bias; accumulating then needs `scratch` (N, out),
-    // contiguous, in y's dtype.
-    void forward(Backend& be, Mat y, CMat x, bool accumulate = false, Mat scratch = {}) const;
-    // d_W += d_yᵀ · x, d_b += Σ_rows d_y (nothing for a frozen weight).
-    void backward_weight(Backend& be, CMat d_y, CMat x) const;
-    // d_x (N, in) = d_y · W; a Column layer under tp sums it over tp (d_x contiguous then).
-    void backward_input(Backend& be, Mat d_x, CMat d_y) const;
+    // Attaches (or with empty params removes) the adapter; shapes must match the base.
+    void set_adapter(const LoraParams& lora);
+    const LoraParams& adapter() const { return lora_; }
+    bool has_adapter() const { return !lora_.empty(); }
+    void set_rank(int r);  // the adapter's active rank, 0 < r <= r_max
+
+    // y (N, out) = x (N, in) · Wᵀ + b (+ adapter), or with accumulate y += .... A Row layer
+    // under tp sums the product over tp before the bias; accumulating then needs `scratch`
+    // (N, out), contiguous, in y's dtype. acts: the adapter's activations (needed iff it has one).
+    void forward(Backend& be, Mat y, CMat x, bool accumulate = false, Mat scratch = {},
+                 const LoraActs* acts = nullptr) const;
+    // d_W += d_yᵀ · x, d_b += Σ_rows d_y (nothing for a frozen weight); the adapter's d_u, d_B
+    // and d_A.
+    void backward_weight(Backend& be, CMat d_y, CMat x, const LoraActs* acts = nullptr) const;
+    // d_x (N, in) = d_y · W, or += with accumulate; no communication.
+    void backward_input_base(Backend& be, Mat d_x, CMat d_y, bool accumulate = false) const;
+    // After the base terms: a Column layer sums d_x over tp (d_x contiguous then), then the
+    // adapter adds d_u · A. With several Linears on one input, call it with sum = true once (the
+    // first) and sum = false for the others.
+    void backward_input_finish(Backend& be, Mat d_x, const LoraActs* acts, bool sum = true) const;
+    void backward_input(Backend& be, Mat d_x, CMat d_y, const LoraActs* acts = nullptr) const {
+        backward_input_base(be, d_x, d_y);
+        backward_input_finish(be, d_x, acts);
+    }
     // Both; d_x may be empty (an input that needs no gradient).
-    void backward(Backend& be, Mat d_x, CMat d_y, CMat x) const {
-        backward_weight(be, d_y, x);
-        if (!d_x.empty()) backward_input(be, d_x, d_y);
+    void backward(Backend& be, Mat d_x, CMat d_y, CMat x, const LoraActs* acts = nullptr) const {
+        backward_weight(be, d_y, x, acts);
+        if (!d_x.empty()) backward_input(be, d_x, d_y, acts);
     }
 
   private:
+    void base_product(Backend& be, Mat y, CMat x, float beta) const;
+    void adapter_forward(Backend& be, Mat y, CMat x, const LoraActs& acts) const;
+
     LinearParams p_;
+    LoraParams lora_;
     TpMode mode_ = TpMode::None;
     Communicator* tp_ = nullptr;
 };

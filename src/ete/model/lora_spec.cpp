@@ -1,0 +1,79 @@
+// ete/model/lora_spec.cpp
+#include "ete/model/lora_spec.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ete/core/nf4.h"
+
+namespace ete {
+
+namespace {
+
+struct Module {
+    const char* name;
+    ParamRole role;
+};
+
+// Per architecture, in layer order.
+const std::vector<Module>& modules(Arch a) {
+    using R = ParamRole;
+    static const std::vector<Module> llama = {
+        {"q_proj", R::Q},       {"k_proj", R::K},   {"v_proj", R::V},      {"o_proj", R::AttnOut},
+        {"gate_proj", R::Gate}, {"up_proj", R::Up}, {"down_proj", R::Down}};
+    static const std::vector<Module> gpt2 = {
+        {"c_attn", R::Qkv}, {"c_proj", R::AttnOut}, {"c_fc", R::Fc}, {"c_proj", R::Down}};
+    return a == Arch::Llama ? llama : gpt2;
+}
+
+std::string known_names(Arch a) {
+    std::string s;
+    for (const Module& m : modules(a)) {
+        if (s.find(m.name) != std::string::npos) continue;
+        s += std::string(s.empty() ? "" : ", ") + m.name;
+    }
+    return s + " or all-linear";
+}
+
+}  // namespace
+
+std::string lora_module_name(ParamRole base, Arch arch) {
+    for (const Module& m : modules(arch))
+        if (m.role == base) return m.name;
+    ETE_ASSERT(false);
+    return {};
+}
+
+std::vector<ParamRole> lora_target_roles(const LoraSpec& s, const ModelConfig& c) {
+    std::vector<ParamRole> roles;
+    const bool all = std::find(s.targets.begin(), s.targets.end(), "all-linear") != s.targets.end();
+    for (const Module& m : modules(c.arch)) {
+        if (all || std::find(s.targets.begin(), s.targets.end(), m.name) != s.targets.end())
+            roles.push_back(m.role);
+    }
+    return roles;
+}
+
+void check_lora_spec(const LoraSpec& s, const ModelConfig& c) {
+    if (!s.enabled) return;
+    ETE_CHECK(s.r > 0, "lora.r = {}: expected a rank >= 1", s.r);
+    ETE_CHECK(s.r_max == 0 || s.r_max >= s.r, "lora.r_max = {}: expected >= lora.r = {}", s.r_max,
+              s.r);
+    ETE_CHECK(std::isfinite(s.alpha) && s.alpha > 0, "lora.alpha = {}: expected a number > 0",
+              s.alpha);
+    ETE_CHECK(s.base_format == "f32" || s.base_format == "bf16" || s.base_format == "nf4",
+              "lora.base_format = '{}': expected f32, bf16 or nf4", s.base_format);
+    ETE_CHECK(nf4_valid_blocksize(s.nf4_block),
+              "lora.nf4_blocksize = {}: expected a power of two in [{}, {}]", s.nf4_block,
+              kNf4MinBlock, kNf4MaxBlock);
+    ETE_CHECK(!s.targets.empty(), "lora.targets is empty: expected module names ({})",
+              known_names(c.arch));
+    for (const std::string& t : s.targets) {
+        bool known = t == "all-linear";
+        for (const Module& m : modules(c.arch)) known = known || t == m.name;
+        ETE_CHECK(known, "lora.targets: '{}' is not a linear of a {} model (expected {})", t,
+                  arch_name(c.arch), known_names(c.arch));
+    }
+}
+
+}  // namespace ete
