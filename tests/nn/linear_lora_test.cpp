@@ -72,7 +72,7 @@ struct Case {
     Linear linear() {
         LinearParams p;
         if (nf4) {
-            p.nf4 = qbuf->view();
+            p.nf4 = &qbuf->view();
         } else {
             p.w = mat(w, out, in);
             if (train_w) p.d_w = mat(dw, out, in);

@@ -75,7 +75,11 @@ ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_ra
     frozen_.resize(size_t(size()));
     nf4_.resize(size_t(size()));
     for (int i = 0; i < size(); ++i) {
-        if (trainable(i) || is_nf4(i)) continue;  // NF4 buffers come with the first upload
+        if (is_nf4(i)) {  // the buffers come with the first upload
+            const ParamSpec& s = specs()[size_t(i)];
+            nf4_[size_t(i)] = Nf4Buffer(s.shape[0], s.shape[1], s.nf4_block);
+        }
+        if (trainable(i) || is_nf4(i)) continue;
         const DType t = frozen_dtype(specs()[size_t(i)], compute_);
         const size_t bytes = size_t(ParamTable::numel(i)) * dtype_size(t);
         frozen_[size_t(i)] = DeviceBuffer(be_, bytes);
@@ -152,10 +156,8 @@ void ParamStore::zero_grads() {
     be_.fill_bytes(grad_.data(), 0, grad_.bytes());
 }
 
-Nf4View ParamStore::nf4(int i) const {
+const Nf4View& ParamStore::nf4(int i) const {
     ETE_ASSERT(is_nf4(i));
-    ETE_CHECK(!nf4_[size_t(i)].view().empty(), "parameter '{}': its NF4 weight was never loaded",
-              specs()[size_t(i)].name);
     return nf4_[size_t(i)].view();
 }
 
@@ -180,6 +182,8 @@ std::vector<float> ParamStore::download(int i) const {
     if (is_nf4(i)) {  // dequantized by the backend, like the kernels see it
         DeviceBuffer tmp(be_, out.size() * sizeof(float));
         const Shape d = dims(i);
+        ETE_CHECK(!nf4(i).empty(), "parameter '{}': its NF4 weight was never loaded",
+                  specs()[size_t(i)].name);
         be_.dequantize_nf4(Mat(tmp.data(), DType::F32, d[0], d[1]), nf4(i), 0);
         be_.download(out.data(), tmp.data(), tmp.bytes());
         return out;

@@ -110,7 +110,9 @@ class ParamStore : public ParamTable {
     CMat value(int i) const;
     // An NF4 parameter (ParamSpec::nf4_block > 0): its quantized weight; upload() quantizes host
     // values into it (fast path of quant/nf4.h), upload_nf4 takes an already quantized tensor.
-    Nf4View nf4(int i) const;
+    // The reference stays valid (and sees later uploads) for the store's lifetime; until the
+    // first upload it has the shape but no data.
+    const Nf4View& nf4(int i) const;
     void upload_nf4(int i, const Nf4Tensor& t);
     // Backend bytes of the frozen parameters (dense and NF4).
     size_t frozen_bytes() const;

@@ -22,16 +22,30 @@ constexpr ShardRule kPaddedRows{0, 1, true};  // the MLP width and vocabulary sp
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& config, Backend& backend, const ModelParallel& mp,
-                         DType compute)
+                         DType compute, const LoraSpec& lora)
     : cfg_(config),
       be_(backend),
       mp_((config.validate(), mp.resolved(config))),
+      lora_(lora),
       act_(compute),
-      params_(param_specs(config, mp_), backend, mp_.tp_rank, mp_.tp_size, compute) {
+      params_(param_specs(config, mp_, lora), backend, mp_.tp_rank, mp_.tp_size, compute) {
     ETE_CHECK(mp_.tp_size == 1 || mp_.tp,
               "tensor parallelism over parallel.tp = {} ranks needs the tp communicator",
               mp_.tp_size);
     const int P = mp_.tp_size;
+    if (lora_.enabled) {
+        ETE_CHECK(!lora_.nf4() || P == 1,
+                  "lora.base_format = nf4 with parallel.tp = {}: NF4 bases are not sharded over "
+                  "tensor parallelism yet (use tp = 1 with dp/pp, or base_format bf16/f32)",
+                  P);
+        const auto roles = lora_target_roles(lora_, cfg_);
+        const bool kv = std::find(roles.begin(), roles.end(), ParamRole::K) != roles.end() ||
+                        std::find(roles.begin(), roles.end(), ParamRole::V) != roles.end();
+        ETE_CHECK(!kv || P <= cfg_.num_kv_heads,
+                  "lora.targets k_proj/v_proj with parallel.tp = {} > num_key_value_heads = {}: "
+                  "adapters of replicated kv heads are not supported yet",
+                  P, cfg_.num_kv_heads);
+    }
     tp_host_ = P > 1 ? mp_.tp : nullptr;
     if (tp_host_) tp_ = device_communicator(*tp_host_, be_);
     H_ = cfg_.num_heads / P;
@@ -59,30 +73,55 @@ Transformer::~Transformer() = default;
 // The layers of this stage as views into the store (its buffers never move).
 void Transformer::build_layers() {
     const bool llama = cfg_.arch == Arch::Llama;
-    const int64_t C = cfg_.hidden_size, D = cfg_.D(), S = int64_t(H_ + 2 * KV_) * D;
-    const int64_t HD = int64_t(H_) * D, FC = llama ? 2 * int64_t(F_) : F_;
+    const int64_t C = cfg_.hidden_size, D = cfg_.D(), HD = int64_t(H_) * D;
+    const int64_t KVD = int64_t(KV_) * D, FC = llama ? 2 * int64_t(F_) : F_;
     ParamStore& ps = params_;
     auto vec = [&](int i) { return i < 0 ? CVec{} : ps.value(i).flat(); };
     auto dvec = [&](int i) { return i < 0 ? Vec{} : ps.grad(i).flat(); };
-    // A Linear whose weight starts at parameter w and spans `out` rows (fused groups span the
-    // adjacent members), with the bias starting at parameter b (or none).
+    const float scale = lora_.enabled ? lora_scale(lora_.alpha, lora_.r, lora_.rslora) : 1.0f;
+    // A Linear whose weight starts at parameter w and spans `out` rows (a trainable fused group
+    // spans the adjacent members in the flat buffers), with the bias starting at parameter b (or
+    // none), and the adapter of w's role when it has one.
     auto linear = [&](int w, int b, int64_t out, int64_t in, TpMode mode) {
-        // A fused span (q|k|v, gate|up) lies in the flat trainable buffers; frozen parameters
-        // each have a buffer of their own, so they can only be a whole Linear by themselves.
-        ETE_CHECK(ps.trainable(w) || out * in == ps.numel(w),
-                  "parameter '{}': a frozen weight cannot be part of a fused q|k|v or gate|up "
-                  "block yet",
-                  ps.specs()[size_t(w)].name);
-        ETE_CHECK(b < 0 || ps.trainable(b), "parameter '{}': frozen biases are not supported yet",
-                  b < 0 ? "" : ps.specs()[size_t(b)].name);
         LinearParams p;
-        p.w = ps.weight_span(w, out, in);
-        p.d_w = ps.grad_span(w, out, in);
-        if (b >= 0) {
-            p.b = CMat(ps.master_span(b, 1, out)).flat();
-            p.d_b = ps.grad_span(b, 1, out).flat();
+        if (ps.is_nf4(w)) {
+            p.nf4 = &ps.nf4(w);
+        } else {
+            p.w = ps.weight_span(w, out, in);
+            p.d_w = ps.grad_span(w, out, in);
         }
-        return Linear(p, mode, tp_.get());
+        if (b >= 0) {
+            p.b = ps.trainable(b) ? CMat(ps.master_span(b, 1, out)).flat() : vec(b);
+            p.d_b = ps.trainable(b) ? ps.grad_span(b, 1, out).flat() : Vec{};
+        }
+        Linear lin(p, mode, tp_.get());
+        const ParamSpec& ws = ps.specs()[size_t(w)];
+        const int ia = ps.find_lora(ws.role, ws.layer, false);
+        if (ia >= 0) {
+            const int ib = ps.find_lora(ws.role, ws.layer, true);
+            lin.set_adapter(
+                {ps.weight(ia), ps.weight(ib), ps.grad(ia), ps.grad(ib), scale, lora_.r});
+        }
+        return lin;
+    };
+    // q|k|v or gate|up: one Linear over a trainable base; a frozen base (each member its own
+    // buffer) runs member by member. members: (weight role, bias role, rows).
+    struct Member {
+        ParamRole w, b;
+        int64_t rows;
+    };
+    auto fused = [&](int l, std::vector<Member> m) {
+        auto at = [&](ParamRole r) { return ps.find(r, l); };
+        const int w0 = at(m[0].w);
+        if (ps.trainable(w0)) {
+            int64_t rows = 0;
+            for (const Member& x : m) rows += x.rows;
+            return FusedLinear({linear(w0, at(m[0].b), rows, C, TpMode::Column)});
+        }
+        std::vector<Linear> parts;
+        for (const Member& x : m)
+            parts.push_back(linear(at(x.w), at(x.b), x.rows, C, TpMode::Column));
+        return FusedLinear(std::move(parts));
     };
     auto norm = [&](int w, int b) {
         return Norm({vec(w), dvec(w), vec(b), dvec(b)}, !llama, float(cfg_.norm_eps));
@@ -93,14 +132,22 @@ void Transformer::build_layers() {
         DecoderLayer L;
         L.ln1 = norm(at(R::AttnNorm), at(R::AttnNormBias));
         L.ln2 = norm(at(R::MlpNorm), at(R::MlpNormBias));
-        L.qkv = llama ? linear(at(R::Q), at(R::QBias), S, C, TpMode::Column)
-                      : linear(at(R::Qkv), at(R::QkvBias), S, C, TpMode::Column);
+        L.qkv = llama
+                    ? fused(l, {{R::Q, R::QBias, HD}, {R::K, R::KBias, KVD}, {R::V, R::VBias, KVD}})
+                    : fused(l, {{R::Qkv, R::QkvBias, HD + 2 * KVD}});
         L.o = linear(at(R::AttnOut), at(R::AttnOutBias), C, HD, TpMode::Row);
-        L.fc = llama ? linear(at(R::Gate), at(R::GateBias), FC, C, TpMode::Column)
-                     : linear(at(R::Fc), at(R::FcBias), FC, C, TpMode::Column);
+        L.fc = llama ? fused(l, {{R::Gate, R::GateBias, F_}, {R::Up, R::UpBias, F_}})
+                     : fused(l, {{R::Fc, R::FcBias, FC}});
         L.proj = linear(at(R::Down), at(R::DownBias), C, F_, TpMode::Row);
-        layers_.push_back(L);
+        for (int k = 0; k < L.qkv.size(); ++k)
+            lora_sites_[size_t(kSiteQkv + k)] = L.qkv.part(k).has_adapter();
+        lora_sites_[kSiteO] = L.o.has_adapter();
+        for (int k = 0; k < L.fc.size(); ++k)
+            lora_sites_[size_t(kSiteFc + k)] = L.fc.part(k).has_adapter();
+        lora_sites_[kSiteProj] = L.proj.has_adapter();
+        layers_.push_back(std::move(L));
     }
+    kv_trainable_ = kv_group_ && !layers_.empty() && !layers_[0].qkv.part(0).params().d_w.empty();
     if (!mp_.last_stage()) return;
     final_norm_ = norm(ps.find(R::FinalNorm), ps.find(R::FinalNormBias));
     // The LM head: its own matrix for untied Llama, else the embedding table (on a last stage
@@ -114,18 +161,51 @@ void Transformer::build_layers() {
     head_ = Linear(hp);
 }
 
+std::vector<Linear*> Transformer::adapted_linears(int i) {
+    DecoderLayer& L = layers_[size_t(i)];
+    std::vector<Linear*> out;
+    for (int k = 0; k < L.qkv.size(); ++k)
+        if (L.qkv.part(k).has_adapter()) out.push_back(&L.qkv.part(k));
+    if (L.o.has_adapter()) out.push_back(&L.o);
+    for (int k = 0; k < L.fc.size(); ++k)
+        if (L.fc.part(k).has_adapter()) out.push_back(&L.fc.part(k));
+    if (L.proj.has_adapter()) out.push_back(&L.proj);
+    return out;
+}
+
+const LoraActs* Transformer::lora_acts(const LayerActs& s, int site, int n, int N,
+                                       LoraActs* out) const {
+    bool any = false;
+    for (int k = 0; k < n; ++k) {
+        const Mat& u = s.lora_u[size_t(site + k)];
+        any = any || !u.empty();
+        const size_t j = size_t(site + k);
+        out[k] = u.empty() ? LoraActs{}
+                           : LoraActs{rows(u, N), rows(lora_du_[j], N), rows(lora_duc_[j], N)};
+    }
+    return any ? out : nullptr;
+}
+
 // Groups follow the table's execution order: [embeddings] [layer 0] ... [final norm, head], so
 // reporting them last-to-first walks offsets downwards.
 void Transformer::build_grad_groups() {
     const std::vector<ParamSpec>& specs = params_.specs();
     const int n = params_.size();
+    // The trainable parameters among [a, b) (a frozen base has none but its adapters), which
+    // lie contiguously in the flat buffers.
     auto group = [&](int a, int b) {
         GradGroup g;
-        g.offset = params_.offset(a);
-        g.count = (b < n ? params_.offset(b) : params_.numel()) - g.offset;
+        int64_t end = -1;
+        for (int i = a; i < b; ++i) {
+            if (!params_.trainable(i)) continue;
+            if (end < 0) g.offset = params_.offset(i);
+            ETE_ASSERT(end < 0 || end == params_.offset(i));
+            end = params_.offset(i) + params_.numel(i);
+        }
+        g.count = end < 0 ? 0 : end - g.offset;
         for (int i = a; i < b; ++i) {
             const ParamSpec& s = specs[size_t(i)];
-            if (!shard_has_padding(s, mp_.tp_size)) continue;
+            if (!s.trainable || !shard_has_padding(s, mp_.tp_size)) continue;
             Vec grad = params_.grad(i).flat();
             for (const ShardRun& r : shard_runs(s, mp_.tp_rank, mp_.tp_size))
                 if (r.global < 0) g.padding.push_back(grad.slice(r.local, r.len));
@@ -216,6 +296,7 @@ void Transformer::allocate(Arena& a) {
     const int64_t FC = cfg_.arch == Arch::Llama ? 2 * F : F;
     const bool ln = cfg_.arch == Arch::GPT2, first = mp_.first_stage(), last = mp_.last_stage();
     const DType A = act_, F32 = DType::F32;
+    const int64_t R = lora_.allocated_rank();
     auto stat = [&](bool need) { return need ? a.alloc_vec(F32, N) : Vec{}; };
     auto layer_acts = [&]() {
         LayerActs s;
@@ -231,6 +312,8 @@ void Transformer::allocate(Arena& a) {
         s.ln2_rstd = stat(true);
         s.fc = a.alloc_mat(A, N, FC);
         s.act = a.alloc_mat(A, N, F);
+        for (int k = 0; k < kLoraSites; ++k)
+            if (lora_sites_[size_t(k)]) s.lora_u[size_t(k)] = a.alloc_mat(A, N, R);
         return s;
     };
     act_index_.clear();
@@ -269,6 +352,11 @@ void Transformer::allocate(Arena& a) {
     d_fc_ = a.alloc_mat(A, N, FC);
     d_act_ = a.alloc_mat(A, N, F);
     d_y16_ = A != F32 ? a.alloc_mat(A, N, C) : Mat{};
+    for (int k = 0; k < kLoraSites; ++k) {
+        const bool has = lora_sites_[size_t(k)];
+        lora_du_[size_t(k)] = has ? a.alloc_mat(F32, N, R) : Mat{};
+        lora_duc_[size_t(k)] = has && A != F32 ? a.alloc_mat(A, N, R) : Mat{};
+    }
     tp_buf_ = tp_ ? a.alloc_mat(F32, N, C) : Mat{};
     kv_old_ = kv_group_ ? a.alloc_vec(F32, 2 * D * C + 2 * D) : Vec{};
     kv_sum_ = kv_group_ ? a.alloc_vec(F32, 2 * D * C + 2 * D) : Vec{};
@@ -294,9 +382,10 @@ CMat Transformer::in_compute(CMat x, Mat scratch) {
 // y (N, C) = resid + in · Wᵀ + b. tp = 1: copy the residual and let the GEMM add into it.
 // tp > 1: the partial products are summed over the group first (in tp_buf_), so the replicated
 // bias is added once.
-void Transformer::row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMat in) {
+void Transformer::row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMat in,
+                                       const LoraActs* acts) {
     be_.copy(y, resid);
-    lin.forward(be_, y, in, true, tp_ ? rows(tp_buf_, int(y.rows)) : Mat{});
+    lin.forward(be_, y, in, true, tp_ ? rows(tp_buf_, int(y.rows)) : Mat{}, acts);
 }
 
 // x (N, C) -> out (N, C). out empty (a recompute in backward): everything the backward reads
@@ -308,20 +397,22 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
     Mat ln1 = rows(s.ln1, N), qkv = rows(s.qkv, N), att = rows(s.att, N);
     Mat mid = rows(s.resid_mid, N), ln2 = rows(s.ln2, N), fc = rows(s.fc, N);
     Mat act = rows(s.act, N);
+    LoraActs la[kLoraSites];
     L.ln1.forward(be_, ln1, rows(s.ln1_mean, N), rows(s.ln1_rstd, N), x);
-    L.qkv.forward(be_, qkv, ln1);
+    L.qkv.forward(be_, qkv, ln1, lora_acts(s, kSiteQkv, L.qkv.size(), N, la));
     if (llama) be_.rope_forward(qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
     be_.attention_forward(att, s.lse.slice(0, int64_t(d.B) * d.H * d.T), qkv, d,
                           1.0f / std::sqrt(float(d.D)));
-    row_parallel_forward(L.o, mid, x, att);
+    row_parallel_forward(L.o, mid, x, att, lora_acts(s, kSiteO, 1, N, la + kSiteO));
     L.ln2.forward(be_, ln2, rows(s.ln2_mean, N), rows(s.ln2_rstd, N), mid);
-    L.fc.forward(be_, fc, ln2);
+    L.fc.forward(be_, fc, ln2, lora_acts(s, kSiteFc, L.fc.size(), N, la + kSiteFc));
     if (llama) {
         be_.swiglu_forward(act, fc);
     } else {
         be_.gelu_forward(act, fc);
     }
-    if (!out.empty()) row_parallel_forward(L.proj, out, mid, act);
+    if (!out.empty())
+        row_parallel_forward(L.proj, out, mid, act, lora_acts(s, kSiteProj, 1, N, la + kSiteProj));
 }
 
 // d_resid enters as dL/d(layer output) and leaves as dL/d(resid_mid).
@@ -331,13 +422,16 @@ void Transformer::mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims 
     Mat d_act = rows(d_act_, N), d_fc = rows(d_fc_, N), d_ln = rows(d_ln_, N);
     CMat fc = rows(s.fc, N), act = rows(s.act, N);
     CMat dy = in_compute(d_resid, d_y16_);  // the down projection's output gradient, as A
-    L.proj.backward(be_, d_act, dy, act);
+    LoraActs la[kLoraSites];
+    L.proj.backward(be_, d_act, dy, act, lora_acts(s, kSiteProj, 1, N, la + kSiteProj));
     if (cfg_.arch == Arch::Llama) {
         be_.swiglu_backward(d_fc, d_act, fc);
     } else {
         be_.gelu_backward(d_fc, d_act, fc);
     }
-    L.fc.backward(be_, d_ln, d_fc, rows(s.ln2, N));  // summed over tp: ln2 fed every rank
+    const LoraActs* fa = lora_acts(s, kSiteFc, L.fc.size(), N, la + kSiteFc);
+    L.fc.backward_weight(be_, d_fc, rows(s.ln2, N), fa);
+    L.fc.backward_input(be_, d_ln, d_fc, fa);  // summed over tp: ln2 fed every rank
     L.ln2.backward(be_, d_resid, d_ln, rows(s.resid_mid, N), rows(s.ln2_mean, N),
                    rows(s.ln2_rstd, N));
 }
@@ -348,15 +442,17 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     const int N = d.B * d.T;
     Mat d_att = rows(d_att_, N), d_qkv = rows(d_qkv_, N), d_ln = rows(d_ln_, N);
     CMat dy = in_compute(d_resid, d_y16_);
-    L.o.backward(be_, d_att, dy, rows(s.att, N));
+    LoraActs la[kLoraSites];
+    L.o.backward(be_, d_att, dy, rows(s.att, N), lora_acts(s, kSiteO, 1, N, la + kSiteO));
     be_.attention_backward(d_qkv, d_att, rows(s.att, N), s.lse.slice(0, int64_t(d.B) * d.H * d.T),
                            rows(s.qkv, N), d, 1.0f / std::sqrt(float(d.D)));
     if (cfg_.arch == Arch::Llama)
         be_.rope_backward(d_qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
+    const LoraActs* qa = lora_acts(s, kSiteQkv, L.qkv.size(), N, la);
     kv_grads_set_aside(i);
-    L.qkv.backward_weight(be_, d_qkv, rows(s.ln1, N));
-    Request kv_sum = kv_grads_start_sum(i);  // overlaps the d(ln1) all-reduce and the norm
-    L.qkv.backward_input(be_, d_ln, d_qkv);  // summed over tp: ln1 fed every rank's heads
+    L.qkv.backward_weight(be_, d_qkv, rows(s.ln1, N), qa);
+    Request kv_sum = kv_grads_start_sum(i);      // overlaps the d(ln1) all-reduce and the norm
+    L.qkv.backward_input(be_, d_ln, d_qkv, qa);  // summed over tp: ln1 fed every rank's heads
     L.ln1.backward(be_, d_resid, d_ln, x, rows(s.ln1_mean, N), rows(s.ln1_rstd, N));
     kv_grads_finish(i, kv_sum);
 }
@@ -364,7 +460,7 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
 // The k|v rows of layer i's fused q|k|v gradient: the weight's (2·D, C) after the H·D q rows, or
 // the bias's (1, 2·D) likewise (empty without bias).
 Mat Transformer::kv_grad_rows(int i, bool bias) {
-    const LinearParams& p = layers_[size_t(i)].qkv.params();
+    const LinearParams& p = layers_[size_t(i)].qkv.part(0).params();
     const int64_t D = cfg_.D(), q = int64_t(H_) * D;
     if (!bias) return p.d_w.row_slice(q, 2 * D);
     if (p.d_b.empty()) return {};
@@ -377,7 +473,7 @@ Mat Transformer::kv_grad_rows(int i, bool bias) {
 // the old value is added back. Every holder adds the same two values, so the copies stay
 // bit-identical.
 void Transformer::kv_grads_set_aside(int i) {
-    if (!kv_group_) return;
+    if (!kv_trainable_) return;
     const int64_t D = cfg_.D(), C = cfg_.hidden_size;
     Mat w = kv_grad_rows(i, false), b = kv_grad_rows(i, true);
     be_.copy(as_mat(kv_old_.slice(0, 2 * D * C)).reshaped(2 * D, C), w);
@@ -390,7 +486,7 @@ void Transformer::kv_grads_set_aside(int i) {
 
 // Packs the fresh k|v weight and bias gradients into one message and starts its sum.
 Request Transformer::kv_grads_start_sum(int i) {
-    if (!kv_group_) return nullptr;
+    if (!kv_trainable_) return nullptr;
     const int64_t D = cfg_.D(), C = cfg_.hidden_size;
     Mat w = kv_grad_rows(i, false), b = kv_grad_rows(i, true);
     be_.copy(as_mat(kv_sum_.slice(0, 2 * D * C)).reshaped(2 * D, C), w);
@@ -401,7 +497,7 @@ Request Transformer::kv_grads_start_sum(int i) {
 
 // gradient = set-aside value + the group's sum of this micro-batch's partials.
 void Transformer::kv_grads_finish(int i, Request& sum) {
-    if (!kv_group_) return;
+    if (!kv_trainable_) return;
     sum->wait();
     const int64_t D = cfg_.D(), C = cfg_.hidden_size;
     Mat w = kv_grad_rows(i, false), b = kv_grad_rows(i, true);

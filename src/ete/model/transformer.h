@@ -35,6 +35,7 @@
 // partial d(ln1) terms need no change: the tp all-reduce of d(ln1) adds them up to the whole.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,8 +44,10 @@
 #include "ete/backend/backend.h"
 #include "ete/core/arena.h"
 #include "ete/model/config.h"
+#include "ete/model/lora_spec.h"
 #include "ete/model/model_parallel.h"
 #include "ete/model/param_store.h"
+#include "ete/nn/fused_linear.h"
 #include "ete/nn/linear.h"
 #include "ete/nn/norm.h"
 #include "ete/parallel/communicator.h"
@@ -57,27 +60,33 @@ enum class Recompute { None, Full };
 // indices and ranges such as "0-3,6" (memory is then spent only on the layers not listed).
 std::vector<bool> recompute_plan(const std::string& spec, int num_layers);
 
-// One decoder layer's parameters as layers (views into the ParamStore).
+// One decoder layer's parameters as layers (views into the ParamStore). A trainable base runs
+// q|k|v and gate|up as one Linear each; a frozen one (LoRA) member by member.
 struct DecoderLayer {
     Norm ln1, ln2;
-    Linear qkv;   // (S, C) column-parallel: q | k | v
-    Linear o;     // (C, H·D) row-parallel
-    Linear fc;    // Llama (2F, C) gate | up; GPT-2 (F, C); column-parallel
-    Linear proj;  // (C, F) row-parallel
+    FusedLinear qkv;  // (S, C) column-parallel: q | k | v
+    Linear o;         // (C, H·D) row-parallel
+    FusedLinear fc;   // Llama (2F, C) gate | up; GPT-2 (F, C); column-parallel
+    Linear proj;      // (C, F) row-parallel
 };
+
+// The places a layer can hold LoRA adapters: the members of qkv (up to 3), o, the members of fc
+// (up to 2), proj.
+enum LoraSite { kSiteQkv = 0, kSiteO = 3, kSiteFc = 4, kSiteProj = 6, kLoraSites = 7 };
 
 // What one layer's forward saves for its backward.
 struct LayerActs {
-    Mat ln1;                 // (N, C) A
-    Vec ln1_mean, ln1_rstd;  // (N) F32; mean: LayerNorm only
-    Mat qkv;                 // (N, S) A, after RoPE
-    Mat att;                 // (N, H·D) A
-    Vec lse;                 // (B·H·T) F32
-    Mat resid_mid;           // (N, C) F32 residual after attention
-    Mat ln2;                 // (N, C) A
-    Vec ln2_mean, ln2_rstd;  // (N) F32
-    Mat fc;                  // (N, 2F) Llama gate|up; (N, F) GPT-2 pre-activation; A
-    Mat act;                 // (N, F) A
+    Mat ln1;                             // (N, C) A
+    Vec ln1_mean, ln1_rstd;              // (N) F32; mean: LayerNorm only
+    Mat qkv;                             // (N, S) A, after RoPE
+    Mat att;                             // (N, H·D) A
+    Vec lse;                             // (B·H·T) F32
+    Mat resid_mid;                       // (N, C) F32 residual after attention
+    Mat ln2;                             // (N, C) A
+    Vec ln2_mean, ln2_rstd;              // (N) F32
+    Mat fc;                              // (N, 2F) Llama gate|up; (N, F) GPT-2 pre-activation; A
+    Mat act;                             // (N, F) A
+    std::array<Mat, kLoraSites> lora_u;  // (N, r_max) A per adapter (LoraActs::u), or empty
 };
 
 class Transformer {
@@ -87,13 +96,17 @@ class Transformer {
     using GradReadyHook = std::function<void(int64_t offset, int64_t count)>;
 
     // mp = {}: the whole model on one process. compute: the compute dtype (train.precision).
-    // Throws ete::Error on an invalid ModelParallel.
+    // lora enabled: a frozen base with adapters (model/lora_spec.h), the adapters the only
+    // trainable parameters. Throws ete::Error on an invalid ModelParallel or LoRA spec.
     Transformer(const ModelConfig& config, Backend& backend, const ModelParallel& mp = {},
-                DType compute = DType::F32);
+                DType compute = DType::F32, const LoraSpec& lora = {});
     ~Transformer();
 
     const ModelConfig& config() const { return cfg_; }
     const ModelParallel& model_parallel() const { return mp_; }  // layer_end resolved
+    const LoraSpec& lora() const { return lora_; }
+    // The linears of local layer i with an adapter, for rank changes (dynamic rank).
+    std::vector<Linear*> adapted_linears(int i);
     ParamStore& params() { return params_; }
     const ParamStore& params() const { return params_; }
     Backend& backend() { return be_; }
@@ -199,11 +212,14 @@ class Transformer {
     CMat in_compute(CMat x, Mat scratch);
     // Layers, by local index i (global layer layer_begin + i).
     void layer_forward(int i, const LayerActs& s, CMat x, Mat out, AttnDims d);
+    // The LoraActs of sites [site, site + n) of saved activations s for N rows, into out; null
+    // when none of them has an adapter.
+    const LoraActs* lora_acts(const LayerActs& s, int site, int n, int N, LoraActs* out) const;
     void layer_backward(int i, Slot& s, Mat d_resid, AttnDims d);
     void attention_backward(int i, const LayerActs& s, CMat x, Mat d_resid, AttnDims d);
     void mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims d);
     // y (N, C) = resid + in · Wᵀ + b for a row-parallel Linear.
-    void row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMat in);
+    void row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMat in, const LoraActs* acts);
     // Replicated kv heads (kv_group_): around a layer's q|k|v weight-gradient accumulation.
     void kv_grads_set_aside(int i);
     Request kv_grads_start_sum(int i);
@@ -223,6 +239,7 @@ class Transformer {
     ModelConfig cfg_;
     Backend& be_;
     ModelParallel mp_;
+    LoraSpec lora_;
     DType act_;                         // the compute dtype A
     Communicator* tp_host_ = nullptr;   // the tp group (host buffers) when tp_size > 1, else null
     std::unique_ptr<Communicator> tp_;  // tp_host_ carrying backend memory, or null
@@ -260,7 +277,13 @@ class Transformer {
 
     // kv_group_: the k|v weight (2·D, C) and bias (2·D) gradients accumulated before this
     // micro-batch, and this micro-batch's partials being summed over the group.
-    Vec kv_old_, kv_sum_;  // (2·D·C + 2·D) F32 each
+    Vec kv_old_, kv_sum_;        // (2·D·C + 2·D) F32 each
+    bool kv_trainable_ = false;  // the k|v weights have gradients to sum over kv_group_
+
+    // LoRA: the adapters' backward scratch (LoraActs::d_u F32, d_uc A), N rows of r_max, one
+    // per site (a fused group's members keep their d_u from the weight half to the input half).
+    std::array<Mat, kLoraSites> lora_du_, lora_duc_;
+    std::array<bool, kLoraSites> lora_sites_{};  // which sites have adapters (same every layer)
 };
 
 }  // namespace ete

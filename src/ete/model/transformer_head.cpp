@@ -41,6 +41,7 @@ void Transformer::embed_forward(Mat out, CVec ids, AttnDims d) {
 
 void Transformer::embed_backward(CMat d_out, CVec ids, AttnDims d) {
     const int table = params_.find(ParamRole::TokenEmbed);
+    if (!params_.trainable(table)) return;  // a frozen base (LoRA): GPT-2's wpe is frozen too
     be_.embedding_backward(params_.grad(table), d_out, ids, vocab_begin_);
     if (cfg_.arch == Arch::GPT2) {
         be_.pos_embedding_backward(params_.grad(params_.find(ParamRole::PosEmbed)), d_out,

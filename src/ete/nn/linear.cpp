@@ -24,7 +24,7 @@ float lora_scale(float alpha, int r, bool rslora) {
 
 Linear::Linear(LinearParams p, TpMode mode, Communicator* tp)
     : p_(p), mode_(mode), tp_(mode == TpMode::None ? nullptr : tp) {
-    ETE_ASSERT(p_.w.empty() != p_.nf4.empty());
+    ETE_ASSERT(p_.w.empty() != (p_.nf4 == nullptr));
     ETE_ASSERT(!nf4() || p_.d_w.empty());
 }
 
@@ -47,9 +47,15 @@ void Linear::set_rank(int r) {
     lora_.rank = r;
 }
 
+const Nf4View& Linear::nf4_weight() const {
+    ETE_CHECK(!p_.nf4->empty(), "linear: its ({}, {}) NF4 weight was used before it was loaded",
+              p_.nf4->rows, p_.nf4->cols);
+    return *p_.nf4;
+}
+
 void Linear::base_product(Backend& be, Mat y, CMat x, float beta) const {
     if (nf4()) {
-        be.gemm_nf4(x, p_.nf4, true, y, 1.0f, beta);
+        be.gemm_nf4(x, nf4_weight(), true, y, 1.0f, beta);
     } else {
         be.gemm(x, false, p_.w, true, y, 1.0f, beta);
     }
@@ -113,7 +119,7 @@ void Linear::backward_weight(Backend& be, CMat d_y, CMat x, const LoraActs* acts
 void Linear::backward_input_base(Backend& be, Mat d_x, CMat d_y, bool accumulate) const {
     const float beta = accumulate ? 1.0f : 0.0f;
     if (nf4()) {
-        be.gemm_nf4(d_y, p_.nf4, false, d_x, 1.0f, beta);
+        be.gemm_nf4(d_y, nf4_weight(), false, d_x, 1.0f, beta);
     } else {
         be.gemm(d_y, false, p_.w, false, d_x, 1.0f, beta);
     }

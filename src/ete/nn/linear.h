@@ -32,11 +32,13 @@ namespace ete {
 enum class TpMode { None, Column, Row };
 
 struct LinearParams {
-    CMat w;       // (out, in), compute dtype; or empty when the weight is NF4
-    Nf4View nf4;  // (out, in) NF4 weight (frozen), or empty
-    Mat d_w;      // (out, in) F32, empty = frozen
-    CVec b;       // (out) F32, or empty (no bias)
-    Vec d_b;      // (out) F32, empty when there is no bias or it is frozen
+    CMat w;  // (out, in), compute dtype; or empty when the weight is NF4
+    // (out, in) NF4 weight (frozen), or null. A pointer to the ParamStore's view, so a weight
+    // loaded after the layers were built is seen (its shape is known from the start).
+    const Nf4View* nf4 = nullptr;
+    Mat d_w;  // (out, in) F32, empty = frozen
+    CVec b;   // (out) F32, or empty (no bias)
+    Vec d_b;  // (out) F32, empty when there is no bias or it is frozen
 };
 
 class Linear {
@@ -45,9 +47,9 @@ class Linear {
     // tp: the device-capable tp group for Column/Row (null = no communication).
     explicit Linear(LinearParams p, TpMode mode = TpMode::None, Communicator* tp = nullptr);
 
-    int64_t in() const { return nf4() ? p_.nf4.cols : p_.w.cols; }
-    int64_t out() const { return nf4() ? p_.nf4.rows : p_.w.rows; }
-    bool nf4() const { return !p_.nf4.empty(); }
+    int64_t in() const { return nf4() ? p_.nf4->cols : p_.w.cols; }
+    int64_t out() const { return nf4() ? p_.nf4->rows : p_.w.rows; }
+    bool nf4() const { return p_.nf4 != nullptr; }
     const LinearParams& params() const { return p_; }
     TpMode mode() const { return mode_; }
 
@@ -83,6 +85,7 @@ class Linear {
 
   private:
     void base_product(Backend& be, Mat y, CMat x, float beta) const;
+    const Nf4View& nf4_weight() const;
     void adapter_forward(Backend& be, Mat y, CMat x, const LoraActs& acts) const;
 
     LinearParams p_;

@@ -67,6 +67,12 @@ class Nf4Buffer {
   public:
     Nf4Buffer() = default;
     Nf4Buffer(DeviceMemory& mem, const Nf4Tensor& t);
+    // Not loaded yet: the view has the shape and block size, no data (empty()).
+    Nf4Buffer(int64_t rows, int64_t cols, int blocksize) {
+        view_.rows = rows;
+        view_.cols = cols;
+        view_.blocksize = blocksize;
+    }
     const Nf4View& view() const { return view_; }
     // Backend bytes held (packed data, absmax, nested absmax and map).
     size_t bytes() const {
