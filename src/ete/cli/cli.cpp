@@ -41,6 +41,7 @@ void add_eval(CLI::App& app, EvalArgs& a, std::function<int()>& run) {
     auto* c = app.add_subcommand(
         "eval", "Mean next-token loss on a token shard, a text file or SFT JSONL records");
     c->add_option("--model", a.model_dir, "HF model dir")->required();
+    c->add_option("--adapter", a.adapter, "PEFT LoRA adapter dir over --model");
     c->add_option("--tokens", a.tokens, "token shard (ETETOK01)");
     c->add_option("--text", a.text, "UTF-8 text file, encoded with the model's tokenizer");
     c->add_option("--jsonl", a.jsonl,
@@ -60,6 +61,7 @@ void add_eval(CLI::App& app, EvalArgs& a, std::function<int()>& run) {
 void add_generate(CLI::App& app, GenerateArgs& a, std::function<int()>& run) {
     auto* c = app.add_subcommand("generate", "Sample text from a model");
     c->add_option("--model", a.model_dir, "HF model dir")->required();
+    c->add_option("--adapter", a.adapter, "PEFT LoRA adapter dir over --model");
     c->add_option("--prompt", a.prompt, "text to continue");
     c->add_option("--tokenizer", a.tokenizer, "tokenizer.json (default: the model dir's)");
     c->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")

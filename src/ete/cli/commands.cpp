@@ -16,6 +16,7 @@
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
 #include "ete/io/hf_model.h"
+#include "ete/io/peft.h"
 #include "ete/io/safetensors.h"
 #include "ete/model/transformer.h"
 #include "ete/train/config.h"
@@ -47,11 +48,28 @@ struct LoadedModel {
     std::unique_ptr<Transformer> model;
 };
 
-LoadedModel load_model(const std::string& dir) {
+// With an adapter: the base as the adapter was trained over it (dequant(NF4) for a QLoRA
+// adapter, as its metadata says) plus the adapter.
+LoadedModel load_model(const std::string& dir, const std::string& adapter = "") {
     LoadedModel m;
     ModelConfig cfg = load_hf_config(dir);
-    m.model = std::make_unique<Transformer>(cfg, *m.backend);
-    load_hf_weights(dir, m.model->params());
+    if (adapter.empty()) {
+        m.model = std::make_unique<Transformer>(cfg, *m.backend);
+        load_hf_weights(dir, m.model->params());
+        return m;
+    }
+    const PeftAdapterInfo info = load_peft_config(adapter, cfg);
+    m.model =
+        std::make_unique<Transformer>(cfg, *m.backend, ModelParallel{}, DType::F32, info.spec);
+    ParamStore& ps = m.model->params();
+    load_hf_weights(dir, ps);
+    load_peft_weights(adapter, cfg, ps, [&](int i, const float* v) { ps.upload(i, v); });
+    for (int i = 0; i < cfg.num_layers; ++i)
+        for (auto [lin, a] : m.model->adapted_linears(i)) {
+            const std::string& name = ps.specs()[size_t(a)].name;
+            const auto it = info.ranks.find(name.substr(0, name.rfind(".lora_A")));
+            lin->set_rank(it == info.ranks.end() ? info.spec.r : it->second);
+        }
     return m;
 }
 
@@ -105,7 +123,7 @@ std::vector<int32_t> eval_tokens(const EvalArgs& a, uint64_t need) {
 // training). Packing changes the rows, not the loss: attention stays inside each example.
 int eval_jsonl(const EvalArgs& a) {
     ETE_CHECK(a.dump_logits.empty(), "eval: --dump-logits works with --tokens or --text only");
-    LoadedModel m = load_model(a.model_dir);
+    LoadedModel m = load_model(a.model_dir, a.adapter);
     const int B = a.batch, T = a.seq > 0 ? a.seq : m.model->config().max_position_embeddings;
     SftOptions opt;
     opt.pack = a.pack;
@@ -137,7 +155,7 @@ int cmd_eval(const EvalArgs& a) {
     ETE_CHECK(!a.pack || !a.jsonl.empty(), "eval: --pack applies to --jsonl only");
     if (!a.jsonl.empty()) return eval_jsonl(a);
     ETE_CHECK(a.seq > 0, "eval: --seq is required with --tokens or --text");
-    LoadedModel m = load_model(a.model_dir);
+    LoadedModel m = load_model(a.model_dir, a.adapter);
     const int B = a.batch, T = a.seq, V = m.model->config().vocab_size;
     std::vector<int32_t> ids = eval_tokens(a, uint64_t(B) * uint64_t(T + 1));
     // Row b is tokens [b(T+1), (b+1)(T+1)): inputs are its first T, targets its last T.
@@ -159,7 +177,7 @@ int cmd_eval(const EvalArgs& a) {
 }
 
 int cmd_generate(const GenerateArgs& a) {
-    LoadedModel m = load_model(a.model_dir);
+    LoadedModel m = load_model(a.model_dir, a.adapter);
     std::string tok_path = a.tokenizer.empty() ? a.model_dir + "/tokenizer.json" : a.tokenizer;
     ETE_CHECK(fs::exists(tok_path), "tokenizer '{}' not found (pass --tokenizer)", tok_path);
     Tokenizer tok = Tokenizer::load(tok_path);

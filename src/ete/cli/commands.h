@@ -18,6 +18,7 @@ int cmd_train(const TrainArgs& a);
 
 struct EvalArgs {
     std::string model_dir, tokens, text, jsonl, tokenizer, dump_logits;
+    std::string adapter;     // PEFT LoRA adapter dir over model_dir, or empty
     int batch = 1, seq = 0;  // seq 0: required for --tokens/--text; the model's context for --jsonl
     bool json = false, pack = false;
 };
@@ -25,6 +26,7 @@ int cmd_eval(const EvalArgs& a);
 
 struct GenerateArgs {
     std::string model_dir, prompt = "", tokenizer;
+    std::string adapter;  // PEFT LoRA adapter dir over model_dir, or empty
     int max_new_tokens = 200, top_k = 0;
     double temperature = 0.8, top_p = 0.95;
     uint64_t seed = 0;

@@ -206,4 +206,39 @@ void MappedFile::reset() noexcept {
     size_ = 0;
 }
 
+namespace {
+
+void fsync_dir(const std::string& dir) {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        ::fsync(fd);
+        ::close(fd);
+    }
+}
+
+}  // namespace
+
+void write_dir_atomic(const std::string& dir, const std::string& what,
+                      const std::function<void(const std::string& tmp)>& fill) {
+    namespace fs = std::filesystem;
+    fs::path target = fs::absolute(dir);
+    fs::create_directories(target.parent_path());
+    const std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
+    const std::string old = target.string() + ".old." + std::to_string(::getpid());
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    try {
+        fill(tmp);
+        fsync_dir(tmp);
+        if (fs::exists(target)) fs::rename(target, old);
+        fs::rename(tmp, target);
+        fsync_dir(target.parent_path().string());
+        fs::remove_all(old);
+    } catch (const std::exception& e) {
+        std::error_code ec;
+        fs::remove_all(tmp, ec);
+        throw_error(fmt::format("{} '{}': {}", what, dir, e.what()));
+    }
+}
+
 }  // namespace ete

@@ -68,6 +68,12 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // after the temporary file is removed.
 void write_file_atomic(const std::string& path, const FileWriter& writer);
 
+// Writes a whole directory atomically: `fill(tmp)` writes its files into a temporary sibling,
+// which is fsynced and renamed over `dir`, so `dir` is either the old or the new one, never half.
+// If fill throws, the temporary is removed and an ete::Error "<what> '<dir>': <reason>" thrown.
+void write_dir_atomic(const std::string& dir, const std::string& what,
+                      const std::function<void(const std::string& tmp)>& fill);
+
 // Reads a whole file; throws ete::Error naming the path and the system error.
 std::string read_file(const std::string& path);
 

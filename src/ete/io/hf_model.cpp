@@ -1,6 +1,8 @@
 // ete/io/hf_model.cpp — HF model dirs: config, single-file or sharded weights, atomic save.
 #include "ete/io/hf_model.h"
 
+#include "ete/core/rng.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -166,19 +168,12 @@ void load_hf_tensors(const std::string& dir, const ParamTable& store, const Tens
         where = index;
     }
     for (const ParamSpec& s : store.specs()) {
+        if (s.role == ParamRole::LoraA || s.role == ParamRole::LoraB) continue;  // not the base's
         ETE_CHECK(loaded.count(s.name), "{}: tensor '{}' is missing", where, s.name);
     }
 }
 
 namespace {
-
-void fsync_dir(const std::string& dir) {
-    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        ::fsync(fd);
-        ::close(fd);
-    }
-}
 
 // Groups parameter indices into shards: ParamSpec order, a new shard whenever the next tensor
 // would push the current one past `max_bytes`; a tensor larger than the limit sits alone.
@@ -267,29 +262,31 @@ void write_model_files(const std::string& tmp, const ModelConfig& c, const HostP
 
 }  // namespace
 
+std::string model_dir_hash(const std::string& dir) {
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(dir)) {
+        const std::string n = e.path().filename().string();
+        if (n == "config.json" || e.path().extension() == ".safetensors") files.push_back(n);
+    }
+    std::sort(files.begin(), files.end());
+    ETE_CHECK(!files.empty(), "model dir '{}': no config.json or .safetensors files", dir);
+    std::string all;
+    for (const std::string& n : files) {
+        MappedFile m((fs::path(dir) / n).string());
+        const auto* p = reinterpret_cast<const char*>(m.data());
+        all += fmt::format("{}:{:016x};", n, stable_hash(std::string_view(p, m.size())));
+    }
+    return fmt::format("{:016x}", stable_hash(all));
+}
+
 void save_hf_model(const std::string& dir, const ModelConfig& c, const HostParams& store,
                    const std::string& tokenizer_json, uint64_t max_shard_bytes, DType dtype) {
     ETE_CHECK(max_shard_bytes > 0, "saving model dir '{}': max_shard_bytes must be positive", dir);
     ETE_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
               "saving model dir '{}': dtype {} is not F32, BF16 or F16", dir, dtype_name(dtype));
-    fs::path target = fs::absolute(dir);
-    fs::create_directories(target.parent_path());
-    std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
-    std::string old = target.string() + ".old." + std::to_string(::getpid());
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-    try {
+    write_dir_atomic(dir, "saving model dir", [&](const std::string& tmp) {
         write_model_files(tmp, c, store, tokenizer_json, max_shard_bytes, dtype);
-        fsync_dir(tmp);
-        if (fs::exists(target)) fs::rename(target, old);
-        fs::rename(tmp, target);
-        fsync_dir(target.parent_path().string());
-        fs::remove_all(old);
-    } catch (const std::exception& e) {
-        std::error_code ec;
-        fs::remove_all(tmp, ec);
-        throw_error(fmt::format("saving model dir '{}': {}", dir, e.what()));
-    }
+    });
 }
 
 }  // namespace ete

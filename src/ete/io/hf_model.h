@@ -30,12 +30,18 @@ inline constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000;
 // names with or without the `transformer.` prefix, and ignores the GPT-2 attention-mask buffers
 // (`attn.bias`, `attn.masked_bias`). A sharded dir must agree exactly with its index: every mapped
 // tensor in the shard the map names, no tensor in a shard that the map does not name there, no
-// tensor in two shards. Every parameter of the table must be found.
+// tensor in two shards. Every parameter of the table must be found, except LoRA adapters (a base
+// model dir has none).
 using TensorSink = std::function<void(int index, const float* values)>;
 void load_hf_tensors(const std::string& dir, const ParamTable& table, const TensorSink& take);
 // The same into a host copy, or straight into a store's backend memory.
 void load_hf_weights(const std::string& dir, HostParams& params);
 void load_hf_weights(const std::string& dir, ParamStore& store);
+
+// A fingerprint of a model dir's contents (config.json and every *.safetensors file, in name
+// order; FNV-1a 64 over the bytes, as 16 hex digits): what a LoRA checkpoint records of its base,
+// so a resume onto different base weights is refused.
+std::string model_dir_hash(const std::string& dir);
 
 // Writes a complete HF model dir atomically: everything goes to a temporary sibling directory,
 // is fsynced, then renamed over `dir`, so `dir` is either the old or the new model, never half.

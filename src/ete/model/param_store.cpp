@@ -283,12 +283,22 @@ void init_param(const ParamSpec& s, int tp_rank, int tp_size, uint64_t seed, flo
 
 void HostParams::init(uint64_t seed) {
     for (int i = 0; i < size(); ++i)
-        init_param(specs()[size_t(i)], tp_rank(), tp_size(), seed, param(i));
+        if (trainable(i)) init_param(specs()[size_t(i)], tp_rank(), tp_size(), seed, param(i));
 }
 
 void ParamStore::init(uint64_t seed) {
     std::vector<float> host;
     for (int i = 0; i < size(); ++i) {
+        host.resize(size_t(ParamTable::numel(i)));
+        init_param(specs()[size_t(i)], tp_rank(), tp_size(), seed, host.data());
+        upload(i, host.data());
+    }
+}
+
+void ParamStore::init_trainable(uint64_t seed) {
+    std::vector<float> host;
+    for (int i = 0; i < size(); ++i) {
+        if (!trainable(i)) continue;
         host.resize(size_t(ParamTable::numel(i)));
         init_param(specs()[size_t(i)], tp_rank(), tp_size(), seed, host.data());
         upload(i, host.data());

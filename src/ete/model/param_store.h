@@ -75,14 +75,22 @@ class HostParams : public ParamTable {
     explicit HostParams(const ParamTable& table)
         : HostParams(table.specs(), table.tp_rank(), table.tp_size()) {}
 
-    float* param(int i) { return data_.data() + offset(i); }
-    const float* param(int i) const { return data_.data() + offset(i); }
+    // Trainable parameters only (frozen ones are not in the flat buffer).
+    float* param(int i) {
+        ETE_ASSERT(trainable(i));
+        return data_.data() + offset(i);
+    }
+    const float* param(int i) const {
+        ETE_ASSERT(trainable(i));
+        return data_.data() + offset(i);
+    }
     float* param(const std::string& name) { return param(index(name)); }
     const float* param(const std::string& name) const { return param(index(name)); }
     float* data() { return data_.data(); }
     const float* data() const { return data_.data(); }
     const std::vector<float>& data_vector() const { return data_; }
-    // The values ParamStore::init gives the same table (layout-invariant, from the seed).
+    // The values ParamStore::init gives the same table's trainable parameters (layout-invariant,
+    // from the seed).
     void init(uint64_t seed);
 
   private:
@@ -151,6 +159,9 @@ class ParamStore : public ParamTable {
     // (seed, name, GLOBAL element index); padding elements are 0. The same seed gives the same
     // model on any layout: a tp shard is exactly a slice of the tp = 1 tensor.
     void init(uint64_t seed);
+    // The same for the trainable parameters only (a LoRA run's adapters, before its frozen base
+    // is loaded from a model dir).
+    void init_trainable(uint64_t seed);
 
   private:
     Shape dims(int i) const;

@@ -161,15 +161,30 @@ void Transformer::build_layers() {
     head_ = Linear(hp);
 }
 
-std::vector<Linear*> Transformer::adapted_linears(int i) {
+std::vector<std::pair<Linear*, int>> Transformer::adapted_linears(int i) {
     DecoderLayer& L = layers_[size_t(i)];
-    std::vector<Linear*> out;
-    for (int k = 0; k < L.qkv.size(); ++k)
-        if (L.qkv.part(k).has_adapter()) out.push_back(&L.qkv.part(k));
-    if (L.o.has_adapter()) out.push_back(&L.o);
-    for (int k = 0; k < L.fc.size(); ++k)
-        if (L.fc.part(k).has_adapter()) out.push_back(&L.fc.part(k));
-    if (L.proj.has_adapter()) out.push_back(&L.proj);
+    const int l = mp_.layer_begin + i;
+    const bool llama = cfg_.arch == Arch::Llama;
+    using R = ParamRole;
+    std::vector<std::pair<Linear*, R>> all;
+    const bool split = L.qkv.size() > 1;  // a frozen Llama base: one Linear per member
+    if (split) {
+        for (int k = 0; k < L.qkv.size(); ++k)
+            all.push_back({&L.qkv.part(k), std::array{R::Q, R::K, R::V}[size_t(k)]});
+    } else {
+        all.push_back({&L.qkv.part(0), llama ? R::Q : R::Qkv});
+    }
+    all.push_back({&L.o, R::AttnOut});
+    if (L.fc.size() > 1) {
+        all.push_back({&L.fc.part(0), R::Gate});
+        all.push_back({&L.fc.part(1), R::Up});
+    } else {
+        all.push_back({&L.fc.part(0), llama ? R::Gate : R::Fc});
+    }
+    all.push_back({&L.proj, R::Down});
+    std::vector<std::pair<Linear*, int>> out;
+    for (auto [lin, role] : all)
+        if (lin->has_adapter()) out.push_back({lin, params_.find_lora(role, l, false)});
     return out;
 }
 

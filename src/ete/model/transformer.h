@@ -105,8 +105,9 @@ class Transformer {
     const ModelConfig& config() const { return cfg_; }
     const ModelParallel& model_parallel() const { return mp_; }  // layer_end resolved
     const LoraSpec& lora() const { return lora_; }
-    // The linears of local layer i with an adapter, for rank changes (dynamic rank).
-    std::vector<Linear*> adapted_linears(int i);
+    // The linears of local layer i with an adapter, each with the parameter index of its A (for
+    // rank changes: dynamic rank, a PEFT rank_pattern).
+    std::vector<std::pair<Linear*, int>> adapted_linears(int i);
     ParamStore& params() { return params_; }
     const ParamStore& params() const { return params_; }
     Backend& backend() { return be_; }

@@ -174,6 +174,22 @@ const std::vector<Key>& keys() {
                           "steps between checks that replicas hold identical weights (0 = off)"));
         t.push_back(field("parallel.timeout_s", &R::parallel_timeout_s,
                           "seconds a collective may take before the run stops with an error"));
+        t.push_back(field("lora.enabled", &R::lora_enabled,
+                          "fine-tune LoRA adapters over a frozen base (QLoRA with nf4)"));
+        t.push_back(field("lora.r", &R::lora_r, "adapter rank"));
+        t.push_back(field("lora.alpha", &R::lora_alpha, "adapter scale numerator (alpha / r)"));
+        t.push_back(field("lora.dropout", &R::lora_dropout, "dropout on the adapter input"));
+        t.push_back(field("lora.targets", &R::lora_targets,
+                          "adapted linears: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,"
+                          "down_proj (GPT-2: c_attn,c_proj,c_fc) or all-linear"));
+        t.push_back(
+            field("lora.use_rslora", &R::lora_use_rslora, "rank-stabilised scale alpha / sqrt(r)"));
+        t.push_back(field("lora.base_format", &R::lora_base_format,
+                          "frozen base linears: f32, bf16, or nf4 (QLoRA)"));
+        t.push_back(field("lora.nf4_blocksize", &R::lora_nf4_blocksize,
+                          "NF4 block size (power of two, 32..4096)"));
+        t.push_back(field("lora.double_quant", &R::lora_double_quant,
+                          "NF4 double quantization of the block absmax values"));
         return t;
     }();
     return table;
@@ -186,7 +202,7 @@ const Key& find_key(const std::string& name, const std::string& where) {
     for (const Key& k : keys())
         if (k.name.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + k.name;
     throw_error(fmt::format("{}: unknown config key '{}'{}", where, name,
-                            known.empty() ? " (sections: model, train, data, parallel)"
+                            known.empty() ? " (sections: model, train, data, parallel, lora)"
                                           : " (known keys: " + known + ")"));
 }
 
@@ -275,7 +291,8 @@ void apply_toml(RunConfig& cfg, const std::string& text, const std::string& wher
     for (auto&& [section, node] : root) {
         const toml::table* tbl = node.as_table();
         ETE_CHECK(tbl,
-                  "{}: top-level key '{}': expected a [section] (model, train, data, parallel)",
+                  "{}: top-level key '{}': expected a [section] (model, train, data, parallel, "
+                  "lora)",
                   where, section.str());
         for (auto&& [key, value] : *tbl) {
             const Key& k =
@@ -304,7 +321,7 @@ std::string dump_toml(const RunConfig& cfg) {
         std::visit([&](const auto& v) { t.insert(leaf, v); }, k.get(cfg));
     }
     std::ostringstream out;
-    for (const char* s : {"model", "train", "data", "parallel"}) {
+    for (const char* s : {"model", "train", "data", "parallel", "lora"}) {
         out << "[" << s << "]\n" << sections[s] << "\n\n";
     }
     return out.str();
@@ -381,6 +398,36 @@ void validate(const RunConfig& c) {
               "parallel.replica_check_every = {}: expected >= 0", c.parallel_replica_check_every);
     ETE_CHECK(c.parallel_timeout_s >= 0, "parallel.timeout_s = {}: expected >= 0 (0 = no limit)",
               c.parallel_timeout_s);
+    if (c.lora_enabled) {
+        ETE_CHECK(c.lora_dropout == 0,
+                  "lora.dropout = {}: dropout on the adapter input is not implemented yet "
+                  "(expected 0)",
+                  c.lora_dropout);
+        // With model.init_from the architecture (and so the target names) comes from the dir;
+        // the model checks the spec again once it is known.
+        if (c.model_init_from.empty()) check_lora_spec(lora_spec(c), c.model);
+    }
+}
+
+LoraSpec lora_spec(const RunConfig& c) {
+    LoraSpec s;
+    s.enabled = c.lora_enabled;
+    s.r = c.lora_r;
+    s.alpha = float(c.lora_alpha);
+    s.rslora = c.lora_use_rslora;
+    s.base_format = c.lora_base_format;
+    s.nf4_block = c.lora_nf4_blocksize;
+    s.nf4_double_quant = c.lora_double_quant;
+    s.targets.clear();
+    for (size_t pos = 0; pos <= c.lora_targets.size();) {
+        const size_t end = std::min(c.lora_targets.find(',', pos), c.lora_targets.size());
+        std::string t = c.lora_targets.substr(pos, end - pos);
+        t.erase(0, t.find_first_not_of(' '));
+        t.erase(t.find_last_not_of(' ') + 1);
+        if (!t.empty()) s.targets.push_back(t);
+        pos = end + 1;
+    }
+    return s;
 }
 
 std::vector<std::pair<std::string, std::string>> config_keys_help() {

@@ -66,6 +66,16 @@ struct RunConfig {
     bool parallel_zero1 = false;                 // shard AdamW moments across DP replicas
     int64_t parallel_replica_check_every = 100;  // steps between replica checksums (0 = off)
     double parallel_timeout_s = 300;             // a collective slower than this is an error
+    // [lora] — LoRA / QLoRA fine-tuning (model/lora_spec.h): a frozen base, adapters trained.
+    bool lora_enabled = false;
+    int lora_r = 8;
+    double lora_alpha = 16;
+    double lora_dropout = 0;
+    std::string lora_targets = "q_proj,v_proj";  // comma-separated PEFT names, or all-linear
+    bool lora_use_rslora = false;
+    std::string lora_base_format = "nf4";  // f32 | bf16 | nf4
+    int lora_nf4_blocksize = 64;
+    bool lora_double_quant = true;
 };
 
 // The embedded default: a small Llama on the bundled KJV corpus (see README quickstart).
@@ -84,6 +94,10 @@ void validate(const RunConfig& cfg);
 // the precision's natural choice).
 DType compute_dtype(const RunConfig& cfg);
 DType save_dtype(const RunConfig& cfg);
+
+// The [lora] section as the model sees it (enabled = false when LoRA is off).
+struct LoraSpec;
+LoraSpec lora_spec(const RunConfig& cfg);
 
 // All keys with a one-line description, for --help.
 std::vector<std::pair<std::string, std::string>> config_keys_help();

@@ -1,6 +1,8 @@
 // ete/train/layout.h — moving whole flat buffers (weights, AdamW moments) between this rank's
 // local layout (its pipeline stage's parameters, its tensor-parallel shards, in ParamStore
-// order) and the logical whole model (param_specs(config) order, global shapes, no padding).
+// order) and the logical whole model (param_specs(config) order, global shapes, no padding):
+// its trainable parameters, the only ones flat buffers, checkpoints and moments hold (a LoRA
+// run's adapters).
 //
 // Checkpoints and exported models always hold the logical model, so they load onto any layout.
 // Gathering sums over the world: each logical element is written by exactly one rank (the
@@ -19,7 +21,8 @@ namespace ete {
 
 class LayoutMap {
   public:
-    // local: this rank's store; global_specs: param_specs(config) without parallelism.
+    // local: this rank's store; global_specs: param_specs(config) without parallelism (frozen
+    // entries are dropped).
     LayoutMap(const ParamTable& local, std::vector<ParamSpec> global_specs);
     int64_t global_numel() const { return global_numel_; }
     const std::vector<ParamSpec>& global_specs() const { return global_specs_; }

@@ -74,8 +74,20 @@ std::optional<Tokenizer> load_tokenizer(const RunConfig& cfg) {
     return Tokenizer::load(cfg.data_tokenizer);
 }
 
-json run_settings(const RunConfig& c, const ModelConfig& mc) {
+json run_settings(const RunConfig& c, const ModelConfig& mc, const std::string& lora_base_hash) {
+    json lora = nullptr;
+    if (c.lora_enabled) {
+        lora = {{"r", c.lora_r},
+                {"alpha", c.lora_alpha},
+                {"targets", c.lora_targets},
+                {"use_rslora", c.lora_use_rslora},
+                {"base_format", c.lora_base_format},
+                {"nf4_blocksize", c.lora_nf4_blocksize},
+                {"double_quant", c.lora_double_quant}};
+    }
     return {{"model", config_to_hf_json(mc)},
+            {"lora", lora},
+            {"lora.base_hash", lora_base_hash},
             {"train.seed", c.seed},
             {"data.train", c.data_train},
             {"data.format", c.data_format},
@@ -104,6 +116,8 @@ void check_resume_compatible(const json& saved_settings, const json& now, const 
     // Settings added after the first checkpoint format: what a checkpoint without them meant.
     json saved = saved_settings;
     if (!saved.contains("train.precision")) saved["train.precision"] = "fp32";
+    if (!saved.contains("lora")) saved["lora"] = nullptr;
+    if (!saved.contains("lora.base_hash")) saved["lora.base_hash"] = "";
     for (const auto& [key, value] : now.items()) {
         if (saved.contains(key) && saved[key] == value) continue;
         if (std::find(force.begin(), force.end(), key) != force.end()) {
@@ -111,6 +125,11 @@ void check_resume_compatible(const json& saved_settings, const json& now, const 
                      saved.contains(key) ? saved[key].dump() : "unset", value.dump());
             continue;
         }
+        ETE_CHECK(key != "lora.base_hash",
+                  "resume from '{}': the base model's contents changed (hash {} -> {}): the "
+                  "adapters were trained against another base; resume with the same "
+                  "model.init_from, or pass --resume-force lora.base_hash to accept",
+                  from, saved[key].dump(), value.dump());
         throw_error(
             fmt::format("resume from '{}': {} changed ({} -> {}), so the run would not "
                         "continue as if never stopped; pass --resume-force {} to accept",

@@ -47,7 +47,9 @@ std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& 
                                        std::optional<TokenShard>& shard);
 
 // The settings a resume must find unchanged for the continuation to be bit-exact.
-nlohmann::json run_settings(const RunConfig& c, const ModelConfig& mc);
+// lora_base_hash: model_dir_hash of a LoRA run's base dir ("" without LoRA or without a dir).
+nlohmann::json run_settings(const RunConfig& c, const ModelConfig& mc,
+                            const std::string& lora_base_hash = "");
 void check_resume_compatible(const nlohmann::json& saved, const nlohmann::json& now,
                              const std::string& from, const std::vector<std::string>& force);
 // Keeps the metrics of steps <= step, so a resumed run's file equals an uninterrupted one's.

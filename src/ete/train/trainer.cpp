@@ -12,6 +12,7 @@
 
 #include "ete/core/file_util.h"
 #include "ete/core/log.h"
+#include "ete/io/hf_model.h"
 #include "ete/parallel/device_comm.h"
 #include "ete/parallel/pp_schedule.h"
 #include "ete/parallel/replica_check.h"
@@ -42,8 +43,8 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
       rows_(replica_rows(cfg_.micro_batch, dist_.shape().dp, dist_.groups.dp_rank,
                          cfg_.parallel_uneven_batch)),
       loader_(open_data(cfg_, mc_, tok_, shard_)),
-      model_(mc_, *backend_, model_parallel(), compute_dtype(cfg_)),
-      layout_(model_.params(), param_specs(mc_)),
+      model_(mc_, *backend_, model_parallel(), compute_dtype(cfg_), lora_spec(cfg_)),
+      layout_(model_.params(), param_specs(mc_, {}, lora_spec(cfg_))),
       opt_(make_optimizer()),
       sched_(lr_schedule_from_name(cfg_.lr_schedule)) {
     const size_t n = size_t(cfg_.grad_accum) * rows_.rows * cfg_.seq_len;
@@ -64,6 +65,8 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
                                            size_t(model_.params().numel()), o);
     }
     if (dist_.groups.pp) pp_dev_ = device_communicator(*dist_.groups.pp, *backend_);
+    if (cfg_.lora_enabled && !cfg_.model_init_from.empty())
+        base_hash_ = model_dir_hash(cfg_.model_init_from);
     if (dist_.tied) tied_dev_ = device_communicator(*dist_.tied, *backend_);
     if (cfg_.precision == "fp16") scaler_ = LossScaler::for_fp16(cfg_.loss_scale_window);
     // Fault injection for tests (docs/architecture.md): "STEP:RANK" puts an inf into one gradient
@@ -112,7 +115,8 @@ void Trainer::reduce_grads() {
     if (tied_dev_) {
         // The first stage's embedding and the last stage's head copy share the name.
         Mat g = model_.params().grad(model_.params().find(ParamRole::TokenEmbed));
-        tied_dev_->all_reduce(g.data, size_t(g.numel()), DType::F32, ReduceOp::Sum);
+        if (!g.empty())  // a frozen (LoRA) base: nothing to sum, on both stages alike
+            tied_dev_->all_reduce(g.data, size_t(g.numel()), DType::F32, ReduceOp::Sum);
     }
 }
 

@@ -128,6 +128,7 @@ class Trainer {
     std::vector<int32_t> in_, tgt_;   // (grad_accum, rows, T)
     std::vector<int32_t> doc_start_;  // packed sources only (else empty)
     PipeStats last_pipe_;             // the last pipelined step's timing (pp > 1)
+    std::string base_hash_;           // LoRA from a model dir: model_dir_hash of the base
 };
 
 }  // namespace ete

@@ -8,6 +8,7 @@
 
 #include "ete/core/log.h"
 #include "ete/io/hf_model.h"
+#include "ete/io/peft.h"
 #include "ete/model/shard.h"
 #include "ete/train/run_setup.h"
 #include "ete/train/trainer_impl.h"
@@ -33,10 +34,13 @@ void Trainer::init_weights() {
         local.init(cfg_.seed);  // layout-invariant: shards are slices of the whole
         return;
     }
+    // LoRA: the adapters from the seed, the frozen base from the dir (NF4 quantized tensor by
+    // tensor as it is uploaded, so the host never holds more than one f32 tensor).
+    if (cfg_.lora_enabled) local.init_trainable(cfg_.seed);
     if (!sharded()) return load_hf_weights(cfg_.model_init_from, local);
     // Tensor by tensor: each logical tensor is cut to this rank's slice and uploaded, so no rank
     // holds more than one whole tensor on the host.
-    const ParamTable global(layout_.global_specs());
+    const ParamTable global(param_specs(mc_, {}, lora_spec(cfg_)));
     std::vector<float> part;
     load_hf_tensors(cfg_.model_init_from, global, [&](int g, const float* values) {
         const std::string& name = global.specs()[size_t(g)].name;
@@ -86,8 +90,11 @@ int64_t Trainer::start(const ResumeOptions& resume) {
         return 0;
     }
     CheckpointState st;
+    // A LoRA checkpoint holds the adapters only: the frozen base comes from where it came from
+    // at the start (model.init_from, or the seed), and the adapters are then overwritten.
+    if (cfg_.lora_enabled) init_weights();
     load_state(*from, st);
-    check_resume_compatible(st.run, run_settings(cfg_, mc_), *from, resume.force);
+    check_resume_compatible(st.run, run_settings(cfg_, mc_, base_hash_), *from, resume.force);
     ETE_CHECK(st.data_position == data_position(st.step),
               "checkpoint '{}': {} samples were used in {} steps, but this run takes {} per step "
               "(parallel.uneven_batch = drop changes the global batch with parallel.dp); resume "
@@ -141,7 +148,7 @@ void Trainer::checkpoint(int64_t steps_done) {
     std::unique_ptr<HostParams> whole = gather_model();
     if (dist_.main()) {
         CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
-                           run_settings(cfg_, mc_), checkpoint_extra()};
+                           run_settings(cfg_, mc_, base_hash_), checkpoint_extra()};
         std::string dir = save_checkpoint(out_, st, *whole, m.data(), v.data(), dump_toml(cfg_));
         prune_checkpoints(out_, cfg_.keep_checkpoints);
         log_info("checkpoint: {} ({:.1f}s)", dir, seconds_since(t0));
@@ -151,6 +158,17 @@ void Trainer::checkpoint(int64_t steps_done) {
 
 void Trainer::save_final() {
     std::unique_ptr<HostParams> whole = gather_model();
+    if (cfg_.lora_enabled) {  // final/ is a PEFT adapter dir over the base
+        if (dist_.main()) {
+            const LoraSpec spec = lora_spec(cfg_);
+            save_peft_adapter(
+                out_ + "/final", mc_, spec, *whole,
+                cfg_.model_init_from.empty() ? "" : fs::absolute(cfg_.model_init_from).string(),
+                [&](const std::string&) { return spec.r; });
+        }
+        dist_.world->barrier();
+        return;
+    }
     if (dist_.main()) {
         save_hf_model(out_ + "/final", mc_, *whole, tok_ ? cfg_.data_tokenizer : "",
                       kDefaultMaxShardBytes, save_dtype(cfg_));

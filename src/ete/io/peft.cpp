@@ -1,0 +1,204 @@
+// ete/io/peft.cpp
+#include "ete/io/peft.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "ete/core/file_util.h"
+#include "ete/io/safetensors.h"
+
+namespace ete {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kConfigFile = "adapter_config.json";
+constexpr const char* kWeightsFile = "adapter_model.safetensors";
+
+bool is_adapter(const ParamSpec& s) {
+    return s.role == ParamRole::LoraA || s.role == ParamRole::LoraB;
+}
+
+// "model.layers.0.self_attn.q_proj.lora_A.weight" -> "model.layers.0.self_attn.q_proj".
+std::string module_of(const std::string& name) {
+    return name.substr(0, name.rfind(".lora_"));
+}
+
+std::vector<std::string> target_names(const LoraSpec& spec, const ModelConfig& c) {
+    std::vector<std::string> out;
+    for (ParamRole r : lora_target_roles(spec, c)) {
+        std::string n = lora_module_name(r, c.arch);
+        if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string peft_tensor_name(const std::string& ete_name, Arch arch) {
+    return std::string("base_model.model.") + (arch == Arch::GPT2 ? "transformer." : "") + ete_name;
+}
+
+void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraSpec& spec,
+                       const HostParams& adapters, const std::string& base_model,
+                       const std::function<int(const std::string&)>& rank, DType dtype) {
+    json rank_pattern = json::object();
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (int i = 0; i < adapters.size(); ++i) {
+        const ParamSpec& s = adapters.specs()[size_t(i)];
+        if (!is_adapter(s)) continue;
+        const std::string module = module_of(s.name);
+        const int r = rank(module);
+        const int64_t rows = s.shape[0], cols = s.shape[1];
+        const bool a = s.role == ParamRole::LoraA;
+        ETE_ASSERT(r > 0 && r <= (a ? rows : cols));
+        if (r != spec.r && a) rank_pattern[module] = r;
+        const Shape shape = a ? Shape{r, cols} : Shape{rows, r};
+        std::vector<float> v;
+        const float* p = adapters.param(i);
+        for (int64_t y = 0; y < shape[0]; ++y)
+            for (int64_t x = 0; x < shape[1]; ++x) v.push_back(p[y * cols + x]);
+        Tensor t = Tensor::empty(shape, dtype);
+        convert_from_f32(t.data(), dtype, v.data(), v.size());
+        tensors.emplace_back(peft_tensor_name(s.name, c.arch), std::move(t));
+    }
+    json cfg = {{"peft_type", "LORA"},
+                {"task_type", "CAUSAL_LM"},
+                {"base_model_name_or_path", base_model},
+                {"r", spec.r},
+                {"lora_alpha", spec.alpha},
+                {"lora_dropout", 0.0},
+                {"target_modules", target_names(spec, c)},
+                {"bias", "none"},
+                {"use_rslora", spec.rslora},
+                {"fan_in_fan_out", c.arch == Arch::GPT2},
+                {"modules_to_save", nullptr},
+                {"rank_pattern", rank_pattern},
+                {"alpha_pattern", json::object()},
+                {"init_lora_weights", true},
+                {"inference_mode", true}};
+    const std::map<std::string, std::string> meta = {
+        {"format", "pt"},
+        {"ete.base_format", spec.base_format},
+        {"ete.nf4_blocksize", std::to_string(spec.nf4_block)},
+        {"ete.double_quant", spec.nf4_double_quant ? "true" : "false"}};
+    write_dir_atomic(dir, "saving PEFT adapter dir", [&](const std::string& tmp) {
+        write_file_atomic(tmp + "/" + kConfigFile, cfg.dump(2) + "\n");
+        write_safetensors(tmp + "/" + kWeightsFile, tensors, meta);
+    });
+}
+
+PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c) {
+    const std::string path = (fs::path(dir) / kConfigFile).string();
+    ETE_CHECK(fs::exists(path), "adapter dir '{}': {} is missing (not a PEFT adapter dir)", dir,
+              kConfigFile);
+    json j;
+    try {
+        j = json::parse(read_file(path));
+    } catch (const json::exception& e) {
+        throw_error(fmt::format("{}: invalid JSON ({})", path, e.what()));
+    }
+    ETE_CHECK(j.is_object(), "{}: expected a JSON object", path);
+    auto get = [&](const char* key, auto fallback) {
+        using T = decltype(fallback);
+        if (!j.contains(key) || j[key].is_null()) return fallback;
+        try {
+            return j[key].get<T>();
+        } catch (const json::exception&) {
+            throw_error(fmt::format("{}: field '{}' has the wrong type", path, key));
+        }
+    };
+    ETE_CHECK(get("peft_type", std::string("LORA")) == "LORA", "{}: peft_type '{}', expected LORA",
+              path, get("peft_type", std::string()));
+    ETE_CHECK(get("bias", std::string("none")) == "none",
+              "{}: bias '{}' is not supported (expected none)", path, get("bias", std::string()));
+    ETE_CHECK(!j.contains("modules_to_save") || j["modules_to_save"].is_null() ||
+                  j["modules_to_save"].empty(),
+              "{}: modules_to_save is not supported (expected null)", path);
+    PeftAdapterInfo info;
+    LoraSpec& s = info.spec;
+    s.enabled = true;
+    s.r = get("r", 8);
+    s.alpha = get("lora_alpha", 8.0f);
+    s.rslora = get("use_rslora", false);
+    info.base_model = get("base_model_name_or_path", std::string());
+    ETE_CHECK(get("fan_in_fan_out", c.arch == Arch::GPT2) == (c.arch == Arch::GPT2),
+              "{}: fan_in_fan_out = {} does not match a {} base", path,
+              get("fan_in_fan_out", false), arch_name(c.arch));
+    const json& t = j.contains("target_modules") ? j["target_modules"] : json();
+    if (t.is_string()) {
+        s.targets = {t.get<std::string>()};
+    } else {
+        ETE_CHECK(t.is_array(), "{}: target_modules must be a list of module names", path);
+        s.targets.clear();
+        for (const json& x : t) {
+            ETE_CHECK(x.is_string(), "{}: target_modules must be a list of module names", path);
+            s.targets.push_back(x.get<std::string>());
+        }
+    }
+    int r_max = s.r;
+    if (j.contains("rank_pattern") && j["rank_pattern"].is_object()) {
+        for (const auto& [module, r] : j["rank_pattern"].items()) {
+            ETE_CHECK(r.is_number_integer() && r.get<int>() > 0,
+                      "{}: rank_pattern['{}'] must be a positive integer", path, module);
+            info.ranks[module] = r.get<int>();
+            r_max = std::max(r_max, r.get<int>());
+        }
+    }
+    s.r_max = r_max;
+    // ETE's own record of the base the adapter was trained over (absent in PEFT's files).
+    const std::string weights = (fs::path(dir) / kWeightsFile).string();
+    ETE_CHECK(fs::exists(weights), "adapter dir '{}': {} is missing", dir, kWeightsFile);
+    const auto f = SafetensorsFile::open(weights);
+    const auto& meta = f.metadata();
+    s.base_format = meta.count("ete.base_format") ? meta.at("ete.base_format") : "f32";
+    if (meta.count("ete.nf4_blocksize")) s.nf4_block = std::stoi(meta.at("ete.nf4_blocksize"));
+    if (meta.count("ete.double_quant")) s.nf4_double_quant = meta.at("ete.double_quant") == "true";
+    try {
+        check_lora_spec(s, c);
+    } catch (const Error& e) {
+        throw_error(fmt::format("{}: {}", path, e.what()));
+    }
+    return info;
+}
+
+void load_peft_weights(const std::string& dir, const ModelConfig& c, const ParamTable& table,
+                       const std::function<void(int, const float*)>& take) {
+    const PeftAdapterInfo info = load_peft_config(dir, c);
+    const std::string path = (fs::path(dir) / kWeightsFile).string();
+    const auto f = SafetensorsFile::open(path);
+    std::set<std::string> expected;
+    for (int i = 0; i < table.size(); ++i) {
+        const ParamSpec& s = table.specs()[size_t(i)];
+        if (!is_adapter(s)) continue;
+        const std::string key = peft_tensor_name(s.name, c.arch), module = module_of(s.name);
+        expected.insert(key);
+        ETE_CHECK(f.has(key), "{}: tensor '{}' is missing (the adapter of '{}')", path, key,
+                  module);
+        const auto it = info.ranks.find(module);
+        const int r = it == info.ranks.end() ? info.spec.r : it->second;
+        const bool a = s.role == ParamRole::LoraA;
+        const int64_t rows = s.shape[0], cols = s.shape[1];
+        const Shape want = a ? Shape{r, cols} : Shape{rows, r};
+        ETE_CHECK(f.info(key).shape == want,
+                  "{}: tensor '{}' has shape {}, expected {} for this base (r = {})", path, key,
+                  shape_str(f.info(key).shape), shape_str(want), r);
+        ETE_CHECK(r <= (a ? rows : cols), "{}: tensor '{}' has rank {} > the allocated {}", path,
+                  key, r, a ? rows : cols);
+        Tensor t = f.to_f32(key);
+        std::vector<float> v(size_t(rows * cols), 0.0f);
+        for (int64_t y = 0; y < want[0]; ++y)
+            for (int64_t x = 0; x < want[1]; ++x)
+                v[size_t(y * cols + x)] = t.f32()[y * want[1] + x];
+        take(i, v.data());
+    }
+    for (const std::string& n : f.names())
+        ETE_CHECK(expected.count(n), "{}: tensor '{}' is not an adapter of this base and config",
+                  path, n);
+}
+
+}  // namespace ete

@@ -1,0 +1,55 @@
+// ete/io/peft.h — PEFT LoRA adapter directories in and out (REFERENCE.md "PEFT LoRA adapters").
+//
+// A directory holds adapter_config.json (peft_type LORA, task_type CAUSAL_LM, r, lora_alpha,
+// lora_dropout, target_modules, use_rslora, fan_in_fan_out — true for GPT-2's Conv1D —,
+// base_model_name_or_path, rank_pattern for adapters whose rank differs from r) and
+// adapter_model.safetensors: `base_model.model.<module path>.lora_A.weight` [r, in] and
+// `.lora_B.weight` [out, r] per adapted linear (GPT-2 module paths start with `transformer.`).
+// Its metadata is {"format": "pt"} plus ETE's own keys, which PEFT ignores: the base format the
+// adapter was trained over ("ete.base_format", "ete.nf4_blocksize", "ete.double_quant").
+//
+// ETE keeps every adapter at r_max; only the first `rank` rows of A and columns of B are active,
+// and only those are written. Reading puts a file's [r, in] / [out, r] into the first r rows /
+// columns and zeroes the rest.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "ete/model/config.h"
+#include "ete/model/lora_spec.h"
+#include "ete/model/param_store.h"
+
+namespace ete {
+
+struct PeftAdapterInfo {
+    LoraSpec spec;                     // enabled, r, alpha, rslora, targets, base format
+    std::string base_model;            // base_model_name_or_path
+    std::map<std::string, int> ranks;  // module path -> rank, where it differs from spec.r
+};
+
+// The PEFT tensor name of an ETE adapter parameter ("model.layers.0.self_attn.q_proj.lora_A.weight"
+// -> "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight").
+std::string peft_tensor_name(const std::string& ete_name, Arch arch);
+
+// Writes DIR atomically from the adapter parameters of `adapters` (a host table holding the
+// whole model's trainable parameters: LoRA A and B). rank(module) gives each adapter's active
+// rank (module = the base weight's name without ".weight"). dtype: F32, BF16 or F16.
+void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraSpec& spec,
+                       const HostParams& adapters, const std::string& base_model,
+                       const std::function<int(const std::string& module)>& rank,
+                       DType dtype = DType::F32);
+
+// Reads and validates DIR/adapter_config.json (and the safetensors metadata) for a model of
+// config c; every error names the file and the field.
+PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c);
+
+// Reads DIR/adapter_model.safetensors into the adapter parameters of `table` (built with
+// load_peft_config(dir).spec, r_max >= every rank): take(i, values) gets parameter i in ETE layout
+// at its allocated shape, inactive rows/columns 0. Every adapter of the table must be in the file
+// and every tensor of the file must be an adapter of the table, with the shapes the config says.
+void load_peft_weights(const std::string& dir, const ModelConfig& c, const ParamTable& table,
+                       const std::function<void(int, const float*)>& take);
+
+}  // namespace ete

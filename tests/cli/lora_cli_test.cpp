@@ -1,0 +1,154 @@
+// tests/cli/lora_cli_test.cpp — a QLoRA run through the real binary: final/ is a PEFT adapter
+// dir, checkpoints hold adapters only, a resume continues bit for bit, a resume onto another base
+// is refused, and `ete eval --adapter` scores base + adapter exactly as the model in process.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ete/backend/backend.h"
+#include "ete/core/file_util.h"
+#include "ete/data/token_shard.h"
+#include "ete/io/hf_model.h"
+#include "ete/io/peft.h"
+#include "ete/io/safetensors.h"
+#include "ete/model/transformer.h"
+#include "shell.h"
+
+namespace ete {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+ModelConfig tiny_llama() {
+    ModelConfig c;
+    c.vocab_size = 29;
+    c.hidden_size = 32;
+    c.intermediate_size = 40;
+    c.num_layers = 2;
+    c.num_heads = 2;
+    c.num_kv_heads = 1;
+    c.max_position_embeddings = 16;
+    return c;
+}
+
+class LoraCli : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        dir_ = fs::temp_directory_path() / ("ete_lora_cli_" + std::to_string(::getpid()));
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+        auto be = make_cpu_backend();
+        for (uint64_t seed : {11, 12}) {  // the base, and a different one
+            Transformer m(cfg_, *be);
+            m.params().init(seed);
+            save_hf_model(path(seed == 11 ? "base" : "other"), cfg_, m.params().to_host(), "");
+        }
+        std::vector<int32_t> ids;
+        for (int i = 0; i < 4000; ++i) ids.push_back((i * 7 + i / 5) % 29);
+        write_token_shard(path("t.bin"), ids, 29);
+    }
+    void TearDown() override { fs::remove_all(dir_); }
+    std::string path(const std::string& s) const { return (dir_ / s).string(); }
+    ShellResult train(const std::string& base, const std::string& out, const std::string& extra) {
+        return run_shell(
+            ete_cmd("train --set model.init_from=" + path(base) + " --set lora.enabled=true" +
+                    " --set lora.targets=all-linear --set lora.r=4 --set train.steps=6" +
+                    " --set train.micro_batch=2 --set train.seq_len=8 --set train.eval_every=0" +
+                    " --set train.checkpoint_every=3 --set data.train=" + path("t.bin") +
+                    " --set data.tokenizer=\"\" --out " + path(out) + " " + extra + " 2>&1"));
+    }
+
+    fs::path dir_;
+    ModelConfig cfg_ = tiny_llama();
+};
+
+TEST_F(LoraCli, FinalIsAPeftDirAndResumeIsBitExact) {
+    ShellResult r = train("base", "run", "");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const json cfg = json::parse(read_file(path("run/final/adapter_config.json")));
+    EXPECT_EQ(cfg["peft_type"], "LORA");
+    EXPECT_EQ(cfg["r"], 4);
+    EXPECT_EQ(cfg["target_modules"].size(), 7u);
+    EXPECT_EQ(cfg["base_model_name_or_path"], fs::absolute(path("base")).string());
+    const auto final_w = SafetensorsFile::open(path("run/final/adapter_model.safetensors"));
+    EXPECT_EQ(final_w.names().size(), 2u * 7 * 2);  // layers x modules x (A, B)
+    EXPECT_TRUE(final_w.has("base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"));
+    // Checkpoints hold the adapters (and their moments), not the base.
+    const auto ck = SafetensorsFile::open(path("run/checkpoints/step_00000003/model.safetensors"));
+    EXPECT_EQ(ck.names().size(), final_w.names().size());
+    for (const auto& n : ck.names()) EXPECT_NE(n.find(".lora_"), std::string::npos) << n;
+
+    // Resume from step 3 in a fresh dir: the same final adapter, byte for byte.
+    fs::create_directories(path("resumed/checkpoints"));
+    fs::copy(path("run/checkpoints/step_00000003"), path("resumed/checkpoints/step_00000003"));
+    r = train("base", "resumed", "--resume auto");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(read_file(path("resumed/final/adapter_model.safetensors")),
+              read_file(path("run/final/adapter_model.safetensors")));
+
+    // Onto another base: refused, naming why.
+    fs::create_directories(path("wrong/checkpoints"));
+    fs::copy(path("run/checkpoints/step_00000003"), path("wrong/checkpoints/step_00000003"));
+    r = train("other", "wrong", "--resume auto");
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("the base model's contents changed"), std::string::npos) << r.out;
+}
+
+TEST_F(LoraCli, EvalWithAdapterScoresBasePlusAdapter) {
+    ASSERT_EQ(train("base", "run", "").code, 0);
+    const int B = 2, T = 6;
+    ShellResult r =
+        run_shell(ete_cmd("eval --model " + path("base") + " --adapter " + path("run/final") +
+                          " --tokens " + path("t.bin") + " --batch 2 --seq 6 --json"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const double loss = json::parse(r.out)["loss"].get<double>();
+    ShellResult plain = run_shell(ete_cmd("eval --model " + path("base") + " --tokens " +
+                                          path("t.bin") + " --batch 2 --seq 6 --json"));
+    ASSERT_EQ(plain.code, 0) << plain.out;
+    EXPECT_NE(loss, json::parse(plain.out)["loss"].get<double>());  // the adapter matters
+
+    // In process: the NF4 base plus the adapter (what the run trained).
+    auto be = make_cpu_backend();
+    const PeftAdapterInfo info = load_peft_config(path("run/final"), cfg_);
+    EXPECT_EQ(info.spec.base_format, "nf4");
+    Transformer m(cfg_, *be, {}, DType::F32, info.spec);
+    load_hf_weights(path("base"), m.params());
+    load_peft_weights(path("run/final"), cfg_, m.params(),
+                      [&](int i, const float* v) { m.params().upload(i, v); });
+    TokenShard shard(path("t.bin"));
+    std::vector<int32_t> in, tgt;
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) {
+            in.push_back(shard.at(uint64_t(b * (T + 1) + t)));
+            tgt.push_back(shard.at(uint64_t(b * (T + 1) + t + 1)));
+        }
+    m.setup(B, T);
+    const double want = m.forward_loss(in.data(), tgt.data(), B, T) / (B * T);
+    EXPECT_NEAR(loss, want, 1e-6 * want);
+}
+
+TEST_F(LoraCli, BadLoraConfigIsAOneLineError) {
+    ShellResult r =
+        run_shell(ete_cmd("train --set lora.enabled=true --set lora.base_format=nf3 "
+                          "--dump-config 2>&1"));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("lora.base_format = 'nf3': expected f32, bf16 or nf4"), std::string::npos)
+        << r.out;
+    r =
+        run_shell(ete_cmd("train --set lora.enabled=true --set lora.nf4_blocksize=48 "
+                          "--dump-config 2>&1"));
+    EXPECT_NE(r.out.find("lora.nf4_blocksize = 48: expected a power of two in [32, 4096]"),
+              std::string::npos)
+        << r.out;
+    r = run_shell(ete_cmd("eval --model " + path("base") + " --adapter " + path("nope") +
+                          " --tokens " + path("t.bin") + " --seq 4 2>&1"));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("adapter_config.json is missing"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace ete

@@ -1,0 +1,160 @@
+// tests/io/peft_test.cpp — PEFT adapter dirs: the file layout PEFT expects, export -> import bit
+// for bit (a rank_pattern too), and one-line errors for dirs that do not fit the base.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ete/core/file_util.h"
+#include "ete/io/peft.h"
+#include "ete/io/safetensors.h"
+#include "ete/model/param_spec.h"
+#include "test_util.h"
+
+namespace ete {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+ModelConfig tiny(Arch arch) {
+    ModelConfig c;
+    c.arch = arch;
+    c.vocab_size = 32;
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_layers = 2;
+    c.num_heads = 2;
+    c.num_kv_heads = arch == Arch::Llama ? 1 : 2;
+    c.max_position_embeddings = 16;
+    return c;
+}
+
+LoraSpec spec(std::vector<std::string> targets, int r = 4) {
+    LoraSpec s;
+    s.enabled = true;
+    s.r = r;
+    s.alpha = 8;
+    s.targets = std::move(targets);
+    s.base_format = "nf4";
+    return s;
+}
+
+struct TmpDir {
+    fs::path p = fs::temp_directory_path() /
+                 ("ete_peft_" + std::to_string(::getpid()) + "_" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    TmpDir() { fs::create_directories(p); }
+    ~TmpDir() { fs::remove_all(p); }
+    std::string operator/(const std::string& s) const { return (p / s).string(); }
+};
+
+HostParams random_adapters(const ModelConfig& c, const LoraSpec& s) {
+    HostParams h(param_specs(c, {}, s));
+    h.init(5);
+    for (int64_t k = 0; k < h.numel(); ++k) h.data()[k] += 0.001f * float(k % 17);  // B != 0
+    return h;
+}
+
+TEST(Peft, WritesThePeftLayoutAndReadsItBackBitForBit) {
+    for (Arch arch : {Arch::Llama, Arch::GPT2}) {
+        TmpDir d;
+        const ModelConfig c = tiny(arch);
+        const LoraSpec s =
+            spec(arch == Arch::Llama ? std::vector<std::string>{"q_proj", "down_proj"}
+                                     : std::vector<std::string>{"c_attn", "c_proj"});
+        const HostParams h = random_adapters(c, s);
+        save_peft_adapter(d / "a", c, s, h, "/models/base",
+                          [&](const std::string&) { return s.r; });
+        const json cfg = json::parse(read_file(d / "a/adapter_config.json"));
+        EXPECT_EQ(cfg["peft_type"], "LORA");
+        EXPECT_EQ(cfg["r"], 4);
+        EXPECT_EQ(cfg["lora_alpha"], 8.0);
+        EXPECT_EQ(cfg["fan_in_fan_out"], arch == Arch::GPT2);
+        EXPECT_EQ(cfg["base_model_name_or_path"], "/models/base");
+        const auto f = SafetensorsFile::open(d / "a/adapter_model.safetensors");
+        EXPECT_EQ(f.metadata().at("format"), "pt");
+        const std::string key =
+            arch == Arch::Llama ? "base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"
+                                : "base_model.model.transformer.h.1.attn.c_attn.lora_B.weight";
+        ASSERT_TRUE(f.has(key));
+        EXPECT_EQ(f.info(key).shape, arch == Arch::Llama ? (Shape{4, 16}) : (Shape{48, 4}));
+        // 2 layers x (A, B) x modules: Llama q_proj, down_proj; GPT-2 c_attn and c_proj, which
+        // matches attn.c_proj and mlp.c_proj both.
+        EXPECT_EQ(f.names().size(), arch == Arch::Llama ? 8u : 12u);
+
+        const PeftAdapterInfo info = load_peft_config(d / "a", c);
+        EXPECT_EQ(info.spec.base_format, "nf4");
+        HostParams back(param_specs(c, {}, info.spec));
+        load_peft_weights(d / "a", c, back, [&](int i, const float* v) {
+            std::copy(v, v + back.numel(i), back.param(i));
+        });
+        EXPECT_EQ(back.data_vector(), h.data_vector());
+    }
+}
+
+TEST(Peft, RankPatternWritesAndReadsSmallerAdapters) {
+    TmpDir d;
+    const ModelConfig c = tiny(Arch::Llama);
+    const LoraSpec s = spec({"q_proj", "v_proj"});
+    HostParams h = random_adapters(c, s);
+    auto rank = [](const std::string& m) { return m == "model.layers.0.self_attn.v_proj" ? 2 : 4; };
+    save_peft_adapter(d / "a", c, s, h, "", rank);
+    const json cfg = json::parse(read_file(d / "a/adapter_config.json"));
+    EXPECT_EQ(cfg["rank_pattern"], json({{"model.layers.0.self_attn.v_proj", 2}}));
+    const auto f = SafetensorsFile::open(d / "a/adapter_model.safetensors");
+    EXPECT_EQ(f.info("base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight").shape,
+              (Shape{8, 2}));
+    const PeftAdapterInfo info = load_peft_config(d / "a", c);
+    HostParams back(param_specs(c, {}, info.spec));
+    load_peft_weights(d / "a", c, back, [&](int i, const float* v) {
+        std::copy(v, v + back.numel(i), back.param(i));
+    });
+    // v_proj of layer 0 came back at rank 2: its A rows 2, 3 and B columns 2, 3 are zero.
+    const int ia = back.index("model.layers.0.self_attn.v_proj.lora_A.weight");
+    for (int k = 0; k < 2 * 16; ++k) EXPECT_EQ(back.param(ia)[k], h.param(ia)[k]);
+    for (int k = 2 * 16; k < 4 * 16; ++k) EXPECT_EQ(back.param(ia)[k], 0.0f);
+}
+
+TEST(Peft, DirsThatDoNotFitTheBaseAreOneLineErrors) {
+    TmpDir d;
+    const ModelConfig c = tiny(Arch::Llama);
+    const LoraSpec s = spec({"q_proj"});
+    save_peft_adapter(d / "a", c, s, random_adapters(c, s), "",
+                      [](const std::string&) { return 4; });
+    // A different base width: the adapter shapes no longer fit.
+    ModelConfig wider = c;
+    wider.hidden_size = 32;
+    wider.num_heads = 2;
+    const PeftAdapterInfo info = load_peft_config(d / "a", wider);
+    HostParams t(param_specs(wider, {}, info.spec));
+    const std::string e =
+        error_of([&] { load_peft_weights(d / "a", wider, t, [](int, const float*) {}); });
+    EXPECT_NE(e.find("lora_A.weight' has shape [4, 16], expected [4, 32]"), std::string::npos) << e;
+    // Targets that are not linears of the base.
+    json cfg = json::parse(read_file(d / "a/adapter_config.json"));
+    cfg["target_modules"] = {"c_attn"};
+    write_file_atomic(d / "a/adapter_config.json", cfg.dump());
+    EXPECT_NE(
+        error_of([&] { load_peft_config(d / "a", c); }).find("'c_attn' is not a linear of a llama"),
+        std::string::npos);
+    // A file whose config says another rank than its tensors.
+    cfg["target_modules"] = {"q_proj"};
+    cfg["r"] = 8;
+    write_file_atomic(d / "a/adapter_config.json", cfg.dump());
+    const PeftAdapterInfo i8 = load_peft_config(d / "a", c);
+    HostParams t8(param_specs(c, {}, i8.spec));
+    EXPECT_NE(error_of([&] {
+                  load_peft_weights(d / "a", c, t8, [](int, const float*) {});
+              }).find("has shape [4, 16], expected [8, 16] for this base (r = 8)"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] {
+                  load_peft_config(d / "nothing", c);
+              }).find("adapter_config.json is missing"),
+              std::string::npos);
+}
+
+}  // namespace
+}  // namespace ete
