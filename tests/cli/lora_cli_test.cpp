@@ -131,6 +131,43 @@ TEST_F(LoraCli, EvalWithAdapterScoresBasePlusAdapter) {
     EXPECT_NEAR(loss, want, 1e-6 * want);
 }
 
+double eval_loss(const std::string& args) {
+    ShellResult r = run_shell(ete_cmd("eval " + args + " --batch 2 --seq 6 --json"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    return r.code == 0 ? json::parse(r.out)["loss"].get<double>() : -1;
+}
+
+TEST_F(LoraCli, QuantizedDirTrainsBitIdenticallyAndMergesExactly) {
+    ShellResult q = run_shell(ete_cmd("quantize --scheme nf4 --double-quant true --model " +
+                                      path("base") + " --out " + path("q") + " 2>&1"));
+    ASSERT_EQ(q.code, 0) << q.out;
+    EXPECT_NE(q.out.find("bits per quantized parameter"), std::string::npos) << q.out;
+    ASSERT_EQ(train("base", "from_base", "").code, 0);
+    ASSERT_EQ(train("q", "from_q", "").code, 0);
+    // Quantizing on load and loading the quantized dir: the same run, byte for byte.
+    EXPECT_EQ(read_file(path("from_q/final/adapter_model.safetensors")),
+              read_file(path("from_base/final/adapter_model.safetensors")));
+
+    ShellResult m = run_shell(ete_cmd("export merged --model " + path("q") + " --adapter " +
+                                      path("from_q/final") + " --out " + path("merged") + " 2>&1"));
+    ASSERT_EQ(m.code, 0) << m.out;
+    const auto at = m.out.find("max |Δlogit| = ");
+    ASSERT_NE(at, std::string::npos) << m.out;
+    EXPECT_LT(std::stod(m.out.substr(at + std::string("max |Δlogit| = ").size())), 1e-4) << m.out;
+    const std::string data = " --tokens " + path("t.bin");
+    const double merged = eval_loss("--model " + path("merged") + data);
+    const double adapted =
+        eval_loss("--model " + path("q") + " --adapter " + path("from_q/final") + data);
+    EXPECT_NEAR(merged, adapted, 1e-5 * adapted);
+
+    ShellResult nf4 =
+        run_shell(ete_cmd("export merged --model " + path("q") + " --adapter " +
+                          path("from_q/final") + " --out " + path("m4") + " --dtype nf4 2>&1"));
+    EXPECT_NE(nf4.code, 0);
+    EXPECT_NE(nf4.out.find("merging into NF4 is refused"), std::string::npos) << nf4.out;
+    EXPECT_FALSE(fs::exists(path("m4")));
+}
+
 TEST_F(LoraCli, BadLoraConfigIsAOneLineError) {
     ShellResult r =
         run_shell(ete_cmd("train --set lora.enabled=true --set lora.base_format=nf3 "

@@ -100,6 +100,28 @@ void add_data(CLI::App& app, TokenizerTrainArgs& t, TokenizeArgs& k, std::functi
     tz->callback([&] { run = [&] { return cmd_tokenize(k); }; });
 }
 
+void add_quantize(CLI::App& app, QuantizeArgs& q, ExportMergedArgs& e, std::function<int()>& run) {
+    auto* c = app.add_subcommand(
+        "quantize", "Quantize a model dir's decoder linears to NF4 (bitsandbytes layout)");
+    c->add_option("--scheme", q.scheme, "quantization scheme (nf4)")->capture_default_str();
+    c->add_option("--double-quant", q.double_quant, "8-bit quantize the block absmax values")
+        ->capture_default_str();
+    c->add_option("--blocksize", q.blocksize, "elements per NF4 block (power of two, 32..4096)")
+        ->capture_default_str();
+    c->add_option("--model", q.model_dir, "HF model dir")->required();
+    c->add_option("--out", q.out, "quantized model dir to write")->required();
+    c->callback([&] { run = [&] { return cmd_quantize(q); }; });
+    auto* x = app.add_subcommand("export", "Export models");
+    x->require_subcommand(1);
+    auto* m = x->add_subcommand(
+        "merged", "Merge a LoRA adapter into its base and write a plain HF model dir");
+    m->add_option("--model", e.model_dir, "base HF model dir (full precision or NF4)")->required();
+    m->add_option("--adapter", e.adapter, "PEFT LoRA adapter dir")->required();
+    m->add_option("--out", e.out, "merged model dir to write")->required();
+    m->add_option("--dtype", e.dtype, "f32 or bf16")->capture_default_str();
+    m->callback([&] { run = [&] { return cmd_export_merged(e); }; });
+}
+
 void add_inspect(CLI::App& app, InspectArgs& a, std::function<int()>& run) {
     auto* c = app.add_subcommand(
         "inspect", "Show a safetensors file, HF model dir, checkpoint or token shard");
@@ -121,11 +143,14 @@ int cli_main(int argc, char** argv) {
     TokenizerTrainArgs tok_train;
     TokenizeArgs tokenize;
     InspectArgs inspect;
+    QuantizeArgs quantize;
+    ExportMergedArgs merged;
     add_train(app, train, run);
     add_eval(app, eval, run);
     add_generate(app, gen, run);
     add_data(app, tok_train, tokenize, run);
     add_inspect(app, inspect, run);
+    add_quantize(app, quantize, merged, run);
     LaunchArgs launch;
     add_launch_command(app, launch, run);
     try {

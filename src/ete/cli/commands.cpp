@@ -16,11 +16,11 @@
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
 #include "ete/io/hf_model.h"
-#include "ete/io/peft.h"
 #include "ete/io/safetensors.h"
 #include "ete/model/transformer.h"
 #include "ete/train/config.h"
 #include "ete/train/generate.h"
+#include "ete/train/inference_model.h"
 #include "ete/train/trainer.h"
 
 namespace ete {
@@ -48,28 +48,9 @@ struct LoadedModel {
     std::unique_ptr<Transformer> model;
 };
 
-// With an adapter: the base as the adapter was trained over it (dequant(NF4) for a QLoRA
-// adapter, as its metadata says) plus the adapter.
 LoadedModel load_model(const std::string& dir, const std::string& adapter = "") {
     LoadedModel m;
-    ModelConfig cfg = load_hf_config(dir);
-    if (adapter.empty()) {
-        m.model = std::make_unique<Transformer>(cfg, *m.backend);
-        load_hf_weights(dir, m.model->params());
-        return m;
-    }
-    const PeftAdapterInfo info = load_peft_config(adapter, cfg);
-    m.model =
-        std::make_unique<Transformer>(cfg, *m.backend, ModelParallel{}, DType::F32, info.spec);
-    ParamStore& ps = m.model->params();
-    load_hf_weights(dir, ps);
-    load_peft_weights(adapter, cfg, ps, [&](int i, const float* v) { ps.upload(i, v); });
-    for (int i = 0; i < cfg.num_layers; ++i)
-        for (auto [lin, a] : m.model->adapted_linears(i)) {
-            const std::string& name = ps.specs()[size_t(a)].name;
-            const auto it = info.ranks.find(name.substr(0, name.rfind(".lora_A")));
-            lin->set_rank(it == info.ranks.end() ? info.spec.r : it->second);
-        }
+    m.model = load_inference_model(*m.backend, dir, adapter);
     return m;
 }
 

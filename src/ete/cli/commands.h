@@ -46,6 +46,18 @@ struct TokenizeArgs {
 };
 int cmd_tokenize(const TokenizeArgs& a);
 
+struct QuantizeArgs {
+    std::string scheme = "nf4", model_dir, out;
+    bool double_quant = true;
+    int blocksize = 64;
+};
+int cmd_quantize(const QuantizeArgs& a);
+
+struct ExportMergedArgs {
+    std::string model_dir, adapter, out, dtype = "f32";
+};
+int cmd_export_merged(const ExportMergedArgs& a);
+
 struct InspectArgs {
     std::string path;
     bool summary = false;  // totals only, no per-tensor lines

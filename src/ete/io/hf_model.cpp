@@ -2,6 +2,7 @@
 #include "ete/io/hf_model.h"
 
 #include "ete/core/rng.h"
+#include "ete/io/bnb_nf4.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -61,16 +62,29 @@ std::string canonical_name(Arch arch, const std::string& name) {
 // `loaded` collects ETE names across files so a parameter stored twice (under two spellings) is
 // caught.
 void load_file(const SafetensorsFile& f, const ParamTable& store, const TensorSink& take,
-               std::unordered_set<std::string>& loaded) {
+               const Nf4Sink& take_nf4, std::unordered_set<std::string>& loaded) {
     const std::string& path = f.path();
     Arch arch = store.has("wte.weight") ? Arch::GPT2 : Arch::Llama;
     for (const std::string& name : f.names()) {
+        if (is_bnb_aux_name(name)) continue;  // read with its quantized weight
         std::string n = canonical_name(arch, name);
         if (n.empty()) continue;
         ETE_CHECK(store.has(n), "{}: tensor '{}' is not a parameter of this model config", path,
                   name);
         int i = store.index(n);
         const ParamSpec& s = store.specs()[size_t(i)];
+        if (is_bnb_quantized(f, name)) {  // stored [out, in] like ETE, whatever HF's layout
+            ETE_CHECK(loaded.insert(n).second, "{}: tensor '{}' appears twice", path, n);
+            const Nf4Tensor t = read_bnb_nf4(f, name, s.shape);
+            if (take_nf4) {
+                take_nf4(i, t);
+            } else {
+                std::vector<float> v(size_t(t.numel()));
+                nf4_dequantize(t, v.data());
+                take(i, v.data());
+            }
+            continue;
+        }
         const SafetensorsEntry& e = f.info(name);
         ETE_CHECK(e.shape == hf_shape(s), "{}: tensor '{}' has shape {}, expected {}", path, name,
                   shape_str(e.shape), shape_str(hf_shape(s)));
@@ -112,7 +126,7 @@ std::map<std::string, std::vector<std::string>> read_index(const std::string& pa
 
 // Opens each shard once, checks it agrees exactly with the index, then loads it.
 void load_sharded(const std::string& dir, const ParamTable& store, const TensorSink& take,
-                  std::unordered_set<std::string>& loaded) {
+                  const Nf4Sink& take_nf4, std::unordered_set<std::string>& loaded) {
     std::string index = (fs::path(dir) / kIndexFile).string();
     auto shards = read_index(index);
     std::unordered_map<std::string, std::string> owner;  // tensor -> shard per the index
@@ -136,7 +150,7 @@ void load_sharded(const std::string& dir, const ParamTable& store, const TensorS
         for (const std::string& n : names)
             ETE_CHECK(f.has(n), "{}: tensor '{}' listed in {} is missing from this shard", path, n,
                       index);
-        load_file(f, store, take, loaded);
+        load_file(f, store, take, take_nf4, loaded);
     }
 }
 
@@ -149,22 +163,30 @@ void load_hf_weights(const std::string& dir, HostParams& params) {
 }
 
 void load_hf_weights(const std::string& dir, ParamStore& store) {
-    load_hf_tensors(dir, store, [&](int i, const float* v) { store.upload(i, v); });
+    load_hf_tensors(
+        dir, store, [&](int i, const float* v) { store.upload(i, v); },
+        [&](int i, const Nf4Tensor& t) {
+            if (store.is_nf4(i)) return store.upload_nf4(i, t);
+            std::vector<float> v(size_t(t.numel()));
+            nf4_dequantize(t, v.data());
+            store.upload(i, v.data());
+        });
 }
 
-void load_hf_tensors(const std::string& dir, const ParamTable& store, const TensorSink& take) {
+void load_hf_tensors(const std::string& dir, const ParamTable& store, const TensorSink& take,
+                     const Nf4Sink& take_nf4) {
     std::string single = (fs::path(dir) / kSingleFile).string();
     std::string index = (fs::path(dir) / kIndexFile).string();
     std::unordered_set<std::string> loaded;
     std::string where;
     if (fs::exists(single)) {
-        load_file(SafetensorsFile::open(single), store, take, loaded);
+        load_file(SafetensorsFile::open(single), store, take, take_nf4, loaded);
         where = single;
     } else {
         ETE_CHECK(fs::exists(index),
                   "model dir '{}': neither {} nor {} exists (.bin checkpoints are not supported)",
                   dir, kSingleFile, kIndexFile);
-        load_sharded(dir, store, take, loaded);
+        load_sharded(dir, store, take, take_nf4, loaded);
         where = index;
     }
     for (const ParamSpec& s : store.specs()) {

@@ -32,9 +32,14 @@ inline constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000;
 // tensor in the shard the map names, no tensor in a shard that the map does not name there, no
 // tensor in two shards. Every parameter of the table must be found, except LoRA adapters (a base
 // model dir has none).
+// A bitsandbytes-quantized weight (io/bnb_nf4.h, a dir written by `ete quantize` or by
+// bitsandbytes) goes to `take_nf4` as it is; without one it is dequantized and goes to `take`.
 using TensorSink = std::function<void(int index, const float* values)>;
-void load_hf_tensors(const std::string& dir, const ParamTable& table, const TensorSink& take);
-// The same into a host copy, or straight into a store's backend memory.
+using Nf4Sink = std::function<void(int index, const Nf4Tensor& t)>;
+void load_hf_tensors(const std::string& dir, const ParamTable& table, const TensorSink& take,
+                     const Nf4Sink& take_nf4 = {});
+// The same into a host copy, or straight into a store's backend memory (a quantized weight kept
+// as is where the store holds it in NF4, dequantized elsewhere).
 void load_hf_weights(const std::string& dir, HostParams& params);
 void load_hf_weights(const std::string& dir, ParamStore& store);
 

@@ -178,7 +178,7 @@ std::vector<ParamSpec> with_lora(std::vector<ParamSpec> base, const ModelConfig&
     std::vector<ParamSpec> t;
     for (ParamSpec& s : base) {
         s.trainable = false;
-        const bool linear = is_decoder_linear(s.role) && s.kind == ParamKind::Matrix;
+        const bool linear = param_is_decoder_linear(s);
         if (linear && lora.nf4()) {
             s.nf4_block = lora.nf4_block;
             s.nf4_double_quant = lora.nf4_double_quant;
@@ -238,6 +238,10 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
         s.shape = shard_shape(s.shard, s.global_shape, m.tp_size);
     }
     return t;
+}
+
+bool param_is_decoder_linear(const ParamSpec& s) {
+    return is_decoder_linear(s.role) && s.kind == ParamKind::Matrix;
 }
 
 bool param_decays(const ParamSpec& p) {

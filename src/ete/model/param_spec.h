@@ -109,6 +109,10 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
 std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp,
                                    const LoraSpec& lora);
 
+// A weight of a decoder layer's linear (q/k/v/o, gate/up/down, GPT-2's Conv1Ds): what NF4
+// quantizes; embeddings, norms, biases, the LM head and adapters are not.
+bool param_is_decoder_linear(const ParamSpec& s);
+
 // Weight decay applies to matrices only by default (not norms, biases, embeddings).
 bool param_decays(const ParamSpec& p);
 

@@ -42,7 +42,7 @@ void Trainer::init_weights() {
     // holds more than one whole tensor on the host.
     const ParamTable global(param_specs(mc_, {}, lora_spec(cfg_)));
     std::vector<float> part;
-    load_hf_tensors(cfg_.model_init_from, global, [&](int g, const float* values) {
+    auto take = [&](int g, const float* values) {
         const std::string& name = global.specs()[size_t(g)].name;
         if (!local.has(name)) return;  // another stage's
         const int i = local.index(name);
@@ -50,7 +50,19 @@ void Trainer::init_weights() {
         shard_from_global(local.specs()[size_t(i)], local.tp_rank(), local.tp_size(), values,
                           part.data());
         local.upload(i, part.data());
-    });
+    };
+    // A pre-quantized weight stays as it is where this rank holds it whole in NF4 (re-quantizing
+    // its dequantized values would not give the same double-quantized statistics).
+    auto take_nf4 = [&](int g, const Nf4Tensor& t) {
+        const std::string& name = global.specs()[size_t(g)].name;
+        if (!local.has(name)) return;
+        const int i = local.index(name);
+        if (local.is_nf4(i) && local.tp_size() == 1) return local.upload_nf4(i, t);
+        std::vector<float> v(size_t(t.numel()));
+        nf4_dequantize(t, v.data());
+        take(g, v.data());
+    };
+    load_hf_tensors(cfg_.model_init_from, global, take, take_nf4);
 }
 
 // Reads checkpoint `dir` into this rank's weights and (its slice of) the AdamW moments.

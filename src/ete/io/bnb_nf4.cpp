@@ -1,0 +1,211 @@
+// ete/io/bnb_nf4.cpp
+#include "ete/io/bnb_nf4.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ete/core/file_util.h"
+#include "ete/io/hf_model.h"
+#include "ete/model/param_spec.h"
+
+namespace ete {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+const char* const kAux[] = {".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map",
+                            kBnbNf4State};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The bytes of entry `name` as a vector of T, checking its dtype and element count.
+template <typename T>
+std::vector<T> entry(const SafetensorsFile& f, const std::string& name, DType dtype, size_t count,
+                     const char* what) {
+    ETE_CHECK(f.has(name), "{}: tensor '{}' is missing ({} of a bitsandbytes NF4 weight)", f.path(),
+              name, what);
+    const SafetensorsEntry& e = f.info(name);
+    ETE_CHECK(e.dtype == dtype, "{}: tensor '{}' has dtype {}, expected {}", f.path(), name,
+              dtype_name(e.dtype), dtype_name(dtype));
+    ETE_CHECK(e.bytes.size() == count * sizeof(T), "{}: tensor '{}' has {} elements, expected {}",
+              f.path(), name, e.bytes.size() / sizeof(T), count);
+    std::vector<T> v(count);
+    if (count) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
+    return v;
+}
+
+template <typename T>
+Tensor tensor_of(const std::vector<T>& v, Shape shape, DType dtype) {
+    Tensor t = Tensor::empty(std::move(shape), dtype);
+    if (!v.empty()) std::memcpy(t.data(), v.data(), v.size() * sizeof(T));
+    return t;
+}
+
+void check_finite(const std::vector<float>& v, const SafetensorsFile& f, const std::string& name) {
+    for (size_t i = 0; i < v.size(); ++i)
+        ETE_CHECK(std::isfinite(v[i]), "{}: tensor '{}' element {} is {}, expected a finite value",
+                  f.path(), name, i, v[i]);
+}
+
+}  // namespace
+
+bool is_bnb_aux_name(const std::string& name) {
+    for (const char* s : kAux)
+        if (ends_with(name, s)) return true;
+    return false;
+}
+
+bool is_bnb_quantized(const SafetensorsFile& f, const std::string& name) {
+    return f.has(name + kBnbNf4State) || f.has(name + ".quant_state.bitsandbytes__fp4");
+}
+
+Nf4Tensor read_bnb_nf4(const SafetensorsFile& f, const std::string& name, const Shape& shape) {
+    const std::string where = fmt::format("{}: tensor '{}'", f.path(), name);
+    ETE_CHECK(!f.has(name + ".quant_state.bitsandbytes__fp4"),
+              "{} is bitsandbytes fp4, which ETE does not read (expected nf4)", where);
+    ETE_CHECK(shape.size() == 2, "{}: a quantized tensor where the model has a {}-d parameter",
+              where, shape.size());
+    const auto state_bytes = f.bytes(name + kBnbNf4State);
+    json st;
+    try {
+        st = json::parse(
+            std::string(reinterpret_cast<const char*>(state_bytes.data()), state_bytes.size()));
+    } catch (const json::exception& e) {
+        throw_error(fmt::format("{}: its quant state is not valid JSON ({})", where, e.what()));
+    }
+    ETE_CHECK(st.is_object() && st.value("quant_type", "") == "nf4",
+              "{}: quant state quant_type '{}', expected nf4", where,
+              st.is_object() ? st.value("quant_type", "") : "");
+    ETE_CHECK(st.contains("shape") && st["shape"] == json(shape),
+              "{}: quant state shape {}, expected {}", where,
+              st.contains("shape") ? st["shape"].dump() : "missing", shape_str(shape));
+    const int64_t bs = st.value("blocksize", int64_t(0));
+    nf4_check_blocksize(bs, where.c_str());
+    Nf4Tensor t;
+    t.rows = shape[0];
+    t.cols = shape[1];
+    t.blocksize = int(bs);
+    const size_t nb = size_t(t.blocks());
+    const SafetensorsEntry& w = f.info(name);
+    ETE_CHECK(w.dtype == DType::U8, "{}: dtype {}, expected U8 packed codes", where,
+              dtype_name(w.dtype));
+    t.packed = entry<uint8_t>(f, name, DType::U8, size_t((t.numel() + 1) / 2), "the codes");
+    const auto qmap = entry<float>(f, name + ".quant_map", DType::F32, 16, "the code table");
+    for (int i = 0; i < 16; ++i)
+        ETE_CHECK(qmap[size_t(i)] == kNf4Code[size_t(i)],
+                  "{}: quant_map[{}] = {}, expected the NF4 value {}", where, i, qmap[size_t(i)],
+                  kNf4Code[size_t(i)]);
+    const bool dq = f.has(name + ".nested_absmax");
+    if (!dq) {
+        t.absmax = entry<float>(f, name + ".absmax", DType::F32, nb, "the block absmax");
+        check_finite(t.absmax, f, name + ".absmax");
+    } else {
+        t.nested_blocksize = int(st.value("nested_blocksize", int64_t(kNf4NestedBlock)));
+        ETE_CHECK(t.nested_blocksize > 0 && t.nested_blocksize <= (1 << 20),
+                  "{}: nested_blocksize {} out of range", where, t.nested_blocksize);
+        const size_t nn = (nb + size_t(t.nested_blocksize) - 1) / size_t(t.nested_blocksize);
+        t.absmax_q = entry<uint8_t>(f, name + ".absmax", DType::U8, nb, "the 8-bit block absmax");
+        t.nested_absmax =
+            entry<float>(f, name + ".nested_absmax", DType::F32, nn, "the nested absmax");
+        t.nested_map =
+            entry<float>(f, name + ".nested_quant_map", DType::F32, 256, "the 8-bit map");
+        check_finite(t.nested_absmax, f, name + ".nested_absmax");
+        check_finite(t.nested_map, f, name + ".nested_quant_map");
+        ETE_CHECK(st.contains("nested_offset") && st["nested_offset"].is_number(),
+                  "{}: quant state has no numeric nested_offset", where);
+        t.offset = st["nested_offset"].get<float>();
+        ETE_CHECK(std::isfinite(t.offset), "{}: nested_offset is not finite", where);
+    }
+    t.check(where.c_str());
+    return t;
+}
+
+void append_bnb_nf4(std::vector<std::pair<std::string, Tensor>>& out, const std::string& name,
+                    const Nf4Tensor& t, const std::string& dtype_name) {
+    out.emplace_back(name, tensor_of(t.packed, {int64_t(t.packed.size()), 1}, DType::U8));
+    out.emplace_back(
+        name + ".quant_map",
+        tensor_of(std::vector<float>(kNf4Code.begin(), kNf4Code.end()), {16}, DType::F32));
+    json st = {{"quant_type", "nf4"},
+               {"blocksize", t.blocksize},
+               {"dtype", dtype_name},
+               {"shape", {t.rows, t.cols}}};
+    if (t.double_quant()) {
+        out.emplace_back(name + ".absmax",
+                         tensor_of(t.absmax_q, {int64_t(t.absmax_q.size())}, DType::U8));
+        out.emplace_back(name + ".nested_absmax",
+                         tensor_of(t.nested_absmax, {int64_t(t.nested_absmax.size())}, DType::F32));
+        out.emplace_back(name + ".nested_quant_map", tensor_of(t.nested_map, {256}, DType::F32));
+        st["nested_blocksize"] = t.nested_blocksize;
+        st["nested_dtype"] = "float32";
+        st["nested_offset"] = t.offset;
+    } else {
+        out.emplace_back(name + ".absmax",
+                         tensor_of(t.absmax, {int64_t(t.absmax.size())}, DType::F32));
+    }
+    const std::string s = st.dump();
+    out.emplace_back(name + kBnbNf4State, tensor_of(std::vector<uint8_t>(s.begin(), s.end()),
+                                                    {int64_t(s.size())}, DType::U8));
+}
+
+double quantize_model_dir(const std::string& in, const std::string& out,
+                          const QuantizeOptions& opt) {
+    nf4_check_blocksize(opt.blocksize, "ete quantize --blocksize");
+    ETE_CHECK(fs::absolute(in) != fs::absolute(out),
+              "ete quantize: --out must differ from --model");
+    const ModelConfig cfg = load_hf_config(in);
+    json cj = json::parse(read_file((fs::path(in) / "config.json").string()));
+    ETE_CHECK(!cj.contains("quantization_config"),
+              "ete quantize: '{}' is already quantized (its config.json has quantization_config)",
+              in);
+    const std::string torch_dtype = cj.value("torch_dtype", "float32");
+    const DType keep = torch_dtype == "bfloat16"  ? DType::BF16
+                       : torch_dtype == "float16" ? DType::F16
+                                                  : DType::F32;
+    const ParamTable table(param_specs(cfg));
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    int64_t quantized_params = 0;
+    size_t quantized_bytes = 0;
+    load_hf_tensors(in, table, [&](int i, const float* v) {
+        const ParamSpec& s = table.specs()[size_t(i)];
+        if (param_is_decoder_linear(s)) {
+            const Nf4Tensor t =
+                nf4_quantize(v, s.shape[0], s.shape[1], {opt.blocksize, opt.double_quant});
+            append_bnb_nf4(tensors, s.name, t, keep == DType::F32 ? "float32" : torch_dtype);
+            quantized_params += t.numel();
+            quantized_bytes += t.storage_bytes();
+            return;
+        }
+        std::vector<float> hf(size_t(shape_numel(s.shape)));
+        param_to_hf(s, v, hf.data());
+        Tensor t = Tensor::empty(hf_shape(s), keep);
+        convert_from_f32(t.data(), keep, hf.data(), hf.size());
+        tensors.emplace_back(s.name, std::move(t));
+    });
+    cj["quantization_config"] = {
+        {"quant_method", "bitsandbytes"},
+        {"load_in_4bit", true},
+        {"load_in_8bit", false},
+        {"bnb_4bit_quant_type", "nf4"},
+        {"bnb_4bit_use_double_quant", opt.double_quant},
+        {"bnb_4bit_blocksize", opt.blocksize},
+        {"bnb_4bit_compute_dtype", keep == DType::F32 ? "float32" : torch_dtype}};
+    write_dir_atomic(out, "ete quantize: writing", [&](const std::string& tmp) {
+        write_file_atomic(tmp + "/config.json", cj.dump(2) + "\n");
+        write_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});
+        for (const char* extra : {"tokenizer.json", "generation_config.json"}) {
+            const fs::path p = fs::path(in) / extra;
+            if (fs::exists(p)) write_file_atomic(tmp + "/" + extra, read_file(p.string()));
+        }
+    });
+    return quantized_params ? 8.0 * double(quantized_bytes) / double(quantized_params) : 0.0;
+}
+
+}  // namespace ete
