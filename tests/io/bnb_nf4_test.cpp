@@ -16,6 +16,7 @@
 #include "ete/core/file_util.h"
 #include "ete/io/bnb_nf4.h"
 #include "ete/io/hf_model.h"
+#include "ete/io/safetensors.h"
 #include "ete/model/transformer.h"
 #include "test_util.h"
 
@@ -163,6 +164,48 @@ TEST(BnbNf4, QuantizedDirLoadsTheBuffersQuantizeOnLoadGives) {
     const int q0 = plain.params().index("model.layers.0.self_attn.q_proj.weight");
     EXPECT_EQ(plain.params().download(q0), on_load.params().download(on_load.params().index(
                                                "model.layers.0.self_attn.q_proj.weight")));
+}
+
+// A dir in bitsandbytes' layout written by tools/gen_bnb_dir.py (an independent implementation of
+// its serialisation): ETE reads its NF4 weights bit for bit, and runs the model it describes.
+TEST(BnbNf4, ReadsADirWrittenInBitsandbytesLayout) {
+    const std::string dir = std::string(ETE_SOURCE_DIR) + "/tests/golden/hf/llama_bnb_nf4";
+    const ModelConfig c = load_hf_config(dir);
+    const auto expected = SafetensorsFile::open(dir + "/expected.safetensors");
+    auto be = make_cpu_backend();
+    LoraSpec s;
+    s.enabled = true;
+    s.base_format = "nf4";
+    Transformer q(c, *be, {}, DType::F32, s);
+    load_hf_weights(dir, q.params());
+    int checked = 0;
+    for (int i = 0; i < q.params().size(); ++i) {
+        if (!q.params().is_nf4(i)) continue;
+        const std::string& name = q.params().specs()[size_t(i)].name;
+        Tensor want = expected.to_f32("dequant." + name);
+        const std::vector<float> got = q.params().download(i);
+        ASSERT_EQ(got.size(), size_t(want.numel()));
+        for (size_t k = 0; k < got.size(); ++k)
+            ASSERT_EQ(got[k], want.f32()[k]) << name << " [" << k << "]";
+        ++checked;
+    }
+    EXPECT_EQ(checked, 14);
+    // The plain (f32) model reads the same weights dequantized; its logits are the golden's.
+    Transformer plain(c, *be);
+    load_hf_weights(dir, plain.params());
+    Tensor in = expected.to_tensor("inputs");
+    const int B = int(in.dim(0)), T = int(in.dim(1));
+    std::vector<int32_t> ids(in.i32(), in.i32() + in.numel());
+    std::vector<float> logits(size_t(B * T * c.vocab_size));
+    plain.setup(B, T);
+    plain.forward_logits(ids.data(), B, T, logits.data());
+    Tensor want = expected.to_f32("logits");
+    double err = 0, scale = 0;
+    for (size_t k = 0; k < logits.size(); ++k) {
+        err = std::max(err, std::fabs(double(logits[k]) - want.f32()[k]));
+        scale = std::max(scale, std::fabs(double(want.f32()[k])));
+    }
+    EXPECT_LT(err / scale, 1e-5);
 }
 
 }  // namespace
