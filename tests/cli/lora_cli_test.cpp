@@ -69,6 +69,11 @@ class LoraCli : public ::testing::Test {
 TEST_F(LoraCli, FinalIsAPeftDirAndResumeIsBitExact) {
     ShellResult r = train("base", "run", "");
     ASSERT_EQ(r.code, 0) << r.out;
+    // The start prints the memory estimate by term; the first steps the measured peak beside it.
+    for (const char* term : {"memory estimate (rank 0): runtime", "| frozen base", "| adapters",
+                             "| optimizer", "| activations", "| workspace", "| peak",
+                             "memory: measured peak RSS"})
+        EXPECT_NE(r.out.find(term), std::string::npos) << term << "\n" << r.out;
     const json cfg = json::parse(read_file(path("run/final/adapter_config.json")));
     EXPECT_EQ(cfg["peft_type"], "LORA");
     EXPECT_EQ(cfg["r"], 4);

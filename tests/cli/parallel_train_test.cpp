@@ -194,27 +194,28 @@ TEST_F(ParallelTrain, EveryLayoutMatchesOneProcessGpt2) {
 }
 
 // LoRA: adapters shard with their base (column-parallel base: A replicated, B split by rows;
-// row-parallel: A split by columns, B replicated), so every layout trains the same adapters.
-// The f32 base runs on every layout; the NF4 (QLoRA) base on the layouts without tensor
-// parallelism, where every rank quantizes the same whole tensors. adam_eps = 1e-6 as for GPT-2
-// below: k_proj's adapter gets a mathematically ~zero gradient along directions that shift every
-// key of a query alike (softmax ignores them), so at eps = 1e-8 AdamW turns two equally exact
-// summation orders into visibly different steps there (measured 2.7e-5 on one element of 8192).
+// row-parallel: A split by columns, B replicated), so every layout trains the same adapters,
+// over an f32 base and over NF4 (QLoRA), whose shards are cut from the whole quantized tensor
+// (the NF4 run widens the model so every shard is whole blocks of 32). adam_eps = 1e-6 as for
+// GPT-2 below: k_proj's adapter gets a mathematically ~zero gradient along directions that shift
+// every key of a query alike (softmax ignores them), so at eps = 1e-8 AdamW turns two equally
+// exact summation orders into visibly different steps there (measured 2.7e-5 on one element).
 TEST_F(ParallelTrain, LoraEveryLayoutMatchesOneProcess) {
     const std::string lora =
         " --set lora.enabled=true --set lora.targets=all-linear --set lora.r=4 "
         "--set train.adam_eps=1e-6";
-    for (const char* base : {"f32", "nf4"}) {
-        const std::string sets = lora + " --set lora.base_format=" + base;
+    const std::string nf4 =
+        " --set lora.base_format=nf4 --set lora.nf4_blocksize=32 --set model.hidden_size=64 "
+        "--set model.intermediate_size=64";
+    for (const std::string& base : {std::string(" --set lora.base_format=f32"), nf4}) {
+        const std::string sets = lora + base;
         RunResult one = train(1, sets);
         ASSERT_EQ(one.losses.size(), 5u);
         EXPECT_LT(one.losses.back(), one.losses.front());
         EXPECT_EQ(one.weights.size(), 4u * 7 * 2);  // layers x modules x (A, B): adapters only
-        for (const auto& l : kLayouts) {
-            if (std::string(base) == "nf4" && l[1] > 1) continue;
+        for (const auto& l : kLayouts)
             expect_same(one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + sets),
-                        fmt::format("lora {} ({},{},{})", base, l[0], l[1], l[2]));
-        }
+                        fmt::format("lora{} ({},{},{})", base, l[0], l[1], l[2]));
     }
 }
 
@@ -339,6 +340,21 @@ TEST_F(ParallelTrain, ResumeOntoAnotherLayout) {
     ckpt = last_out_ + "/checkpoints/step_00000003";
     expect_same(one, train(1, "--resume " + ckpt), "dp=2 zero1 -> 1 process");
     expect_same(one, train(2, mesh(2, 1, 1) + " --resume " + ckpt), "dp=2 zero1 -> dp=2");
+}
+
+// QLoRA checkpoints hold adapters only; the NF4 base is rebuilt from the seed on the new layout
+// (quantized whole, then sharded), so a resume continues as if nothing had changed.
+TEST_F(ParallelTrain, QloraResumeOntoAnotherLayout) {
+    const std::string q =
+        " --set lora.enabled=true --set lora.targets=all-linear --set lora.r=4 "
+        "--set train.adam_eps=1e-6 --set lora.nf4_blocksize=32 --set model.hidden_size=64 "
+        "--set model.intermediate_size=64";
+    RunResult one = train(1, q);
+    train(4, mesh(2, 2, 1) + q + " --set train.checkpoint_every=3");
+    const std::string ckpt = last_out_ + "/checkpoints/step_00000003";
+    ASSERT_TRUE(fs::exists(ckpt)) << ckpt;
+    expect_same(one, train(2, mesh(1, 1, 2) + q + " --resume " + ckpt), "qlora (2,2,1) -> (1,1,2)");
+    expect_same(one, train(1, q + " --resume " + ckpt), "qlora (2,2,1) -> (1,1,1)");
 }
 
 TEST_F(ParallelTrain, MeshThatDoesNotMatchTheRanksIsAClearError) {

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ete/io/safetensors.h"
+#include "ete/model/nf4_shard.h"
+#include "ete/model/shard.h"
 #include "ete/model/transformer.h"
 #include "test_util.h"
 
@@ -175,6 +177,52 @@ TEST(LoraModel, BadSpecIsAOneLineError) {
     EXPECT_EQ(error_of([&] { Transformer t(cfg, *be, {}, DType::F32, s); }),
               "lora.targets: 'c_attn' is not a linear of a llama model (expected q_proj, k_proj, "
               "v_proj, o_proj, gate_proj, up_proj, down_proj or all-linear)");
+}
+
+// An NF4 shard is cut from the whole quantized tensor: the same codes and absmax as the matching
+// rows/columns of one process's tensor; a shard that would cut blocks is refused.
+TEST(LoraModel, Nf4ShardsAreSlicesOfTheWholeTensor) {
+    ModelConfig c;
+    c.vocab_size = 32;
+    c.hidden_size = 64;
+    c.intermediate_size = 64;
+    c.num_layers = 1;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    LoraSpec s;
+    s.enabled = true;
+    s.base_format = "nf4";
+    s.nf4_block = 32;
+    ModelParallel mp;
+    mp.tp_size = 2;
+    for (int rank = 0; rank < 2; ++rank) {
+        mp.tp_rank = rank;
+        for (const ParamSpec& p : param_specs(c, mp, s)) {
+            if (p.nf4_block == 0) continue;
+            std::vector<float> w(size_t(shape_numel(p.global_shape)));
+            for (size_t k = 0; k < w.size(); ++k) w[k] = std::sin(0.37f * float(k));
+            const Nf4Tensor g =
+                nf4_quantize(w.data(), p.global_shape[0], p.global_shape[1], {32, true});
+            const Nf4Tensor t = nf4_shard(p, rank, 2, g);
+            std::vector<float> whole(w.size()), part(size_t(t.numel())), want(part.size());
+            nf4_dequantize(g, whole.data());
+            nf4_dequantize(t, part.data());
+            shard_from_global(p, rank, 2, whole.data(), want.data());
+            EXPECT_EQ(part, want) << p.name << " rank " << rank;
+        }
+    }
+    s.nf4_block = 64;  // o_proj's shards are 32 columns wide: 64-element blocks would straddle
+    mp.tp_rank = 0;
+    for (const ParamSpec& p : param_specs(c, mp, s)) {
+        if (p.role != ParamRole::AttnOut) continue;
+        std::vector<float> w(size_t(shape_numel(p.global_shape)), 0.5f);
+        const Nf4Tensor g =
+            nf4_quantize(w.data(), p.global_shape[0], p.global_shape[1], {64, true});
+        EXPECT_NE(error_of([&] {
+                      nf4_shard(p, 0, 2, g);
+                  }).find("NF4 blocks of 64 elements would straddle its shards at parallel.tp = 2"),
+                  std::string::npos);
+    }
 }
 
 }  // namespace

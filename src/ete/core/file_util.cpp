@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <system_error>
@@ -204,6 +205,14 @@ void MappedFile::reset() noexcept {
     if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
     data_ = nullptr;
     size_ = 0;
+}
+
+void MappedFile::release(size_t offset, size_t len) const {
+    if (!data_ || offset >= size_) return;
+    const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+    const size_t end = std::min(size_, offset + len);
+    const size_t first = (offset + page - 1) / page * page, last = end / page * page;
+    if (last > first) ::madvise(const_cast<std::byte*>(data_) + first, last - first, MADV_DONTNEED);
 }
 
 namespace {

@@ -94,6 +94,10 @@ class MappedFile {
     size_t size() const { return size_; }
     std::span<const std::byte> bytes() const { return {data_, size_}; }
     const std::string& path() const { return path_; }
+    // Drops the resident pages wholly inside [offset, offset + len) (madvise DONTNEED): reading
+    // them again re-reads the file. Lets a loader stream a large file without its pages piling up
+    // in the resident set.
+    void release(size_t offset, size_t len) const;
 
   private:
     void reset() noexcept;

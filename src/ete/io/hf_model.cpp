@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -76,6 +77,8 @@ void load_file(const SafetensorsFile& f, const ParamTable& store, const TensorSi
         if (is_bnb_quantized(f, name)) {  // stored [out, in] like ETE, whatever HF's layout
             ETE_CHECK(loaded.insert(n).second, "{}: tensor '{}' appears twice", path, n);
             const Nf4Tensor t = read_bnb_nf4(f, name, s.shape);
+            for (const char* aux : {"", ".absmax", ".nested_absmax"})
+                if (f.has(name + aux)) f.release(name + aux);
             if (take_nf4) {
                 take_nf4(i, t);
             } else {
@@ -93,6 +96,7 @@ void load_file(const SafetensorsFile& f, const ParamTable& store, const TensorSi
                   dtype_name(e.dtype));
         ETE_CHECK(loaded.insert(n).second, "{}: tensor '{}' appears twice", path, n);
         Tensor t = f.to_f32(name);
+        f.release(name);
         std::vector<float> ete_layout(size_t(t.numel()));
         param_from_hf(s, t.f32(), ete_layout.data());
         take(i, ete_layout.data());
@@ -284,6 +288,27 @@ void write_model_files(const std::string& tmp, const ModelConfig& c, const HostP
 
 }  // namespace
 
+namespace {
+
+// FNV-1a 64 of a file, streamed through a small buffer (mapping a multi-GB base would make all
+// of it resident while it is hashed).
+uint64_t file_fnv1a(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    ETE_CHECK(in, "{}: cannot open for reading", path);
+    uint64_t h = 14695981039346656037ull;
+    std::vector<char> buf(size_t(4) << 20);
+    while (in) {
+        in.read(buf.data(), std::streamsize(buf.size()));
+        for (std::streamsize k = 0; k < in.gcount(); ++k) {
+            h ^= uint8_t(buf[size_t(k)]);
+            h *= 1099511628211ull;
+        }
+    }
+    return h;
+}
+
+}  // namespace
+
 std::string model_dir_hash(const std::string& dir) {
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(dir)) {
@@ -293,11 +318,8 @@ std::string model_dir_hash(const std::string& dir) {
     std::sort(files.begin(), files.end());
     ETE_CHECK(!files.empty(), "model dir '{}': no config.json or .safetensors files", dir);
     std::string all;
-    for (const std::string& n : files) {
-        MappedFile m((fs::path(dir) / n).string());
-        const auto* p = reinterpret_cast<const char*>(m.data());
-        all += fmt::format("{}:{:016x};", n, stable_hash(std::string_view(p, m.size())));
-    }
+    for (const std::string& n : files)
+        all += fmt::format("{}:{:016x};", n, file_fnv1a((fs::path(dir) / n).string()));
     return fmt::format("{:016x}", stable_hash(all));
 }
 

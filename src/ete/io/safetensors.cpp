@@ -284,6 +284,11 @@ Tensor SafetensorsFile::to_tensor(const std::string& name) const {
     return t;
 }
 
+void SafetensorsFile::release(const std::string& name) const {
+    const SafetensorsEntry& e = info(name);
+    file_.release(size_t(data_start_ + e.begin), size_t(e.end - e.begin));
+}
+
 Tensor SafetensorsFile::to_f32(const std::string& name) const {
     const SafetensorsEntry& e = info(name);
     ETE_CHECK(e.dtype == DType::F32 || e.dtype == DType::F16 || e.dtype == DType::BF16 ||

@@ -49,6 +49,9 @@ class SafetensorsFile {
     Tensor to_tensor(const std::string& name) const;
     // Copies and converts F32, F16, BF16 or F64 to an owned F32 tensor; other dtypes throw.
     Tensor to_f32(const std::string& name) const;
+    // Drops tensor `name`'s pages from the resident set once it has been copied out (a loader
+    // reading tensor by tensor then holds one tensor, not the whole file).
+    void release(const std::string& name) const;
 
   private:
     SafetensorsFile() = default;

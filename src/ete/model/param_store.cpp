@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "ete/core/rng.h"
+#include "ete/model/nf4_shard.h"
 #include "ete/model/shard.h"
 
 namespace ete {
@@ -199,10 +200,29 @@ std::vector<float> ParamStore::download(int i) const {
     return out;
 }
 
+void ParamStore::upload_global_nf4(int i, const Nf4Tensor& global) {
+    upload_nf4(i, nf4_shard(specs()[size_t(i)], tp_rank(), tp_size(), global));
+}
+
+void ParamStore::upload_global(int i, const float* global) {
+    const ParamSpec& s = specs()[size_t(i)];
+    if (is_nf4(i)) {
+        return upload_global_nf4(i, nf4_quantize(global, s.global_shape[0], s.global_shape[1],
+                                                 {s.nf4_block, s.nf4_double_quant}));
+    }
+    std::vector<float> local(size_t(ParamTable::numel(i)));
+    shard_from_global(s, tp_rank(), tp_size(), global, local.data());
+    upload(i, local.data());
+}
+
 void ParamStore::upload(int i, const float* host) {
     const size_t n = size_t(ParamTable::numel(i));
     if (is_nf4(i)) {
         const ParamSpec& s = specs()[size_t(i)];
+        ETE_CHECK(tp_size() == 1 || s.shard.dim < 0,
+                  "parameter '{}': an NF4 shard is cut from the whole quantized tensor "
+                  "(upload_global), not quantized alone",
+                  s.name);
         return upload_nf4(
             i, nf4_quantize(host, s.shape[0], s.shape[1], {s.nf4_block, s.nf4_double_quant}));
     }
@@ -289,6 +309,15 @@ void HostParams::init(uint64_t seed) {
 void ParamStore::init(uint64_t seed) {
     std::vector<float> host;
     for (int i = 0; i < size(); ++i) {
+        if (is_nf4(i) && tp_size() > 1) {  // the whole tensor, quantized, then this shard
+            ParamSpec whole = specs()[size_t(i)];
+            whole.shape = whole.global_shape;
+            whole.shard = {};
+            host.resize(size_t(shape_numel(whole.shape)));
+            init_param(whole, 0, 1, seed, host.data());
+            upload_global(i, host.data());
+            continue;
+        }
         host.resize(size_t(ParamTable::numel(i)));
         init_param(specs()[size_t(i)], tp_rank(), tp_size(), seed, host.data());
         upload(i, host.data());

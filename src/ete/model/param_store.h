@@ -122,6 +122,12 @@ class ParamStore : public ParamTable {
     // first upload it has the shape but no data.
     const Nf4View& nf4(int i) const;
     void upload_nf4(int i, const Nf4Tensor& t);
+    // Parameter i from its whole logical tensor (global_shape, host F32, or NF4 quantized whole):
+    // this rank's shard of it. For an NF4 parameter the whole tensor is quantized and sharded
+    // (model/nf4_shard.h), so every layout holds the same blocks; upload() of a local shard
+    // would quantize the shard alone and is refused for NF4 under tensor parallelism.
+    void upload_global(int i, const float* global);
+    void upload_global_nf4(int i, const Nf4Tensor& global);
     // Backend bytes of the frozen parameters (dense and NF4).
     size_t frozen_bytes() const;
     // `rows` rows of `cols` starting at parameter i, across the parameters that follow it in the

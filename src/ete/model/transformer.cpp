@@ -34,10 +34,6 @@ Transformer::Transformer(const ModelConfig& config, Backend& backend, const Mode
               mp_.tp_size);
     const int P = mp_.tp_size;
     if (lora_.enabled) {
-        ETE_CHECK(!lora_.nf4() || P == 1,
-                  "lora.base_format = nf4 with parallel.tp = {}: NF4 bases are not sharded over "
-                  "tensor parallelism yet (use tp = 1 with dp/pp, or base_format bf16/f32)",
-                  P);
         const auto roles = lora_target_roles(lora_, cfg_);
         const bool kv = std::find(roles.begin(), roles.end(), ParamRole::K) != roles.end() ||
                         std::find(roles.begin(), roles.end(), ParamRole::V) != roles.end();

@@ -403,6 +403,13 @@ void validate(const RunConfig& c) {
                   "lora.dropout = {}: dropout on the adapter input is not implemented yet "
                   "(expected 0)",
                   c.lora_dropout);
+        // A dense frozen base is held in the compute dtype (the GEMMs read it as they read x).
+        ETE_CHECK(c.lora_base_format == "nf4" ||
+                      (c.lora_base_format == "f32" && c.precision == "fp32") ||
+                      (c.lora_base_format == "bf16" && c.precision == "bf16"),
+                  "lora.base_format = {} with train.precision = {}: a dense frozen base is held "
+                  "in the compute dtype, so f32 goes with fp32 and bf16 with bf16 (or use nf4)",
+                  c.lora_base_format, c.precision);
         // With model.init_from the architecture (and so the target names) comes from the dir;
         // the model checks the spec again once it is known.
         if (c.model_init_from.empty()) check_lora_spec(lora_spec(c), c.model);

@@ -4,6 +4,8 @@
 // G = grad_accum × (rows per global micro-batch); replica d runs its rows of every micro-batch
 // (dist.h). The loss is normalised by the target tokens of the whole global step. Only world
 // rank 0 writes files (metrics, config, checkpoints, the final model); every rank reads them.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -16,6 +18,7 @@
 #include "ete/parallel/device_comm.h"
 #include "ete/parallel/pp_schedule.h"
 #include "ete/parallel/replica_check.h"
+#include "ete/train/memory_estimate.h"
 #include "ete/train/run_setup.h"
 #include "ete/train/trainer_impl.h"
 
@@ -329,6 +332,9 @@ void Trainer::log_start() const {
         int64_t(rows_.global_rows) * cfg_.seq_len * cfg_.grad_accum,
         double(model_.activation_bytes()) / (1 << 20), backend_->name(), cfg_.precision);
     log_info("backend: {}", backend_->describe());
+    log_info("memory estimate (rank {}): {}", dist_.world->rank(),
+             estimate_memory(model_, cfg_, m.dp, runtime_rss_, omp_get_max_threads())
+                 .line(cfg_.lora_enabled));
     if (m.size() > 1)
         log_info("parallel: {} ranks = dp {} x tp {} x pp {} | {} rows per replica micro-batch{}",
                  m.size(), m.dp, m.tp, m.pp, rows_.rows,
@@ -351,6 +357,17 @@ void Trainer::log_start() const {
              cfg_.seq_len);
 }
 
+void Trainer::log_memory_measured() {
+    const MeshShape& m = dist_.shape();
+    double v[2] = {
+        double(process_peak_rss_bytes()),
+        double(estimate_memory(model_, cfg_, m.dp, runtime_rss_, omp_get_max_threads()).peak())};
+    if (dist_.world->size() > 1) dist_.world->all_reduce(v, 2, DType::F64, ReduceOp::Max);
+    log_info("memory: measured peak RSS {} against the estimated peak {} ({:+.1f}%){}",
+             format_bytes(uint64_t(v[0])), format_bytes(uint64_t(v[1])),
+             100.0 * (v[0] - v[1]) / v[1], dist_.world->size() > 1 ? " (max over ranks)" : "");
+}
+
 TrainSummary Trainer::run(const ResumeOptions& resume) {
     if (dist_.main()) fs::create_directories(out_);
     TrainSummary sum;
@@ -365,6 +382,7 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
     for (int64_t s = sum.start_step; s < cfg_.steps; ++s) {
         StepMetrics m = step(s);
         bool last = s + 1 == cfg_.steps;
+        if (s + 1 == std::min<int64_t>(sum.start_step + 3, cfg_.steps)) log_memory_measured();
         if (loader_->num_val_samples() > 0 && cfg_.eval_every > 0 &&
             ((s + 1) % cfg_.eval_every == 0 || last)) {
             m.val_loss = evaluate();

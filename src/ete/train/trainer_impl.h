@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ete/core/mem_stats.h"
 #include "ete/data/batch_source.h"
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
@@ -88,6 +89,8 @@ class Trainer {
     void check_replicas(int64_t steps_done);
     bool stop_requested(int local_signal);
     void log_start() const;
+    // After the first steps: the measured peak RSS beside the estimate of log_start (collective).
+    void log_memory_measured();
     // Samples since the start of training after `step` steps (layout-independent).
     uint64_t data_position(int64_t step) const {
         return uint64_t(step) * uint64_t(cfg_.grad_accum) * uint64_t(rows_.global_rows);
@@ -114,6 +117,7 @@ class Trainer {
     ReplicaRows rows_;
     std::optional<TokenShard> shard_;  // data.format = tokens; outlives the sampler
     std::unique_ptr<BatchSource> loader_;
+    uint64_t runtime_rss_ = process_rss_bytes();  // before the model: libraries, tokenizer, data
     Transformer model_;
     LayoutMap layout_;
     int slots_ = 1;  // micro-batches in flight on this pipeline stage (+1 arriving)

@@ -41,23 +41,18 @@ void Trainer::init_weights() {
     // Tensor by tensor: each logical tensor is cut to this rank's slice and uploaded, so no rank
     // holds more than one whole tensor on the host.
     const ParamTable global(param_specs(mc_, {}, lora_spec(cfg_)));
-    std::vector<float> part;
     auto take = [&](int g, const float* values) {
         const std::string& name = global.specs()[size_t(g)].name;
-        if (!local.has(name)) return;  // another stage's
-        const int i = local.index(name);
-        part.resize(size_t(local.numel(i)));
-        shard_from_global(local.specs()[size_t(i)], local.tp_rank(), local.tp_size(), values,
-                          part.data());
-        local.upload(i, part.data());
+        if (!local.has(name)) return;                    // another stage's
+        local.upload_global(local.index(name), values);  // NF4: quantized whole, then sharded
     };
-    // A pre-quantized weight stays as it is where this rank holds it whole in NF4 (re-quantizing
-    // its dequantized values would not give the same double-quantized statistics).
+    // A pre-quantized weight keeps its blocks where this rank holds it in NF4 (re-quantizing its
+    // dequantized values would not give the same double-quantized statistics).
     auto take_nf4 = [&](int g, const Nf4Tensor& t) {
         const std::string& name = global.specs()[size_t(g)].name;
         if (!local.has(name)) return;
         const int i = local.index(name);
-        if (local.is_nf4(i) && local.tp_size() == 1) return local.upload_nf4(i, t);
+        if (local.is_nf4(i)) return local.upload_global_nf4(i, t);
         std::vector<float> v(size_t(t.numel()));
         nf4_dequantize(t, v.data());
         take(g, v.data());

@@ -1,0 +1,25 @@
+// ete/model/nf4_shard.h — one tensor-parallel rank's shard of an NF4 weight, exact on any layout.
+//
+// The weight is quantized whole (as on one process, or as a bitsandbytes file holds it) and each
+// rank keeps the blocks of its shard: the same 4-bit codes and the same block absmax, so every
+// layout computes with bit-identical weights. NF4 blocks therefore must not straddle a shard:
+// every run of the shard (shard.h) must start at a block boundary and hold whole blocks, which
+// needs rows of a whole number of blocks (and, for a column split, shard widths too); a layout
+// where they cannot be aligned is an error naming the parameter. A shard's padding (MLP width,
+// vocabulary) is whole blocks of zeros.
+//
+// A double-quantized weight's absmax values are shared in groups of 256 blocks that a shard cuts
+// across, so a shard stores its blocks' absmax expanded to fp32 (4.5 bits per parameter on such a
+// rank instead of 4.127): re-quantizing them per shard would change the weights by layout.
+#pragma once
+
+#include "ete/model/param_spec.h"
+#include "ete/quant/nf4.h"
+
+namespace ete {
+
+// The shard of `global` (the whole (out, in) tensor of s.global_shape) on tp_rank; at tp_size 1
+// `global` itself. Throws ete::Error naming s when its shard runs are not whole blocks.
+Nf4Tensor nf4_shard(const ParamSpec& s, int tp_rank, int tp_size, const Nf4Tensor& global);
+
+}  // namespace ete

@@ -1,0 +1,86 @@
+// ete/train/memory_estimate.cpp
+#include "ete/train/memory_estimate.h"
+
+#include <algorithm>
+
+namespace ete {
+
+namespace {
+
+// What the CPU backend's NF4 GEMM dequantizes at a time (backend/cpu/nf4.cpp).
+constexpr uint64_t kNf4TileElems = uint64_t(1) << 20;
+// OpenBLAS reserves a GEMM buffer per thread (BUFFER_SIZE, 32 MiB of address space on x86-64) but
+// touches only its packed panels, a few MiB on large products; oneDNN's scratchpads for the
+// 16-bit GEMMs are of the same order. Measured on the bench models (docs/benchmarks.md).
+constexpr uint64_t kGemmBufferPerThread = uint64_t(8) << 20;
+
+}  // namespace
+
+std::string format_bytes(uint64_t b) {
+    if (b >= (uint64_t(1) << 30)) return fmt::format("{:.2f} GiB", double(b) / double(1 << 30));
+    return fmt::format("{:.1f} MiB", double(b) / double(1 << 20));
+}
+
+uint64_t MemoryEstimate::peak() const {
+    return runtime + frozen + weights + gradients + optimizer +
+           std::max(activations + comm + workspace, loading);
+}
+
+std::string MemoryEstimate::line(bool lora) const {
+    return fmt::format(
+        "runtime {} | frozen base {} | {} {} | gradients {} | optimizer {} | activations {} | "
+        "comm {} | workspace {} | loading {} (transient) | peak {}",
+        format_bytes(runtime), format_bytes(frozen), lora ? "adapters" : "weights",
+        format_bytes(weights), format_bytes(gradients), format_bytes(optimizer),
+        format_bytes(activations), format_bytes(comm), format_bytes(workspace),
+        format_bytes(loading), format_bytes(peak()));
+}
+
+MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, int dp,
+                               uint64_t runtime_bytes, int threads) {
+    const ParamStore& ps = model.params();
+    const uint64_t n = uint64_t(ps.numel());
+    const DType act = model.compute_dtype();
+    MemoryEstimate e;
+    e.runtime = runtime_bytes;
+    e.frozen = ps.frozen_bytes();
+    // Not yet loaded NF4 weights: their size from the shape (packed codes + 1 absmax byte per
+    // block, the nested statistics, the map).
+    for (int i = 0; i < ps.size(); ++i) {
+        if (!ps.is_nf4(i) || !ps.nf4(i).empty()) continue;
+        const ParamSpec& s = ps.specs()[size_t(i)];
+        const uint64_t el = uint64_t(ps.numel(i)), blocks = (el + s.nf4_block - 1) / s.nf4_block;
+        e.frozen +=
+            (el + 1) / 2 + (s.nf4_double_quant ? blocks + blocks / 256 * 4 + 1028 : blocks * 4);
+    }
+    e.weights = n * 4 + (act != DType::F32 ? n * dtype_size(act) : 0);
+    e.gradients = n * 4;
+    e.optimizer = 2 * n * 4 / uint64_t(cfg.parallel_zero1 ? dp : 1);
+    e.activations = model.activation_bytes();
+    if (dp > 1) {
+        const uint64_t bucket = uint64_t(cfg.parallel_bucket_mb * double(1 << 20));
+        e.comm = (cfg.parallel_grad_bf16 ? bucket / 2 : 0) +
+                 (model.params().backend().host_addressable() ? 0 : bucket);
+    }
+    uint64_t largest = 0, tile = 0;
+    for (int i = 0; i < ps.size(); ++i) {
+        const ParamSpec& s = ps.specs()[size_t(i)];
+        const uint64_t global = uint64_t(shape_numel(s.global_shape));
+        largest = std::max(largest, global);
+        if (ps.is_nf4(i)) {
+            const uint64_t cols = uint64_t(s.shape[1]), rows = uint64_t(s.shape[0]);
+            const uint64_t tr =
+                std::clamp<uint64_t>(kNf4TileElems / std::max<uint64_t>(cols, 1), 1, rows);
+            tile = std::max(tile, tr * cols * dtype_size(act));
+        }
+    }
+    e.workspace = tile + uint64_t(threads) * kGemmBufferPerThread;
+    // A model dir: the tensor as read (f32) and in ETE layout (f32), and its NF4 form; a fresh
+    // init: one f32 host tensor (and its NF4 form).
+    const bool nf4 = cfg.lora_enabled && cfg.lora_base_format == "nf4";
+    e.loading =
+        largest * (cfg.model_init_from.empty() ? 4 : 8) + (nf4 ? largest / 2 + largest / 16 : 0);
+    return e;
+}
+
+}  // namespace ete

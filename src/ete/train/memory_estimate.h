@@ -1,0 +1,42 @@
+// ete/train/memory_estimate.h — the peak memory a training run will need on this rank, by term,
+// printed at start and compared with the measured peak RSS after the first steps.
+//
+// Terms (bytes, this rank):
+//   runtime      resident before the model was built: libraries, tokenizer, mapped data
+//   frozen base  frozen parameters (a LoRA base: dense, or NF4 with its statistics)
+//   weights      trainable F32 masters (+ the 16-bit compute copy under mixed precision)
+//   gradients    F32, one per trainable element
+//   optimizer    AdamW's two F32 moments (sharded over dp with ZeRO-1)
+//   activations  the arena (every slot's saved activations and the shared scratch)
+//   comm         data-parallel bucket staging (bf16 copies; the host copy of non-host backends)
+//   workspace    NF4 dequantization tiles, and the GEMM library's per-thread buffers
+//   loading      transient: the largest tensor on the host while a model dir is read (f32 as
+//                read, in ETE layout, and its NF4 form), before the activations are touched
+// The peak is runtime + frozen + weights + gradients + optimizer + max(activations + comm +
+// workspace, loading).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ete/model/transformer.h"
+#include "ete/train/config.h"
+
+namespace ete {
+
+struct MemoryEstimate {
+    uint64_t runtime = 0, frozen = 0, weights = 0, gradients = 0, optimizer = 0;
+    uint64_t activations = 0, comm = 0, workspace = 0, loading = 0;
+    uint64_t peak() const;
+    // "frozen base 312.4 MiB | adapters 4.1 MiB | ... | peak 1.21 GiB"
+    std::string line(bool lora) const;
+};
+
+// dp: data-parallel replicas; threads: compute threads (OpenMP).
+MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, int dp,
+                               uint64_t runtime_bytes, int threads);
+
+// "1.21 GiB", "312.4 MiB".
+std::string format_bytes(uint64_t b);
+
+}  // namespace ete
