@@ -403,6 +403,9 @@ void validate(const RunConfig& c) {
                   "lora.dropout = {}: dropout on the adapter input is not implemented yet "
                   "(expected 0)",
                   c.lora_dropout);
+        ETE_CHECK(c.lora_base_format == "f32" || c.lora_base_format == "bf16" ||
+                      c.lora_base_format == "nf4",
+                  "lora.base_format = '{}': expected f32, bf16 or nf4", c.lora_base_format);
         // A dense frozen base is held in the compute dtype (the GEMMs read it as they read x).
         ETE_CHECK(c.lora_base_format == "nf4" ||
                       (c.lora_base_format == "f32" && c.precision == "fp32") ||
