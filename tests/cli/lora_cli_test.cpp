@@ -70,9 +70,9 @@ TEST_F(LoraCli, FinalIsAPeftDirAndResumeIsBitExact) {
     ShellResult r = train("base", "run", "");
     ASSERT_EQ(r.code, 0) << r.out;
     // The start prints the memory estimate by term; the first steps the measured peak beside it.
-    for (const char* term : {"memory estimate (rank 0): runtime", "| frozen base", "| adapters",
-                             "| optimizer", "| activations", "| workspace", "| peak",
-                             "memory: measured peak RSS"})
+    for (const char* term :
+         {"memory estimate (rank 0): runtime", "| frozen base", "| adapters", "| optimizer",
+          "| activations", "| workspace", "| peak", "memory: measured peak RSS"})
         EXPECT_NE(r.out.find(term), std::string::npos) << term << "\n" << r.out;
     const json cfg = json::parse(read_file(path("run/final/adapter_config.json")));
     EXPECT_EQ(cfg["peft_type"], "LORA");
@@ -171,6 +171,40 @@ TEST_F(LoraCli, QuantizedDirTrainsBitIdenticallyAndMergesExactly) {
     EXPECT_NE(nf4.code, 0);
     EXPECT_NE(nf4.out.find("merging into NF4 is refused"), std::string::npos) << nf4.out;
     EXPECT_FALSE(fs::exists(path("m4")));
+}
+
+// Dynamic rank (patience 2): after step 4 a grow (|grad B|/|B| is large while B is young), after
+// step 6 a shrink back (forced: every improvement is below the threshold 1), both logged; a
+// resume from before them continues bit for bit (the controller's state is in the checkpoint);
+// final/ holds rank-4 adapters whose lora_alpha keeps the trained scale (16 / 4).
+TEST_F(LoraCli, DynamicRankChangesAreLoggedAndResumeIsBitExact) {
+    const std::string dyn =
+        "--set lora.dynamic_rank=true --set lora.r_max=8 --set lora.rank_patience=2 "
+        "--set lora.rank_shrink_threshold=1";
+    ShellResult r = train("base", "dyn", dyn);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("lora rank: 4 -> 8 after step 4 (grow"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("lora rank: 8 -> 4 after step 6 (shrink"), std::string::npos) << r.out;
+    const std::string metrics = read_file(path("dyn/metrics.jsonl"));
+    EXPECT_NE(metrics.find("\"rank_change\":\"grow 4 -> 8\""), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("\"rank_change\":\"shrink 8 -> 4\""), std::string::npos);
+    EXPECT_NE(metrics.find("\"lora_rank\":8"), std::string::npos);
+    const json cfg = json::parse(read_file(path("dyn/final/adapter_config.json")));
+    EXPECT_EQ(cfg["r"], 4);
+    EXPECT_EQ(cfg["lora_alpha"], 16.0);
+    const auto f = SafetensorsFile::open(path("dyn/final/adapter_model.safetensors"));
+    EXPECT_EQ(f.info("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight").shape,
+              (Shape{4, 32}));
+    fs::create_directories(path("dyn2/checkpoints"));
+    fs::copy(path("dyn/checkpoints/step_00000003"), path("dyn2/checkpoints/step_00000003"));
+    r = train("base", "dyn2", dyn + " --resume auto");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(read_file(path("dyn2/final/adapter_model.safetensors")),
+              read_file(path("dyn/final/adapter_model.safetensors")));
+    // eval --adapter reads the rank-2 adapter and scores it with the trained scale.
+    const double loss = eval_loss("--model " + path("base") + " --adapter " + path("dyn/final") +
+                                  " --tokens " + path("t.bin"));
+    EXPECT_GT(loss, 0);
 }
 
 TEST_F(LoraCli, BadLoraConfigIsAOneLineError) {

@@ -207,9 +207,20 @@ TEST_F(ParallelTrain, LoraEveryLayoutMatchesOneProcess) {
     const std::string nf4 =
         " --set lora.base_format=nf4 --set lora.nf4_blocksize=32 --set model.hidden_size=64 "
         "--set model.intermediate_size=64";
-    for (const std::string& base : {std::string(" --set lora.base_format=f32"), nf4}) {
+    // Dynamic rank on (patience 2, a shrink forced at the end of the second window, step 4):
+    // every layout takes the same decision and the same truncated SVD.
+    const std::string dynamic =
+        " --set lora.dynamic_rank=true --set lora.r_max=8 --set lora.rank_patience=2 "
+        "--set lora.rank_shrink_threshold=1";
+    for (const std::string& base :
+         {std::string(" --set lora.base_format=f32"), nf4, nf4 + dynamic}) {
         const std::string sets = lora + base;
         RunResult one = train(1, sets);
+        if (base.find("dynamic") != std::string::npos) {
+            EXPECT_NE(
+                read_file(last_out_ + "/metrics.jsonl").find("\"rank_change\":\"shrink 4 -> 2\""),
+                std::string::npos);
+        }
         ASSERT_EQ(one.losses.size(), 5u);
         EXPECT_LT(one.losses.back(), one.losses.front());
         EXPECT_EQ(one.weights.size(), 4u * 7 * 2);  // layers x modules x (A, B): adapters only

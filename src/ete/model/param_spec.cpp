@@ -155,6 +155,10 @@ bool is_decoder_linear(ParamRole r) {
 void add_adapter(std::vector<ParamSpec>& t, const ParamSpec& w, int R) {
     const std::string module = w.name.substr(0, w.name.size() - std::string(".weight").size());
     const int64_t out = w.shape[0], in = w.shape[1];
+    ETE_CHECK(R <= std::min(out, in),
+              "lora: rank {} exceeds the smaller side ({}) of '{}' ({}, {}); lower lora.r / "
+              "lora.r_max",
+              R, std::min(out, in), w.name, out, in);
     const bool column = w.shard.dim == 0;
     ParamSpec a = spec(module + ".lora_A.weight", {R, in}, ParamKind::Matrix, ParamInit::Uniform,
                        float(1.0 / std::sqrt(double(in))),

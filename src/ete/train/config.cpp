@@ -190,6 +190,17 @@ const std::vector<Key>& keys() {
                           "NF4 block size (power of two, 32..4096)"));
         t.push_back(field("lora.double_quant", &R::lora_double_quant,
                           "NF4 double quantization of the block absmax values"));
+        t.push_back(field("lora.dynamic_rank", &R::lora_dynamic_rank,
+                          "change the adapters' rank during training (r_min..r_max)"));
+        t.push_back(field("lora.r_min", &R::lora_r_min, "dynamic rank: smallest rank"));
+        t.push_back(field("lora.r_max", &R::lora_r_max, "dynamic rank: allocated (largest) rank"));
+        t.push_back(field("lora.rank_patience", &R::lora_rank_patience,
+                          "dynamic rank: steps per decision window"));
+        t.push_back(field("lora.rank_shrink_threshold", &R::lora_rank_shrink_threshold,
+                          "dynamic rank: halve when the smoothed loss improves less than this "
+                          "(relative) over a window"));
+        t.push_back(field("lora.rank_grow_threshold", &R::lora_rank_grow_threshold,
+                          "dynamic rank: double when |grad B| / |B| averages above this"));
         return t;
     }();
     return table;
@@ -413,6 +424,14 @@ void validate(const RunConfig& c) {
                   "lora.base_format = {} with train.precision = {}: a dense frozen base is held "
                   "in the compute dtype, so f32 goes with fp32 and bf16 with bf16 (or use nf4)",
                   c.lora_base_format, c.precision);
+        if (c.lora_dynamic_rank) {
+            ETE_CHECK(c.lora_r_min >= 1 && c.lora_r_min <= c.lora_r && c.lora_r <= c.lora_r_max,
+                      "lora.dynamic_rank: expected 1 <= lora.r_min ({}) <= lora.r ({}) <= "
+                      "lora.r_max ({})",
+                      c.lora_r_min, c.lora_r, c.lora_r_max);
+            ETE_CHECK(c.lora_rank_patience > 0, "lora.rank_patience = {}: expected > 0",
+                      c.lora_rank_patience);
+        }
         // With model.init_from the architecture (and so the target names) comes from the dir;
         // the model checks the spec again once it is known.
         if (c.model_init_from.empty()) check_lora_spec(lora_spec(c), c.model);
@@ -428,6 +447,7 @@ LoraSpec lora_spec(const RunConfig& c) {
     s.base_format = c.lora_base_format;
     s.nf4_block = c.lora_nf4_blocksize;
     s.nf4_double_quant = c.lora_double_quant;
+    s.r_max = c.lora_dynamic_rank ? c.lora_r_max : 0;
     s.targets.clear();
     for (size_t pos = 0; pos <= c.lora_targets.size();) {
         const size_t end = std::min(c.lora_targets.find(',', pos), c.lora_targets.size());

@@ -76,6 +76,13 @@ struct RunConfig {
     std::string lora_base_format = "nf4";  // f32 | bf16 | nf4
     int lora_nf4_blocksize = 64;
     bool lora_double_quant = true;
+    // Dynamic rank (train/rank_controller.h): adapters allocated at r_max, rank changed in place.
+    bool lora_dynamic_rank = false;
+    int lora_r_min = 2;
+    int lora_r_max = 32;
+    int64_t lora_rank_patience = 50;
+    double lora_rank_shrink_threshold = 0.002;
+    double lora_rank_grow_threshold = 1.0;
 };
 
 // The embedded default: a small Llama on the bundled KJV corpus (see README quickstart).

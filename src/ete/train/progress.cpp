@@ -45,6 +45,8 @@ void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run)
         if (m.tp_comm_ms) j["tp_comm_ms"] = *m.tp_comm_ms;
         if (m.loss_scale) j["loss_scale"] = *m.loss_scale;
         if (m.skipped) j["skipped"] = *m.skipped;
+        if (m.lora_rank) j["lora_rank"] = *m.lora_rank;
+        if (m.rank_change) j["rank_change"] = *m.rank_change;
         if (m.pp_bubble_theory) j["pp_bubble_theory"] = *m.pp_bubble_theory;
         std::fputs((j.dump() + "\n").c_str(), metrics_);
         std::fflush(metrics_);
@@ -54,6 +56,7 @@ void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run)
         "step: {}/{} | loss: {:.4f} | lr: {:.3e} | grad_norm: {:.3f} | tok/s: {:.0f} | eta: {}",
         m.step, total_, m.loss, m.lr, m.grad_norm, m.tokens_per_s, format_duration(eta));
     if (m.val_loss) line += fmt::format(" | val_loss: {:.4f}", *m.val_loss);
+    if (m.lora_rank) line += fmt::format(" | rank: {}", *m.lora_rank);
     if (m.loss_scale)
         line += fmt::format(" | loss_scale: {:g}{}", *m.loss_scale,
                             m.skipped && *m.skipped ? " (skipped)" : "");

@@ -29,6 +29,9 @@ struct StepMetrics {
     // fp16: the loss scale the step ran with, and whether it was skipped (non-finite gradient).
     std::optional<double> loss_scale;
     std::optional<bool> skipped;
+    // Dynamic LoRA rank: the adapters' rank after the step, and its change at this step.
+    std::optional<int> lora_rank;
+    std::optional<std::string> rank_change;  // e.g. "shrink 8 -> 4"
 };
 
 class Progress {

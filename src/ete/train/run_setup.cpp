@@ -77,13 +77,20 @@ std::optional<Tokenizer> load_tokenizer(const RunConfig& cfg) {
 json run_settings(const RunConfig& c, const ModelConfig& mc, const std::string& lora_base_hash) {
     json lora = nullptr;
     if (c.lora_enabled) {
-        lora = {{"r", c.lora_r},
-                {"alpha", c.lora_alpha},
-                {"targets", c.lora_targets},
-                {"use_rslora", c.lora_use_rslora},
-                {"base_format", c.lora_base_format},
-                {"nf4_blocksize", c.lora_nf4_blocksize},
-                {"double_quant", c.lora_double_quant}};
+        lora = {
+            {"r", c.lora_r},
+            {"alpha", c.lora_alpha},
+            {"targets", c.lora_targets},
+            {"use_rslora", c.lora_use_rslora},
+            {"base_format", c.lora_base_format},
+            {"nf4_blocksize", c.lora_nf4_blocksize},
+            {"double_quant", c.lora_double_quant},
+            {"dynamic_rank", c.lora_dynamic_rank ? json{{"r_min", c.lora_r_min},
+                                                        {"r_max", c.lora_r_max},
+                                                        {"patience", c.lora_rank_patience},
+                                                        {"shrink", c.lora_rank_shrink_threshold},
+                                                        {"grow", c.lora_rank_grow_threshold}}
+                                                 : json(nullptr)}};
     }
     return {{"model", config_to_hf_json(mc)},
             {"lora", lora},

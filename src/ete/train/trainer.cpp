@@ -72,6 +72,11 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
         base_hash_ = model_dir_hash(cfg_.model_init_from);
     if (dist_.tied) tied_dev_ = device_communicator(*dist_.tied, *backend_);
     if (cfg_.precision == "fp16") scaler_ = LossScaler::for_fp16(cfg_.loss_scale_window);
+    if (cfg_.lora_enabled && cfg_.lora_dynamic_rank) {
+        ranks_.emplace(RankRule{cfg_.lora_r_min, cfg_.lora_r_max, cfg_.lora_rank_patience,
+                                cfg_.lora_rank_shrink_threshold, cfg_.lora_rank_grow_threshold},
+                       cfg_.lora_r);
+    }
     // Fault injection for tests (docs/architecture.md): "STEP:RANK" puts an inf into one gradient
     // of world rank RANK at 1-based step STEP, after the data-parallel reduction, so only that
     // rank sees it unless the skip decision is shared.
@@ -162,6 +167,7 @@ bool Trainer::finish_grads(int64_t step, double* norm, float* grad_scale) {
 nlohmann::json Trainer::checkpoint_extra() const {
     nlohmann::json j = nlohmann::json::object();
     if (scaler_.enabled()) j["loss_scaler"] = scaler_.state();
+    if (ranks_) j["lora_rank"] = ranks_->state();
     return j;
 }
 
@@ -219,6 +225,7 @@ StepMetrics Trainer::step(int64_t step) {
     double loss_sum =
         dist_.shape().pp > 1 ? run_pipeline_step(d_scale) : run_micro_batches(d_scale);
     reduce_grads();
+    const double rho = ranks_ ? adapter_rho() : 0.0;
     loss_sum = global_loss(loss_sum);
     double norm = 0;
     float grad_scale = 1.0f;
@@ -249,6 +256,13 @@ StepMetrics Trainer::step(int64_t step) {
         m.skipped = !take;
     }
     if (tp_timed_) m.tp_comm_ms = tp_timed_->seconds() * 1e3;
+    if (ranks_) {
+        if (auto c = ranks_->observe(step + 1, m.loss, rho)) {
+            apply_rank_change(*c, step + 1);
+            m.rank_change = fmt::format("{} {} -> {}", c->reason, c->from, c->to);
+        }
+        m.lora_rank = ranks_->rank();
+    }
     if (dist_.shape().pp > 1) {
         // The mean over the stages of the share of the step not computing (waiting for
         // activations or gradients: the schedule's bubble plus transfer time).

@@ -22,6 +22,7 @@
 #include "ete/train/dist.h"
 #include "ete/train/layout.h"
 #include "ete/train/progress.h"
+#include "ete/train/rank_controller.h"
 #include "ete/train/trainer.h"
 
 namespace ete {
@@ -129,10 +130,18 @@ class Trainer {
     LossScaler scaler_;         // enabled for train.precision = fp16
     int64_t inject_step_ = -1;  // ETE_INJECT_NONFINITE_GRAD (tests): step and world rank
     int inject_rank_ = -1;
-    std::vector<int32_t> in_, tgt_;   // (grad_accum, rows, T)
-    std::vector<int32_t> doc_start_;  // packed sources only (else empty)
-    PipeStats last_pipe_;             // the last pipelined step's timing (pp > 1)
-    std::string base_hash_;           // LoRA from a model dir: model_dir_hash of the base
+    std::vector<int32_t> in_, tgt_;        // (grad_accum, rows, T)
+    std::vector<int32_t> doc_start_;       // packed sources only (else empty)
+    PipeStats last_pipe_;                  // the last pipelined step's timing (pp > 1)
+    std::string base_hash_;                // LoRA from a model dir: model_dir_hash of the base
+    std::optional<RankController> ranks_;  // lora.dynamic_rank
+
+    // Dynamic rank (trainer_rank.cpp), all collective: the step's ‖∇B‖/‖B‖ over the mesh; a
+    // change applied to every adapter (truncated SVD or zero columns, moments reset); the rank
+    // set on every adapted layer of this rank.
+    double adapter_rho();
+    void apply_rank_change(const RankChange& c, int64_t step);
+    void set_adapter_ranks(int r);
 };
 
 }  // namespace ete

@@ -4,6 +4,7 @@
 // on a tp x pp mesh writes the same checkpoint and the same HF directory, and any layout resumes
 // from any checkpoint. World rank 0 writes; every rank reads.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "ete/core/log.h"
@@ -110,6 +111,10 @@ int64_t Trainer::start(const ResumeOptions& resume) {
     opt_.set_steps_taken(st.optimizer_steps);
     if (scaler_.enabled() && st.extra.contains("loss_scaler"))
         scaler_.restore(st.extra["loss_scaler"]);
+    if (ranks_ && st.extra.contains("lora_rank")) {
+        ranks_->restore(st.extra["lora_rank"]);
+        set_adapter_ranks(ranks_->rank());
+    }
     if (dist_.main()) truncate_metrics(out_ + "/metrics.jsonl", st.step);
     log_info("resumed from {} at step {}", *from, st.step);
     return st.step;
@@ -167,7 +172,14 @@ void Trainer::save_final() {
     std::unique_ptr<HostParams> whole = gather_model();
     if (cfg_.lora_enabled) {  // final/ is a PEFT adapter dir over the base
         if (dist_.main()) {
-            const LoraSpec spec = lora_spec(cfg_);
+            // At the final rank, with lora_alpha chosen so PEFT's alpha / r is the scale trained
+            // with (fixed at alpha / r of the first rank while the rank changes).
+            LoraSpec spec = lora_spec(cfg_);
+            if (ranks_ && ranks_->rank() != spec.r) {
+                const float scale = lora_scale(spec.alpha, spec.r, spec.rslora);
+                spec.r = ranks_->rank();
+                spec.alpha = scale * (spec.rslora ? std::sqrt(float(spec.r)) : float(spec.r));
+            }
             save_peft_adapter(
                 out_ + "/final", mc_, spec, *whole,
                 cfg_.model_init_from.empty() ? "" : fs::absolute(cfg_.model_init_from).string(),
