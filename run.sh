@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ETE quickstart driver. Two commands on a fresh Debian 12 machine:
 #   ./run.sh demo   install what is missing, build, prepare the KJV corpus, train a tokenizer and a
-#                   small Llama on CPU, save it as an HF model dir, print a generated sample
+#                   small Llama on CPU, save it as an HF model dir, print a generated sample, then
+#                   QLoRA-fine-tune it to name the book of a verse (answers before and after)
 #   ./run.sh test   install what is missing, build (warnings as errors), run the whole test suite,
 #                   then the unit tests again under address/undefined sanitizers, then fuzz the
 #                   safetensors reader for FUZZ_SECONDS (default 60)
@@ -63,6 +64,53 @@ demo() {
     log "sample from runs/demo/final"
     "$ete" generate --model runs/demo/final --prompt "And God said" --max-new-tokens 120 \
         --temperature 0.8 --top-k 40 --seed 1
+    qlora_demo "$ete"
+}
+
+# SFT records "<verse>\nBook:" -> " <book>" from the KJV; every 20th verse (and Psalm 150:6, the
+# demo's question) is held out in data/kjv_books_val.jsonl.
+books_sft() {
+    bible -f 'Gen1:1-Rev22:21' | awk '
+    BEGIN {
+      n = split("Ge:Genesis Exo:Exodus Lev:Leviticus Num:Numbers Deu:Deuteronomy Josh:Joshua " \
+        "Jdgs:Judges Ruth:Ruth 1Sm:1_Samuel 2Sm:2_Samuel 1Ki:1_Kings 2Ki:2_Kings 1Chr:1_Chronicles " \
+        "2Chr:2_Chronicles Ezra:Ezra Neh:Nehemiah Est:Esther Job:Job Psa:Psalms Prv:Proverbs " \
+        "Eccl:Ecclesiastes SSol:Song_of_Solomon Isa:Isaiah Jer:Jeremiah Lam:Lamentations " \
+        "Eze:Ezekiel Dan:Daniel Hos:Hosea Joel:Joel Amos:Amos Obad:Obadiah Jonah:Jonah Mic:Micah " \
+        "Nahum:Nahum Hab:Habakkuk Zep:Zephaniah Hag:Haggai Zec:Zechariah Mal:Malachi Mat:Matthew " \
+        "Mark:Mark Luke:Luke John:John Acts:Acts Rom:Romans 1Cor:1_Corinthians 2Cor:2_Corinthians " \
+        "Gal:Galatians Eph:Ephesians Phi:Philippians Col:Colossians 1Th:1_Thessalonians " \
+        "2Th:2_Thessalonians 1Tim:1_Timothy 2Tim:2_Timothy Titus:Titus Phmn:Philemon Heb:Hebrews " \
+        "Jas:James 1Pet:1_Peter 2Pet:2_Peter 1Jn:1_John 2Jn:2_John 3Jn:3_John Jude:Jude " \
+        "Rev:Revelation", pairs, " ")
+      for (i = 1; i <= n; i++) { split(pairs[i], kv, ":"); gsub("_", " ", kv[2]); name[kv[1]] = kv[2] }
+    }
+    {
+      ref = $1; text = substr($0, length(ref) + 2); book = ref; sub(/[0-9]+:[0-9]+$/, "", book)
+      rec = sprintf("{\"prompt\": \"%s\\nBook:\", \"completion\": \" %s\"}", text, name[book])
+      if (NR % 20 == 0 || ref == "Psa150:6") print rec > "data/kjv_books_val.jsonl.tmp"
+      else print rec > "data/kjv_books_train.jsonl.tmp"
+    }'
+    mv data/kjv_books_val.jsonl.tmp data/kjv_books_val.jsonl
+    mv data/kjv_books_train.jsonl.tmp data/kjv_books_train.jsonl
+}
+
+qlora_demo() {
+    local ete=$1 question
+    [ -s data/kjv_books_train.jsonl ] && [ -s data/kjv_books_val.jsonl ] || books_sft
+    question=$(printf '%s\nBook:' "Let every thing that hath breath praise the LORD. Praise ye the LORD.")
+    log "QLoRA: which book is a verse from? Held-out verse (Psalm 150:6), base model:"
+    "$ete" generate --model runs/demo/final --prompt "$question" --max-new-tokens 4 --temperature 0
+    echo
+    "$ete" eval --model runs/demo/final --jsonl data/kjv_books_val.jsonl --json
+    log "fine-tuning LoRA adapters over the NF4-quantized base (examples/qlora_books.toml)"
+    "$ete" train examples/qlora_books.toml --out runs/demo-qlora --resume auto
+    log "the same verse, base + adapter (runs/demo-qlora/final, a PEFT adapter dir):"
+    "$ete" generate --model runs/demo/final --adapter runs/demo-qlora/final --prompt "$question" \
+        --max-new-tokens 4 --temperature 0
+    echo
+    "$ete" eval --model runs/demo/final --adapter runs/demo-qlora/final \
+        --jsonl data/kjv_books_val.jsonl --json
 }
 
 run_tests() {
