@@ -84,7 +84,7 @@ TEST_P(Nf4Gemm, ForwardAndInputGradientEqualDequantizeThenGemm) {
     auto cpu = make_cpu_backend();
     for (bool dq : {false, true}) {
         const Nf4Tensor small = random_nf4(96, 130, 64, dq, 11);
-        const Nf4Tensor big = random_nf4(1100, 1000, 64, dq, 12);  // > 1M elements: 2 tiles
+        const Nf4Tensor big = random_nf4(2101, 2000, 64, dq, 12);  // > 4M elements: 2 tiles
         for (bool trans_w : {true, false}) {
             SCOPED_TRACE(::testing::Message() << "dq " << dq << " trans_w " << trans_w);
             check_gemm(*cpu, GetParam(), 17, small, trans_w, 0.0f);

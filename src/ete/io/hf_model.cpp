@@ -97,6 +97,10 @@ void load_file(const SafetensorsFile& f, const ParamTable& store, const TensorSi
         ETE_CHECK(loaded.insert(n).second, "{}: tensor '{}' appears twice", path, n);
         Tensor t = f.to_f32(name);
         f.release(name);
+        if (!s.hf_transposed) {  // HF's layout is ETE's: no second copy of a large tensor
+            take(i, t.f32());
+            continue;
+        }
         std::vector<float> ete_layout(size_t(t.numel()));
         param_from_hf(s, t.f32(), ete_layout.data());
         take(i, ete_layout.data());

@@ -8,7 +8,7 @@ namespace ete {
 namespace {
 
 // What the CPU backend's NF4 GEMM dequantizes at a time (backend/cpu/nf4.cpp).
-constexpr uint64_t kNf4TileElems = uint64_t(1) << 20;
+constexpr uint64_t kNf4TileElems = uint64_t(4) << 20;
 // OpenBLAS reserves a GEMM buffer per thread (BUFFER_SIZE, 32 MiB of address space on x86-64) but
 // touches only its packed panels, a few MiB on large products; oneDNN's scratchpads for the
 // 16-bit GEMMs are of the same order. Measured on the bench models (docs/benchmarks.md).
@@ -22,8 +22,8 @@ std::string format_bytes(uint64_t b) {
 }
 
 uint64_t MemoryEstimate::peak() const {
-    return runtime + frozen + weights + gradients + optimizer +
-           std::max(activations + comm + workspace, loading);
+    const uint64_t resident = runtime + weights + gradients + optimizer + activations;
+    return std::max(resident + frozen + comm + workspace, resident + frozen_dense + loading);
 }
 
 std::string MemoryEstimate::line(bool lora) const {
@@ -44,6 +44,9 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
     MemoryEstimate e;
     e.runtime = runtime_bytes;
     e.frozen = ps.frozen_bytes();
+    for (int i = 0; i < ps.size(); ++i)
+        if (!ps.trainable(i) && !ps.is_nf4(i))
+            e.frozen_dense += uint64_t(ps.numel(i)) * dtype_size(ps.value(i).dtype);
     // Not yet loaded NF4 weights: their size from the shape (packed codes + 1 absmax byte per
     // block, the nested statistics, the map).
     for (int i = 0; i < ps.size(); ++i) {
@@ -75,11 +78,12 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
         }
     }
     e.workspace = tile + uint64_t(threads) * kGemmBufferPerThread;
-    // A model dir: the tensor as read (f32) and in ETE layout (f32), and its NF4 form; a fresh
-    // init: one f32 host tensor (and its NF4 form).
+    // A model dir: the tensor as read (f32), its transposed copy (GPT-2 Conv1D), and the 16-bit
+    // conversion or NF4 form the store makes of it; a fresh init: one f32 host tensor and that.
     const bool nf4 = cfg.lora_enabled && cfg.lora_base_format == "nf4";
-    e.loading =
-        largest * (cfg.model_init_from.empty() ? 4 : 8) + (nf4 ? largest / 2 + largest / 16 : 0);
+    const bool gpt2 = model.config().arch == Arch::GPT2;
+    const uint64_t as_stored = nf4 ? largest / 2 + largest / 16 : largest * dtype_size(act);
+    e.loading = largest * (cfg.model_init_from.empty() || !gpt2 ? 4 : 8) + as_stored;
     return e;
 }
 

@@ -11,9 +11,11 @@
 //   comm         data-parallel bucket staging (bf16 copies; the host copy of non-host backends)
 //   workspace    NF4 dequantization tiles, and the GEMM library's per-thread buffers
 //   loading      transient: the largest tensor on the host while a model dir is read (f32 as
-//                read, in ETE layout, and its NF4 form), before the activations are touched
-// The peak is runtime + frozen + weights + gradients + optimizer + max(activations + comm +
-// workspace, loading).
+//                read, its transposed copy for GPT-2's Conv1D, its 16-bit or NF4 form)
+// Two moments compete for the peak: training (runtime + frozen + weights + gradients + optimizer
+// + activations + comm + workspace) and loading the largest tensor, when the activations are
+// already resident (the arena is zeroed at setup) but the NF4 buffers are not yet allocated
+// (runtime + dense frozen + weights + gradients + optimizer + activations + loading).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,7 @@ namespace ete {
 struct MemoryEstimate {
     uint64_t runtime = 0, frozen = 0, weights = 0, gradients = 0, optimizer = 0;
     uint64_t activations = 0, comm = 0, workspace = 0, loading = 0;
+    uint64_t frozen_dense = 0;  // the part of `frozen` allocated before loading (not NF4)
     uint64_t peak() const;
     // "frozen base 312.4 MiB | adapters 4.1 MiB | ... | peak 1.21 GiB"
     std::string line(bool lora) const;

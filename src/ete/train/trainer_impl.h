@@ -64,6 +64,7 @@ class Trainer {
     // trainer_state.cpp: weights and optimizer state in and out of files, on any layout.
     int64_t start(const ResumeOptions& resume);
     void init_weights();
+    void load_weights();  // init_weights without the heap trim
     void load_state(const std::string& dir, CheckpointState& st);
     // The logical whole model (weights, or with moments = true also the AdamW moments, zero
     // elsewhere) on world rank 0; other ranks get an empty store.
