@@ -230,6 +230,17 @@ TEST_F(ParallelTrain, LoraEveryLayoutMatchesOneProcess) {
     }
 }
 
+// GPT-2 QLoRA: c_attn's adapter B is split like its q | k | v groups, c_proj's A by columns.
+TEST_F(ParallelTrain, QloraGpt2TensorParallelMatchesOneProcess) {
+    const std::string q =
+        " --set model.arch=gpt2 --set model.num_kv_heads=4 --set model.hidden_size=64 "
+        "--set model.intermediate_size=128 --set lora.enabled=true --set lora.targets=all-linear "
+        "--set lora.r=4 --set lora.nf4_blocksize=32 --set train.adam_eps=1e-6";
+    RunResult one = train(1, q);
+    expect_same(one, train(2, mesh(1, 2, 1) + q), "gpt2 qlora (1,2,1)");
+    expect_same(one, train(8, mesh(2, 2, 2) + q), "gpt2 qlora (2,2,2)");
+}
+
 // The whole mesh on the guarded backend, whose memory the host cannot touch: tensor-parallel
 // all-reduces, pipeline send/recv, the tied-embedding sum, ZeRO-1 gathers and data-parallel
 // buckets (f32 and bf16) all stage through host memory, and give the CPU backend's run.
