@@ -33,15 +33,6 @@ Transformer::Transformer(const ModelConfig& config, Backend& backend, const Mode
               "tensor parallelism over parallel.tp = {} ranks needs the tp communicator",
               mp_.tp_size);
     const int P = mp_.tp_size;
-    if (lora_.enabled) {
-        const auto roles = lora_target_roles(lora_, cfg_);
-        const bool kv = std::find(roles.begin(), roles.end(), ParamRole::K) != roles.end() ||
-                        std::find(roles.begin(), roles.end(), ParamRole::V) != roles.end();
-        ETE_CHECK(!kv || P <= cfg_.num_kv_heads,
-                  "lora.targets k_proj/v_proj with parallel.tp = {} > num_key_value_heads = {}: "
-                  "adapters of replicated kv heads are not supported yet",
-                  P, cfg_.num_kv_heads);
-    }
     tp_host_ = P > 1 ? mp_.tp : nullptr;
     if (tp_host_) tp_ = device_communicator(*tp_host_, be_);
     H_ = cfg_.num_heads / P;
@@ -369,8 +360,10 @@ void Transformer::allocate(Arena& a) {
         lora_duc_[size_t(k)] = has && A != F32 ? a.alloc_mat(A, N, R) : Mat{};
     }
     tp_buf_ = tp_ ? a.alloc_mat(F32, N, C) : Mat{};
-    kv_old_ = kv_group_ ? a.alloc_vec(F32, 2 * D * C + 2 * D) : Vec{};
-    kv_sum_ = kv_group_ ? a.alloc_vec(F32, 2 * D * C + 2 * D) : Vec{};
+    // k|v weight and bias rows, or the k and v adapters' B (2 · D · R).
+    const int64_t kv_n = std::max(2 * D * C + 2 * D, 2 * D * R);
+    kv_old_ = kv_group_ ? a.alloc_vec(F32, kv_n) : Vec{};
+    kv_sum_ = kv_group_ ? a.alloc_vec(F32, kv_n) : Vec{};
     ce_tgt_ = tp_ && last ? a.alloc_vec(DType::I32, head_rows_) : Vec{};
     ce_lse_ = tp_ && last ? a.alloc_vec(F32, head_rows_) : Vec{};
     ce_zt_ = tp_ && last ? a.alloc_vec(F32, head_rows_) : Vec{};
@@ -468,55 +461,60 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     kv_grads_finish(i, kv_sum);
 }
 
-// The k|v rows of layer i's fused q|k|v gradient: the weight's (2·D, C) after the H·D q rows, or
-// the bias's (1, 2·D) likewise (empty without bias).
-Mat Transformer::kv_grad_rows(int i, bool bias) {
-    const LinearParams& p = layers_[size_t(i)].qkv.part(0).params();
-    const int64_t D = cfg_.D(), q = int64_t(H_) * D;
-    if (!bias) return p.d_w.row_slice(q, 2 * D);
-    if (p.d_b.empty()) return {};
-    return as_mat(p.d_b.slice(q, 2 * D));
+// The gradients of layer i that the ranks holding one replicated kv head compute in part: the
+// k|v rows of a trainable fused q|k|v weight (and bias), or, over a frozen base, the B of the
+// k_proj and v_proj adapters (their rows are the kv head's). Contiguous views.
+std::vector<Mat> Transformer::kv_grad_views(int i) {
+    std::vector<Mat> v;
+    if (kv_trainable_) {
+        const LinearParams& p = layers_[size_t(i)].qkv.part(0).params();
+        const int64_t D = cfg_.D(), q = int64_t(H_) * D;
+        v.push_back(p.d_w.row_slice(q, 2 * D));
+        if (!p.d_b.empty()) v.push_back(as_mat(p.d_b.slice(q, 2 * D)));
+        return v;
+    }
+    if (!kv_group_) return v;
+    for (ParamRole r : {ParamRole::K, ParamRole::V}) {
+        const int ib = params_.find_lora(r, mp_.layer_begin + i, true);
+        if (ib >= 0) v.push_back(params_.grad(ib));
+    }
+    return v;
 }
 
-// Replicated kv heads. The k|v rows of the fused q|k|v gradient accumulate over micro-batches,
-// but only this micro-batch's contribution may be summed over the kv group: the accumulated
-// value is set aside and zeroed, the backward writes the fresh partial, the group sums it, and
-// the old value is added back. Every holder adds the same two values, so the copies stay
-// bit-identical.
+// Replicated kv heads. Those gradients accumulate over micro-batches, but only this
+// micro-batch's contribution may be summed over the kv group: the accumulated value is set aside
+// and zeroed, the backward writes the fresh partial, the group sums it, and the old value is
+// added back. Every holder adds the same two values, so the copies stay bit-identical.
 void Transformer::kv_grads_set_aside(int i) {
-    if (!kv_trainable_) return;
-    const int64_t D = cfg_.D(), C = cfg_.hidden_size;
-    Mat w = kv_grad_rows(i, false), b = kv_grad_rows(i, true);
-    be_.copy(as_mat(kv_old_.slice(0, 2 * D * C)).reshaped(2 * D, C), w);
-    be_.fill(w, 0.0f);
-    if (!b.empty()) {
-        be_.copy(as_mat(kv_old_.slice(2 * D * C, 2 * D)), b);
-        be_.fill(b, 0.0f);
+    int64_t at = 0;
+    for (const Mat& g : kv_grad_views(i)) {
+        be_.copy(as_mat(kv_old_.slice(at, g.numel())).reshaped(g.rows, g.cols), g);
+        be_.fill(g, 0.0f);
+        at += g.numel();
     }
 }
 
-// Packs the fresh k|v weight and bias gradients into one message and starts its sum.
+// Packs the fresh partials into one message and starts its sum.
 Request Transformer::kv_grads_start_sum(int i) {
-    if (!kv_trainable_) return nullptr;
-    const int64_t D = cfg_.D(), C = cfg_.hidden_size;
-    Mat w = kv_grad_rows(i, false), b = kv_grad_rows(i, true);
-    be_.copy(as_mat(kv_sum_.slice(0, 2 * D * C)).reshaped(2 * D, C), w);
-    if (!b.empty()) be_.copy(as_mat(kv_sum_.slice(2 * D * C, 2 * D)), b);
-    const size_t n = size_t(2 * D * C + (b.empty() ? 0 : 2 * D));
-    return kv_group_->iall_reduce(kv_sum_.data, n, DType::F32, ReduceOp::Sum);
+    const std::vector<Mat> views = kv_grad_views(i);
+    if (views.empty()) return nullptr;
+    int64_t at = 0;
+    for (const Mat& g : views) {
+        be_.copy(as_mat(kv_sum_.slice(at, g.numel())).reshaped(g.rows, g.cols), g);
+        at += g.numel();
+    }
+    return kv_group_->iall_reduce(kv_sum_.data, size_t(at), DType::F32, ReduceOp::Sum);
 }
 
 // gradient = set-aside value + the group's sum of this micro-batch's partials.
 void Transformer::kv_grads_finish(int i, Request& sum) {
-    if (!kv_trainable_) return;
+    if (!sum) return;
     sum->wait();
-    const int64_t D = cfg_.D(), C = cfg_.hidden_size;
-    Mat w = kv_grad_rows(i, false), b = kv_grad_rows(i, true);
-    be_.copy(w, as_mat(kv_old_.slice(0, 2 * D * C)).reshaped(2 * D, C));
-    be_.add(w, as_mat(kv_sum_.slice(0, 2 * D * C)).reshaped(2 * D, C));
-    if (!b.empty()) {
-        be_.copy(b, as_mat(kv_old_.slice(2 * D * C, 2 * D)));
-        be_.add(b, as_mat(kv_sum_.slice(2 * D * C, 2 * D)));
+    int64_t at = 0;
+    for (const Mat& g : kv_grad_views(i)) {
+        be_.copy(g, as_mat(kv_old_.slice(at, g.numel())).reshaped(g.rows, g.cols));
+        be_.add(g, as_mat(kv_sum_.slice(at, g.numel())).reshaped(g.rows, g.cols));
+        at += g.numel();
     }
 }
 

@@ -225,7 +225,7 @@ class Transformer {
     void kv_grads_set_aside(int i);
     Request kv_grads_start_sum(int i);
     void kv_grads_finish(int i, Request& sum);
-    Mat kv_grad_rows(int i, bool bias);  // the k|v rows of layer i's q|k|v weight/bias gradient
+    std::vector<Mat> kv_grad_views(int i);  // what a kv group sums, per layer (see the .cpp)
     // Embedding, final norm and head (transformer_head.cpp).
     void embed_forward(Mat out, CVec ids, AttnDims d);
     void embed_backward(CMat d_out, CVec ids, AttnDims d);
