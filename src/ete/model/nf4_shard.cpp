@@ -10,8 +10,8 @@ namespace ete {
 
 Nf4Tensor nf4_shard(const ParamSpec& s, int tp_rank, int tp_size, const Nf4Tensor& global) {
     ETE_CHECK(global.rows == s.global_shape[0] && global.cols == s.global_shape[1],
-              "parameter '{}': NF4 tensor ({}, {}), expected {}", s.name, global.rows,
-              global.cols, shape_str(s.global_shape));
+              "parameter '{}': NF4 tensor ({}, {}), expected {}", s.name, global.rows, global.cols,
+              shape_str(s.global_shape));
     if (tp_size == 1 || s.shard.dim < 0) return global;
     const int64_t bs = global.blocksize;
     const std::vector<ShardRun> runs = shard_runs(s, tp_rank, tp_size);

@@ -51,11 +51,10 @@ void Trainer::apply_rank_change(const RankChange& c, int64_t step) {
         for (size_t i = 0; i < g.size(); ++i) offset[i + 1] = offset[i] + shape_numel(g[i].shape);
         for (size_t i = 0; i < g.size(); ++i) {
             if (g[i].role != ParamRole::LoraA) continue;
-            const std::string b_name =
-                g[i].name.substr(0, g[i].name.rfind(".lora_A")) + ".lora_B.weight";
-            size_t j = i + 1;
-            while (j < g.size() && g[j].name != b_name) ++j;
-            ETE_ASSERT(j < g.size());
+            // param_specs puts each adapter's B right after its A.
+            const size_t j = i + 1;
+            ETE_ASSERT(j < g.size() && g[j].role == ParamRole::LoraB &&
+                       g[j].lora_base == g[i].lora_base && g[j].layer == g[i].layer);
             const int R = int(g[i].shape[0]);
             const int64_t in = g[i].shape[1], out = g[j].shape[0];
             float* a = whole.data() + offset[i];
