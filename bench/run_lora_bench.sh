@@ -2,7 +2,8 @@
 # bench/run_lora_bench.sh — the LoRA/QLoRA benchmark of docs/benchmarks.md: a ~1.1B Llama
 # (bench/gen_llama_1b.py, random BF16 weights), micro-batch 1, seq 256, all-linear adapters
 # r = 16: full fine-tuning, LoRA over the bf16 base and QLoRA (NF4 base), each with
-# train.precision = bf16, then the same LoRA step in PyTorch 1.13 (bench/pytorch_lora.py).
+# train.precision = bf16, then the same LoRA step in PyTorch 1.13 (bench/pytorch_lora.py);
+# qlora_dropout (not in the default RUNS) is QLoRA with lora.dropout = 0.05.
 # Prints per run: median step seconds (steps 2..N), measured peak RSS, ETE's own estimate.
 #   BUILD_DIR (default build), MODEL_DIR (default /tmp/llama-1b, generated when missing),
 #   STEPS (default 4), RUNS ("full lora qlora pytorch"), OUT (default /tmp/ete_lora_bench).
@@ -45,6 +46,7 @@ for r in $RUNS; do
         full) ete_run full ;;
         lora) ete_run lora $lora --set lora.base_format=bf16 ;;
         qlora) ete_run qlora $lora --set lora.base_format=nf4 ;;
+        qlora_dropout) ete_run qlora_dropout $lora --set lora.base_format=nf4 --set lora.dropout=0.05 ;;
         pytorch) OPENBLAS_CORETYPE=$core /usr/bin/python3 bench/pytorch_lora.py --model "$MODEL_DIR" \
                      --steps $((STEPS - 1)) --warmup 1 ;;
     esac

@@ -207,6 +207,126 @@ TEST_F(LoraCli, DynamicRankChangesAreLoggedAndResumeIsBitExact) {
     EXPECT_GT(loss, 0);
 }
 
+// An adapter dir laid out as PEFT's save_pretrained writes one (every adapter_config.json field
+// PEFT 0.13 writes, target_modules in PEFT's set order, "format": "pt"), written here by hand
+// rather than by ETE's own writer: B non-zero, so the adapter changes the model.
+void write_peft_style_dir(const std::string& dir, const ModelConfig& c, int r) {
+    fs::create_directories(dir);
+    const int64_t C = c.hidden_size, F = c.intermediate_size, D = C / c.num_heads;
+    const int64_t KV = c.num_kv_heads * D;
+    const std::vector<std::tuple<std::string, int64_t, int64_t>> modules = {
+        {"self_attn.q_proj", C, C}, {"self_attn.k_proj", KV, C}, {"self_attn.v_proj", KV, C},
+        {"self_attn.o_proj", C, C}, {"mlp.gate_proj", F, C},     {"mlp.up_proj", F, C},
+        {"mlp.down_proj", C, F}};
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    float k = 0;
+    auto filled = [&](int64_t rows, int64_t cols) {
+        Tensor t = Tensor::empty({rows, cols});
+        for (int64_t i = 0; i < rows * cols; ++i) t.f32()[i] = 0.05f * std::sin(k += 0.7f);
+        return t;
+    };
+    for (int l = 0; l < c.num_layers; ++l)
+        for (const auto& [m, out, in] : modules) {
+            const std::string p = "base_model.model.model.layers." + std::to_string(l) + "." + m;
+            tensors.emplace_back(p + ".lora_A.weight", filled(r, in));
+            tensors.emplace_back(p + ".lora_B.weight", filled(out, r));
+        }
+    write_safetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+    const json cfg = {
+        {"alpha_pattern", json::object()},
+        {"auto_mapping", nullptr},
+        {"base_model_name_or_path", "some-org/tiny-llama"},
+        {"bias", "none"},
+        {"fan_in_fan_out", false},
+        {"inference_mode", true},
+        {"init_lora_weights", true},
+        {"layer_replication", nullptr},
+        {"layers_pattern", nullptr},
+        {"layers_to_transform", nullptr},
+        {"loftq_config", json::object()},
+        {"lora_alpha", 16},
+        {"lora_dropout", 0.05},
+        {"megatron_config", nullptr},
+        {"megatron_core", "megatron.core"},
+        {"modules_to_save", nullptr},
+        {"peft_type", "LORA"},
+        {"r", r},
+        {"rank_pattern", json::object()},
+        {"revision", nullptr},
+        {"target_modules",
+         {"down_proj", "k_proj", "up_proj", "o_proj", "q_proj", "gate_proj", "v_proj"}},
+        {"task_type", "CAUSAL_LM"},
+        {"use_dora", false},
+        {"use_rslora", false}};
+    write_file_atomic(dir + "/adapter_config.json", cfg.dump(2));
+}
+
+std::map<std::string, std::vector<float>> read_all(const std::string& file) {
+    std::map<std::string, std::vector<float>> out;
+    auto f = SafetensorsFile::open(file);
+    for (const std::string& n : f.names()) {
+        Tensor t = f.to_f32(n);
+        out[n].assign(t.f32(), t.f32() + t.numel());
+    }
+    return out;
+}
+
+double first_loss(const std::string& run) {
+    const std::string m = read_file(run + "/metrics.jsonl");
+    return json::parse(m.substr(0, m.find('\n')))["loss"].get<double>();
+}
+
+// lora.init_from starts a run's adapters from a PEFT dir — on one process and on a tp x pp mesh,
+// where each rank keeps its slice: at a learning rate of 1e-9 the final adapters are the dir's
+// (each moves by at most ~lr per step). The dir must describe the run's adapters.
+TEST_F(LoraCli, InitFromAPeftDirStartsTheAdaptersOnEveryLayout) {
+    write_peft_style_dir(path("peft"), cfg_, 4);
+    const std::string slow =
+        " --set train.lr=1e-9 --set train.min_lr=0 --set train.steps=2 --set lora.base_format=f32";
+    ShellResult fresh = train("base", "fresh", slow);
+    ASSERT_EQ(fresh.code, 0) << fresh.out;
+    const auto want = read_all(path("peft/adapter_model.safetensors"));
+    for (const std::string& launch : {std::string(), std::string("launch -n 4 -- ")}) {
+        const std::string out = launch.empty() ? "one" : "mesh";
+        ShellResult r = run_shell(
+            "ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 "
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 " +
+            ete_cmd(launch + "train --set model.init_from=" + path("base") +
+                    " --set lora.enabled=true --set lora.targets=all-linear --set lora.r=4" +
+                    " --set lora.init_from=" + path("peft") + slow +
+                    " --set train.micro_batch=2 --set train.seq_len=8 --set train.eval_every=0" +
+                    " --set data.train=" + path("t.bin") + " --set data.tokenizer=\"\"" +
+                    (launch.empty() ? "" : " --set parallel.tp=2 --set parallel.pp=2") + " --out " +
+                    path(out) + " 2>&1"));
+        ASSERT_EQ(r.code, 0) << r.out;
+        EXPECT_NE(r.out.find("lora: adapters from " + path("peft")), std::string::npos) << r.out;
+        const auto got = read_all(path(out + "/final/adapter_model.safetensors"));
+        ASSERT_EQ(got.size(), want.size()) << out;
+        for (const auto& [name, w] : want) {
+            const auto& g = got.at(name);
+            ASSERT_EQ(g.size(), w.size()) << name;
+            for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-7) << out << name << i;
+        }
+        // Its step-1 loss is base + the dir's adapters', not the fresh (B = 0) base's.
+        EXPECT_GT(std::fabs(first_loss(path(out)) - first_loss(path("fresh"))), 1e-4) << out;
+    }
+    // The same dir scores base + adapter in eval.
+    EXPECT_NE(eval_loss("--model " + path("base") + " --adapter " + path("peft") + " --tokens " +
+                        path("t.bin")),
+              eval_loss("--model " + path("base") + " --tokens " + path("t.bin")));
+    // A dir for another rank or scale is refused, naming both.
+    ShellResult bad =
+        train("base", "bad", slow + " --set lora.r=8 --set lora.init_from=" + path("peft"));
+    EXPECT_NE(bad.code, 0);
+    EXPECT_NE(bad.out.find("its adapters have rank 4, but lora.r = 8 (expected the same rank)"),
+              std::string::npos)
+        << bad.out;
+    bad = train("base", "bad2", slow + " --set lora.alpha=32 --set lora.init_from=" + path("peft"));
+    EXPECT_NE(bad.out.find("lora_alpha 16 use_rslora false, but this run has lora.alpha = 32"),
+              std::string::npos)
+        << bad.out;
+}
+
 TEST_F(LoraCli, BadLoraConfigIsAOneLineError) {
     ShellResult r =
         run_shell(ete_cmd("train --set lora.enabled=true --set lora.base_format=nf3 "

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -214,10 +215,26 @@ TEST_F(ParallelTrain, LoraEveryLayoutMatchesOneProcess) {
     const std::string dynamic =
         " --set lora.dynamic_rank=true --set lora.r_max=8 --set lora.rank_patience=2 "
         "--set lora.rank_shrink_threshold=1";
-    for (const std::string& base :
-         {std::string(" --set lora.base_format=f32"), nf4, nf4 + dynamic}) {
+    // Dropout on the adapter inputs: every layout draws each token's masks from its place in
+    // the global batch (tp = 2 splits o_proj's and the padded down_proj's inputs); the f32
+    // variant's layouts also recompute every layer, against one process that does not. With
+    // dropout some adapter elements get gradients near adam_eps = 1e-6, where AdamW turns the
+    // dp sum's other order into steps of visibly different size (measured 6.8e-5 on one
+    // element of 4.7e-3 after 5 steps, while the losses agree to 5e-9 and recompute is bit
+    // exact); at eps = 1e-4 every element stays within 3e-7, as without dropout.
+    const std::string f32 = " --set lora.base_format=f32";
+    const std::string drop = " --set lora.dropout=0.2 --set train.adam_eps=1e-4";
+    RunResult no_drop = train(1, lora + f32 + " --set train.adam_eps=1e-4");
+    for (const std::string& base : {f32 + drop, nf4, nf4 + dynamic + drop}) {
         const std::string sets = lora + base;
         RunResult one = train(1, sets);
+        if (base == f32 + drop) {  // the masks change the run
+            ASSERT_EQ(no_drop.losses.size(), 5u);
+            EXPECT_GT(std::fabs(one.losses.back() - no_drop.losses.back()),
+                      1e-4 * no_drop.losses.back());
+        }
+        const std::string layout_extra =
+            base == f32 + drop ? std::string(" --set train.recompute=full") : std::string();
         if (base.find("dynamic") != std::string::npos) {
             EXPECT_NE(
                 read_file(last_out_ + "/metrics.jsonl").find("\"rank_change\":\"shrink 4 -> 2\""),
@@ -227,8 +244,9 @@ TEST_F(ParallelTrain, LoraEveryLayoutMatchesOneProcess) {
         EXPECT_LT(one.losses.back(), one.losses.front());
         EXPECT_EQ(one.weights.size(), 4u * 7 * 2);  // layers x modules x (A, B): adapters only
         for (const auto& l : kLayouts)
-            expect_same(one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + sets),
-                        fmt::format("lora{} ({},{},{})", base, l[0], l[1], l[2]));
+            expect_same(one,
+                        train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + sets + layout_extra),
+                        fmt::format("lora{} ({},{},{})", base + layout_extra, l[0], l[1], l[2]));
     }
 }
 
@@ -345,6 +363,27 @@ TEST_F(ParallelTrain, Fp16SkipIsDecidedByEveryRankAlike) {
         << by5.log;
 }
 
+// One rank failing alone (an error, not a timeout) ends the whole job at once: it aborts the job
+// at exit instead of waiting in MPI_Finalize for its peer, which is blocked in a collective the
+// failed rank will never join (before the fix the job ended only when that peer's 120 s timeout
+// fired).
+TEST_F(ParallelTrain, AnErrorOnOneRankEndsTheJobAtOnce) {
+    const std::string cmd =
+        "ETE_INJECT_ERROR=2:1 OMP_NUM_THREADS=1 " + kMpiEnv +
+        ete_cmd("launch -n 2 -- train " + (dir_ / "job.toml").string() + " --out " +
+                (dir_ / "fail").string() + " --set parallel.tp=2 --set parallel.timeout_s=120") +
+        " 2>&1";
+    const auto t0 = std::chrono::steady_clock::now();
+    ShellResult r = run_shell(cmd);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("ete: error: ETE_INJECT_ERROR: world rank 1 fails at step 2"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("timed out"), std::string::npos) << r.out;
+    EXPECT_LT(took.count(), 60.0) << r.out;
+}
+
 // GQA with tp = 4 > num_kv_heads = 2: each kv head is replicated on 2 tp ranks, which sum its
 // gradient; alone (4 ranks) and under dp = 2 (8 ranks), the same run as one process.
 TEST_F(ParallelTrain, KvHeadsReplicatedWhenTpExceedsThem) {
@@ -390,12 +429,13 @@ TEST_F(ParallelTrain, ResumeOntoAnotherLayout) {
 }
 
 // QLoRA checkpoints hold adapters only; the NF4 base is rebuilt from the seed on the new layout
-// (quantized whole, then sharded), so a resume continues as if nothing had changed.
+// (quantized whole, then sharded), so a resume continues as if nothing had changed — dropout
+// masks included (keyed by the step and the global sample, not by anything a process keeps).
 TEST_F(ParallelTrain, QloraResumeOntoAnotherLayout) {
     const std::string q =
         " --set lora.enabled=true --set lora.targets=all-linear --set lora.r=4 "
         "--set train.adam_eps=1e-6 --set lora.nf4_blocksize=32 --set model.hidden_size=64 "
-        "--set model.intermediate_size=64";
+        "--set model.intermediate_size=64 --set lora.dropout=0.1";
     RunResult one = train(1, q);
     train(4, mesh(2, 2, 1) + q + " --set train.checkpoint_every=3");
     const std::string ckpt = last_out_ + "/checkpoints/step_00000003";

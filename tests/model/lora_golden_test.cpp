@@ -162,6 +162,94 @@ TEST(LoraModel, ZeroBLeavesTheBaseModelUnchanged) {
     EXPECT_GT(*std::max_element(av.begin(), av.end()), 0.5f * bound);
 }
 
+// Adapters initialised as PEFT does, then B set non-zero everywhere, so every adapter's output
+// (and gradient path) matters.
+void init_nonzero_b(ParamStore& ps) {
+    ps.init(7);
+    for (int i = 0; i < ps.size(); ++i)
+        if (ps.specs()[size_t(i)].role == ParamRole::LoraB)
+            ps.upload(i, std::vector<float>(size_t(ps.numel(i)), 0.05f).data());
+}
+
+// One micro-batch of the tests below: rows [row0, row0 + rows) of a (2, 5) batch.
+constexpr int B = 2, T = 5;
+const std::vector<int32_t> ids = {1, 5, 9, 3, 7, 2, 4, 6, 8, 0},
+                           tg = {5, 9, 3, 7, 2, 4, 6, 8, 0, 1};
+double train(Transformer& m, int64_t step, int64_t first, int rows, int row0) {
+    m.set_micro_batch(0, step, first);
+    return m.forward_backward(ids.data() + row0 * T, tg.data() + row0 * T, rows, T, 0.1f);
+}
+std::vector<float> grads(const Transformer& m) {
+    return m.params().download_grads();
+}
+
+// A recomputed layer re-runs its forward without the layer output: it must still save what
+// backward reads, down_proj's adapter u included (it once did not, and down_proj's B got the
+// gradient of stale scratch).
+TEST(LoraModel, RecomputeGivesTheSameGradients) {
+    const auto f = SafetensorsFile::open(std::string(ETE_SOURCE_DIR) +
+                                         "/tests/golden/lora_llama_f32.safetensors");
+    const ModelConfig cfg = config_from_hf_json(json::parse(f.metadata().at("config")), "cfg");
+    LoraSpec spec = spec_from(json::parse(f.metadata().at("lora")));
+    spec.targets = {"all-linear"};
+    auto be = make_cpu_backend();
+    Transformer a(cfg, *be, {}, DType::F32, spec), r(cfg, *be, {}, DType::F32, spec);
+    init_nonzero_b(a.params());
+    init_nonzero_b(r.params());
+    a.setup(B, T);
+    r.setup(B, T, Recompute::Full);
+    a.params().zero_grads();
+    r.params().zero_grads();
+    EXPECT_EQ(train(r, 0, 0, B, 0), train(a, 0, 0, B, 0));
+    EXPECT_EQ(grads(r), grads(a));
+}
+
+// lora.dropout: training forwards draw masks from (seed, step, layer, site, global token);
+// evaluation draws none. Same micro-batch: the same loss and gradients, with or without
+// recomputation (backward regenerates the forward's masks); another step or another place in
+// the global batch: other masks; one batch of 2 rows = two micro-batches of 1 row each.
+TEST(LoraModel, DropoutMasksTrainingOnlyAndFollowTheGlobalBatch) {
+    const auto f = SafetensorsFile::open(std::string(ETE_SOURCE_DIR) +
+                                         "/tests/golden/lora_llama_f32.safetensors");
+    const ModelConfig cfg = config_from_hf_json(json::parse(f.metadata().at("config")), "cfg");
+    LoraSpec plain = spec_from(json::parse(f.metadata().at("lora")));
+    plain.targets = {"all-linear"};
+    LoraSpec drop = plain;
+    drop.dropout = 0.3f;
+    drop.dropout_seed = 5;
+    auto be = make_cpu_backend();
+    Transformer a(cfg, *be, {}, DType::F32, plain), d(cfg, *be, {}, DType::F32, drop),
+        r(cfg, *be, {}, DType::F32, drop);
+    for (Transformer* m : {&a, &d, &r}) init_nonzero_b(m->params());
+    a.setup(B, T);
+    d.setup(B, T);
+    r.setup(B, T, Recompute::Full);
+    EXPECT_EQ(d.forward_loss(ids.data(), tg.data(), B, T),
+              a.forward_loss(ids.data(), tg.data(), B, T));
+    a.params().zero_grads();
+    const double l_plain = train(a, 3, 8, B, 0);
+    d.params().zero_grads();
+    const double l1 = train(d, 3, 8, B, 0);
+    const std::vector<float> g1 = grads(d);
+    EXPECT_GT(std::fabs(l1 - l_plain), 1e-4 * l_plain);  // the masks do something
+    EXPECT_GT(rel_max_err(g1, grads(a)), 1e-3);
+    d.params().zero_grads();
+    EXPECT_EQ(train(d, 3, 8, B, 0), l1);
+    EXPECT_EQ(grads(d), g1);
+    r.params().zero_grads();
+    EXPECT_EQ(train(r, 3, 8, B, 0), l1);  // recomputed layers draw the same masks
+    EXPECT_EQ(grads(r), g1);
+    d.params().zero_grads();
+    EXPECT_NE(train(d, 4, 8, B, 0), l1);
+    d.params().zero_grads();
+    EXPECT_NE(train(d, 3, 10, B, 0), l1);
+    // Rows 0 and 1 as samples 8 and 9 in micro-batches of their own.
+    d.params().zero_grads();
+    const double split = train(d, 3, 8, 1, 0) + train(d, 3, 9, 1, 1);
+    EXPECT_NEAR(split, l1, 1e-5 * l1);
+    EXPECT_LT(rel_max_err(grads(d), g1), 1e-5);
+}
+
 TEST(LoraModel, BadSpecIsAOneLineError) {
     ModelConfig cfg;
     cfg.vocab_size = 32;

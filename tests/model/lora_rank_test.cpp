@@ -94,7 +94,9 @@ TEST(LoraRank, GrowLeavesTheLayerOutputUnchanged) {
         Linear lin({testing::host_cmat(w, out, in), {}, {}, {}, {}});
         lin.set_adapter({testing::host_cmat(a, R, in), testing::host_cmat(b, out, R),
                          testing::host_mat(da, R, in), testing::host_mat(db, out, R), 0.5f, rank});
-        LoraActs acts{testing::host_mat(u, N, R), testing::host_mat(du, N, R), {}};
+        LoraActs acts;
+        acts.u = testing::host_mat(u, N, R);
+        acts.d_u = testing::host_mat(du, N, R);
         lin.forward(*be, testing::host_mat(y, N, out), testing::host_cmat(x, N, in), false, {},
                     &acts);
     };

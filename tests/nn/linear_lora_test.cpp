@@ -1,13 +1,16 @@
 // tests/nn/linear_lora_test.cpp — nn::Linear with a LoRA adapter over a dense or NF4 base:
 // gradients against central finite differences (reference backend in double), the forward
 // against base + scale·B·A·x written out, the active rank (rows of A and columns of B past it are
-// neither read nor written), and tensor-parallel parity (Column and Row, tp = 2) against tp = 1.
+// neither read nor written), and tensor-parallel parity (Column and Row, tp = 2) against tp = 1 —
+// each also with dropout on the adapter input (the mask fixed by its counters, so finite
+// differences see a deterministic function; shards number their columns globally).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "ete/core/rng.h"
 #include "ete/nn/linear.h"
 #include "ete/parallel/fake_comm.h"
 #include "ete/quant/nf4.h"
@@ -41,6 +44,8 @@ struct Case {
     std::vector<T> x, w, b, a, bb, g;       // inputs, weights, upstream gradient
     std::vector<T> dw, db, da, dbb, dx, y;  // outputs
     std::vector<T> u, du;                   // adapter activations
+    std::vector<T> xd, dxd;                 // dropout scratch
+    DropoutMask drop;                       // inactive unless a test sets p
     Nf4Tensor q;                            // NF4 base (when nf4)
     std::unique_ptr<Nf4Buffer> qbuf;
     bool nf4 = false, train_w = false;
@@ -62,6 +67,17 @@ struct Case {
         y.assign(size_t(N * out), 0);
         u.assign(size_t(N * r_max), 0);
         du.assign(size_t(N * r_max), 0);
+        xd.assign(x.size(), 0);
+        dxd.assign(x.size(), 0);
+    }
+    // Dropout p on the adapter input; this case's columns are [col0, col0 + in) of `width`.
+    void use_dropout(float p, uint64_t col0 = 0, uint64_t width = 0) {
+        drop.p = p;
+        drop.seed = 99;
+        drop.stream = 4242;
+        drop.row0 = 640;
+        drop.col0 = col0;
+        drop.row_stride = width ? width : uint64_t(in);
     }
     void use_nf4(Backend& be) {
         const FVec wf(w.begin(), w.end());
@@ -84,7 +100,16 @@ struct Case {
                          mat(dbb, out, r_max), scale, rank});
         return lin;
     }
-    LoraActs acts() { return {mat(u, N, r_max), mat(du, N, r_max), {}}; }
+    LoraActs acts() {
+        LoraActs ac;
+        ac.u = mat(u, N, r_max);
+        ac.d_u = mat(du, N, r_max);
+        ac.d_uc = ac.d_u;
+        ac.drop = drop;
+        ac.x_drop = mat(xd, N, in);
+        ac.dx_drop = mat(dxd, N, in);
+        return ac;
+    }
     // Σ g ⊙ y for the current parameters.
     double loss(Backend& be) {
         Linear lin = linear();
@@ -118,13 +143,15 @@ void fd_check(Case<double>& c, Backend& be, std::vector<double>& v, const std::v
     }
 }
 
-class LoraFd : public ::testing::TestWithParam<bool> {};  // NF4 base?
+class LoraFd : public ::testing::TestWithParam<std::tuple<bool, bool>> {};  // NF4? dropout?
 
 TEST_P(LoraFd, GradientsMatchFiniteDifferences) {
     auto be = make_ref_backend();
+    const auto [nf4, dropout] = GetParam();
     Case<double> c(5, 7, 6, 4, 3, 21);  // rank 3 of r_max 4
-    c.train_w = !GetParam();
-    if (GetParam()) c.use_nf4(*be);
+    c.train_w = !nf4;
+    if (nf4) c.use_nf4(*be);
+    if (dropout) c.use_dropout(0.4f);
     c.backward(*be);
     const DVec da = c.da, dbb = c.dbb, dx = c.dx, dw = c.dw, db = c.db;
     fd_check(c, *be, c.a, da, "d_A");
@@ -140,14 +167,28 @@ TEST_P(LoraFd, GradientsMatchFiniteDifferences) {
     EXPECT_GT(norm, 1e-3);  // the check above is not vacuous
 }
 
-INSTANTIATE_TEST_SUITE_P(Bases, LoraFd, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "nf4" : "dense"; });
+INSTANTIATE_TEST_SUITE_P(Bases, LoraFd, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const auto& info) {
+                             return std::string(std::get<0>(info.param) ? "nf4" : "dense") +
+                                    (std::get<1>(info.param) ? "_dropout" : "");
+                         });
+
+// The mask of Case c for element (n, i), from its definition.
+template <typename T>
+bool kept(const Case<T>& c, int64_t n, int64_t i) {
+    const CounterRng rng(c.drop.seed, c.drop.stream);
+    return rng.word((c.drop.row0 + uint64_t(n)) * c.drop.row_stride + c.drop.col0 + uint64_t(i)) >=
+           c.drop.threshold();
+}
 
 TEST(LoraLinear, ForwardIsBasePlusScaledBA) {
     auto be = make_cpu_backend();
-    for (bool nf4 : {false, true}) {
+    for (auto [nf4, p] : {std::pair{false, 0.0f}, {true, 0.0f}, {false, 0.3f}, {true, 0.5f}}) {
+        SCOPED_TRACE(::testing::Message() << "nf4 " << nf4 << " dropout " << p);
         Case<float> c(9, 40, 24, 8, 8, 31);
         if (nf4) c.use_nf4(*be);
+        if (p > 0) c.use_dropout(p);
+        int64_t dropped = 0;
         c.loss(*be);
         std::vector<float> wd(c.w.begin(), c.w.end());
         if (nf4) nf4_dequantize(c.q, wd.data());
@@ -158,12 +199,20 @@ TEST(LoraLinear, ForwardIsBasePlusScaledBA) {
                     base += double(c.x[size_t(n * c.in + i)]) * wd[size_t(o * c.in + i)];
                 for (int64_t k = 0; k < c.r_max; ++k) {
                     double ax = 0;
-                    for (int64_t i = 0; i < c.in; ++i)
-                        ax += double(c.a[size_t(k * c.in + i)]) * c.x[size_t(n * c.in + i)];
+                    for (int64_t i = 0; i < c.in; ++i) {
+                        // The adapter (only) reads x · keep / (1 - p).
+                        double xi = c.x[size_t(n * c.in + i)];
+                        if (p > 0) xi = kept(c, n, i) ? xi / (1.0 - p) : 0.0;
+                        dropped += p > 0 && o == 0 && k == 0 && !kept(c, n, i);
+                        ax += double(c.a[size_t(k * c.in + i)]) * xi;
+                    }
                     ad += double(c.bb[size_t(o * c.r_max + k)]) * ax;
                 }
                 ASSERT_NEAR(c.y[size_t(n * c.out + o)], base + c.scale * ad, 2e-5) << n << "," << o;
             }
+        if (p > 0) {
+            EXPECT_NEAR(double(dropped) / double(c.N * c.in), p, 0.1);  // not vacuous
+        }
     }
 }
 
@@ -189,10 +238,11 @@ TEST(LoraLinear, BadAdapterShapeOrRankIsAnError) {
 
 // Column and Row over tp = 2 against one process: outputs, input gradients and the adapter's
 // gradients (sharded ones gathered).
-void tp_parity(TpMode mode) {
+void tp_parity(TpMode mode, float p) {
     const int64_t N = 6, in = 10, out = 8, R = 4;
     auto be1 = make_cpu_backend();
     Case<float> full(N, in, out, R, 3, 41);
+    if (p > 0) full.use_dropout(p);
     full.backward(*be1);
     run_fake_world(2, [&](Communicator& tp) {
         auto be = make_cpu_backend();
@@ -221,6 +271,7 @@ void tp_parity(TpMode mode) {
             c.bb = full.bb;
             c.g = full.g;
         }
+        if (p > 0) c.use_dropout(p, col ? 0 : uint64_t(k * lo), uint64_t(in));
         Linear lin = c.linear();
         LinearParams p = lin.params();
         Linear tl(p, mode, &tp);
@@ -249,11 +300,13 @@ void tp_parity(TpMode mode) {
 }
 
 TEST(LoraLinear, ColumnParallelMatchesOneProcess) {
-    tp_parity(TpMode::Column);
+    tp_parity(TpMode::Column, 0.0f);
+    tp_parity(TpMode::Column, 0.35f);
 }
 
 TEST(LoraLinear, RowParallelMatchesOneProcess) {
-    tp_parity(TpMode::Row);
+    tp_parity(TpMode::Row, 0.0f);
+    tp_parity(TpMode::Row, 0.35f);
 }
 
 }  // namespace

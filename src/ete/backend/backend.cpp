@@ -2,9 +2,17 @@
 // backend and the model share.
 #include "ete/backend/backend.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "ete/core/error.h"
 
 namespace ete {
+
+uint32_t DropoutMask::threshold() const {
+    ETE_ASSERT(p >= 0.0f && p < 1.0f);
+    return uint32_t(std::min(std::nearbyint(std::ldexp(double(p), 32)), 4294967295.0));
+}
 
 void check_doc_start(const int32_t* doc_start, int B, int T) {
     if (!doc_start) return;

@@ -57,6 +57,21 @@ struct AdamWStep {
     float grad_scale = 1.0f;
 };
 
+// The keep mask of a counter-based dropout (PEFT's lora_dropout; DESIGN.md §3's layout-invariant
+// randomness). Element (i, j) of an op's (rows, cols) operand has the global index
+// e = (row0 + i) · row_stride + col0 + j — a token's place in the global batch times the global
+// width, plus the global column — and is kept iff CounterRng(seed, stream).word(e) >= threshold(),
+// i.e. with probability 1 - p whichever rank holds it. Kept elements are scaled by 1 / (1 - p).
+struct DropoutMask {
+    uint64_t seed = 0, stream = 0;
+    uint64_t row0 = 0, row_stride = 0, col0 = 0;
+    float p = 0.0f;  // drop probability in [0, 1); 0 = no dropout
+
+    bool active() const { return p > 0.0f; }
+    uint32_t threshold() const;  // round(p · 2^32), at most 2^32 - 1
+    float keep_scale() const { return 1.0f / (1.0f - p); }
+};
+
 // Per-op timing for benchmarks: a backend with a profiler reports every op it runs.
 class OpProfiler {
   public:
@@ -81,6 +96,9 @@ class Backend : public DeviceMemory {
     virtual void add(Mat x, CMat y) = 0;
     // x *= s.
     virtual void scale(Vec x, float s) = 0;
+    // y = x · keep / (1 - p) (dropped elements 0), or y += that with accumulate; keep from
+    // `mask` (DropoutMask). x and y may differ in float dtype (fp32 arithmetic, one rounding).
+    virtual void dropout(Mat y, CMat x, const DropoutMask& mask, bool accumulate = false) = 0;
     // Sum of x² in double. Non-finite when any element is (the fp16 loss scaler relies on it).
     virtual double sum_squares(CVec x) = 0;
 

@@ -9,6 +9,7 @@
 #include "ete/cli/commands.h"
 #include "ete/cli/launch.h"
 #include "ete/core/error.h"
+#include "ete/parallel/mpi_comm.h"
 #include "ete/train/config.h"
 
 namespace ete {
@@ -158,13 +159,17 @@ int cli_main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e) == 0 ? 0 : 2;
     }
+    // An error on one rank of a job ends the whole job at exit (its peers may wait for it in a
+    // collective): mpi_abort_job_at_exit.
     try {
         return run ? run() : 2;
     } catch (const Error& e) {
         std::fprintf(stderr, "ete: error: %s\n", e.what());
+        mpi_abort_job_at_exit();
         return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "ete: error: %s\n", e.what());
+        mpi_abort_job_at_exit();
         return 1;
     }
 }

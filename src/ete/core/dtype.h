@@ -15,6 +15,21 @@ size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);  // safetensors spelling: "F32", "BF16", ...
 bool dtype_from_name(std::string_view name, DType* out);
 
+// v itself, rounded to fp32 where it stands: a compiler allowed to contract a · b + c into one
+// fma (GCC does by default, across statements too) cannot fuse through it. For results that two
+// implementations (a kernel and its reference) must round identically.
+inline float fp32_rounded(float v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    asm("" : "+x"(v));
+#elif defined(__GNUC__) && defined(__aarch64__)
+    asm("" : "+w"(v));
+#else
+    volatile float t = v;
+    v = t;
+#endif
+    return v;
+}
+
 inline float bf16_to_f32(uint16_t h) {
     uint32_t u = uint32_t(h) << 16;
     float f;

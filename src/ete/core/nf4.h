@@ -98,19 +98,6 @@ inline int nf4_nibble(const uint8_t* packed, int64_t e) {
     const uint8_t b = packed[e >> 1];
     return (e & 1) ? (b & 0x0f) : (b >> 4);
 }
-// v itself, rounded to fp32 where it stands: a compiler allowed to contract a · b + c into one
-// fma (GCC does by default, across statements too) cannot fuse through it.
-inline float nf4_rounded(float v) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    asm("" : "+x"(v));
-#elif defined(__GNUC__) && defined(__aarch64__)
-    asm("" : "+w"(v));
-#else
-    volatile float t = v;
-    v = t;
-#endif
-    return v;
-}
 // The fp32 absmax of block b; with double quantization map[q] · nested_absmax rounded, then
 // + offset (bitsandbytes' two roundings: the 8-bit dequantization, then the offset added).
 inline float nf4_block_absmax(const Nf4View& w, int64_t b) {
@@ -118,7 +105,7 @@ inline float nf4_block_absmax(const Nf4View& w, int64_t b) {
     const uint8_t q = static_cast<const uint8_t*>(w.absmax)[b];
     const float scaled = static_cast<const float*>(w.nested_map)[q] *
                          static_cast<const float*>(w.nested_absmax)[b / w.nested_blocksize];
-    return nf4_rounded(scaled) + w.offset;
+    return fp32_rounded(scaled) + w.offset;
 }
 // Element e of the flattened weight.
 inline float nf4_element(const Nf4View& w, int64_t e) {

@@ -21,7 +21,11 @@ class CounterRng {
     CounterRng(uint64_t seed, uint64_t stream) : seed_(seed), stream_(stream) {}
     CounterRng(uint64_t seed, std::string_view stream) : CounterRng(seed, stable_hash(stream)) {}
 
-    uint32_t u32(uint64_t index) const;   // uniform 32-bit word for element `index`
+    uint32_t u32(uint64_t index) const;  // uniform 32-bit word for element `index`
+    // The four words of counter q's block. word(e) is word e & 3 of block e >> 2: four
+    // consecutive elements share one Philox block (dropout masks, where each needs one word).
+    std::array<uint32_t, 4> block(uint64_t q) const;
+    uint32_t word(uint64_t e) const { return block(e >> 2)[e & 3]; }
     float uniform(uint64_t index) const;  // in [0, 1)
     float normal(uint64_t index) const;   // standard normal (Box-Muller on two words)
 
@@ -31,7 +35,6 @@ class CounterRng {
     void normal_fill(float* out, uint64_t first, int64_t n, float scale) const;
 
   private:
-    std::array<uint32_t, 4> block(uint64_t index) const;
     uint64_t seed_, stream_;
 };
 

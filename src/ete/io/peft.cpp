@@ -71,7 +71,7 @@ void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraS
                 {"base_model_name_or_path", base_model},
                 {"r", spec.r},
                 {"lora_alpha", spec.alpha},
-                {"lora_dropout", 0.0},
+                {"lora_dropout", spec.dropout},
                 {"target_modules", target_names(spec, c)},
                 {"bias", "none"},
                 {"use_rslora", spec.rslora},
@@ -119,12 +119,20 @@ PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c) {
     ETE_CHECK(!j.contains("modules_to_save") || j["modules_to_save"].is_null() ||
                   j["modules_to_save"].empty(),
               "{}: modules_to_save is not supported (expected null)", path);
+    // Variants PEFT writes into the same file that change what the adapter computes.
+    ETE_CHECK(!get("use_dora", false), "{}: use_dora true (DoRA) is not supported (expected false)",
+              path);
+    ETE_CHECK(!j.contains("layers_to_transform") || j["layers_to_transform"].is_null(),
+              "{}: layers_to_transform is not supported (expected null: every layer)", path);
     PeftAdapterInfo info;
     LoraSpec& s = info.spec;
     s.enabled = true;
     s.r = get("r", 8);
     s.alpha = get("lora_alpha", 8.0f);
     s.rslora = get("use_rslora", false);
+    s.dropout = get("lora_dropout", 0.0f);
+    ETE_CHECK(s.dropout >= 0.0f && s.dropout < 1.0f, "{}: lora_dropout {}, expected [0, 1)", path,
+              s.dropout);
     info.base_model = get("base_model_name_or_path", std::string());
     ETE_CHECK(get("fan_in_fan_out", c.arch == Arch::GPT2) == (c.arch == Arch::GPT2),
               "{}: fan_in_fan_out = {} does not match a {} base", path,

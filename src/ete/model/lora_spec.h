@@ -32,6 +32,11 @@ struct LoraSpec {
     std::string base_format = "f32";  // "f32" | "bf16" | "nf4"
     int nf4_block = 64;
     bool nf4_double_quant = true;
+    // PEFT's lora_dropout on each adapter's input while training (nn/lora.h), p in [0, 1); the
+    // masks are keyed by dropout_seed (train.seed), the step, the layer, the site and each
+    // token's global position.
+    float dropout = 0.0f;
+    uint64_t dropout_seed = 0;
 
     int allocated_rank() const { return r_max > 0 ? r_max : r; }
     bool nf4() const { return base_format == "nf4"; }

@@ -74,6 +74,13 @@ class HostParams : public ParamTable {
         : ParamTable(std::move(specs), tp_rank, tp_size), data_(size_t(numel()), 0.0f) {}
     explicit HostParams(const ParamTable& table)
         : HostParams(table.specs(), table.tp_rank(), table.tp_size()) {}
+    // Adopts `data` (numel() values, the flat buffer) without a copy.
+    HostParams(std::vector<ParamSpec> specs, std::vector<float> data)
+        : ParamTable(std::move(specs), 0, 1), data_(std::move(data)) {
+        ETE_CHECK(int64_t(data_.size()) == numel(),
+                  "HostParams: {} values for a table of {} parameters' {} elements", data_.size(),
+                  size(), numel());
+    }
 
     // Trainable parameters only (frozen ones are not in the flat buffer).
     float* param(int i) {

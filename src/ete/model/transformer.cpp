@@ -8,6 +8,7 @@
 
 #include <fmt/ranges.h>
 
+#include "ete/core/rng.h"
 #include "ete/model/shard.h"
 #include "ete/nn/rope.h"
 #include "ete/nn/tp_regions.h"
@@ -175,17 +176,50 @@ std::vector<std::pair<Linear*, int>> Transformer::adapted_linears(int i) {
     return out;
 }
 
-const LoraActs* Transformer::lora_acts(const LayerActs& s, int site, int n, int N,
+const LoraActs* Transformer::lora_acts(int i, const LayerActs& s, int site, int n, int N,
                                        LoraActs* out) const {
     bool any = false;
     for (int k = 0; k < n; ++k) {
         const Mat& u = s.lora_u[size_t(site + k)];
         any = any || !u.empty();
         const size_t j = size_t(site + k);
-        out[k] = u.empty() ? LoraActs{}
-                           : LoraActs{rows(u, N), rows(lora_du_[j], N), rows(lora_duc_[j], N)};
+        out[k] = LoraActs{};
+        if (u.empty()) continue;
+        out[k].u = rows(u, N);
+        out[k].d_u = rows(lora_du_[j], N);
+        out[k].d_uc = rows(lora_duc_[j], N);
+        if (drop_.on) {
+            out[k].drop = lora_dropout_mask(i, site + k);
+            out[k].x_drop = lora_xd_;
+            out[k].dx_drop = lora_dxd_;
+        }
     }
     return any ? out : nullptr;
+}
+
+// The mask of one site of local layer i for the running micro-batch. Columns are numbered
+// globally: a column-parallel site reads the whole (replicated) hidden state; a row-parallel one
+// (o_proj, down_proj) this rank's heads or MLP columns, offset by the ranks before it. A padded
+// MLP shard's padding columns (zeros, whatever their mask) continue past F, so down_proj's rows
+// are 2F counters apart: a layout-invariant width that covers any padding (< tp <= F).
+DropoutMask Transformer::lora_dropout_mask(int i, int site) const {
+    DropoutMask m;
+    m.p = lora_.dropout;
+    m.seed = lora_.dropout_seed;
+    m.stream = stable_hash(
+        fmt::format("lora_dropout/step{}/layer{}/site{}", drop_.step, mp_.layer_begin + i, site));
+    m.row0 = drop_.row0;
+    const int64_t D = cfg_.D();
+    if (site == kSiteO) {
+        m.row_stride = uint64_t(cfg_.num_heads) * D;
+        m.col0 = uint64_t(mp_.tp_rank) * H_ * D;
+    } else if (site == kSiteProj) {
+        m.row_stride = 2 * uint64_t(cfg_.intermediate_size);
+        m.col0 = uint64_t(mp_.tp_rank) * F_;
+    } else {
+        m.row_stride = uint64_t(cfg_.hidden_size);
+    }
+    return m;
 }
 
 // Groups follow the table's execution order: [embeddings] [layer 0] ... [final norm, head], so
@@ -359,6 +393,11 @@ void Transformer::allocate(Arena& a) {
         lora_du_[size_t(k)] = has ? a.alloc_mat(F32, N, R) : Mat{};
         lora_duc_[size_t(k)] = has && A != F32 ? a.alloc_mat(A, N, R) : Mat{};
     }
+    const bool drop = lora_.dropout > 0.0f &&
+                      std::any_of(lora_sites_.begin(), lora_sites_.end(), [](bool b) { return b; });
+    const int64_t widest = std::max({C, HD, F});
+    lora_xd_ = drop ? a.alloc_mat(A, N, widest) : Mat{};
+    lora_dxd_ = drop ? a.alloc_mat(F32, N, widest) : Mat{};
     tp_buf_ = tp_ ? a.alloc_mat(F32, N, C) : Mat{};
     // k|v weight and bias rows, or the k and v adapters' B (2 · D · R).
     const int64_t kv_n = std::max(2 * D * C + 2 * D, 2 * D * R);
@@ -403,20 +442,24 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
     Mat act = rows(s.act, N);
     LoraActs la[kLoraSites];
     L.ln1.forward(be_, ln1, rows(s.ln1_mean, N), rows(s.ln1_rstd, N), x);
-    L.qkv.forward(be_, qkv, ln1, lora_acts(s, kSiteQkv, L.qkv.size(), N, la));
+    L.qkv.forward(be_, qkv, ln1, lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la));
     if (llama) be_.rope_forward(qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
     be_.attention_forward(att, s.lse.slice(0, int64_t(d.B) * d.H * d.T), qkv, d,
                           1.0f / std::sqrt(float(d.D)));
-    row_parallel_forward(L.o, mid, x, att, lora_acts(s, kSiteO, 1, N, la + kSiteO));
+    row_parallel_forward(L.o, mid, x, att, lora_acts(i, s, kSiteO, 1, N, la + kSiteO));
     L.ln2.forward(be_, ln2, rows(s.ln2_mean, N), rows(s.ln2_rstd, N), mid);
-    L.fc.forward(be_, fc, ln2, lora_acts(s, kSiteFc, L.fc.size(), N, la + kSiteFc));
+    L.fc.forward(be_, fc, ln2, lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc));
     if (llama) {
         be_.swiglu_forward(act, fc);
     } else {
         be_.gelu_forward(act, fc);
     }
-    if (!out.empty())
-        row_parallel_forward(L.proj, out, mid, act, lora_acts(s, kSiteProj, 1, N, la + kSiteProj));
+    const LoraActs* pa = lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj);
+    if (!out.empty()) {
+        row_parallel_forward(L.proj, out, mid, act, pa);
+    } else {
+        L.proj.forward_saved(be_, act, pa);  // its adapter's u, which backward reads
+    }
 }
 
 // d_resid enters as dL/d(layer output) and leaves as dL/d(resid_mid).
@@ -427,13 +470,13 @@ void Transformer::mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims 
     CMat fc = rows(s.fc, N), act = rows(s.act, N);
     CMat dy = in_compute(d_resid, d_y16_);  // the down projection's output gradient, as A
     LoraActs la[kLoraSites];
-    L.proj.backward(be_, d_act, dy, act, lora_acts(s, kSiteProj, 1, N, la + kSiteProj));
+    L.proj.backward(be_, d_act, dy, act, lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj));
     if (cfg_.arch == Arch::Llama) {
         be_.swiglu_backward(d_fc, d_act, fc);
     } else {
         be_.gelu_backward(d_fc, d_act, fc);
     }
-    const LoraActs* fa = lora_acts(s, kSiteFc, L.fc.size(), N, la + kSiteFc);
+    const LoraActs* fa = lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc);
     L.fc.backward_weight(be_, d_fc, rows(s.ln2, N), fa);
     L.fc.backward_input(be_, d_ln, d_fc, fa);  // summed over tp: ln2 fed every rank
     L.ln2.backward(be_, d_resid, d_ln, rows(s.resid_mid, N), rows(s.ln2_mean, N),
@@ -447,12 +490,12 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     Mat d_att = rows(d_att_, N), d_qkv = rows(d_qkv_, N), d_ln = rows(d_ln_, N);
     CMat dy = in_compute(d_resid, d_y16_);
     LoraActs la[kLoraSites];
-    L.o.backward(be_, d_att, dy, rows(s.att, N), lora_acts(s, kSiteO, 1, N, la + kSiteO));
+    L.o.backward(be_, d_att, dy, rows(s.att, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO));
     be_.attention_backward(d_qkv, d_att, rows(s.att, N), s.lse.slice(0, int64_t(d.B) * d.H * d.T),
                            rows(s.qkv, N), d, 1.0f / std::sqrt(float(d.D)));
     if (cfg_.arch == Arch::Llama)
         be_.rope_backward(d_qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
-    const LoraActs* qa = lora_acts(s, kSiteQkv, L.qkv.size(), N, la);
+    const LoraActs* qa = lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la);
     kv_grads_set_aside(i);
     L.qkv.backward_weight(be_, d_qkv, rows(s.ln1, N), qa);
     Request kv_sum = kv_grads_start_sum(i);      // overlaps the d(ln1) all-reduce and the norm

@@ -151,6 +151,12 @@ class Transformer {
     // stage's call of a micro-batch and copied, so the caller may reuse its buffers at once.
     double stage_forward(int slot, const int32_t* inputs, const int32_t* targets,
                          const int32_t* doc_start, float d_scale);
+    // LoRA dropout (lora.dropout > 0): the micro-batch that slot's next training forward runs —
+    // the optimizer step and the global index of its first sample (batch row r is sample
+    // first_sample + r) — so a token's masks depend on its place in the global batch, never on
+    // the layout. Forward-only runs (evaluation) apply no dropout. Until called, a slot's
+    // micro-batch is step 0, first sample 0.
+    void set_micro_batch(int slot, int64_t step, int64_t first_sample);
     // The last stage starts from its loss; the others read d(output) from
     // stage_output_grad(slot). Non-first stages leave d(input) in stage_input_grad(slot).
     // Parameter gradients accumulate (+=). Calls the grad-ready hook as gradients become final.
@@ -188,6 +194,17 @@ class Transformer {
         Vec doc;               // (N) I32 copy of doc_start
         AttnDims dims{};       // of the last forward (doc_start -> doc or empty)
         bool pending = false;  // forward done, backward due
+        // LoRA dropout: the micro-batch's identity (set_micro_batch) and whether its last
+        // forward trained (masks on) or evaluated (off).
+        int64_t step = 0, first_sample = 0;
+        bool dropout = false;
+    };
+    // The micro-batch whose layers run now, for the adapters' dropout masks: row i of the batch
+    // is global token row0 + i.
+    struct DropoutContext {
+        bool on = false;
+        int64_t step = 0;
+        uint64_t row0 = 0;
     };
     // Contiguous gradient range reported by the hook, and the padding runs to zero in it.
     struct GradGroup {
@@ -205,6 +222,7 @@ class Transformer {
     double run_forward(Slot& s, AttnDims d, const int32_t* inputs, const int32_t* targets,
                        const int32_t* doc_start, float d_scale, bool backward);
     void run_backward(Slot& s);
+    void use_dropout_of(const Slot& s);
     const LayerActs& acts(const Slot& s, int i) const;
     // Views of the (N, ·) buffers for a batch of N rows.
     static Mat rows(const Mat& m, int N) { return m.empty() ? m : m.row_slice(0, N); }
@@ -213,9 +231,11 @@ class Transformer {
     CMat in_compute(CMat x, Mat scratch);
     // Layers, by local index i (global layer layer_begin + i).
     void layer_forward(int i, const LayerActs& s, CMat x, Mat out, AttnDims d);
-    // The LoraActs of sites [site, site + n) of saved activations s for N rows, into out; null
-    // when none of them has an adapter.
-    const LoraActs* lora_acts(const LayerActs& s, int site, int n, int N, LoraActs* out) const;
+    // The LoraActs of sites [site, site + n) of local layer i's saved activations s for N rows,
+    // into out (with their dropout masks while training); null when none has an adapter.
+    const LoraActs* lora_acts(int i, const LayerActs& s, int site, int n, int N,
+                              LoraActs* out) const;
+    DropoutMask lora_dropout_mask(int i, int site) const;
     void layer_backward(int i, Slot& s, Mat d_resid, AttnDims d);
     void attention_backward(int i, const LayerActs& s, CMat x, Mat d_resid, AttnDims d);
     void mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims d);
@@ -285,6 +305,9 @@ class Transformer {
     // per site (a fused group's members keep their d_u from the weight half to the input half).
     std::array<Mat, kLoraSites> lora_du_, lora_duc_;
     std::array<bool, kLoraSites> lora_sites_{};  // which sites have adapters (same every layer)
+    // lora.dropout > 0: scratch for the dropped adapter input, (N, widest input) in A and F32.
+    Mat lora_xd_, lora_dxd_;
+    DropoutContext drop_;
 };
 
 }  // namespace ete

@@ -40,6 +40,8 @@ double Transformer::run_forward(Slot& s, AttnDims d, const int32_t* inputs, cons
     }
     s.dims = d;
     s.pending = false;
+    s.dropout = backward && lora_.dropout > 0.0f;
+    use_dropout_of(s);
     if (mp_.first_stage()) {
         for (int i = 0; i < N; ++i) {
             ETE_CHECK(inputs[i] >= 0 && inputs[i] < V,
@@ -67,6 +69,7 @@ double Transformer::run_forward(Slot& s, AttnDims d, const int32_t* inputs, cons
 void Transformer::run_backward(Slot& s) {
     const AttnDims d = s.dims;
     const int N = d.B * d.T;
+    use_dropout_of(s);  // a recomputed layer draws the forward's masks again
     Mat d_resid = rows(mp_.first_stage() ? d_resid_ : s.d_in, N);
     if (mp_.last_stage()) {
         final_norm_backward(s, d_resid, N);
@@ -101,6 +104,20 @@ void Transformer::stage_backward(int slot) {
               "stage_backward: slot {} of stage {} has no stage_forward with a gradient to finish",
               slot, mp_.stage);
     run_backward(s);
+}
+
+void Transformer::set_micro_batch(int slot, int64_t step, int64_t first_sample) {
+    Slot& s = slot_at(slot, "set_micro_batch");
+    ETE_CHECK(!s.pending, "set_micro_batch: slot {} of stage {} still waits for its backward", slot,
+              mp_.stage);
+    ETE_CHECK(step >= 0 && first_sample >= 0, "set_micro_batch: step {}, first sample {}", step,
+              first_sample);
+    s.step = step;
+    s.first_sample = first_sample;
+}
+
+void Transformer::use_dropout_of(const Slot& s) {
+    drop_ = {s.dropout, s.step, uint64_t(s.first_sample) * uint64_t(s.dims.T)};
 }
 
 Mat Transformer::stage_input(int slot) {

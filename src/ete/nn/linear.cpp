@@ -80,9 +80,31 @@ void Linear::forward(Backend& be, Mat y, CMat x, bool accumulate, Mat scratch,
     }
 }
 
+// What the adapter reads: x, or under dropout x̃ regenerated into acts.x_drop.
+CMat Linear::adapter_input(Backend& be, CMat x, const LoraActs& acts) const {
+    if (!acts.drop.active()) return x;
+    Mat xd = head(acts.x_drop, x.rows, x.cols);
+    ETE_ASSERT(xd.dtype == x.dtype);
+    be.dropout(xd, x, acts.drop);
+    return xd;
+}
+
+void Linear::forward_saved(Backend& be, CMat x, const LoraActs* acts) const {
+    if (!has_adapter()) return;
+    ETE_ASSERT(acts);
+    adapter_u(be, x, *acts);
+}
+
 void Linear::adapter_forward(Backend& be, Mat y, CMat x, const LoraActs& acts) const {
+    CMat u = adapter_u(be, x, acts);
+    be.gemm(u, false, lora_.b.col_slice(0, lora_.rank), true, y, lora_.scale, 1.0f);
+}
+
+// u (N, r) = x̃ · Aᵀ into acts.u (summed over tp under a Row base).
+CMat Linear::adapter_u(Backend& be, CMat x_in, const LoraActs& acts) const {
+    CMat x = adapter_input(be, x_in, acts);
     const int64_t N = x.rows, r = lora_.rank;
-    CMat a = lora_.a.row_slice(0, r), b = lora_.b.col_slice(0, r);
+    CMat a = lora_.a.row_slice(0, r);
     Mat u = head(acts.u, N, r);
     if (mode_ == TpMode::Row && tp_) {
         // u is partial (this rank's input columns): summed over tp in F32.
@@ -93,7 +115,7 @@ void Linear::adapter_forward(Backend& be, Mat y, CMat x, const LoraActs& acts) c
     } else {
         be.gemm(x, false, a, true, u);
     }
-    be.gemm(u, false, b, true, y, lora_.scale, 1.0f);
+    return u;
 }
 
 void Linear::backward_weight(Backend& be, CMat d_y, CMat x, const LoraActs* acts) const {
@@ -113,7 +135,7 @@ void Linear::backward_weight(Backend& be, CMat d_y, CMat x, const LoraActs* acts
         be.copy(d_uc, d_u);
     }
     be.gemm(d_y, true, head(acts->u, N, r), false, lora_.d_b.col_slice(0, r), s, 1.0f);
-    be.gemm(d_uc, true, x, false, lora_.d_a.row_slice(0, r), 1.0f, 1.0f);
+    be.gemm(d_uc, true, adapter_input(be, x, *acts), false, lora_.d_a.row_slice(0, r), 1.0f, 1.0f);
 }
 
 void Linear::backward_input_base(Backend& be, Mat d_x, CMat d_y, bool accumulate) const {
@@ -131,7 +153,14 @@ void Linear::backward_input_finish(Backend& be, Mat d_x, const LoraActs* acts, b
     ETE_ASSERT(acts);
     const int64_t N = d_x.rows, r = lora_.rank;
     Mat d_uc = head(acts->d_uc.dtype != DType::F32 ? acts->d_uc : acts->d_u, N, r);
-    be.gemm(d_uc, false, lora_.a.row_slice(0, r), false, d_x, 1.0f, 1.0f);
+    if (!acts->drop.active()) {
+        be.gemm(d_uc, false, lora_.a.row_slice(0, r), false, d_x, 1.0f, 1.0f);
+        return;
+    }
+    // The adapter read x̃: its input-gradient term passes the same mask.
+    Mat t = head(acts->dx_drop, N, d_x.cols);
+    be.gemm(d_uc, false, lora_.a.row_slice(0, r), false, t);
+    be.dropout(d_x, t, acts->drop, true);
 }
 
 }  // namespace ete

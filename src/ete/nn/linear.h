@@ -8,7 +8,8 @@
 //     are in the compute dtype, products accumulate in fp32, and a trainable W's gradient
 //     accumulates into the F32 gradient (a β = 1 GEMM).
 //   - A frozen weight (empty d_w; always for NF4) gets no weight gradient; its bias likewise.
-//   - An adapter (nn/lora.h) adds scale · (x·Aᵀ)·Bᵀ; it needs LoraActs in forward and backward.
+//   - An adapter (nn/lora.h) adds scale · (x·Aᵀ)·Bᵀ (x under dropout: x̃); it needs LoraActs in
+//     forward and backward.
 //   - Tensor parallelism: Column splits the output features (the input is replicated:
 //     copy_to_region, so the input gradient is summed over tp); Row splits the input features
 //     (the output is partial: reduce_from_region sums it in forward, before the replicated bias).
@@ -64,6 +65,9 @@ class Linear {
     // (N, out), contiguous, in y's dtype. acts: the adapter's activations (needed iff it has one).
     void forward(Backend& be, Mat y, CMat x, bool accumulate = false, Mat scratch = {},
                  const LoraActs* acts = nullptr) const;
+    // What forward saves for backward, without y: the adapter's u (nothing without an adapter).
+    // For a recomputed layer whose output is not needed again.
+    void forward_saved(Backend& be, CMat x, const LoraActs* acts) const;
     // d_W += d_yᵀ · x, d_b += Σ_rows d_y (nothing for a frozen weight); the adapter's d_u, d_B
     // and d_A.
     void backward_weight(Backend& be, CMat d_y, CMat x, const LoraActs* acts = nullptr) const;
@@ -87,6 +91,8 @@ class Linear {
     void base_product(Backend& be, Mat y, CMat x, float beta) const;
     const Nf4View& nf4_weight() const;
     void adapter_forward(Backend& be, Mat y, CMat x, const LoraActs& acts) const;
+    CMat adapter_u(Backend& be, CMat x, const LoraActs& acts) const;
+    CMat adapter_input(Backend& be, CMat x, const LoraActs& acts) const;
 
     LinearParams p_;
     LoraParams lora_;

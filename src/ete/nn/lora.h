@@ -38,10 +38,18 @@ struct LoraParams {
 
 // The activations one adapter of one micro-batch needs between forward and backward. N rows of
 // r_max columns each; the caller owns them.
+//
+// Dropout (lora.dropout = p > 0, training only): the adapter reads x̃ = dropout(x) where the base
+// reads x, as PEFT's lora_dropout does: u = x̃ · Aᵀ, d_A += d_uᵀ · x̃, d_x += mask ⊙ (d_u · A) /
+// (1 - p). The mask is counter-based (backend.h DropoutMask): backward regenerates x̃ from the
+// saved x instead of keeping it, and a recomputed forward draws the same mask.
 struct LoraActs {
     Mat u;     // (N, r_max) compute dtype: x · Aᵀ, saved by forward
     Mat d_u;   // (N, r_max) F32: scratch (forward's tp sum of u, backward's d_u)
     Mat d_uc;  // (N, r_max) compute dtype: d_u for the GEMMs; may be d_u itself when that is F32
+    DropoutMask drop;  // inactive: no dropout (evaluation, p = 0)
+    Mat x_drop;        // drop active: contiguous scratch of >= N·in elements, compute dtype (x̃)
+    Mat dx_drop;       // drop active: contiguous scratch of >= N·in elements, F32 (d_u · A)
 };
 
 // The scale PEFT gives an adapter of rank r: alpha / r, or alpha / √r with rsLoRA.

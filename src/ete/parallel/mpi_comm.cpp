@@ -25,7 +25,8 @@
 namespace ete {
 namespace {
 
-std::atomic<bool> g_failed{false};  // a call failed or timed out (see the header comment)
+std::atomic<bool> g_failed{false};      // a call failed or timed out (see the header comment)
+std::atomic<bool> g_error_exit{false};  // mpi_abort_job_at_exit()
 
 std::string mpi_error_string(int code) {
     char text[MPI_MAX_ERROR_STRING];
@@ -59,7 +60,9 @@ void finalize_at_exit() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
-    if (g_failed) MPI_Abort(MPI_COMM_WORLD, 1);
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (g_failed || (g_error_exit && size > 1)) MPI_Abort(MPI_COMM_WORLD, 1);
     MPI_Finalize();
 }
 
@@ -373,6 +376,10 @@ std::unique_ptr<Communicator> mpi_world_communicator() {
     std::vector<int> ranks(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) ranks[size_t(r)] = r;
     return std::make_unique<MpiComm>(dup, "world", std::move(ranks), 0.0);
+}
+
+void mpi_abort_job_at_exit() {
+    g_error_exit = true;
 }
 
 int mpi_thread_level() {

@@ -15,6 +15,12 @@ namespace ete {
 // unusable after that and a peer may never reach MPI_Finalize.
 std::unique_ptr<Communicator> mpi_world_communicator();
 
+// This process is ending on an error (the CLI calls it): at exit, abort the job with MPI_Abort
+// instead of entering MPI_Finalize, where it would wait for peers blocked in a collective it will
+// never join — the job ends now, not when the peers' timeout fires. Only in a job of more than
+// one process whose MPI ETE initialized; otherwise nothing changes.
+void mpi_abort_job_at_exit();
+
 // The thread support level MPI provided (MPI_THREAD_SINGLE..MPI_THREAD_MULTIPLE); initializes MPI
 // like mpi_world_communicator() if needed. Below MPI_THREAD_MULTIPLE only one thread at a time
 // may call into a communicator.

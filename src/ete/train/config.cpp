@@ -178,12 +178,17 @@ const std::vector<Key>& keys() {
                           "fine-tune LoRA adapters over a frozen base (QLoRA with nf4)"));
         t.push_back(field("lora.r", &R::lora_r, "adapter rank"));
         t.push_back(field("lora.alpha", &R::lora_alpha, "adapter scale numerator (alpha / r)"));
-        t.push_back(field("lora.dropout", &R::lora_dropout, "dropout on the adapter input"));
+        t.push_back(field("lora.dropout", &R::lora_dropout,
+                          "dropout probability on each adapter's input while training (PEFT's "
+                          "lora_dropout; layout-invariant masks)"));
         t.push_back(field("lora.targets", &R::lora_targets,
                           "adapted linears: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,"
                           "down_proj (GPT-2: c_attn,c_proj,c_fc) or all-linear"));
         t.push_back(
             field("lora.use_rslora", &R::lora_use_rslora, "rank-stabilised scale alpha / sqrt(r)"));
+        t.push_back(field("lora.init_from", &R::lora_init_from,
+                          "PEFT adapter dir (ETE's final/ or PEFT's save_pretrained) to continue "
+                          "training; its r, alpha, use_rslora and targets must match"));
         t.push_back(field("lora.base_format", &R::lora_base_format,
                           "frozen base linears: f32, bf16, or nf4 (QLoRA)"));
         t.push_back(field("lora.nf4_blocksize", &R::lora_nf4_blocksize,
@@ -410,10 +415,8 @@ void validate(const RunConfig& c) {
     ETE_CHECK(c.parallel_timeout_s >= 0, "parallel.timeout_s = {}: expected >= 0 (0 = no limit)",
               c.parallel_timeout_s);
     if (c.lora_enabled) {
-        ETE_CHECK(c.lora_dropout == 0,
-                  "lora.dropout = {}: dropout on the adapter input is not implemented yet "
-                  "(expected 0)",
-                  c.lora_dropout);
+        ETE_CHECK(c.lora_dropout >= 0 && c.lora_dropout < 1,
+                  "lora.dropout = {}: expected a probability in [0, 1)", c.lora_dropout);
         ETE_CHECK(c.lora_base_format == "f32" || c.lora_base_format == "bf16" ||
                       c.lora_base_format == "nf4",
                   "lora.base_format = '{}': expected f32, bf16 or nf4", c.lora_base_format);
@@ -448,6 +451,8 @@ LoraSpec lora_spec(const RunConfig& c) {
     s.nf4_block = c.lora_nf4_blocksize;
     s.nf4_double_quant = c.lora_double_quant;
     s.r_max = c.lora_dynamic_rank ? c.lora_r_max : 0;
+    s.dropout = float(c.lora_dropout);
+    s.dropout_seed = c.seed;
     s.targets.clear();
     for (size_t pos = 0; pos <= c.lora_targets.size();) {
         const size_t end = std::min(c.lora_targets.find(',', pos), c.lora_targets.size());

@@ -76,6 +76,7 @@ struct RunConfig {
     std::string lora_base_format = "nf4";  // f32 | bf16 | nf4
     int lora_nf4_blocksize = 64;
     bool lora_double_quant = true;
+    std::string lora_init_from;  // a PEFT adapter dir the adapters start from ("" = fresh)
     // Dynamic rank (train/rank_controller.h): adapters allocated at r_max, rank changed in place.
     bool lora_dynamic_rank = false;
     int lora_r_min = 2;

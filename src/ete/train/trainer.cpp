@@ -84,6 +84,11 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
         ETE_CHECK(std::sscanf(f, "%ld:%d", &inject_step_, &inject_rank_) == 2,
                   "ETE_INJECT_NONFINITE_GRAD = '{}': expected STEP:RANK", f);
     }
+    // "STEP:RANK": world rank RANK fails with an error at the start of step STEP, alone.
+    if (const char* f = std::getenv("ETE_INJECT_ERROR")) {
+        ETE_CHECK(std::sscanf(f, "%ld:%d", &error_step_, &error_rank_) == 2,
+                  "ETE_INJECT_ERROR = '{}': expected STEP:RANK", f);
+    }
 }
 
 // Rows [real, rows) of slot a of the buffers become padding: a valid token, no targets.
@@ -99,9 +104,14 @@ void Trainer::pad_rows(int a) {
 // This replica's rows of global micro-batch a of `step` into slot a of the buffers.
 void Trainer::fill_micro(int64_t step, int a) {
     const size_t o = size_t(a) * rows_.rows * cfg_.seq_len;
-    const uint64_t first = data_position(step) + uint64_t(a) * rows_.global_rows + rows_.first;
+    const uint64_t first = first_sample(step, a);
     if (rows_.real > 0) loader_->fill_batch(first, rows_.real, &in_[o], &tgt_[o], doc_start(o));
     pad_rows(a);
+}
+
+// The global sample index of this replica's first row of micro-batch a of `step`.
+uint64_t Trainer::first_sample(int64_t step, int a) const {
+    return data_position(step) + uint64_t(a) * rows_.global_rows + rows_.first;
 }
 
 // Before the last micro-batch's backward: start the data-parallel sync and hand it each
@@ -171,12 +181,13 @@ nlohmann::json Trainer::checkpoint_extra() const {
     return j;
 }
 
-double Trainer::run_micro_batches(float d_scale) {
+double Trainer::run_micro_batches(int64_t step, float d_scale) {
     const int R = rows_.rows, T = cfg_.seq_len, A = cfg_.grad_accum;
     double loss_sum = 0;
     for (int a = 0; a < A; ++a) {
         arm_grad_sync(a + 1 == A);
         const size_t o = size_t(a) * R * T;
+        model_.set_micro_batch(0, step, int64_t(first_sample(step, a)));
         loss_sum += model_.forward_backward(&in_[o], &tgt_[o], R, T, d_scale, doc_start(o));
     }
     return loss_sum;
@@ -184,7 +195,7 @@ double Trainer::run_micro_batches(float d_scale) {
 
 // One step of 1F1B over grad_accum micro-batches (pp_schedule.h); micro-batch a lives in model
 // slot a mod slots_.
-double Trainer::run_pipeline_step(float d_scale) {
+double Trainer::run_pipeline_step(int64_t step, float d_scale) {
     const int R = rows_.rows, T = cfg_.seq_len, A = cfg_.grad_accum;
     const int p = dist_.shape().pp, stage = dist_.groups.pp_rank;
     double loss_sum = 0;
@@ -193,6 +204,7 @@ double Trainer::run_pipeline_step(float d_scale) {
     cb.act_count = size_t(R) * T * size_t(mc_.hidden_size);
     cb.forward = [&](int m) {
         const size_t o = size_t(m) * R * T;
+        model_.set_micro_batch(slot(m), step, int64_t(first_sample(step, m)));
         loss_sum += model_.stage_forward(slot(m), &in_[o], &tgt_[o], doc_start(o), d_scale);
     };
     cb.backward = [&](int m) {
@@ -213,6 +225,8 @@ double Trainer::run_pipeline_step(float d_scale) {
 StepMetrics Trainer::step(int64_t step) {
     const int T = cfg_.seq_len, A = cfg_.grad_accum;
     auto t0 = Clock::now();
+    ETE_CHECK(step + 1 != error_step_ || dist_.world->rank() != error_rank_,
+              "ETE_INJECT_ERROR: world rank {} fails at step {}", error_rank_, error_step_);
     for (int a = 0; a < A; ++a) fill_micro(step, a);
     // Normalise by the target tokens of the whole global step, not a mean of means; fp16 scales
     // the loss gradient by the loss scale (a power of two: exact).
@@ -223,7 +237,7 @@ StepMetrics Trainer::step(int64_t step) {
     model_.params().zero_grads();
     if (tp_timed_) tp_timed_->reset();
     double loss_sum =
-        dist_.shape().pp > 1 ? run_pipeline_step(d_scale) : run_micro_batches(d_scale);
+        dist_.shape().pp > 1 ? run_pipeline_step(step, d_scale) : run_micro_batches(step, d_scale);
     reduce_grads();
     const double rho = ranks_ ? adapter_rho() : 0.0;
     loss_sum = global_loss(loss_sum);

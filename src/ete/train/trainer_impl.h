@@ -63,21 +63,23 @@ class Trainer {
     void gather_shards(const float* mine, float* full);
     // trainer_state.cpp: weights and optimizer state in and out of files, on any layout.
     int64_t start(const ResumeOptions& resume);
-    void init_weights();
+    void init_weights(bool resuming);
     void load_weights();  // init_weights without the heap trim
     void load_state(const std::string& dir, CheckpointState& st);
     // The logical whole model (weights, or with moments = true also the AdamW moments, zero
     // elsewhere) on world rank 0; other ranks get an empty store.
     std::unique_ptr<HostParams> gather_model() const;
-    std::vector<float> whole_of(const float* local) const;
+    std::vector<float> whole_of(std::vector<float> local) const;
+    void load_adapter_init(const std::string& dir);
     void gather_moments(std::vector<float>& m, std::vector<float>& v);
     void save_final();
     void fill_micro(int64_t step, int a);
     void pad_rows(int a);
     double global_loss(double local);
     StepMetrics step(int64_t step);
-    double run_micro_batches(float d_scale);  // returns this rank's loss sum
-    double run_pipeline_step(float d_scale);
+    uint64_t first_sample(int64_t step, int a) const;
+    double run_micro_batches(int64_t step, float d_scale);  // returns this rank's loss sum
+    double run_pipeline_step(int64_t step, float d_scale);
     void arm_grad_sync(bool last_micro);
     void reduce_grads();
     // The factor that clips (and under fp16 unscales) the step's gradients, which AdamW applies
@@ -131,6 +133,8 @@ class Trainer {
     LossScaler scaler_;         // enabled for train.precision = fp16
     int64_t inject_step_ = -1;  // ETE_INJECT_NONFINITE_GRAD (tests): step and world rank
     int inject_rank_ = -1;
+    int64_t error_step_ = -1;  // ETE_INJECT_ERROR (tests): step and world rank
+    int error_rank_ = -1;
     std::vector<int32_t> in_, tgt_;        // (grad_accum, rows, T)
     std::vector<int32_t> doc_start_;       // packed sources only (else empty)
     PipeStats last_pipe_;                  // the last pipelined step's timing (pp > 1)

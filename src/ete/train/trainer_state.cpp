@@ -9,6 +9,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include <fmt/ranges.h>
+
 #include "ete/core/log.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/peft.h"
@@ -31,7 +33,7 @@ void Trainer::gather_shards(const float* mine, float* full) {
     std::copy(all.begin(), all.begin() + n, full);
 }
 
-void Trainer::init_weights() {
+void Trainer::init_weights(bool resuming) {
     // Loading allocates and frees a tensor-sized host buffer per tensor between the long-lived
     // parameter buffers. glibc raises its mmap threshold after the first large free, so later
     // ones come from the heap and stay resident after they are freed (measured: +250 MB at the
@@ -41,8 +43,37 @@ void Trainer::init_weights() {
     // from the heap instead of being mapped and faulted in anew at every call.
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     load_weights();
+    // A resume takes the adapters from the checkpoint (lora.init_from may be gone by then).
+    if (!resuming && !cfg_.lora_init_from.empty()) load_adapter_init(cfg_.lora_init_from);
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     malloc_trim(0);
+}
+
+// lora.init_from: the adapters of a PEFT dir replace the fresh ones (every rank reads the whole
+// adapters and keeps its slice). The dir must describe the run's adapters exactly — a different
+// rank, scale or module set would silently train another model.
+void Trainer::load_adapter_init(const std::string& dir) {
+    const PeftAdapterInfo info = load_peft_config(dir, mc_);
+    const LoraSpec run = lora_spec(cfg_);
+    const std::string what = fmt::format("lora.init_from = '{}'", dir);
+    ETE_CHECK(info.spec.r == run.r && info.ranks.empty(),
+              "{}: its adapters have rank {}{}, but lora.r = {} (expected the same rank)", what,
+              info.spec.r, info.ranks.empty() ? "" : " with a rank_pattern", run.r);
+    ETE_CHECK(info.spec.alpha == run.alpha && info.spec.rslora == run.rslora,
+              "{}: lora_alpha {} use_rslora {}, but this run has lora.alpha = {} lora.use_rslora "
+              "= {} (expected the same scale)",
+              what, info.spec.alpha, info.spec.rslora, run.alpha, run.rslora);
+    ETE_CHECK(lora_target_roles(info.spec, mc_) == lora_target_roles(run, mc_),
+              "{}: target_modules {} differ from lora.targets '{}'", what,
+              fmt::join(info.spec.targets, ","), cfg_.lora_targets);
+    HostParams whole(layout_.global_specs());
+    load_peft_weights(dir, mc_, whole, [&](int i, const float* v) {
+        std::copy(v, v + whole.numel(i), whole.param(i));
+    });
+    std::vector<float> lp(size_t(model_.params().numel()));
+    layout_.gather_local(whole.data(), lp.data());
+    model_.params().upload_masters(lp.data());
+    log_info("lora: adapters from {} (rank {})", dir, info.spec.r);
 }
 
 void Trainer::load_weights() {
@@ -109,14 +140,14 @@ int64_t Trainer::start(const ResumeOptions& resume) {
                   "--out '{}' already holds checkpoints of a run (newest {}): continue it "
                   "with --resume auto, or choose another --out",
                   out_, *old);
-        init_weights();
+        init_weights(false);
         if (dist_.main()) fs::remove(out_ + "/metrics.jsonl");
         return 0;
     }
     CheckpointState st;
     // A LoRA checkpoint holds the adapters only: the frozen base comes from where it came from
     // at the start (model.init_from, or the seed), and the adapters are then overwritten.
-    if (cfg_.lora_enabled) init_weights();
+    if (cfg_.lora_enabled) init_weights(true);
     load_state(*from, st);
     check_resume_compatible(st.run, run_settings(cfg_, mc_, base_hash_), *from, resume.force);
     ETE_CHECK(st.data_position == data_position(st.step),
@@ -137,21 +168,20 @@ int64_t Trainer::start(const ResumeOptions& resume) {
 }
 
 // The logical whole of a flat local buffer on world rank 0. Without tp/pp every rank already holds
-// the whole model and rank 0 simply copies it.
-std::vector<float> Trainer::whole_of(const float* local) const {
-    if (sharded()) return layout_.to_global(local, dist_.groups.dp_rank == 0, *dist_.world);
+// the whole model and rank 0 keeps its buffer as it is (moved, not copied: a checkpoint of a model
+// near the memory limit holds as few whole copies as it can).
+std::vector<float> Trainer::whole_of(std::vector<float> local) const {
+    if (sharded()) return layout_.to_global(local.data(), dist_.groups.dp_rank == 0, *dist_.world);
     if (!dist_.main()) return {};
-    return std::vector<float>(local, local + model_.params().numel());
+    return local;
 }
 
 std::unique_ptr<HostParams> Trainer::gather_model() const {
     std::vector<float> local(size_t(model_.params().numel()));
     model_.params().download_masters(local.data());
-    std::vector<float> w = whole_of(local.data());
+    std::vector<float> w = whole_of(std::move(local));
     if (!dist_.main()) return nullptr;
-    auto whole = std::make_unique<HostParams>(layout_.global_specs());
-    std::copy(w.begin(), w.end(), whole->data());
-    return whole;
+    return std::make_unique<HostParams>(layout_.global_specs(), std::move(w));
 }
 
 // The whole logical AdamW moments into m and v on world rank 0 (every rank must call).
@@ -165,8 +195,8 @@ void Trainer::gather_moments(std::vector<float>& m, std::vector<float>& v) {
         lm.swap(fm);
         lv.swap(fv);
     }
-    m = whole_of(lm.data());
-    v = whole_of(lv.data());
+    m = whole_of(std::move(lm));
+    v = whole_of(std::move(lv));
 }
 
 void Trainer::checkpoint(int64_t steps_done) {

@@ -9,6 +9,7 @@
 //   attention.cpp    RoPE, flash attention
 //   loss.cpp         cross-entropy
 //   optim.cpp        AdamW
+//   dropout.cpp      counter-based dropout (LoRA's adapter input)
 //
 // Memory. Normally plain host memory. In guarded mode (make_guarded_backend) every allocation is
 // mapped twice (cpu/guarded_memory.h): the address handed out is PROT_NONE, so any load or store
@@ -51,6 +52,9 @@ class CpuBackend final : public Backend {
     void add(Mat x, CMat y) override;
     void scale(Vec x, float s) override;
     double sum_squares(CVec x) override;
+
+    // dropout.cpp
+    void dropout(Mat y, CMat x, const DropoutMask& mask, bool accumulate) override;
 
     // gemm.cpp
     void gemm(CMat a, bool trans_a, CMat b, bool trans_b, Mat c, float alpha, float beta) override;

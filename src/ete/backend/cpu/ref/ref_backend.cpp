@@ -11,10 +11,12 @@
 #include <cstring>
 #include <initializer_list>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "ete/backend/cpu/elem.h"
 #include "ete/backend/cpu/ref/ref_kernels.h"
+#include "ete/core/rng.h"
 
 namespace ete {
 namespace {
@@ -154,6 +156,25 @@ class RefBackend final : public Backend {
     }
     void scale(Vec x, float s) override {
         for (int64_t i = 0; i < x.n; ++i) put(x.data, x.dtype, i, get(x.data, x.dtype, i) * s);
+    }
+    // One Philox word per element, straight from the definition (backend.h DropoutMask).
+    void dropout(Mat y, CMat x, const DropoutMask& m, bool accumulate) override {
+        ETE_CHECK(y.rows == x.rows && y.cols == x.cols, "dropout: shapes differ");
+        const CounterRng rng(m.seed, m.stream);
+        compute({y.dtype, x.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> X(x), Y(y, accumulate);
+            const T s = T(m.keep_scale());
+            for (int64_t i = 0; i < x.rows; ++i)
+                for (int64_t j = 0; j < x.cols; ++j) {
+                    const uint64_t e = (m.row0 + uint64_t(i)) * m.row_stride + m.col0 + uint64_t(j);
+                    const size_t k = size_t(i * x.cols + j);
+                    T v = rng.word(e) >= m.threshold() ? X.data()[k] * s : T(0);
+                    if constexpr (std::is_same_v<T, float>) v = fp32_rounded(v);  // no fma
+                    Y.data()[k] = accumulate ? Y.data()[k] + v : v;
+                }
+            Y.write(y);
+        });
     }
     double sum_squares(CVec x) override {
         double acc = 0;
