@@ -1,8 +1,11 @@
-// bench/rng_bench.cpp — CounterRng::normal_fill vs the per-element normal() loop, and the
-// exhaustive check behind normal_fill's exactness (rng_normal.h).
+// bench/rng_bench.cpp — CounterRng::normal_fill vs the per-element normal() loop, the exhaustive
+// check behind normal_fill's exactness (rng_normal.h), and the cost of the dropout op.
 //
 //   ete_bench_rng [--n N] [--threads T,T,...]  time both at each thread count (checked first)
 //   ete_bench_rng --verify-exhaustive          every one of the 2^32 inputs of each factor
+//   ete_bench_rng --dropout [--threads ...]    ns per element of the CPU backend's dropout on a
+//                                              (256, 5632) bf16 input: a LoRA down_proj of the
+//                                              1.1B bench model at micro-batch 1, seq 256
 #include <omp.h>
 
 #include <bit>
@@ -14,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ete/backend/backend.h"
 #include "ete/core/rng.h"
 #include "ete/core/rng_normal.h"
 
@@ -102,14 +106,49 @@ int verify_exhaustive() {
     return ok ? 0 : 1;
 }
 
+// The three calls one adapter of one micro-batch makes: x̃ in forward, x̃ again for d_A, and the
+// masked input-gradient term accumulated into a bf16 d_x from an f32 product.
+int bench_dropout(const std::vector<int>& threads) {
+    const int64_t N = 256, W = 5632, reps = 20;
+    auto be = ete::make_cpu_backend();
+    ete::DeviceBuffer x(*be, size_t(N * W) * 2), y(*be, size_t(N * W) * 2),
+        t(*be, size_t(N * W) * 4);
+    be->fill({x.data(), ete::DType::BF16, N, W}, 0.5f);
+    be->fill({t.data(), ete::DType::F32, N, W}, 0.25f);
+    ete::DropoutMask m;
+    m.seed = 1337;
+    m.stream = 7;
+    m.row_stride = 2 * uint64_t(W);
+    m.p = 0.05f;
+    for (int th : threads) {
+        omp_set_num_threads(th);
+        for (bool acc : {false, true}) {
+            ete::CMat in = acc ? ete::CMat{t.data(), ete::DType::F32, N, W}
+                               : ete::CMat{x.data(), ete::DType::BF16, N, W};
+            be->dropout({y.data(), ete::DType::BF16, N, W}, in, m, acc);  // warm
+            auto t0 = std::chrono::steady_clock::now();
+            for (int r = 0; r < reps; ++r) {
+                m.stream = uint64_t(r);
+                be->dropout({y.data(), ete::DType::BF16, N, W}, in, m, acc);
+            }
+            const double ns = seconds_since(t0) * 1e9 / double(reps * N * W);
+            std::printf("dropout %s, %d thread%s: %.3f ns per element\n",
+                        acc ? "f32 -> bf16 +=" : "bf16 -> bf16", th, th == 1 ? "" : "s", ns);
+        }
+    }
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     int64_t n = 124'000'000;
     std::vector<int> threads = {1, 2};
+    bool dropout = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--verify-exhaustive") return verify_exhaustive();
+        if (a == "--dropout") dropout = true;
         if (a == "--n" && i + 1 < argc) {
             n = std::atoll(argv[++i]);
         } else if (a == "--threads" && i + 1 < argc) {
@@ -119,11 +158,12 @@ int main(int argc, char** argv) {
                 threads.push_back(int(std::strtol(p, &end, 10)));
                 p = *end ? end + 1 : end;
             }
-        } else {
-            std::fprintf(stderr, "usage: %s [--n N] [--threads 1,2] | --verify-exhaustive\n",
+        } else if (a != "--dropout") {
+            std::fprintf(stderr,
+                         "usage: %s [--n N] [--threads 1,2] [--dropout] | --verify-exhaustive\n",
                          argv[0]);
             return 2;
         }
     }
-    return bench(n, threads);
+    return dropout ? bench_dropout(threads) : bench(n, threads);
 }

@@ -399,8 +399,12 @@ TEST_F(ParallelTrain, KvHeadsReplicatedWhenTpExceedsThem) {
     const std::string lora =
         " --set lora.enabled=true --set lora.targets=all-linear --set lora.r=4 "
         "--set train.adam_eps=1e-6";
+    // The dropout run (eps 1e-4: see LoraEveryLayoutMatchesOneProcess) has every holder of a kv
+    // head draw the same masks for its k_proj / v_proj adapter inputs.
     for (const std::string& base :
          {std::string(" --set lora.base_format=f32"),
+          std::string(
+              " --set lora.base_format=f32 --set lora.dropout=0.2 --set train.adam_eps=1e-4"),
           std::string(" --set lora.base_format=nf4 --set lora.nf4_blocksize=32 "
                       "--set model.hidden_size=128 --set model.intermediate_size=128")}) {
         RunResult l1 = train(1, lora + base);

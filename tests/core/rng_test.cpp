@@ -56,6 +56,24 @@ int64_t count_mismatches(const CounterRng& rng, uint64_t first, int64_t n, float
     return bad;
 }
 
+// words() (8 blocks at a time, vectorised) against word() (one philox4x32 call), at starts in
+// every position of a block, runs shorter than a block and across the 32-word fast path, and a
+// counter whose high 32 bits are set (the carry into the second counter word).
+TEST(Rng, WordsMatchWordOneByOne) {
+    const CounterRng rng(0x0123456789abcdefULL, "lora_dropout/step3/layer1/site4");
+    for (uint64_t first : {uint64_t(0), uint64_t(1), uint64_t(2), uint64_t(3), uint64_t(37),
+                           (uint64_t(1) << 34) - 5}) {
+        for (int64_t n : {1, 3, 31, 32, 33, 100, 257}) {
+            std::vector<uint32_t> got(static_cast<size_t>(n));
+            rng.words(first, n, got.data());
+            for (int64_t k = 0; k < n; ++k)
+                ASSERT_EQ(got[size_t(k)], rng.word(first + uint64_t(k)))
+                    << "first " << first << " n " << n << " k " << k;
+        }
+    }
+    EXPECT_EQ(rng.word(5), rng.block(1)[1]);
+}
+
 TEST(Rng, NormalFillMatchesNormalBitForBit) {
     CounterRng rng(1234, "transformer.h.0.attn.c_attn.weight");
     const uint64_t near32 = (uint64_t(1) << 32) - 9;  // the counter's high word changes inside
