@@ -5,6 +5,7 @@
 
 #include "ete/backend/backend.h"
 #include "ete/optim/adamw.h"
+#include "test_util.h"
 
 namespace ete {
 namespace {
@@ -83,6 +84,27 @@ TEST_P(AdamWShard, FoldedGradScaleEqualsAScalingPass) {
     }
     EXPECT_EQ(a.to_host().data_vector(), b.to_host().data_vector());
     EXPECT_EQ(oa.download_exp_avg_sq(), ob.download_exp_avg_sq());
+}
+
+// The end of training frees the moments and the gradients (the final save needs the memory);
+// anything that would read them afterwards is an error, not a read of freed memory.
+TEST(AdamWRelease, ReleasedStateRefusesToBeUsed) {
+    auto be = make_cpu_backend();
+    ParamStore s(param_specs(tiny()), *be);
+    s.init(1);
+    fill_grads(s);
+    AdamW opt(s, *be, AdamWConfig{});
+    opt.step(1e-3);
+    opt.release_moments();
+    s.release_grads();
+    EXPECT_TRUE(s.grads_released());
+    EXPECT_EQ(error_of([&] { opt.step(1e-3); }),
+              "AdamW: the moments were released (training is over)");
+    EXPECT_EQ(error_of([&] { opt.download_exp_avg(); }),
+              "AdamW: the moments were released (training is over)");
+    EXPECT_EQ(error_of([&] { s.zero_grads(); }),
+              "zero_grads: the gradients were released (training is over)");
+    EXPECT_FALSE(s.to_host().data_vector().empty());  // the weights themselves stay
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AdamWShard, ::testing::Values("cpu", "guarded", "ref"));

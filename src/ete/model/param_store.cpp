@@ -153,7 +153,13 @@ CMat ParamStore::value(int i) const {
     return {frozen_[size_t(i)].data(), frozen_dtype(specs()[size_t(i)], compute_), d[0], d[1]};
 }
 
+void ParamStore::release_grads() {
+    grad_.reset();
+    grads_released_ = true;
+}
+
 void ParamStore::zero_grads() {
+    ETE_CHECK(!grads_released_, "zero_grads: the gradients were released (training is over)");
     be_.fill_bytes(grad_.data(), 0, grad_.bytes());
 }
 

@@ -153,6 +153,11 @@ class ParamStore : public ParamTable {
         return {compute_copy_.data(), compute_, compute_copy_.data() ? numel() : 0};
     }
     void zero_grads();
+    // Frees the gradient buffer when training is over (the final save gathers a whole copy of
+    // the model and needs the memory). Views into it — the layers' — dangle from then on: every
+    // backward refuses to run (Transformer checks grads_released()).
+    void release_grads();
+    bool grads_released() const { return grads_released_; }
 
     // Host transfers. Uploading masters refreshes their compute copy.
     std::vector<float> download(int i) const;  // parameter i's values (F32)
@@ -181,6 +186,7 @@ class ParamStore : public ParamTable {
     Backend& be_;
     DType compute_;
     DeviceBuffer master_, grad_, compute_copy_;
+    bool grads_released_ = false;
     std::vector<DeviceBuffer> frozen_;  // by parameter index (empty for trainable ones)
     std::vector<Nf4Buffer> nf4_;        // by parameter index (NF4 parameters only)
 };

@@ -38,6 +38,8 @@ double Transformer::run_forward(Slot& s, AttnDims d, const int32_t* inputs, cons
         be_.upload(s.doc.data, doc_start, sizeof(int32_t) * size_t(N));
         d.doc_start = s.doc.slice(0, N);
     }
+    ETE_CHECK(!backward || !params_.grads_released(),
+              "a training forward after the gradients were released (training is over)");
     s.dims = d;
     s.pending = false;
     s.dropout = backward && lora_.dropout > 0.0f;

@@ -21,24 +21,38 @@ AdamW::AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg, int64_t begin
     be_.fill_bytes(v_.data(), 0, bytes);
 }
 
+void AdamW::release_moments() {
+    m_.reset();
+    v_.reset();
+    released_ = true;
+}
+
+void AdamW::check_moments() const {
+    ETE_CHECK(!released_, "AdamW: the moments were released (training is over)");
+}
+
 std::vector<float> AdamW::download_exp_avg() const {
+    check_moments();
     std::vector<float> h(static_cast<size_t>(end_ - begin_));
     be_.download(h.data(), m_.data(), m_.bytes());
     return h;
 }
 
 std::vector<float> AdamW::download_exp_avg_sq() const {
+    check_moments();
     std::vector<float> h(static_cast<size_t>(end_ - begin_));
     be_.download(h.data(), v_.data(), v_.bytes());
     return h;
 }
 
 void AdamW::upload_moments(const float* m, const float* v) {
+    check_moments();
     be_.upload(m_.data(), m, m_.bytes());
     be_.upload(v_.data(), v, v_.bytes());
 }
 
 void AdamW::step(double lr, float grad_scale) {
+    check_moments();
     ++t_;
     float bc1 = float(1.0 - std::pow(cfg_.beta1, double(t_)));
     float bc2 = float(1.0 - std::pow(cfg_.beta2, double(t_)));

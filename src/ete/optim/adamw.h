@@ -44,12 +44,17 @@ class AdamW {
     std::vector<float> download_exp_avg_sq() const;
     void upload_moments(const float* m, const float* v);
     void set_steps_taken(int64_t t) { t_ = t; }
+    // Frees the moments when training is over (the final save needs the memory); step(), the
+    // downloads and uploads refuse to run afterwards.
+    void release_moments();
 
   private:
     ParamStore& store_;
     Backend& be_;
     AdamWConfig cfg_;
+    void check_moments() const;
     DeviceBuffer m_, v_;
+    bool released_ = false;
     int64_t begin_ = 0, end_ = 0;
     int64_t t_ = 0;
 };
