@@ -124,12 +124,24 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"lora_gpt2_nf4", "cpu"}, Case{"lora_gpt2_nf4", "guarded"}),
     [](const auto& info) { return info.param.variant + "_" + info.param.backend; });
 
+// The f32 Llama golden (its base weights, config and LoRA spec), adapters on every linear.
+struct LlamaGolden {
+    SafetensorsFile f = SafetensorsFile::open(std::string(ETE_SOURCE_DIR) +
+                                              "/tests/golden/lora_llama_f32.safetensors");
+    ModelConfig cfg = config_from_hf_json(json::parse(f.metadata().at("config")), "cfg");
+    LoraSpec spec = all_linear(spec_from(json::parse(f.metadata().at("lora"))));
+
+    static LoraSpec all_linear(LoraSpec s) {
+        s.targets = {"all-linear"};
+        return s;
+    }
+};
+
 TEST(LoraModel, ZeroBLeavesTheBaseModelUnchanged) {
-    const auto f = SafetensorsFile::open(std::string(ETE_SOURCE_DIR) +
-                                         "/tests/golden/lora_llama_f32.safetensors");
-    const ModelConfig cfg = config_from_hf_json(json::parse(f.metadata().at("config")), "cfg");
-    LoraSpec spec = spec_from(json::parse(f.metadata().at("lora")));
-    spec.targets = {"all-linear"};
+    const LlamaGolden g;
+    const SafetensorsFile& f = g.f;
+    const ModelConfig& cfg = g.cfg;
+    const LoraSpec& spec = g.spec;
     auto be = make_cpu_backend();
     Transformer base(cfg, *be), lora(cfg, *be, {}, DType::F32, spec);
     load(base.params(), f);
@@ -187,11 +199,9 @@ std::vector<float> grads(const Transformer& m) {
 // backward reads, down_proj's adapter u included (it once did not, and down_proj's B got the
 // gradient of stale scratch).
 TEST(LoraModel, RecomputeGivesTheSameGradients) {
-    const auto f = SafetensorsFile::open(std::string(ETE_SOURCE_DIR) +
-                                         "/tests/golden/lora_llama_f32.safetensors");
-    const ModelConfig cfg = config_from_hf_json(json::parse(f.metadata().at("config")), "cfg");
-    LoraSpec spec = spec_from(json::parse(f.metadata().at("lora")));
-    spec.targets = {"all-linear"};
+    const LlamaGolden g;
+    const ModelConfig& cfg = g.cfg;
+    const LoraSpec& spec = g.spec;
     auto be = make_cpu_backend();
     Transformer a(cfg, *be, {}, DType::F32, spec), r(cfg, *be, {}, DType::F32, spec);
     init_nonzero_b(a.params());
@@ -209,11 +219,9 @@ TEST(LoraModel, RecomputeGivesTheSameGradients) {
 // recomputation (backward regenerates the forward's masks); another step or another place in
 // the global batch: other masks; one batch of 2 rows = two micro-batches of 1 row each.
 TEST(LoraModel, DropoutMasksTrainingOnlyAndFollowTheGlobalBatch) {
-    const auto f = SafetensorsFile::open(std::string(ETE_SOURCE_DIR) +
-                                         "/tests/golden/lora_llama_f32.safetensors");
-    const ModelConfig cfg = config_from_hf_json(json::parse(f.metadata().at("config")), "cfg");
-    LoraSpec plain = spec_from(json::parse(f.metadata().at("lora")));
-    plain.targets = {"all-linear"};
+    const LlamaGolden g;
+    const ModelConfig& cfg = g.cfg;
+    const LoraSpec& plain = g.spec;
     LoraSpec drop = plain;
     drop.dropout = 0.3f;
     drop.dropout_seed = 5;
