@@ -340,6 +340,12 @@ TEST_F(LoraCli, BadLoraConfigIsAOneLineError) {
     EXPECT_NE(r.out.find("lora.nf4_blocksize = 48: expected a power of two in [32, 4096]"),
               std::string::npos)
         << r.out;
+    for (const char* p : {"1", "-0.1", "0.999999999"}) {  // the last rounds to 1 as a float
+        r = run_shell(ete_cmd(std::string("train --set lora.enabled=true --set lora.dropout=") + p +
+                              " --dump-config 2>&1"));
+        EXPECT_NE(r.code, 0) << p;
+        EXPECT_NE(r.out.find("expected a probability in [0, 1)"), std::string::npos) << r.out;
+    }
     r = run_shell(ete_cmd("eval --model " + path("base") + " --adapter " + path("nope") +
                           " --tokens " + path("t.bin") + " --seq 4 2>&1"));
     EXPECT_NE(r.code, 0);

@@ -13,6 +13,7 @@
 
 #include "ete/core/error.h"
 #include "ete/core/file_util.h"
+#include "test_util.h"
 
 namespace ete {
 namespace {
@@ -211,6 +212,33 @@ TEST_F(SafetensorsTest, WriterRejectsDuplicateAndReservedNames) {
     }
     EXPECT_THROW(write_safetensors(path, {{"__metadata__", t}}, {}), Error);
     EXPECT_FALSE(fs::exists(path));  // nothing written, not even a partial file
+}
+
+// The streamed writer (tensors fetched by callback as their turn comes) writes the bytes the
+// Tensor writer does; a callback that writes too few or too many bytes fails the write, and no
+// file that looks complete is left.
+TEST_F(SafetensorsTest, StreamedWriterGivesTheSameFileAndChecksEachTensorsSize) {
+    const Tensor a = make<float>({2, 2}, DType::F32, {1, 2, 3, 4});
+    const Tensor b = make<uint16_t>({3}, DType::BF16, {1, 2, 3});
+    const std::string whole = dir_ + "/whole.safetensors",
+                      streamed = dir_ + "/streamed.safetensors";
+    write_safetensors(whole, {{"b", b}, {"a", a}}, {{"k", "v"}});
+    std::vector<std::string> order;
+    auto from = [&order](const std::string& name, const Tensor& t) {
+        return StreamedTensor{name, t.dtype(), t.shape(), [&order, name, &t](FileSink& sink) {
+                                  order.push_back(name);
+                                  sink.write(t.data(), t.nbytes());
+                              }};
+    };
+    write_safetensors_streamed(streamed, {from("b", b), from("a", a)}, {{"k", "v"}});
+    EXPECT_EQ(read_file(streamed), read_file(whole));
+    EXPECT_EQ(order, (std::vector<std::string>{"a", "b"}));  // the data order: F32 before BF16
+    const std::string bad = dir_ + "/bad.safetensors";
+    StreamedTensor short_write{
+        "a", DType::F32, {2, 2}, [&a](FileSink& sink) { sink.write(a.data(), 12); }};
+    EXPECT_EQ(error_of([&] { write_safetensors_streamed(bad, {short_write}); }),
+              "write_safetensors " + bad + ": tensor \"a\" wrote 12 bytes, expected 16");
+    EXPECT_FALSE(fs::exists(bad));
 }
 
 // ---------------------------------------------------------------------------------------------

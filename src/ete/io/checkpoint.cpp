@@ -48,14 +48,20 @@ void fsync_path(const std::string& path) {
     ETE_CHECK(rc == 0, "checkpoint: fsync of directory '{}' failed", path);
 }
 
-// One f32 tensor per parameter, viewing `base` (params, m or v) at the store's offsets.
-std::vector<std::pair<std::string, Tensor>> views(const HostParams& store, const float* base,
-                                                  const std::string& prefix) {
-    std::vector<std::pair<std::string, Tensor>> out;
-    for (size_t i = 0; i < store.specs().size(); ++i) {
-        const ParamSpec& s = store.specs()[i];
-        out.emplace_back(prefix + s.name,
-                         Tensor::view(const_cast<float*>(base) + store.offset(int(i)), s.shape));
+// One f32 tensor per trainable parameter, `prefix + name`, its values fetched by `get` into a
+// buffer of that tensor alone as the writer reaches it.
+std::vector<StreamedTensor> streamed(const ParamTable& table,
+                                     const std::function<void(int, float*)>& get,
+                                     const std::string& prefix) {
+    std::vector<StreamedTensor> out;
+    for (int i = 0; i < table.size(); ++i) {
+        const ParamSpec& s = table.specs()[size_t(i)];
+        if (!table.trainable(i)) continue;
+        out.push_back({prefix + s.name, DType::F32, s.shape, [&table, &get, i](FileSink& sink) {
+                           std::vector<float> v(size_t(table.numel(i)));
+                           get(i, v.data());
+                           sink.write(v.data(), v.size() * sizeof(float));
+                       }});
     }
     return out;
 }
@@ -76,9 +82,11 @@ void read_into(const SafetensorsFile& f, const HostParams& store, float* base,
 }
 
 // Each tensor's slice of its global shape; whole tensors until the parallel layouts land.
-std::string slices_metadata(const HostParams& store) {
+std::string slices_metadata(const ParamTable& table) {
     json j = json::object();
-    for (const ParamSpec& s : store.specs()) {
+    for (int i = 0; i < table.size(); ++i) {
+        if (!table.trainable(i)) continue;
+        const ParamSpec& s = table.specs()[size_t(i)];
         j[s.name] = {{"global_shape", s.shape},
                      {"offset", std::vector<int64_t>(s.shape.size(), 0)}};
     }
@@ -89,6 +97,17 @@ std::string slices_metadata(const HostParams& store) {
 
 std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
                             const HostParams& store, const float* m, const float* v,
+                            const std::string& config_toml) {
+    auto from = [&store](const float* base) {
+        return [&store, base](int i, float* out) {
+            std::copy(base + store.offset(i), base + store.offset(i) + store.numel(i), out);
+        };
+    };
+    return save_checkpoint(run_dir, st, store, {from(store.data()), from(m), from(v)}, config_toml);
+}
+
+std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
+                            const ParamTable& table, const CheckpointSource& src,
                             const std::string& config_toml) {
     fs::path root = fs::path(run_dir) / "checkpoints";
     fs::create_directories(root);
@@ -102,13 +121,13 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
                   {"data_position", st.data_position},
                   {"run", st.run},
                   {"extra", st.extra}};
-    std::string meta = slices_metadata(store);
-    write_safetensors((tmp / "model.safetensors").string(), views(store, store.data(), ""),
-                      {{"format", "ete"}, {"layout", "ete"}, {"slices", meta}});
-    auto opt = views(store, m, "exp_avg.");
-    auto v_views = views(store, v, "exp_avg_sq.");
-    opt.insert(opt.end(), v_views.begin(), v_views.end());
-    write_safetensors((tmp / "optimizer.safetensors").string(), opt, {{"format", "ete"}});
+    std::string meta = slices_metadata(table);
+    write_safetensors_streamed((tmp / "model.safetensors").string(), streamed(table, src.param, ""),
+                               {{"format", "ete"}, {"layout", "ete"}, {"slices", meta}});
+    auto opt = streamed(table, src.exp_avg, "exp_avg.");
+    auto v_tensors = streamed(table, src.exp_avg_sq, "exp_avg_sq.");
+    opt.insert(opt.end(), v_tensors.begin(), v_tensors.end());
+    write_safetensors_streamed((tmp / "optimizer.safetensors").string(), opt, {{"format", "ete"}});
     write_file_atomic((tmp / "config.toml").string(), config_toml);
     write_file_atomic((tmp / "state.json").string(), state.dump(2) + "\n");  // written last
     fsync_path(tmp.string());

@@ -12,6 +12,7 @@
 // named step_XXXXXXXX is complete. Only such directories are ever loaded.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -35,6 +36,16 @@ struct CheckpointState {
 // moments (flat, same offsets as the parameters).
 std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
                             const HostParams& store, const float* m, const float* v,
+                            const std::string& config_toml);
+
+// The same directory with every tensor fetched as it is written: param(i, out), exp_avg(i, out)
+// and exp_avg_sq(i, out) put trainable parameter i's numel(i) F32 values into out, so the caller
+// never holds the model or a moment whole (one tensor at a time).
+struct CheckpointSource {
+    std::function<void(int, float*)> param, exp_avg, exp_avg_sq;
+};
+std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
+                            const ParamTable& table, const CheckpointSource& src,
                             const std::string& config_toml);
 
 // Reads a committed checkpoint into store, m and v; returns its state. Names, shapes and the

@@ -306,25 +306,22 @@ namespace {
 using NamedTensor = std::pair<std::string, Tensor>;
 
 // Validates names and tensors, then orders them like the official writer (see header).
-std::vector<const NamedTensor*> writer_order(const std::string& path,
-                                             const std::vector<NamedTensor>& tensors) {
+std::vector<const StreamedTensor*> writer_order(const std::string& path,
+                                                const std::vector<StreamedTensor>& tensors) {
     std::unordered_set<std::string> seen;
-    std::vector<const NamedTensor*> order;
-    for (const auto& nt : tensors) {
-        const std::string& name = nt.first;
-        ETE_CHECK(name != kMetadataKey, "write_safetensors {}: tensor name {} is reserved", path,
-                  quote(name));
-        ETE_CHECK(is_valid_utf8(name), "write_safetensors {}: tensor name {} is not valid UTF-8",
-                  path, quote(name));
-        ETE_CHECK(seen.insert(name).second, "write_safetensors {}: duplicate tensor name {}", path,
-                  quote(name));
-        ETE_CHECK(nt.second.defined(), "write_safetensors {}: tensor {} has no data", path,
-                  quote(name));
-        order.push_back(&nt);
+    std::vector<const StreamedTensor*> order;
+    for (const StreamedTensor& t : tensors) {
+        ETE_CHECK(t.name != kMetadataKey, "write_safetensors {}: tensor name {} is reserved", path,
+                  quote(t.name));
+        ETE_CHECK(is_valid_utf8(t.name), "write_safetensors {}: tensor name {} is not valid UTF-8",
+                  path, quote(t.name));
+        ETE_CHECK(seen.insert(t.name).second, "write_safetensors {}: duplicate tensor name {}",
+                  path, quote(t.name));
+        order.push_back(&t);
     }
-    std::sort(order.begin(), order.end(), [](const NamedTensor* a, const NamedTensor* b) {
-        size_t sa = dtype_size(a->second.dtype()), sb = dtype_size(b->second.dtype());
-        return sa != sb ? sa > sb : a->first < b->first;
+    std::sort(order.begin(), order.end(), [](const StreamedTensor* a, const StreamedTensor* b) {
+        size_t sa = dtype_size(a->dtype), sb = dtype_size(b->dtype);
+        return sa != sb ? sa > sb : a->name < b->name;
     });
     return order;
 }
@@ -333,7 +330,18 @@ std::vector<const NamedTensor*> writer_order(const std::string& path,
 
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-    std::vector<const NamedTensor*> order = writer_order(path, tensors);
+    std::vector<StreamedTensor> st;
+    for (const auto& [name, t] : tensors) {
+        ETE_CHECK(t.defined(), "write_safetensors {}: tensor {} has no data", path, quote(name));
+        st.push_back({name, t.dtype(), t.shape(),
+                      [&t](FileSink& sink) { sink.write(t.data(), t.nbytes()); }});
+    }
+    write_safetensors_streamed(path, st, metadata);
+}
+
+void write_safetensors_streamed(const std::string& path, const std::vector<StreamedTensor>& tensors,
+                                const std::map<std::string, std::string>& metadata) {
+    std::vector<const StreamedTensor*> order = writer_order(path, tensors);
     // The header is assembled as text so its entries follow the data order, as the official
     // writer's do (an std::map-backed json object would sort them by name).
     std::string text = "{";
@@ -344,14 +352,16 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
         }
         text += quote(kMetadataKey) + ":" + Json(metadata).dump();
     }
+    auto nbytes = [](const StreamedTensor& t) {
+        return uint64_t(shape_numel(t.shape)) * dtype_size(t.dtype);
+    };
     uint64_t offset = 0;
-    for (const NamedTensor* nt : order) {
-        const Tensor& t = nt->second;
-        Json e = {{"dtype", std::string(dtype_name(t.dtype()))},
-                  {"shape", t.shape()},
-                  {"data_offsets", {offset, offset + t.nbytes()}}};
-        text += (text.size() > 1 ? "," : "") + quote(nt->first) + ":" + e.dump();
-        offset += t.nbytes();
+    for (const StreamedTensor* t : order) {
+        Json e = {{"dtype", std::string(dtype_name(t->dtype))},
+                  {"shape", t->shape},
+                  {"data_offsets", {offset, offset + nbytes(*t)}}};
+        text += (text.size() > 1 ? "," : "") + quote(t->name) + ":" + e.dump();
+        offset += nbytes(*t);
     }
     text += "}";
     text.append((8 - text.size() % 8) % 8, ' ');  // data buffer starts 8-aligned in the file
@@ -359,7 +369,14 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     write_file_atomic(path, [&](FileSink& sink) {
         sink.write(&n, 8);
         sink.write(text);
-        for (const NamedTensor* nt : order) sink.write(nt->second.data(), nt->second.nbytes());
+        for (const StreamedTensor* t : order) {
+            const uint64_t before = sink.bytes_written();
+            t->write(sink);
+            // A short or long write would shift every later tensor: never a file that looks whole.
+            ETE_CHECK(sink.bytes_written() - before == nbytes(*t),
+                      "write_safetensors {}: tensor {} wrote {} bytes, expected {}", path,
+                      quote(t->name), sink.bytes_written() - before, nbytes(*t));
+        }
     });
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -71,6 +72,20 @@ class SafetensorsFile {
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// A tensor whose bytes a callback writes when its turn comes: the header needs only its dtype and
+// shape, so a file of many tensors is written while holding one (checkpoints of a model near the
+// memory limit). `write` must put exactly numel · dtype_size bytes into the sink (checked: a
+// mismatch throws and the file is not committed).
+struct StreamedTensor {
+    std::string name;
+    DType dtype = DType::F32;
+    Shape shape;
+    std::function<void(FileSink&)> write;
+};
+// The same file layout and checks as write_safetensors.
+void write_safetensors_streamed(const std::string& path, const std::vector<StreamedTensor>& tensors,
+                                const std::map<std::string, std::string>& metadata = {});
 
 // True when `s` is well-formed UTF-8 (no overlong forms, surrogates or code points > U+10FFFF).
 bool is_valid_utf8(std::string_view s);

@@ -45,6 +45,23 @@ std::vector<float> AdamW::download_exp_avg_sq() const {
     return h;
 }
 
+void AdamW::download_range(const DeviceBuffer& b, int64_t first, int64_t n, float* out) const {
+    check_moments();
+    ETE_CHECK(first >= begin_ && n >= 0 && first + n <= end_,
+              "AdamW: moments [{}, {}) outside this optimizer's [{}, {})", first, first + n, begin_,
+              end_);
+    be_.download(out, static_cast<const char*>(b.data()) + size_t(first - begin_) * sizeof(float),
+                 size_t(n) * sizeof(float));
+}
+
+void AdamW::download_exp_avg(int64_t first, int64_t n, float* out) const {
+    download_range(m_, first, n, out);
+}
+
+void AdamW::download_exp_avg_sq(int64_t first, int64_t n, float* out) const {
+    download_range(v_, first, n, out);
+}
+
 void AdamW::upload_moments(const float* m, const float* v) {
     check_moments();
     be_.upload(m_.data(), m, m_.bytes());

@@ -42,6 +42,10 @@ class AdamW {
     // Host copies in and out (checkpoints).
     std::vector<float> download_exp_avg() const;
     std::vector<float> download_exp_avg_sq() const;
+    // n elements from flat element `first` (of the whole buffer, inside this optimizer's
+    // [begin, end)) into host memory.
+    void download_exp_avg(int64_t first, int64_t n, float* out) const;
+    void download_exp_avg_sq(int64_t first, int64_t n, float* out) const;
     void upload_moments(const float* m, const float* v);
     void set_steps_taken(int64_t t) { t_ = t; }
     // Frees the moments when training is over (the final save needs the memory); step(), the
@@ -53,6 +57,7 @@ class AdamW {
     Backend& be_;
     AdamWConfig cfg_;
     void check_moments() const;
+    void download_range(const DeviceBuffer& b, int64_t first, int64_t n, float* out) const;
     DeviceBuffer m_, v_;
     bool released_ = false;
     int64_t begin_ = 0, end_ = 0;

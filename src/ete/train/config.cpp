@@ -415,7 +415,8 @@ void validate(const RunConfig& c) {
     ETE_CHECK(c.parallel_timeout_s >= 0, "parallel.timeout_s = {}: expected >= 0 (0 = no limit)",
               c.parallel_timeout_s);
     if (c.lora_enabled) {
-        ETE_CHECK(c.lora_dropout >= 0 && c.lora_dropout < 1,
+        // As the float the masks use: 0.99999999 would round to 1.
+        ETE_CHECK(c.lora_dropout >= 0 && float(c.lora_dropout) < 1.0f,
                   "lora.dropout = {}: expected a probability in [0, 1)", c.lora_dropout);
         ETE_CHECK(c.lora_base_format == "f32" || c.lora_base_format == "bf16" ||
                       c.lora_base_format == "nf4",

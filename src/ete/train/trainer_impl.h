@@ -71,6 +71,7 @@ class Trainer {
     std::unique_ptr<HostParams> gather_model() const;
     std::vector<float> whole_of(std::vector<float> local) const;
     void load_adapter_init(const std::string& dir);
+    CheckpointSource streamed_source() const;
     void gather_moments(std::vector<float>& m, std::vector<float>& v);
     void save_final();
     void fill_micro(int64_t step, int a);

@@ -201,17 +201,49 @@ void Trainer::gather_moments(std::vector<float>& m, std::vector<float>& v) {
 
 void Trainer::checkpoint(int64_t steps_done) {
     auto t0 = Clock::now();
-    std::vector<float> m, v;
-    gather_moments(m, v);
-    std::unique_ptr<HostParams> whole = gather_model();
+    const CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
+                             run_settings(cfg_, mc_, base_hash_), checkpoint_extra()};
+    std::string dir;
+    if (!sharded() && !zero1()) {
+        // World rank 0 holds the whole model and both moments: written tensor by tensor straight
+        // from backend memory, so a model near the memory limit can checkpoint (gathering them
+        // would take three more whole copies: 13 GB for 1.1B parameters).
+        if (dist_.main()) {
+            const ParamTable table(layout_.global_specs());
+            dir = save_checkpoint(out_, st, table, streamed_source(), dump_toml(cfg_));
+        }
+    } else {
+        std::vector<float> m, v;
+        gather_moments(m, v);
+        std::unique_ptr<HostParams> whole = gather_model();
+        if (dist_.main())
+            dir = save_checkpoint(out_, st, *whole, m.data(), v.data(), dump_toml(cfg_));
+    }
     if (dist_.main()) {
-        CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
-                           run_settings(cfg_, mc_, base_hash_), checkpoint_extra()};
-        std::string dir = save_checkpoint(out_, st, *whole, m.data(), v.data(), dump_toml(cfg_));
         prune_checkpoints(out_, cfg_.keep_checkpoints);
         log_info("checkpoint: {} ({:.1f}s)", dir, seconds_since(t0));
     }
     dist_.world->barrier();  // nobody moves on (or exits) before the checkpoint is committed
+}
+
+// Without tp, pp or ZeRO-1 the local table holds the logical parameters at their logical
+// shapes: each tensor is one download, found by name.
+CheckpointSource Trainer::streamed_source() const {
+    const ParamStore& ps = model_.params();
+    const std::vector<ParamSpec>& g = layout_.global_specs();
+    auto local = [&ps, &g](int i) { return ps.index(g[size_t(i)].name); };
+    CheckpointSource src;
+    src.param = [&ps, local](int i, float* out) {
+        const std::vector<float> v = ps.download(local(i));
+        std::copy(v.begin(), v.end(), out);
+    };
+    src.exp_avg = [this, &ps, local](int i, float* out) {
+        opt_.download_exp_avg(ps.offset(local(i)), ps.numel(local(i)), out);
+    };
+    src.exp_avg_sq = [this, &ps, local](int i, float* out) {
+        opt_.download_exp_avg_sq(ps.offset(local(i)), ps.numel(local(i)), out);
+    };
+    return src;
 }
 
 void Trainer::save_final() {
