@@ -66,18 +66,20 @@ std::vector<StreamedTensor> streamed(const ParamTable& table,
     return out;
 }
 
-// Copies every parameter-shaped tensor `prefix + name` of a file into `base`.
-void read_into(const SafetensorsFile& f, const HostParams& store, float* base,
-               const std::string& prefix) {
-    for (size_t i = 0; i < store.specs().size(); ++i) {
-        const ParamSpec& s = store.specs()[i];
+// Hands every parameter-shaped tensor `prefix + name` of a file to `take`, one at a time.
+void read_into(const SafetensorsFile& f, const ParamTable& table,
+               const std::function<void(int, const float*)>& take, const std::string& prefix) {
+    for (int i = 0; i < table.size(); ++i) {
+        if (!table.trainable(i)) continue;
+        const ParamSpec& s = table.specs()[size_t(i)];
         std::string n = prefix + s.name;
         ETE_CHECK(f.has(n), "{}: tensor '{}' is missing", f.path(), n);
         ETE_CHECK(f.info(n).shape == s.shape && f.info(n).dtype == DType::F32,
                   "{}: tensor '{}' is {} {}, expected F32 {}", f.path(), n,
                   dtype_name(f.info(n).dtype), shape_str(f.info(n).shape), shape_str(s.shape));
         Tensor t = f.to_f32(n);
-        std::copy(t.f32(), t.f32() + t.numel(), base + store.offset(int(i)));
+        f.release(n);
+        take(i, t.f32());
     }
 }
 
@@ -138,6 +140,16 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
 }
 
 CheckpointState load_checkpoint(const std::string& dir, HostParams& store, float* m, float* v) {
+    auto into = [&store](float* base) {
+        return [&store, base](int i, const float* values) {
+            std::copy(values, values + store.numel(i), base + store.offset(i));
+        };
+    };
+    return load_checkpoint(dir, store, {into(store.data()), into(m), into(v)});
+}
+
+CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table,
+                                const CheckpointSink& sink) {
     fs::path d(dir);
     ETE_CHECK(is_committed_name(d.filename().string()) && fs::is_directory(d),
               "checkpoint '{}': expected a committed checkpoint directory step_XXXXXXXX", dir);
@@ -153,10 +165,10 @@ CheckpointState load_checkpoint(const std::string& dir, HostParams& store, float
               "{}: format_version {} is not supported "
               "(this ETE reads version {})",
               state_path, version, kCheckpointFormatVersion);
-    read_into(SafetensorsFile::open((d / "model.safetensors").string()), store, store.data(), "");
+    read_into(SafetensorsFile::open((d / "model.safetensors").string()), table, sink.param, "");
     SafetensorsFile opt = SafetensorsFile::open((d / "optimizer.safetensors").string());
-    read_into(opt, store, m, "exp_avg.");
-    read_into(opt, store, v, "exp_avg_sq.");
+    read_into(opt, table, sink.exp_avg, "exp_avg.");
+    read_into(opt, table, sink.exp_avg_sq, "exp_avg_sq.");
     CheckpointState st;
     try {
         st.step = state.at("step").get<int64_t>();

@@ -51,6 +51,14 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
 // Reads a committed checkpoint into store, m and v; returns its state. Names, shapes and the
 // format version are checked against the store.
 CheckpointState load_checkpoint(const std::string& dir, HostParams& store, float* m, float* v);
+// The same, handing each tensor over as it is read: param(i, values), exp_avg(i, values),
+// exp_avg_sq(i, values) get trainable parameter i's numel(i) F32 values, valid for the call
+// (one tensor in host memory at a time; its file pages are released after the call).
+struct CheckpointSink {
+    std::function<void(int, const float*)> param, exp_avg, exp_avg_sq;
+};
+CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table,
+                                const CheckpointSink& sink);
 
 // The newest committed checkpoint of a run, if any (temporary directories are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);

@@ -54,6 +54,16 @@ void AdamW::download_range(const DeviceBuffer& b, int64_t first, int64_t n, floa
                  size_t(n) * sizeof(float));
 }
 
+void AdamW::upload_moments(int64_t first, int64_t n, const float* m, const float* v) {
+    check_moments();
+    ETE_CHECK(first >= begin_ && n >= 0 && first + n <= end_,
+              "AdamW: moments [{}, {}) outside this optimizer's [{}, {})", first, first + n, begin_,
+              end_);
+    const size_t at = size_t(first - begin_) * sizeof(float), bytes = size_t(n) * sizeof(float);
+    if (m) be_.upload(static_cast<char*>(m_.data()) + at, m, bytes);
+    if (v) be_.upload(static_cast<char*>(v_.data()) + at, v, bytes);
+}
+
 void AdamW::download_exp_avg(int64_t first, int64_t n, float* out) const {
     download_range(m_, first, n, out);
 }

@@ -46,6 +46,8 @@ class AdamW {
     // [begin, end)) into host memory.
     void download_exp_avg(int64_t first, int64_t n, float* out) const;
     void download_exp_avg_sq(int64_t first, int64_t n, float* out) const;
+    // n elements of each moment from host memory into flat elements [first, first + n).
+    void upload_moments(int64_t first, int64_t n, const float* m, const float* v);
     void upload_moments(const float* m, const float* v);
     void set_steps_taken(int64_t t) { t_ = t; }
     // Frees the moments when training is over (the final save needs the memory); step(), the

@@ -108,8 +108,24 @@ void Trainer::load_weights() {
     load_hf_tensors(cfg_.model_init_from, global, take, take_nf4);
 }
 
-// Reads checkpoint `dir` into this rank's weights and (its slice of) the AdamW moments.
+// Reads checkpoint `dir` into this rank's weights and (its slice of) the AdamW moments. Without
+// tp, pp or ZeRO-1 tensor by tensor, straight into backend memory (the mirror of checkpoint()).
 void Trainer::load_state(const std::string& dir, CheckpointState& st) {
+    if (!sharded() && !zero1()) {
+        ParamStore& ps = model_.params();
+        const ParamTable table(layout_.global_specs());
+        auto local = [&](int i) { return ps.index(table.specs()[size_t(i)].name); };
+        CheckpointSink sink;
+        sink.param = [&](int i, const float* v) { ps.upload(local(i), v); };
+        sink.exp_avg = [&](int i, const float* v) {
+            opt_.upload_moments(ps.offset(local(i)), ps.numel(local(i)), v, nullptr);
+        };
+        sink.exp_avg_sq = [&](int i, const float* v) {
+            opt_.upload_moments(ps.offset(local(i)), ps.numel(local(i)), nullptr, v);
+        };
+        st = load_checkpoint(dir, table, sink);
+        return;
+    }
     HostParams whole(layout_.global_specs());
     const size_t n = size_t(whole.numel());
     std::vector<float> m(n), v(n);
