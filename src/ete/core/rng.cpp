@@ -45,15 +45,16 @@ namespace {
 // products are one vector multiply.
 using V8 = uint64_t __attribute__((vector_size(64)));
 
-// a · m per lane, a < 2^32 and m < 2^32: AVX-512's 32x32->64 multiply (one uop) where there is
-// one (the compiler would use the full 64-bit vpmullq).
-inline V8 mul32(V8 a, uint64_t m) {
+// out = a · m per lane, a < 2^32 and m < 2^32: AVX-512's 32x32->64 multiply (one uop) where there
+// is one (the compiler would use the full 64-bit vpmullq). Vectors by reference: passing them by
+// value changes the ABI between builds with and without AVX-512 (-Wpsabi).
+inline void mul32(const V8& a, uint64_t m, V8& out) {
 #if defined(__AVX512F__)
     // maskz with every lane set: GCC 12 flags the unmasked intrinsic (built on
     // _mm512_undefined_epi32) as maybe-uninitialized under -Werror.
-    return V8(_mm512_maskz_mul_epu32(0xFF, __m512i(a), _mm512_set1_epi64(int64_t(m))));
+    out = V8(_mm512_maskz_mul_epu32(0xFF, __m512i(a), _mm512_set1_epi64(int64_t(m))));
 #else
-    return a * m;
+    out = a * m;
 #endif
 }
 
@@ -61,7 +62,9 @@ void philox8(V8& c0, V8& c1, V8& c2, V8& c3, uint64_t seed) {
     constexpr uint64_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kLo = 0xFFFFFFFFu;
     uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
     for (int round = 0; round < 10; ++round, k0 += 0x9E3779B9u, k1 += 0xBB67AE85u) {
-        const V8 p0 = mul32(c0, kM0), p1 = mul32(c2, kM1);
+        V8 p0, p1;
+        mul32(c0, kM0, p0);
+        mul32(c2, kM1, p1);
         c0 = (p1 >> 32) ^ c1 ^ uint64_t(k0);
         c1 = p1 & kLo;
         c2 = (p0 >> 32) ^ c3 ^ uint64_t(k1);

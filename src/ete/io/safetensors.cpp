@@ -331,9 +331,11 @@ std::vector<const StreamedTensor*> writer_order(const std::string& path,
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
     std::vector<StreamedTensor> st;
-    for (const auto& [name, t] : tensors) {
-        ETE_CHECK(t.defined(), "write_safetensors {}: tensor {} has no data", path, quote(name));
-        st.push_back({name, t.dtype(), t.shape(),
+    for (const NamedTensor& nt : tensors) {
+        const Tensor& t = nt.second;
+        ETE_CHECK(t.defined(), "write_safetensors {}: tensor {} has no data", path,
+                  quote(nt.first));
+        st.push_back({nt.first, t.dtype(), t.shape(),
                       [&t](FileSink& sink) { sink.write(t.data(), t.nbytes()); }});
     }
     write_safetensors_streamed(path, st, metadata);
