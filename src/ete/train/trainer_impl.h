@@ -60,6 +60,9 @@ class Trainer {
         return AdamW(model_.params(), *backend_, c, begin, std::min(n, begin + per));
     }
     bool zero1() const { return opt_.shard_end() - opt_.shard_begin() != model_.params().numel(); }
+    // Whether every rank holds the whole model and both moments at their logical shapes (no tp,
+    // pp or ZeRO-1): checkpoints then move tensor by tensor, with no gather.
+    bool state_is_whole() const { return !sharded() && !zero1(); }
     void gather_shards(const float* mine, float* full);
     // trainer_state.cpp: weights and optimizer state in and out of files, on any layout.
     int64_t start(const ResumeOptions& resume);

@@ -108,10 +108,10 @@ void Trainer::load_weights() {
     load_hf_tensors(cfg_.model_init_from, global, take, take_nf4);
 }
 
-// Reads checkpoint `dir` into this rank's weights and (its slice of) the AdamW moments. Without
-// tp, pp or ZeRO-1 tensor by tensor, straight into backend memory (the mirror of checkpoint()).
+// Reads checkpoint `dir` into this rank's weights and (its slice of) the AdamW moments; with
+// state_is_whole() tensor by tensor, straight into backend memory (the mirror of checkpoint()).
 void Trainer::load_state(const std::string& dir, CheckpointState& st) {
-    if (!sharded() && !zero1()) {
+    if (state_is_whole()) {
         ParamStore& ps = model_.params();
         const ParamTable table(layout_.global_specs());
         auto local = [&](int i) { return ps.index(table.specs()[size_t(i)].name); };
@@ -220,7 +220,7 @@ void Trainer::checkpoint(int64_t steps_done) {
     const CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
                              run_settings(cfg_, mc_, base_hash_), checkpoint_extra()};
     std::string dir;
-    if (!sharded() && !zero1()) {
+    if (state_is_whole()) {
         // World rank 0 holds the whole model and both moments: written tensor by tensor straight
         // from backend memory, so a model near the memory limit can checkpoint (gathering them
         // would take three more whole copies: 13 GB for 1.1B parameters).
@@ -242,8 +242,8 @@ void Trainer::checkpoint(int64_t steps_done) {
     dist_.world->barrier();  // nobody moves on (or exits) before the checkpoint is committed
 }
 
-// Without tp, pp or ZeRO-1 the local table holds the logical parameters at their logical
-// shapes: each tensor is one download, found by name.
+// With state_is_whole() the local table holds the logical parameters at their logical shapes:
+// each tensor is one download, found by name.
 CheckpointSource Trainer::streamed_source() const {
     const ParamStore& ps = model_.params();
     const std::vector<ParamSpec>& g = layout_.global_specs();
