@@ -71,7 +71,8 @@ void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraS
                 {"base_model_name_or_path", base_model},
                 {"r", spec.r},
                 {"lora_alpha", spec.alpha},
-                {"lora_dropout", spec.dropout},
+                // The float's shortest decimal (0.1, not 0.10000000149011612).
+                {"lora_dropout", std::stod(fmt::format("{}", spec.dropout))},
                 {"target_modules", target_names(spec, c)},
                 {"bias", "none"},
                 {"use_rslora", spec.rslora},
