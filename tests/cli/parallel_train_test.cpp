@@ -345,13 +345,13 @@ TEST_F(ParallelTrain, Fp16SkipIsDecidedByEveryRankAlike) {
         }
         return m;
     };
-    setenv("ETE_INJECT_NONFINITE_GRAD", "3:5", 1);
+    setenv("ETE_FAULT", "nan_grad@step=3,rank=5", 1);
     RunResult by5 = train(8, fp16);
     const auto m5 = metrics(last_out_);
-    setenv("ETE_INJECT_NONFINITE_GRAD", "3:0", 1);
+    setenv("ETE_FAULT", "nan_grad@step=3,rank=0", 1);
     RunResult by0 = train(8, fp16);
     const auto m0 = metrics(last_out_);
-    unsetenv("ETE_INJECT_NONFINITE_GRAD");
+    unsetenv("ETE_FAULT");
     using M = std::vector<std::pair<double, bool>>;
     EXPECT_EQ(m5,
               (M{{65536, false}, {65536, false}, {131072, true}, {65536, false}, {65536, false}}));
@@ -369,7 +369,7 @@ TEST_F(ParallelTrain, Fp16SkipIsDecidedByEveryRankAlike) {
 // fired).
 TEST_F(ParallelTrain, AnErrorOnOneRankEndsTheJobAtOnce) {
     const std::string cmd =
-        "ETE_INJECT_ERROR=2:1 OMP_NUM_THREADS=1 " + kMpiEnv +
+        "ETE_FAULT=error@step=2,rank=1 OMP_NUM_THREADS=1 " + kMpiEnv +
         ete_cmd("launch -n 2 -- train " + (dir_ / "job.toml").string() + " --out " +
                 (dir_ / "fail").string() + " --set parallel.tp=2 --set parallel.timeout_s=120") +
         " 2>&1";
@@ -377,7 +377,7 @@ TEST_F(ParallelTrain, AnErrorOnOneRankEndsTheJobAtOnce) {
     ShellResult r = run_shell(cmd);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
     EXPECT_NE(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("ete: error: ETE_INJECT_ERROR: world rank 1 fails at step 2"),
+    EXPECT_NE(r.out.find("ete: error: ETE_FAULT: world rank 1 fails at step 2"),
               std::string::npos)
         << r.out;
     EXPECT_EQ(r.out.find("timed out"), std::string::npos) << r.out;

@@ -60,6 +60,34 @@ TEST(Config, ErrorsNameTheKeyAndExpectation) {
     EXPECT_NE(e7.find("out of range"), std::string::npos) << e7;
 }
 
+// Non-finite and absurd numbers are refused as they are read or validated, naming the key
+// (before the fix lr = inf, 1e30 or initializer_range = 1e30 trained on and wrote NaN weights).
+TEST(Config, NonFiniteAndAbsurdNumbersAreRefused) {
+    RunConfig c = default_run_config();
+    for (const char* v : {"inf", "-inf", "nan"}) {
+        for (const char* k : {"train.lr", "train.weight_decay", "model.initializer_range",
+                              "parallel.timeout_s", "anomaly.spike_zscore"}) {
+            auto e = error_of([&] { apply_override(c, fmt::format("{}={}", k, v)); });
+            EXPECT_NE(e.find(fmt::format("config key '{}' = ", k)), std::string::npos) << e;
+            EXPECT_NE(e.find("expected a finite number"), std::string::npos) << e;
+        }
+    }
+    auto toml = error_of([&] { apply_toml(c, "[train]\nlr = inf\n", "f.toml"); });
+    EXPECT_NE(toml.find("'train.lr' = inf: expected a finite number"), std::string::npos) << toml;
+    for (const auto& [assign, want] : std::vector<std::pair<std::string, std::string>>{
+             {"train.lr=1e30", "train.lr = 1e+30: expected in (0, 10]"},
+             {"train.weight_decay=1e30", "train.weight_decay = 1e+30: expected in [0, 10]"},
+             {"model.initializer_range=1e30",
+              "model.initializer_range = 1e+30: expected in (0, 10]"},
+             {"anomaly.on_repeated=retry", "anomaly.on_repeated = 'retry'"},
+             {"train.checkpoint_minutes=-1", "train.checkpoint_minutes = -1: expected >= 0"}}) {
+        RunConfig b = default_run_config();
+        apply_override(b, assign);
+        auto e = error_of([&] { validate(b); });
+        EXPECT_NE(e.find(want), std::string::npos) << e;
+    }
+}
+
 TEST(LrSchedule, WarmupThenCosineToMin) {
     // 10 warmup steps to 1.0, then cosine to 0.1 at the last of 110 steps.
     EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Cosine, 0, 110, 10, 1.0, 0.1), 0.1);

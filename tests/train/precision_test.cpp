@@ -22,18 +22,6 @@ namespace fs = std::filesystem;
 
 using PrecisionRun = TinyRunTest;
 
-// Sets an environment variable for the scope of a test.
-class ScopedEnv {
-  public:
-    ScopedEnv(const char* name, const std::string& value) : name_(name) {
-        setenv(name, value.c_str(), 1);
-    }
-    ~ScopedEnv() { unsetenv(name_); }
-
-  private:
-    const char* name_;
-};
-
 TEST_F(PrecisionRun, Bf16AndFp16TrainCloseToFp32) {
     run_training(cfg_, (dir_ / "fp32").string());
     std::vector<double> want = metric_column(dir_ / "fp32" / "metrics.jsonl", "loss");
@@ -91,7 +79,7 @@ TEST_F(PrecisionRun, Fp16ScalerSkipsHalvesGrowsAndResumes) {
     cfg_.precision = "fp16";
     cfg_.loss_scale_window = 2;
     cfg_.checkpoint_every = 4;
-    ScopedEnv inject("ETE_INJECT_NONFINITE_GRAD", "3:0");
+    ScopedEnv inject("ETE_FAULT", "nan_grad@step=3,rank=0");
     run_training(cfg_, (dir_ / "a").string());
     const fs::path m = dir_ / "a" / "metrics.jsonl";
     EXPECT_EQ(metric_column(m, "skipped"), (std::vector<double>{0, 0, 1, 0, 0, 0, 0, 0}));
@@ -114,7 +102,7 @@ TEST_F(PrecisionRun, ASkippedStepLeavesTheModelUntouched) {
     cfg_.checkpoint_every = 1;
     cfg_.keep_checkpoints = 0;
     cfg_.steps = 3;
-    ScopedEnv inject("ETE_INJECT_NONFINITE_GRAD", "3:0");
+    ScopedEnv inject("ETE_FAULT", "nan_grad@step=3,rank=0");
     run_training(cfg_, (dir_ / "a").string());
     const fs::path ck = dir_ / "a" / "checkpoints";
     EXPECT_EQ(read_file((ck / "step_00000002" / "model.safetensors").string()),

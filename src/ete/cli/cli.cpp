@@ -2,6 +2,7 @@
 // 0 success, 1 a user error (bad config, file, value), 2 a command-line usage error.
 #include "ete/cli/cli.h"
 
+#include <csignal>
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -134,6 +135,9 @@ void add_inspect(CLI::App& app, InspectArgs& a, std::function<int()>& run) {
 }  // namespace
 
 int cli_main(int argc, char** argv) {
+    // A closed stdout or stderr (`ete train ... | head -1`) makes writes fail, never kills: a
+    // training run must outlive the terminal or pipe that watched it.
+    std::signal(SIGPIPE, SIG_IGN);
     CLI::App app{"ete — the Efficient Training Engine (Llama and GPT-2 families)", "ete"};
     app.require_subcommand(1);
     app.set_version_flag("--version", fmt::format("ete 0.1.0 | {}", cpu::engines_summary()));

@@ -36,8 +36,9 @@ int cmd_train(const TrainArgs& a) {
         std::fputs(dump_toml(cfg).c_str(), stdout);
         return 0;
     }
-    run_training(cfg, a.out_dir, {a.resume, a.resume_force});
-    return 0;  // also after a clean stop on SIGTERM/SIGINT: the checkpoint is saved
+    const TrainSummary s = run_training(cfg, a.out_dir, {a.resume, a.resume_force});
+    // 0 also after a clean stop on SIGTERM/SIGINT/SIGHUP: the checkpoint is saved.
+    return s.diverged ? kExitDiverged : 0;
 }
 
 namespace {

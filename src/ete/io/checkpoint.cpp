@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "ete/core/file_util.h"
@@ -48,6 +49,18 @@ void fsync_path(const std::string& path) {
     ETE_CHECK(rc == 0, "checkpoint: fsync of directory '{}' failed", path);
 }
 
+}  // namespace
+
+void check_finite(const std::string& name, const float* v, size_t n) {
+    const size_t bad = size_t(std::find_if(v, v + n, [](float x) { return !std::isfinite(x); }) - v);
+    ETE_CHECK(bad == n,
+              "parameter '{}' holds a non-finite value ({} at element {}): not saved, so the last "
+              "saved checkpoint stays the newest",
+              name, v[bad], bad);
+}
+
+namespace {
+
 // One f32 tensor per trainable parameter, `prefix + name`, its values fetched by `get` into a
 // buffer of that tensor alone as the writer reaches it.
 std::vector<StreamedTensor> streamed(const ParamTable& table,
@@ -57,9 +70,12 @@ std::vector<StreamedTensor> streamed(const ParamTable& table,
     for (int i = 0; i < table.size(); ++i) {
         const ParamSpec& s = table.specs()[size_t(i)];
         if (!table.trainable(i)) continue;
-        out.push_back({prefix + s.name, DType::F32, s.shape, [&table, &get, i](FileSink& sink) {
+        const bool weights = prefix.empty();
+        out.push_back({prefix + s.name, DType::F32, s.shape,
+                       [&table, &get, i, weights, name = s.name](FileSink& sink) {
                            std::vector<float> v(size_t(table.numel(i)));
                            get(i, v.data());
+                           if (weights) check_finite(name, v.data(), v.size());
                            sink.write(v.data(), v.size() * sizeof(float));
                        }});
     }
@@ -124,18 +140,33 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
                   {"run", st.run},
                   {"extra", st.extra}};
     std::string meta = slices_metadata(table);
-    write_safetensors_streamed((tmp / "model.safetensors").string(), streamed(table, src.param, ""),
-                               {{"format", "ete"}, {"layout", "ete"}, {"slices", meta}});
-    auto opt = streamed(table, src.exp_avg, "exp_avg.");
-    auto v_tensors = streamed(table, src.exp_avg_sq, "exp_avg_sq.");
-    opt.insert(opt.end(), v_tensors.begin(), v_tensors.end());
-    write_safetensors_streamed((tmp / "optimizer.safetensors").string(), opt, {{"format", "ete"}});
-    write_file_atomic((tmp / "config.toml").string(), config_toml);
-    write_file_atomic((tmp / "state.json").string(), state.dump(2) + "\n");  // written last
-    fsync_path(tmp.string());
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-save of the same step
+    try {
+        write_safetensors_streamed((tmp / "model.safetensors").string(),
+                                   streamed(table, src.param, ""),
+                                   {{"format", "ete"}, {"layout", "ete"}, {"slices", meta}});
+        auto opt = streamed(table, src.exp_avg, "exp_avg.");
+        auto v_tensors = streamed(table, src.exp_avg_sq, "exp_avg_sq.");
+        opt.insert(opt.end(), v_tensors.begin(), v_tensors.end());
+        write_safetensors_streamed((tmp / "optimizer.safetensors").string(), opt,
+                                   {{"format", "ete"}});
+        write_file_atomic((tmp / "config.toml").string(), config_toml);
+        write_file_atomic((tmp / "state.json").string(), state.dump(2) + "\n");  // written last
+        fsync_path(tmp.string());
+    } catch (const std::exception& e) {
+        // A partial save must not stay behind: on a full disk it would make every retry fail.
+        std::error_code ec;
+        fs::remove_all(tmp, ec);
+        throw_error(fmt::format("checkpoint '{}': {} (the partial save was removed)",
+                                final_dir.string(), e.what()));
+    }
+    // A re-save of the same step: the old directory leaves under a temporary name first, so a
+    // crash between the renames leaves one complete copy under some name, never a torn one.
+    fs::path old = root / (step_name(st.step) + ".tmp.old." + std::to_string(::getpid()));
+    if (fs::exists(final_dir)) fs::rename(final_dir, old);
     fs::rename(tmp, final_dir);
     fsync_path(root.string());
+    std::error_code ec;
+    fs::remove_all(old, ec);
     return final_dir.string();
 }
 

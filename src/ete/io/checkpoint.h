@@ -60,6 +60,11 @@ struct CheckpointSink {
 CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table,
                                 const CheckpointSink& sink);
 
+// Throws naming the parameter when any of its n values is NaN or infinite: weights that became
+// non-finite are never written (a checkpoint save fails, its temporary directory is removed, the
+// previous checkpoints stay).
+void check_finite(const std::string& name, const float* v, size_t n);
+
 // The newest committed checkpoint of a run, if any (temporary directories are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 

@@ -3,6 +3,7 @@
 
 #include <toml++/toml.h>
 #include <charconv>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -10,6 +11,7 @@
 
 #include "ete/core/error.h"
 #include "ete/model/transformer.h"
+#include "ete/train/anomaly.h"
 
 namespace ete {
 namespace {
@@ -64,7 +66,9 @@ Key field(std::string name, T Owner::*member, std::string help) {
                       "config key '{}' = {}: out of range", name, x);
             owner(c).*member = T(x);
         } else if constexpr (std::is_floating_point_v<T>) {
-            owner(c).*member = std::get<double>(v);
+            const double x = std::get<double>(v);
+            ETE_CHECK(std::isfinite(x), "config key '{}' = {}: expected a finite number", name, x);
+            owner(c).*member = x;
         } else {
             owner(c).*member = std::get<std::string>(v);
         }
@@ -135,6 +139,8 @@ const std::vector<Key>& keys() {
                           "fp16: clean steps before the loss scale doubles"));
         t.push_back(field("train.checkpoint_every", &R::checkpoint_every,
                           "steps between checkpoints (0 = only on SIGTERM/SIGINT)"));
+        t.push_back(field("train.checkpoint_minutes", &R::checkpoint_minutes,
+                          "wall-clock minutes between checkpoints (0 = off)"));
         t.push_back(field("train.keep_checkpoints", &R::keep_checkpoints,
                           "newest checkpoints kept (0 = all)"));
         t.push_back(field("data.format", &R::data_format,
@@ -206,6 +212,18 @@ const std::vector<Key>& keys() {
                           "(relative) over a window"));
         t.push_back(field("lora.rank_grow_threshold", &R::lora_rank_grow_threshold,
                           "dynamic rank: double when |grad B| / |B| averages above this"));
+        t.push_back(field("anomaly.spike_zscore", &R::anomaly_spike_zscore,
+                          "skip a step whose loss is this many standard deviations above the "
+                          "window's (0 = off; non-finite losses and gradients always skip)"));
+        t.push_back(field("anomaly.window", &R::anomaly_window,
+                          "taken steps the spike z-score is measured against"));
+        t.push_back(field("anomaly.max_consecutive_skips", &R::anomaly_max_consecutive_skips,
+                          "anomalous steps in a row before anomaly.on_repeated acts"));
+        t.push_back(field("anomaly.on_repeated", &R::anomaly_on_repeated,
+                          "stop (checkpoint, exit 3) or rollback (reload the newest checkpoint "
+                          "and go on past the offending data)"));
+        t.push_back(field("anomaly.max_rollbacks", &R::anomaly_max_rollbacks,
+                          "rollbacks in one run before on_repeated acts as stop"));
         return t;
     }();
     return table;
@@ -218,7 +236,7 @@ const Key& find_key(const std::string& name, const std::string& where) {
     for (const Key& k : keys())
         if (k.name.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + k.name;
     throw_error(fmt::format("{}: unknown config key '{}'{}", where, name,
-                            known.empty() ? " (sections: model, train, data, parallel, lora)"
+                            known.empty() ? " (sections: model, train, data, parallel, lora, anomaly)"
                                           : " (known keys: " + known + ")"));
 }
 
@@ -308,7 +326,7 @@ void apply_toml(RunConfig& cfg, const std::string& text, const std::string& wher
         const toml::table* tbl = node.as_table();
         ETE_CHECK(tbl,
                   "{}: top-level key '{}': expected a [section] (model, train, data, parallel, "
-                  "lora)",
+                  "lora, anomaly)",
                   where, section.str());
         for (auto&& [key, value] : *tbl) {
             const Key& k =
@@ -337,7 +355,7 @@ std::string dump_toml(const RunConfig& cfg) {
         std::visit([&](const auto& v) { t.insert(leaf, v); }, k.get(cfg));
     }
     std::ostringstream out;
-    for (const char* s : {"model", "train", "data", "parallel", "lora"}) {
+    for (const char* s : {"model", "train", "data", "parallel", "lora", "anomaly"}) {
         out << "[" << s << "]\n" << sections[s] << "\n\n";
     }
     return out.str();
@@ -370,14 +388,20 @@ void validate(const RunConfig& c) {
     ETE_CHECK(c.micro_batch > 0, "train.micro_batch = {}: expected > 0", c.micro_batch);
     ETE_CHECK(c.seq_len > 0, "train.seq_len = {}: expected > 0", c.seq_len);
     ETE_CHECK(c.grad_accum > 0, "train.grad_accum = {}: expected > 0", c.grad_accum);
-    ETE_CHECK(c.lr > 0, "train.lr = {}: expected > 0", c.lr);
+    // Finite is checked as every number is read; these bound what can train at all (lr = 1e3
+    // turns the loss NaN within steps; decay above 10 per unit lr flips weights' signs).
+    ETE_CHECK(c.lr > 0 && c.lr <= 10, "train.lr = {}: expected in (0, 10]", c.lr);
     ETE_CHECK(c.min_lr >= 0 && c.min_lr <= c.lr, "train.min_lr = {}: expected in [0, train.lr]",
               c.min_lr);
     ETE_CHECK(c.warmup_steps >= 0, "train.warmup_steps = {}: expected >= 0", c.warmup_steps);
-    ETE_CHECK(c.weight_decay >= 0, "train.weight_decay = {}: expected >= 0", c.weight_decay);
+    ETE_CHECK(c.weight_decay >= 0 && c.weight_decay <= 10,
+              "train.weight_decay = {}: expected in [0, 10]", c.weight_decay);
     ETE_CHECK(c.beta1 >= 0 && c.beta1 < 1, "train.beta1 = {}: expected in [0, 1)", c.beta1);
     ETE_CHECK(c.beta2 >= 0 && c.beta2 < 1, "train.beta2 = {}: expected in [0, 1)", c.beta2);
-    ETE_CHECK(c.adam_eps > 0, "train.adam_eps = {}: expected > 0", c.adam_eps);
+    ETE_CHECK(c.adam_eps > 0 && c.adam_eps <= 1, "train.adam_eps = {}: expected in (0, 1]",
+              c.adam_eps);
+    ETE_CHECK(c.model.initializer_range > 0 && c.model.initializer_range <= 10,
+              "model.initializer_range = {}: expected in (0, 10]", c.model.initializer_range);
     ETE_CHECK(c.grad_clip >= 0, "train.grad_clip = {}: expected >= 0", c.grad_clip);
     compute_dtype(c);
     save_dtype(c);
@@ -394,6 +418,9 @@ void validate(const RunConfig& c) {
               c.checkpoint_every);
     ETE_CHECK(c.keep_checkpoints >= 0, "train.keep_checkpoints = {}: expected >= 0",
               c.keep_checkpoints);
+    ETE_CHECK(c.checkpoint_minutes >= 0, "train.checkpoint_minutes = {}: expected >= 0 (0 = off)",
+              c.checkpoint_minutes);
+    validate_anomaly(anomaly_config(c));
     ETE_CHECK(c.data_val_fraction >= 0 && c.data_val_fraction < 1,
               "data.val_fraction = {}: expected in [0, 1)", c.data_val_fraction);
     ETE_CHECK(!c.data_train.empty(), "data.train: expected a token shard or JSONL path");
@@ -464,6 +491,16 @@ LoraSpec lora_spec(const RunConfig& c) {
         pos = end + 1;
     }
     return s;
+}
+
+AnomalyConfig anomaly_config(const RunConfig& c) {
+    AnomalyConfig a;
+    a.spike_zscore = c.anomaly_spike_zscore;
+    a.window = c.anomaly_window;
+    a.max_consecutive_skips = c.anomaly_max_consecutive_skips;
+    a.on_repeated = c.anomaly_on_repeated;
+    a.max_rollbacks = c.anomaly_max_rollbacks;
+    return a;
 }
 
 std::vector<std::pair<std::string, std::string>> config_keys_help() {

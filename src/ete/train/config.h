@@ -42,6 +42,7 @@ struct RunConfig {
     std::string save_dtype;            // final/ dtype: "" = the precision's (fp32, bf16, fp16)
     int64_t loss_scale_window = 2000;  // fp16: clean steps before the loss scale doubles
     int64_t checkpoint_every = 0;      // steps between checkpoints (0 = only on SIGTERM/SIGINT)
+    double checkpoint_minutes = 30;    // wall-clock minutes between checkpoints (0 = off)
     int keep_checkpoints = 3;          // newest committed checkpoints kept (0 = all)
     // [data]
     std::string data_format = "tokens";  // "tokens" (ETETOK01 shard) or "sft" (JSONL records)
@@ -84,6 +85,12 @@ struct RunConfig {
     int64_t lora_rank_patience = 50;
     double lora_rank_shrink_threshold = 0.002;
     double lora_rank_grow_threshold = 1.0;
+    // [anomaly] — steps every rank agrees to skip (train/anomaly.h, docs/operations.md).
+    double anomaly_spike_zscore = 0;  // 0 = no spike detection (non-finite values always skip)
+    int anomaly_window = 100;
+    int anomaly_max_consecutive_skips = 5;
+    std::string anomaly_on_repeated = "stop";  // stop | rollback
+    int anomaly_max_rollbacks = 3;
 };
 
 // The embedded default: a small Llama on the bundled KJV corpus (see README quickstart).
@@ -106,6 +113,8 @@ DType save_dtype(const RunConfig& cfg);
 // The [lora] section as the model sees it (enabled = false when LoRA is off).
 struct LoraSpec;
 LoraSpec lora_spec(const RunConfig& cfg);
+struct AnomalyConfig;
+AnomalyConfig anomaly_config(const RunConfig& cfg);
 
 // All keys with a one-line description, for --help.
 std::vector<std::pair<std::string, std::string>> config_keys_help();

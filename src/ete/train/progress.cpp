@@ -1,26 +1,64 @@
 // ete/train/progress.cpp
 #include "ete/train/progress.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "ete/core/error.h"
+#include "ete/core/log.h"
 
 namespace ete {
 
 Progress::Progress(const std::string& path, int64_t total_steps, int64_t log_every)
     : total_(total_steps), log_every_(log_every), tty_(::isatty(STDERR_FILENO) != 0) {
     if (!path.empty()) {
-        metrics_ = std::fopen(path.c_str(), "a");
-        ETE_CHECK(metrics_, "metrics file '{}': cannot open for writing", path);
+        path_ = path;
+        metrics_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        ETE_CHECK(metrics_ >= 0, "metrics file '{}': cannot open for writing ({})", path,
+                  std::strerror(errno));
     }
 }
 
 Progress::~Progress() {
-    if (metrics_) std::fclose(metrics_);
+    if (metrics_ >= 0) ::close(metrics_);
+}
+
+// One whole line or nothing: a short or failed write (ENOSPC, EIO) is cut back off the file.
+void Progress::append(const std::string& line, int64_t step) {
+    struct stat st {};
+    const off_t before = ::fstat(metrics_, &st) == 0 ? st.st_size : -1;
+    size_t done = 0;
+    while (done < line.size()) {
+        const ssize_t w = ::write(metrics_, line.data() + done, line.size() - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += size_t(w);
+    }
+    if (done == line.size()) {
+        if (failing_) log_warn("metrics file '{}': appending again from step {}", path_, step);
+        failing_ = false;
+        return;
+    }
+    const int err = errno;
+    if (before >= 0 && ::ftruncate(metrics_, before) != 0) {
+        log_warn("metrics file '{}': cannot remove a partial line ({})", path_,
+                 std::strerror(errno));
+    }
+    ++lost_;
+    if (!failing_) {
+        log_warn("metrics file '{}': cannot append step {} ({}); training goes on, lines are lost "
+                 "until writes succeed",
+                 path_, step, std::strerror(err ? err : EIO));
+    }
+    failing_ = true;
 }
 
 std::string format_duration(double s) {
@@ -32,7 +70,7 @@ std::string format_duration(double s) {
 }
 
 void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run) {
-    if (metrics_) {
+    if (metrics_ >= 0) {
         nlohmann::json j = {{"step", m.step},      {"loss", m.loss},
                             {"lr", m.lr},          {"grad_norm", m.grad_norm},
                             {"tokens", m.tokens},  {"tokens_per_s", m.tokens_per_s},
@@ -45,11 +83,11 @@ void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run)
         if (m.tp_comm_ms) j["tp_comm_ms"] = *m.tp_comm_ms;
         if (m.loss_scale) j["loss_scale"] = *m.loss_scale;
         if (m.skipped) j["skipped"] = *m.skipped;
+        if (m.skip_causes.is_object()) j["skip_causes"] = m.skip_causes;
         if (m.lora_rank) j["lora_rank"] = *m.lora_rank;
         if (m.rank_change) j["rank_change"] = *m.rank_change;
         if (m.pp_bubble_theory) j["pp_bubble_theory"] = *m.pp_bubble_theory;
-        std::fputs((j.dump() + "\n").c_str(), metrics_);
-        std::fflush(metrics_);
+        append(j.dump() + "\n", m.step);
     }
     double eta = elapsed_s / double(std::max<int64_t>(steps_run, 1)) * double(total_ - m.step);
     std::string line = fmt::format(
@@ -57,9 +95,8 @@ void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run)
         m.step, total_, m.loss, m.lr, m.grad_norm, m.tokens_per_s, format_duration(eta));
     if (m.val_loss) line += fmt::format(" | val_loss: {:.4f}", *m.val_loss);
     if (m.lora_rank) line += fmt::format(" | rank: {}", *m.lora_rank);
-    if (m.loss_scale)
-        line += fmt::format(" | loss_scale: {:g}{}", *m.loss_scale,
-                            m.skipped && *m.skipped ? " (skipped)" : "");
+    if (m.loss_scale) line += fmt::format(" | loss_scale: {:g}", *m.loss_scale);
+    if (m.skipped && *m.skipped) line += " (skipped)";
     if (tty_) {
         std::fprintf(stderr, "\r\033[K%s", line.c_str());
         live_ = true;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -26,9 +27,12 @@ struct StepMetrics {
     std::optional<double> pp_bubble, pp_bubble_theory;
     // Tensor parallel: time spent in the step's blocking tp all-reduces (forward and backward).
     std::optional<double> tp_comm_ms;
-    // fp16: the loss scale the step ran with, and whether it was skipped (non-finite gradient).
+    // fp16: the loss scale the step ran with. skipped: under fp16 on every step, otherwise only
+    // on a skipped one; skip_causes then maps each cause to the world ranks that raised it
+    // ({"nonfinite_grad": [1]}, train/anomaly.h).
     std::optional<double> loss_scale;
     std::optional<bool> skipped;
+    nlohmann::json skip_causes;
     // Dynamic LoRA rank: the adapters' rank after the step, and its change at this step.
     std::optional<int> lora_rank;
     std::optional<std::string> rank_change;  // e.g. "shrink 8 -> 4"
@@ -47,8 +51,17 @@ class Progress {
     void finish();                          // ends the live line
     void message(const std::string& line);  // a line that does not break the live bar
 
+    // Lines that could not be appended (disk full): each failure is undone (no half line) and
+    // warned about once per run of failures; training goes on.
+    int64_t lost_lines() const { return lost_; }
+
   private:
-    std::FILE* metrics_ = nullptr;
+    void append(const std::string& line, int64_t step);
+
+    int metrics_ = -1;  // O_APPEND descriptor of metrics.jsonl
+    std::string path_;
+    int64_t lost_ = 0;
+    bool failing_ = false;
     int64_t total_, log_every_;
     bool tty_;
     bool live_ = false;

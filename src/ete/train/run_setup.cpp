@@ -22,28 +22,60 @@ double seconds_since(Clock::time_point t0) {
 
 namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
+volatile std::sig_atomic_t g_checkpoint_request = 0;
 extern "C" void on_stop_signal(int sig) {
     g_stop_signal = sig;
+}
+extern "C" void on_checkpoint_signal(int) {
+    g_checkpoint_request = 1;
 }
 }  // namespace
 
 StopSignals::StopSignals() {
     g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, &old_term_);
-    sigaction(SIGINT, &sa, &old_int_);
+    g_checkpoint_request = 0;
+    for (size_t i = 0; i < std::size(kSignals); ++i) {
+        struct sigaction sa {};
+        sigemptyset(&sa.sa_mask);
+        const int sig = kSignals[i];
+        if (sig == SIGPIPE) {
+            sa.sa_handler = SIG_IGN;
+        } else if (sig == SIGUSR1) {
+            sa.sa_handler = on_checkpoint_signal;
+            sa.sa_flags = SA_RESTART;
+        } else {
+            sa.sa_handler = on_stop_signal;
+            sa.sa_flags = SA_RESETHAND | SA_RESTART;
+        }
+        sigaction(sig, &sa, &old_[i]);
+    }
 }
 
 StopSignals::~StopSignals() {
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGINT, &old_int_, nullptr);
+    for (size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &old_[i], nullptr);
 }
 
 int StopSignals::pending() const {
     return g_stop_signal;
+}
+
+bool StopSignals::take_checkpoint_request() {
+    if (!g_checkpoint_request) return false;
+    g_checkpoint_request = 0;
+    return true;
+}
+
+std::string signal_name(int sig) {
+    switch (sig) {
+        case SIGTERM:
+            return "SIGTERM";
+        case SIGINT:
+            return "SIGINT";
+        case SIGHUP:
+            return "SIGHUP";
+        default:
+            return fmt::format("signal {}", sig);
+    }
 }
 
 ModelConfig resolve_model(RunConfig& cfg, const std::optional<Tokenizer>& tok) {

@@ -21,20 +21,28 @@ namespace ete {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0);
 
-// SIGTERM/SIGINT ask for a clean stop: the current step finishes, a checkpoint is saved, the run
-// exits 0. The handler resets itself, so a second signal terminates at once.
+// SIGTERM, SIGINT and SIGHUP ask for a clean stop: the current step finishes, a checkpoint is
+// saved, the run exits 0. The handler resets itself, so a second signal terminates at once.
+// SIGUSR1 asks for a checkpoint after the current step, and training goes on (Slurm's
+// `--signal=USR1@120` warning before pre-emption). SIGPIPE is ignored while training: a closed
+// stdout or stderr (`ete train ... | head -1`) never kills a run, its writes just fail.
 class StopSignals {
   public:
     StopSignals();
     ~StopSignals();
     StopSignals(const StopSignals&) = delete;
     StopSignals& operator=(const StopSignals&) = delete;
-    int pending() const;  // the signal number, or 0
+    int pending() const;  // the stop signal's number, or 0
+    // Whether SIGUSR1 arrived since the last call (the request is consumed).
+    bool take_checkpoint_request();
 
   private:
-    struct sigaction old_term_ {
-    }, old_int_{};
+    static constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGPIPE};
+    struct sigaction old_[5] = {};
 };
+
+// "SIGTERM", "SIGINT", "SIGHUP", or "signal N".
+std::string signal_name(int sig);
 
 // The model config for this run: from model.init_from, or [model] with the vocabulary and
 // special ids taken from the tokenizer. Also writes it back into cfg.model.

@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
+#include "ete/core/dir_lock.h"
 #include "ete/core/file_util.h"
 #include "ete/core/log.h"
 #include "ete/io/hf_model.h"
@@ -77,18 +79,6 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
                                 cfg_.lora_rank_shrink_threshold, cfg_.lora_rank_grow_threshold},
                        cfg_.lora_r);
     }
-    // Fault injection for tests (docs/architecture.md): "STEP:RANK" puts an inf into one gradient
-    // of world rank RANK at 1-based step STEP, after the data-parallel reduction, so only that
-    // rank sees it unless the skip decision is shared.
-    if (const char* f = std::getenv("ETE_INJECT_NONFINITE_GRAD")) {
-        ETE_CHECK(std::sscanf(f, "%ld:%d", &inject_step_, &inject_rank_) == 2,
-                  "ETE_INJECT_NONFINITE_GRAD = '{}': expected STEP:RANK", f);
-    }
-    // "STEP:RANK": world rank RANK fails with an error at the start of step STEP, alone.
-    if (const char* f = std::getenv("ETE_INJECT_ERROR")) {
-        ETE_CHECK(std::sscanf(f, "%ld:%d", &error_step_, &error_rank_) == 2,
-                  "ETE_INJECT_ERROR = '{}': expected STEP:RANK", f);
-    }
 }
 
 // Rows [real, rows) of slot a of the buffers become padding: a valid token, no targets.
@@ -139,45 +129,60 @@ void Trainer::reduce_grads() {
 }
 
 void Trainer::inject_nonfinite(int64_t step) {
-    if (step + 1 != inject_step_ || dist_.world->rank() != inject_rank_) return;
-    const float inf = std::numeric_limits<float>::infinity();
-    backend_->upload(model_.params().grads().data, &inf, sizeof(float));
-    log_warn("ETE_INJECT_NONFINITE_GRAD: an inf gradient on world rank {} at step {}", inject_rank_,
-             inject_step_);
+    const int rank = dist_.world->rank();
+    if (!faults_.fires("nan_grad", step + 1, rank)) return;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    backend_->upload(model_.params().grads().data, &nan, sizeof(float));
+    log_warn("ETE_FAULT: a NaN gradient on world rank {} at step {}", rank, step + 1);
 }
 
-// Under fp16 the gradients carry the loss scale S: the step is taken only when no rank found a
-// non-finite one (one all-reduced flag, so every rank of every layout agrees), and then they are
-// unscaled and clipped by one factor (S is a power of two: exact), applied inside AdamW.
-bool Trainer::finish_grads(int64_t step, double* norm, float* grad_scale) {
+// Each rank's bits (anomaly.h) gathered over the world: every rank of every layout takes the same
+// decision. Under fp16 a non-finite gradient is an overflow for the loss scaler (the scale halves;
+// not an anomaly); otherwise the gradients are unscaled and clipped by one factor (S is a power
+// of two: exact), applied inside AdamW.
+AnomalyVerdict Trainer::finish_grads(int64_t step, bool local_loss_bad, double loss, double* norm,
+                                     float* grad_scale) {
     inject_nonfinite(step);
-    ParamStore& ps = model_.params();
     bool finite = true;
-    double n = grad_norm(ps, *backend_, dist_.mp.get(), &finite);
-    if (!scaler_.enabled()) {
-        *grad_scale = clip_coefficient(n, cfg_.grad_clip);
-        *norm = n;
-        return true;
-    }
+    const double n = grad_norm(model_.params(), *backend_, dist_.mp.get(), &finite);
+    uint32_t bits = local_loss_bad ? uint32_t(kNonFiniteLoss) : 0u;
     // Every element this rank holds, counted in the norm or not (a replicated copy on tp rank 1).
-    int32_t bad = finite && std::isfinite(n) ? 0 : 1;
-    if (dist_.world->size() > 1) dist_.world->all_reduce(&bad, 1, DType::I32, ReduceOp::Max);
+    // A norm that overflowed while every element is finite is judged alike (by rank 0: every
+    // rank of the model-parallel group sees the same norm).
+    if (!finite || (dist_.main() && !std::isfinite(n)))
+        bits |= uint32_t(scaler_.enabled() ? kOverflow : kNonFiniteGrad);
+    double z = 0;
+    if (dist_.main() && anomaly_.spike_zscore > 0 && std::isfinite(loss)) {
+        if (auto zs = loss_window_.zscore(loss); zs && *zs > anomaly_.spike_zscore) {
+            bits |= kLossSpike;
+            z = *zs;
+        }
+    }
+    std::vector<uint32_t> all(size_t(dist_.world->size()), bits);
+    if (all.size() > 1) dist_.world->all_gather(&bits, all.data(), 1, DType::I32);
+    const AnomalyVerdict v = combine_anomalies(all, z);
     const double S = scaler_.scale();
-    const bool ok = scaler_.update(bad != 0);
+    // A step skipped for an anomaly alone is neither clean nor an overflow to the scaler.
+    if (scaler_.enabled() && ((v.bits & kOverflow) || !v.skip())) scaler_.update(v.bits & kOverflow);
     *norm = n / S;
-    if (!ok) {
+    if (v.anomalous() && dist_.main()) {
+        log_warn("step {}: skipped: {} ({} in a row)", step + 1, v.describe(),
+                 consecutive_skips_ + 1);
+    } else if (v.skip()) {
         log_info("step {}: non-finite gradient, step skipped; loss scale {} -> {}", step + 1, S,
                  scaler_.scale());
-        return false;
     }
+    if (v.skip()) return v;
     *grad_scale = float(double(clip_coefficient(*norm, cfg_.grad_clip)) / S);
-    return true;
+    loss_window_.push(loss);
+    return v;
 }
 
 nlohmann::json Trainer::checkpoint_extra() const {
     nlohmann::json j = nlohmann::json::object();
     if (scaler_.enabled()) j["loss_scaler"] = scaler_.state();
     if (ranks_) j["lora_rank"] = ranks_->state();
+    if (anomaly_.spike_zscore > 0) j["loss_window"] = loss_window_.state();
     return j;
 }
 
@@ -225,8 +230,8 @@ double Trainer::run_pipeline_step(int64_t step, float d_scale) {
 StepMetrics Trainer::step(int64_t step) {
     const int T = cfg_.seq_len, A = cfg_.grad_accum;
     auto t0 = Clock::now();
-    ETE_CHECK(step + 1 != error_step_ || dist_.world->rank() != error_rank_,
-              "ETE_INJECT_ERROR: world rank {} fails at step {}", error_rank_, error_step_);
+    const int world_rank = dist_.world->rank();
+    faults_.at_step_start(step + 1, world_rank);
     for (int a = 0; a < A; ++a) fill_micro(step, a);
     // Normalise by the target tokens of the whole global step, not a mean of means; fp16 scales
     // the loss gradient by the loss scale (a power of two: exact).
@@ -238,12 +243,24 @@ StepMetrics Trainer::step(int64_t step) {
     if (tp_timed_) tp_timed_->reset();
     double loss_sum =
         dist_.shape().pp > 1 ? run_pipeline_step(step, d_scale) : run_micro_batches(step, d_scale);
+    if (const int64_t ms = faults_.slow_ms(step + 1, world_rank))
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     reduce_grads();
     const double rho = ranks_ ? adapter_rho() : 0.0;
+    if (faults_.fires("nan_loss", step + 1, world_rank)) {
+        loss_sum = std::numeric_limits<double>::quiet_NaN();
+        log_warn("ETE_FAULT: a NaN loss on world rank {} at step {}", world_rank, step + 1);
+    }
+    const bool local_loss_bad = !std::isfinite(loss_sum);
     loss_sum = global_loss(loss_sum);
+    const double mean_loss = loss_sum / double(std::max<int64_t>(tokens, 1));
     double norm = 0;
     float grad_scale = 1.0f;
-    const bool take = finish_grads(step, &norm, &grad_scale);
+    const AnomalyVerdict verdict =
+        finish_grads(step, local_loss_bad, mean_loss, &norm, &grad_scale);
+    const bool take = !verdict.skip();
+    if (verdict.anomalous()) ++consecutive_skips_;
+    if (take) consecutive_skips_ = 0;
     double lr = lr_at(sched_, step, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
     if (take) opt_.step(lr, grad_scale);
     if (take && zero1()) {  // every replica updated its slice: gather the whole model everywhere
@@ -259,16 +276,15 @@ StepMetrics Trainer::step(int64_t step) {
     const int64_t step_tokens = int64_t(A) * rows_.global_rows * T;
     StepMetrics m;
     m.step = step + 1;
-    m.loss = loss_sum / double(std::max<int64_t>(tokens, 1));
+    m.loss = mean_loss;
     m.lr = lr;
     m.grad_norm = norm;
     m.tokens_per_s = double(step_tokens) / dt;
     m.step_ms = dt * 1e3;
     m.tokens = tokens;
-    if (scaler_.enabled()) {
-        m.loss_scale = loss_scale;
-        m.skipped = !take;
-    }
+    if (scaler_.enabled()) m.loss_scale = loss_scale;
+    if (scaler_.enabled() || !take) m.skipped = !take;
+    if (!take) m.skip_causes = verdict.causes_json();
     if (tp_timed_) m.tp_comm_ms = tp_timed_->seconds() * 1e3;
     if (ranks_) {
         if (auto c = ranks_->observe(step + 1, m.loss, rho)) {
@@ -343,11 +359,52 @@ void Trainer::check_replicas(int64_t steps_done) {
                              fmt::format("step {}", steps_done));
 }
 
-// Ranks receive signals at different moments: they agree to stop when any of them got one.
-bool Trainer::stop_requested(int local_signal) {
-    int32_t s = local_signal;
-    if (dist_.world->size() > 1) dist_.world->all_reduce(&s, 1, DType::I32, ReduceOp::Max);
-    return s != 0;
+// Ranks receive signals at different moments, and only rank 0's clock counts: one all-reduce
+// makes every rank act on any rank's request.
+Trainer::Requests Trainer::agree_requests(StopSignals& signals, Clock::time_point last_checkpoint) {
+    int32_t r[2] = {signals.pending(), signals.take_checkpoint_request() ? 1 : 0};
+    if (dist_.main() && cfg_.checkpoint_minutes > 0 &&
+        seconds_since(last_checkpoint) >= cfg_.checkpoint_minutes * 60)
+        r[1] = 1;
+    if (dist_.world->size() > 1) dist_.world->all_reduce(r, 2, DType::I32, ReduceOp::Max);
+    return {r[0] != 0, r[1] != 0};
+}
+
+// After anomaly.max_consecutive_skips anomalous steps in a row. The weights are still those of
+// the last step taken (skipped steps change nothing), so both policies start from good weights.
+bool Trainer::on_repeated_anomalies(TrainSummary& sum) {
+    const int n = consecutive_skips_;
+    consecutive_skips_ = 0;
+    const std::optional<std::string> newest = latest_checkpoint(out_);
+    if (anomaly_.on_repeated == "rollback" && newest && rollbacks_ < anomaly_.max_rollbacks) {
+        CheckpointState st;
+        load_state(*newest, st);
+        restore_state(st);
+        ++rollbacks_;
+        if (dist_.main())
+            log_warn(
+            "anomaly: {} steps in a row skipped; rolled back to {} (rollback {} of {}); the data "
+            "of steps {}..{} is not trained on",
+            n, *newest, rollbacks_, anomaly_.max_rollbacks, st.step + 1, sum.steps);
+        return true;
+    }
+    const std::string why =
+        anomaly_.on_repeated == "rollback"
+            ? (newest ? fmt::format(" (anomaly.max_rollbacks = {} reached)", anomaly_.max_rollbacks)
+                      : std::string(" (no checkpoint to roll back to)"))
+            : std::string();
+    checkpoint(sum.steps, true);
+    if (dist_.main())
+        std::fprintf(stderr, "%s\n",
+                     fmt::format(
+                         "ete: error: training stopped{}: {} steps in a row skipped as anomalous "
+                         "(skip_causes in {}/metrics.jsonl); the last good weights are in the "
+                         "checkpoint above: lower train.lr or check the data, then resume with "
+                         "--resume auto (--resume-force train.lr to change it)",
+                         why, n, out_)
+                         .c_str());
+    sum.diverged = true;
+    return false;
 }
 
 void Trainer::log_start() const {
@@ -397,7 +454,12 @@ void Trainer::log_memory_measured() {
 }
 
 TrainSummary Trainer::run(const ResumeOptions& resume) {
-    if (dist_.main()) fs::create_directories(out_);
+    // The run owns --out before it reads or changes anything there (core/dir_lock.h).
+    std::optional<DirLock> lock;
+    if (dist_.main()) {
+        fs::create_directories(out_);
+        lock.emplace(out_);
+    }
     TrainSummary sum;
     sum.start_step = sum.steps = start(resume);
     if (dist_.main()) write_file_atomic(out_ + "/config.toml", dump_toml(cfg_));
@@ -406,7 +468,11 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
     if (dist_.main()) progress.emplace(out_ + "/metrics.jsonl", cfg_.steps, cfg_.log_every);
     StopSignals signals;
     std::vector<double> tps;
-    auto run_start = Clock::now();
+    auto run_start = Clock::now(), last_checkpoint = run_start;
+    // An interval save that fails (disk full) is retried at the next interval, not fatal.
+    auto save = [&](int64_t steps, bool must_succeed) {
+        if (checkpoint(steps, must_succeed)) last_checkpoint = Clock::now();
+    };
     for (int64_t s = sum.start_step; s < cfg_.steps; ++s) {
         StepMetrics m = step(s);
         bool last = s + 1 == cfg_.steps;
@@ -421,22 +487,25 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         sum.final_loss = m.loss;
         sum.steps = s + 1;
         check_replicas(sum.steps);
-        if (stop_requested(signals.pending()) && !last) {
+        if (consecutive_skips_ >= anomaly_.max_consecutive_skips) {
+            if (progress) progress->finish();
+            if (!on_repeated_anomalies(sum)) return sum;
+        }
+        const Requests req = agree_requests(signals, last_checkpoint);
+        if (req.stop && !last) {
             if (progress) progress->finish();
             const int sig = signals.pending();
             log_info("received {}: saving a checkpoint after step {}",
-                     sig == SIGINT    ? "SIGINT"
-                     : sig == SIGTERM ? "SIGTERM"
-                                      : "a stop request from another rank",
-                     sum.steps);
-            checkpoint(sum.steps);
+                     sig ? signal_name(sig) : "a stop request from another rank", sum.steps);
+            save(sum.steps, true);
             log_info("stopped; continue with `ete train ... --out {} --resume auto`", out_);
             sum.interrupted = true;
             return sum;
         }
-        if (cfg_.checkpoint_every > 0 && sum.steps % cfg_.checkpoint_every == 0) {
-            checkpoint(sum.steps);
-        }
+        // train.checkpoint_every, SIGUSR1 or train.checkpoint_minutes (the last step's model
+        // goes to final/ anyway).
+        const bool every = cfg_.checkpoint_every > 0 && sum.steps % cfg_.checkpoint_every == 0;
+        if (every || (req.checkpoint && !last)) save(sum.steps, false);
     }
     if (progress) progress->finish();
     if (!tps.empty()) {

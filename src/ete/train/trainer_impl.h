@@ -19,10 +19,13 @@
 #include "ete/parallel/grad_sync.h"
 #include "ete/parallel/pp_executor.h"
 #include "ete/parallel/timed_comm.h"
+#include "ete/train/anomaly.h"
 #include "ete/train/dist.h"
+#include "ete/train/fault.h"
 #include "ete/train/layout.h"
 #include "ete/train/progress.h"
 #include "ete/train/rank_controller.h"
+#include "ete/train/run_setup.h"
 #include "ete/train/trainer.h"
 
 namespace ete {
@@ -77,6 +80,7 @@ class Trainer {
     CheckpointSource streamed_source() const;
     void gather_moments(std::vector<float>& m, std::vector<float>& v);
     void save_final();
+    void write_final(const HostParams& whole) const;
     void fill_micro(int64_t step, int a);
     void pad_rows(int a);
     double global_loss(double local);
@@ -86,16 +90,31 @@ class Trainer {
     double run_pipeline_step(int64_t step, float d_scale);
     void arm_grad_sync(bool last_micro);
     void reduce_grads();
-    // The factor that clips (and under fp16 unscales) the step's gradients, which AdamW applies
-    // as it reads them; false when the step must be skipped (a non-finite gradient on any rank,
-    // fp16). *norm = the unscaled gradient norm.
-    bool finish_grads(int64_t step, double* norm, float* grad_scale);
+    // The step's verdict, agreed by every rank (anomaly.h): skip it, or take it with the factor
+    // that clips (and under fp16 unscales) the gradients, which AdamW applies as it reads them.
+    // local_loss_bad: this rank's loss share was non-finite; loss: the global mean loss.
+    // *norm = the unscaled gradient norm.
+    AnomalyVerdict finish_grads(int64_t step, bool local_loss_bad, double loss, double* norm,
+                                float* grad_scale);
     void inject_nonfinite(int64_t step);
+    // After anomaly.max_consecutive_skips: rolls back to the newest checkpoint (true) or saves
+    // one and marks the run stopped (false).
+    bool on_repeated_anomalies(TrainSummary& sum);
+    // Restores what a checkpoint's `extra` and counters hold beyond the tensors.
+    void restore_state(const CheckpointState& st);
     nlohmann::json checkpoint_extra() const;
     double evaluate();
-    void checkpoint(int64_t steps_done);
+    // Saves a checkpoint (collective). A failed save is an error when must_succeed (a stop);
+    // otherwise (an interval save) it is warned about and training goes on. Returns whether it
+    // was committed (meaningful on world rank 0).
+    bool checkpoint(int64_t steps_done, bool must_succeed);
     void check_replicas(int64_t steps_done);
-    bool stop_requested(int local_signal);
+    // The requests of every rank agreed (one all-reduce): stop (a signal on any rank), and
+    // checkpoint now (SIGUSR1 on any rank, or rank 0's wall-clock interval).
+    struct Requests {
+        bool stop = false, checkpoint = false;
+    };
+    Requests agree_requests(StopSignals& signals, Clock::time_point last_checkpoint);
     void log_start() const;
     // After the first steps: the measured peak RSS beside the estimate of log_start (collective).
     void log_memory_measured();
@@ -135,10 +154,10 @@ class Trainer {
     // The pp and tied-embedding groups over backend memory (stage buffers, gradients).
     std::unique_ptr<Communicator> pp_dev_, tied_dev_;
     LossScaler scaler_;         // enabled for train.precision = fp16
-    int64_t inject_step_ = -1;  // ETE_INJECT_NONFINITE_GRAD (tests): step and world rank
-    int inject_rank_ = -1;
-    int64_t error_step_ = -1;  // ETE_INJECT_ERROR (tests): step and world rank
-    int error_rank_ = -1;
+    FaultPlan faults_ = FaultPlan::from_env();  // ETE_FAULT (tests and drills)
+    AnomalyConfig anomaly_ = anomaly_config(cfg_);
+    LossWindow loss_window_{anomaly_.window};
+    int consecutive_skips_ = 0, rollbacks_ = 0;
     std::vector<int32_t> in_, tgt_;        // (grad_accum, rows, T)
     std::vector<int32_t> doc_start_;       // packed sources only (else empty)
     PipeStats last_pipe_;                  // the last pipelined step's timing (pp > 1)

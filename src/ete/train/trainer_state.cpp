@@ -139,6 +139,17 @@ void Trainer::load_state(const std::string& dir, CheckpointState& st) {
     opt_.upload_moments(lm.data() + opt_.shard_begin(), lv.data() + opt_.shard_begin());
 }
 
+void Trainer::restore_state(const CheckpointState& st) {
+    opt_.set_steps_taken(st.optimizer_steps);
+    if (scaler_.enabled() && st.extra.contains("loss_scaler"))
+        scaler_.restore(st.extra["loss_scaler"]);
+    if (ranks_ && st.extra.contains("lora_rank")) {
+        ranks_->restore(st.extra["lora_rank"]);
+        set_adapter_ranks(ranks_->rank());
+    }
+    if (st.extra.contains("loss_window")) loss_window_.restore(st.extra["loss_window"]);
+}
+
 // Initialises or resumes; returns the number of steps already done.
 int64_t Trainer::start(const ResumeOptions& resume) {
     std::optional<std::string> from;
@@ -171,13 +182,7 @@ int64_t Trainer::start(const ResumeOptions& resume) {
               "(parallel.uneven_batch = drop changes the global batch with parallel.dp); resume "
               "with the same global batch",
               *from, st.data_position, st.step, data_position(1));
-    opt_.set_steps_taken(st.optimizer_steps);
-    if (scaler_.enabled() && st.extra.contains("loss_scaler"))
-        scaler_.restore(st.extra["loss_scaler"]);
-    if (ranks_ && st.extra.contains("lora_rank")) {
-        ranks_->restore(st.extra["lora_rank"]);
-        set_adapter_ranks(ranks_->rank());
-    }
+    restore_state(st);
     if (dist_.main()) truncate_metrics(out_ + "/metrics.jsonl", st.step);
     log_info("resumed from {} at step {}", *from, st.step);
     return st.step;
@@ -215,31 +220,46 @@ void Trainer::gather_moments(std::vector<float>& m, std::vector<float>& v) {
     v = whole_of(std::move(lv));
 }
 
-void Trainer::checkpoint(int64_t steps_done) {
+bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
     auto t0 = Clock::now();
     const CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
                              run_settings(cfg_, mc_, base_hash_), checkpoint_extra()};
     std::string dir;
+    bool ok = true;
+    // Only world rank 0 writes, after the collectives: a failure there leaves the others at the
+    // barrier below, which it then joins (or, when the save must succeed, it ends the job).
+    auto write = [&](const std::function<std::string()>& save) {
+        try {
+            dir = save();
+        } catch (const Error& e) {
+            if (must_succeed) throw;
+            ok = false;
+            log_warn("{}; training goes on and the next checkpoint tries again", e.what());
+        }
+    };
     if (state_is_whole()) {
         // World rank 0 holds the whole model and both moments: written tensor by tensor straight
         // from backend memory, so a model near the memory limit can checkpoint (gathering them
         // would take three more whole copies: 13 GB for 1.1B parameters).
         if (dist_.main()) {
             const ParamTable table(layout_.global_specs());
-            dir = save_checkpoint(out_, st, table, streamed_source(), dump_toml(cfg_));
+            write([&] { return save_checkpoint(out_, st, table, streamed_source(), dump_toml(cfg_)); });
         }
     } else {
         std::vector<float> m, v;
         gather_moments(m, v);
         std::unique_ptr<HostParams> whole = gather_model();
         if (dist_.main())
-            dir = save_checkpoint(out_, st, *whole, m.data(), v.data(), dump_toml(cfg_));
+            write([&] {
+                return save_checkpoint(out_, st, *whole, m.data(), v.data(), dump_toml(cfg_));
+            });
     }
-    if (dist_.main()) {
+    if (dist_.main() && ok) {
         prune_checkpoints(out_, cfg_.keep_checkpoints);
         log_info("checkpoint: {} ({:.1f}s)", dir, seconds_since(t0));
     }
     dist_.world->barrier();  // nobody moves on (or exits) before the checkpoint is committed
+    return ok;
 }
 
 // With state_is_whole() the local table holds the logical parameters at their logical shapes:
@@ -262,6 +282,29 @@ CheckpointSource Trainer::streamed_source() const {
     return src;
 }
 
+// final/ on world rank 0: a PEFT adapter dir over the base (LoRA) or an HF model dir. Weights
+// that are not finite are refused, as in checkpoints.
+void Trainer::write_final(const HostParams& whole) const {
+    for (int i = 0; i < whole.size(); ++i)
+        if (whole.trainable(i))
+            check_finite(whole.specs()[size_t(i)].name, whole.param(i), size_t(whole.numel(i)));
+    if (!cfg_.lora_enabled)
+        return save_hf_model(out_ + "/final", mc_, whole, tok_ ? cfg_.data_tokenizer : "",
+                             kDefaultMaxShardBytes, save_dtype(cfg_));
+    // At the final rank, with lora_alpha chosen so PEFT's alpha / r is the scale trained with
+    // (fixed at alpha / r of the first rank while the rank changes).
+    LoraSpec spec = lora_spec(cfg_);
+    if (ranks_ && ranks_->rank() != spec.r) {
+        const float scale = lora_scale(spec.alpha, spec.r, spec.rslora);
+        spec.r = ranks_->rank();
+        spec.alpha = scale * (spec.rslora ? std::sqrt(float(spec.r)) : float(spec.r));
+    }
+    save_peft_adapter(
+        out_ + "/final", mc_, spec, whole,
+        cfg_.model_init_from.empty() ? "" : fs::absolute(cfg_.model_init_from).string(),
+        [&](const std::string&) { return spec.r; });
+}
+
 void Trainer::save_final() {
     // Training is over: the moments and gradients are not needed again, and a model near the
     // memory limit needs their memory for the whole copy gathered here (a 1.1B full fine-tune
@@ -269,27 +312,14 @@ void Trainer::save_final() {
     opt_.release_moments();
     model_.params().release_grads();
     std::unique_ptr<HostParams> whole = gather_model();
-    if (cfg_.lora_enabled) {  // final/ is a PEFT adapter dir over the base
-        if (dist_.main()) {
-            // At the final rank, with lora_alpha chosen so PEFT's alpha / r is the scale trained
-            // with (fixed at alpha / r of the first rank while the rank changes).
-            LoraSpec spec = lora_spec(cfg_);
-            if (ranks_ && ranks_->rank() != spec.r) {
-                const float scale = lora_scale(spec.alpha, spec.r, spec.rslora);
-                spec.r = ranks_->rank();
-                spec.alpha = scale * (spec.rslora ? std::sqrt(float(spec.r)) : float(spec.r));
-            }
-            save_peft_adapter(
-                out_ + "/final", mc_, spec, *whole,
-                cfg_.model_init_from.empty() ? "" : fs::absolute(cfg_.model_init_from).string(),
-                [&](const std::string&) { return spec.r; });
-        }
-        dist_.world->barrier();
-        return;
-    }
     if (dist_.main()) {
-        save_hf_model(out_ + "/final", mc_, *whole, tok_ ? cfg_.data_tokenizer : "",
-                      kDefaultMaxShardBytes, save_dtype(cfg_));
+        try {
+            write_final(*whole);
+        } catch (const Error& e) {
+            const std::optional<std::string> newest = latest_checkpoint(out_);
+            throw_error(fmt::format("{}; final/ was not saved, the newest checkpoint is {}",
+                                    e.what(), newest.value_or("(none)")));
+        }
     }
     dist_.world->barrier();
 }

@@ -1,0 +1,202 @@
+// tests/train/durability_test.cpp — a run never loses or corrupts work it has done: one run per
+// directory, whole lines in metrics.jsonl on a full disk, no partial checkpoint left behind, no
+// non-finite weights on disk, SIGUSR1 / SIGHUP, and a closed stderr that does not kill training.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "ete/core/dir_lock.h"
+#include "ete/core/error.h"
+#include "ete/core/file_util.h"
+#include "ete/io/checkpoint.h"
+#include "ete/train/progress.h"
+#include "ete/train/trainer.h"
+#include "test_util.h"
+#include "tiny_run.h"
+
+namespace ete {
+namespace {
+
+namespace fs = std::filesystem;
+
+using Durability = TinyRunTest;
+
+// Files this process writes are cut at `bytes` while it lives (EFBIG instead of SIGXFSZ): a disk
+// that is full for larger writes.
+class FileSizeLimit {
+  public:
+    explicit FileSizeLimit(rlim_t bytes) {
+        old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+        getrlimit(RLIMIT_FSIZE, &old_);
+        rlimit r = old_;
+        r.rlim_cur = bytes;
+        setrlimit(RLIMIT_FSIZE, &r);
+    }
+    ~FileSizeLimit() {
+        setrlimit(RLIMIT_FSIZE, &old_);
+        std::signal(SIGXFSZ, old_handler_);
+    }
+
+  private:
+    rlimit old_{};
+    void (*old_handler_)(int) = nullptr;
+};
+
+// Two runs on one --out would destroy each other's metrics and checkpoints: the second is refused
+// with the holder's host and pid. A lock left by a process that died is free and taken over.
+TEST_F(Durability, ARunOwnsItsDirectory) {
+    const fs::path out = dir_ / "run";
+    fs::create_directories(out);
+    {
+        DirLock held(out.string());
+        const std::string e = error_of([&] { run_training(cfg_, out.string()); });
+        EXPECT_NE(e.find("--out '" + out.string() + "' is in use by another run (host "),
+                  std::string::npos)
+            << e;
+        EXPECT_NE(e.find(fmt::format("pid {}", ::getpid())), std::string::npos) << e;
+        EXPECT_FALSE(fs::exists(out / "metrics.jsonl"));  // nothing touched
+    }
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        new DirLock(out.string());  // never released by a destructor: the process just dies
+        _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_NE(read_file((out / "ete.lock").string()).find(fmt::format("pid {}", child)),
+              std::string::npos);
+    run_training(cfg_, out.string());  // the dead holder's lock is free
+    EXPECT_TRUE(fs::exists(out / "final" / "model.safetensors"));
+}
+
+// A full disk mid-line: the partial line is cut off again (the file stays whole JSON lines), the
+// loss is counted and training would go on; writes succeed again once there is room.
+TEST(DurabilityProgress, AFailedAppendLeavesNoHalfLine) {
+    const fs::path p = fs::temp_directory_path() / fmt::format("ete_metrics_{}.jsonl", ::getpid());
+    fs::remove(p);
+    Progress prog(p.string(), 10, 1);
+    StepMetrics m;
+    m.step = 1;
+    prog.record(m, 0.1, 1);
+    const uintmax_t one = fs::file_size(p);
+    {
+        FileSizeLimit limit(one + 20);  // room for 20 bytes of the next line only
+        m.step = 2;
+        prog.record(m, 0.2, 2);
+    }
+    EXPECT_EQ(prog.lost_lines(), 1);
+    EXPECT_EQ(fs::file_size(p), one);
+    m.step = 3;
+    prog.record(m, 0.3, 3);
+    const auto lines = read_metrics(p.string());
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_EQ(lines[1]["step"], 3);
+    fs::remove(p);
+}
+
+// A checkpoint that cannot be written (file too large for the disk) removes its partial directory
+// — before the fix it stayed and filled the disk for every retry — and training goes on; the
+// final save's failure is an error that names the newest checkpoint.
+TEST_F(Durability, AFailedCheckpointIsRemovedAndTrainingGoesOn) {
+    cfg_.checkpoint_every = 2;
+    const fs::path out = dir_ / "full";
+    std::string e;
+    {
+        FileSizeLimit limit(16 << 10);  // the tiny model's safetensors are ~90 KB
+        e = error_of([&] { run_training(cfg_, out.string()); });
+    }
+    EXPECT_NE(e.find("saving model dir '" + out.string() + "/final'"), std::string::npos) << e;
+    EXPECT_NE(e.find("final/ was not saved, the newest checkpoint is (none)"), std::string::npos)
+        << e;
+    EXPECT_EQ(read_metrics((out / "metrics.jsonl").string()).size(), 8u);  // every step ran
+    ASSERT_TRUE(fs::exists(out / "checkpoints"));
+    EXPECT_TRUE(fs::is_empty(out / "checkpoints")) << "a partial checkpoint was left behind";
+}
+
+// Weights that are not finite never reach a checkpoint: the save fails, naming the parameter,
+// and leaves nothing behind; the previous checkpoint stays the newest.
+TEST_F(Durability, NonFiniteWeightsAreNeverSaved) {
+    ParamSpec w;
+    w.name = "w";
+    w.shape = {2, 3};
+    HostParams p({w});
+    std::vector<float> m(6, 0.0f), v(6, 0.0f);
+    const CheckpointState st{1, 1, 0, nlohmann::json::object(), nlohmann::json::object()};
+    const std::string run = (dir_ / "r").string();
+    save_checkpoint(run, st, p, m.data(), v.data(), "");
+    p.param(0)[4] = std::numeric_limits<float>::quiet_NaN();
+    const CheckpointState st2{2, 2, 0, nlohmann::json::object(), nlohmann::json::object()};
+    const std::string e = error_of([&] { save_checkpoint(run, st2, p, m.data(), v.data(), ""); });
+    EXPECT_NE(e.find("parameter 'w' holds a non-finite value (nan at element 4)"),
+              std::string::npos)
+        << e;
+    size_t entries = 0;
+    for (const auto& d : fs::directory_iterator(fs::path(run) / "checkpoints")) {
+        ++entries;
+        EXPECT_EQ(d.path().filename(), "step_00000001");
+    }
+    EXPECT_EQ(entries, 1u);
+}
+
+// Sends `sig` to this process once the run has written `lines` metrics lines.
+std::thread signal_after(const fs::path& metrics, size_t lines, int sig) {
+    return std::thread([metrics, lines, sig] {
+        for (int i = 0; i < 4000; ++i) {
+            if (fs::exists(metrics) && read_metrics(metrics.string()).size() >= lines) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        ::kill(::getpid(), sig);
+    });
+}
+
+// SIGUSR1 (Slurm's pre-emption warning): a checkpoint after the current step, and training goes
+// on to the end. SIGHUP stops like SIGTERM: a checkpoint, interrupted, resumable.
+TEST_F(Durability, Sigusr1CheckpointsAndGoesOnSighupStops) {
+    cfg_.steps = 40;
+    cfg_.eval_every = 0;
+    ScopedEnv slow("ETE_FAULT", "slow@ms=15");
+    const fs::path a = dir_ / "usr1";
+    std::thread t = signal_after(a / "metrics.jsonl", 3, SIGUSR1);
+    TrainSummary s = run_training(cfg_, a.string());
+    t.join();
+    EXPECT_FALSE(s.interrupted);
+    EXPECT_EQ(s.steps, 40);
+    const auto ck = latest_checkpoint(a.string());
+    ASSERT_TRUE(ck) << "SIGUSR1 saved no checkpoint";
+    EXPECT_LT(*ck, (a / "checkpoints" / "step_00000040").string());
+    EXPECT_TRUE(fs::exists(a / "final" / "model.safetensors"));
+    const fs::path h = dir_ / "hup";
+    t = signal_after(h / "metrics.jsonl", 3, SIGHUP);
+    s = run_training(cfg_, h.string());
+    t.join();
+    EXPECT_TRUE(s.interrupted);
+    EXPECT_LT(s.steps, 40);
+    EXPECT_EQ(latest_checkpoint(h.string()),
+              (h / "checkpoints" / fmt::format("step_{:08d}", s.steps)).string());
+    EXPECT_FALSE(fs::exists(h / "final"));
+}
+
+// `ete train ... 2>&1 | head -1`: the reader goes away after one line; training must finish and
+// save (before the fix the next log line's SIGPIPE killed it).
+TEST_F(Durability, AClosedStderrDoesNotKillTraining) {
+    cfg_.steps = 6;
+    const std::string cfg_path = (dir_ / "cfg.toml").string();
+    write_file_atomic(cfg_path, dump_toml(cfg_));
+    const fs::path out = dir_ / "pipe";
+    const std::string cmd = "bash -c '" + std::string(ETE_BINARY_DIR) + "/ete train " + cfg_path +
+                            " --set train.log_every=1 --out " + out.string() +
+                            " 2>&1 | head -1 >/dev/null; exit ${PIPESTATUS[0]}'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    EXPECT_TRUE(fs::exists(out / "final" / "model.safetensors"));
+}
+
+}  // namespace
+}  // namespace ete
