@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -361,6 +362,37 @@ TEST_F(ParallelTrain, Fp16SkipIsDecidedByEveryRankAlike) {
     EXPECT_NE(by5.log.find("non-finite gradient, step skipped; loss scale 131072 -> 65536"),
               std::string::npos)
         << by5.log;
+}
+
+// fp32: a NaN gradient on one rank only (the last world rank, after the data-parallel sum, so no
+// other rank sees it) makes every rank of every layout skip that step — before the fix each rank
+// decided alone and the replicas diverged — the metrics name that rank, and the run equals the
+// one-process run that skipped the same step (which differs from the run without the fault).
+TEST_F(ParallelTrain, ANanOnOneRankIsSkippedByEveryLayout) {
+    RunResult clean = train(1, "");
+    setenv("ETE_FAULT", "nan_grad@step=3,rank=0", 1);
+    RunResult one = train(1, "");
+    ASSERT_NE(one.weights, clean.weights);
+    for (const auto& l : {std::array<int, 3>{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}}) {
+        const int n = l[0] * l[1] * l[2];
+        const std::string what = fmt::format("({},{},{})", l[0], l[1], l[2]);
+        setenv("ETE_FAULT", fmt::format("nan_grad@step=3,rank={}", n - 1).c_str(), 1);
+        RunResult got = train(n, mesh(l[0], l[1], l[2]) + " --set parallel.replica_check_every=1");
+        expect_same(one, got, what);
+        std::ifstream in(last_out_ + "/metrics.jsonl");
+        std::vector<std::string> causes;
+        for (std::string line; std::getline(in, line);) {
+            const nlohmann::json j = nlohmann::json::parse(line);
+            causes.push_back(j.contains("skip_causes") ? j["skip_causes"].dump() : "");
+        }
+        EXPECT_EQ(causes, (std::vector<std::string>{
+                              "", "", fmt::format(R"({{"nonfinite_grad":[{}]}})", n - 1), "", ""}))
+            << what;
+        EXPECT_NE(got.log.find(fmt::format("step 3: skipped: non-finite gradient on rank {}", n - 1)),
+                  std::string::npos)
+            << got.log;
+    }
+    unsetenv("ETE_FAULT");
 }
 
 // One rank failing alone (an error, not a timeout) ends the whole job at once: it aborts the job

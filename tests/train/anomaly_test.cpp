@@ -31,6 +31,12 @@ TEST(Anomaly, VerdictNamesEachCauseAndItsRanks) {
     EXPECT_TRUE(overflow.skip());
     EXPECT_FALSE(overflow.anomalous());  // the fp16 loss scaler's business
     EXPECT_FALSE(combine_anomalies({0, 0, 0}, 0.0).skip());
+    // A norm that is non-finite because of rank 1's NaN is not blamed on the others; one that
+    // overflowed with every element finite is.
+    EXPECT_EQ(combine_anomalies({kNonFiniteNorm, kNonFiniteGrad}, 0.0).describe(),
+              "non-finite gradient on rank 1");
+    EXPECT_EQ(combine_anomalies({kNonFiniteNorm, kNonFiniteNorm}, 0.0).describe(),
+              "non-finite gradient norm on rank 0, 1");
 }
 
 TEST(Anomaly, LossWindowJudgesOnceFullAndRoundTrips) {

@@ -21,6 +21,8 @@ const char* anomaly_cause_name(AnomalyBit b) {
             return "loss_spike";
         case kOverflow:
             return "overflow";
+        case kNonFiniteNorm:
+            return "nonfinite_grad_norm";
     }
     return "unknown";
 }
@@ -37,17 +39,23 @@ const char* cause_words(AnomalyBit b) {
             return "loss spike";
         case kOverflow:
             return "fp16 overflow";
+        case kNonFiniteNorm:
+            return "non-finite gradient norm";
     }
     return "unknown";
 }
 
-constexpr AnomalyBit kAllBits[] = {kNonFiniteLoss, kNonFiniteGrad, kLossSpike, kOverflow};
+constexpr AnomalyBit kAllBits[] = {kNonFiniteLoss, kNonFiniteGrad, kNonFiniteNorm, kLossSpike,
+                                   kOverflow};
 
 }  // namespace
 
 AnomalyVerdict combine_anomalies(const std::vector<uint32_t>& bits, double zscore) {
     AnomalyVerdict v;
+    const bool element = std::any_of(bits.begin(), bits.end(),
+                                     [](uint32_t b) { return (b & (kNonFiniteGrad | kOverflow)) != 0; });
     for (AnomalyBit b : kAllBits) {
+        if (b == kNonFiniteNorm && element) continue;  // explained by the non-finite elements
         std::vector<int> ranks;
         for (size_t r = 0; r < bits.size(); ++r)
             if (bits[r] & b) ranks.push_back(int(r));

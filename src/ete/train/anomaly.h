@@ -22,9 +22,13 @@ enum AnomalyBit : uint32_t {
     kNonFiniteGrad = 1u << 1,
     kLossSpike = 1u << 2,
     kOverflow = 1u << 3,  // fp16: a non-finite scaled gradient, skipped and the scale halved
+    // Every element this rank holds is finite but the global norm is not (it overflowed): kept
+    // only when no rank has a non-finite element, which would explain the norm.
+    kNonFiniteNorm = 1u << 4,
 };
 
-// "nonfinite_loss", "nonfinite_grad", "loss_spike", "overflow": the label of one bit.
+// "nonfinite_loss", "nonfinite_grad", "loss_spike", "overflow", "nonfinite_grad_norm": the label
+// of one bit.
 const char* anomaly_cause_name(AnomalyBit b);
 
 struct AnomalyConfig {

@@ -147,10 +147,8 @@ AnomalyVerdict Trainer::finish_grads(int64_t step, bool local_loss_bad, double l
     const double n = grad_norm(model_.params(), *backend_, dist_.mp.get(), &finite);
     uint32_t bits = local_loss_bad ? uint32_t(kNonFiniteLoss) : 0u;
     // Every element this rank holds, counted in the norm or not (a replicated copy on tp rank 1).
-    // A norm that overflowed while every element is finite is judged alike (by rank 0: every
-    // rank of the model-parallel group sees the same norm).
-    if (!finite || (dist_.main() && !std::isfinite(n)))
-        bits |= uint32_t(scaler_.enabled() ? kOverflow : kNonFiniteGrad);
+    if (!finite) bits |= uint32_t(scaler_.enabled() ? kOverflow : kNonFiniteGrad);
+    if (finite && !std::isfinite(n)) bits |= kNonFiniteNorm;  // the norm itself overflowed
     double z = 0;
     if (dist_.main() && anomaly_.spike_zscore > 0 && std::isfinite(loss)) {
         if (auto zs = loss_window_.zscore(loss); zs && *zs > anomaly_.spike_zscore) {
