@@ -146,6 +146,53 @@ TEST_F(Durability, NonFiniteWeightsAreNeverSaved) {
     EXPECT_EQ(entries, 1u);
 }
 
+// Checkpoints carry content hashes: a flipped byte, a file swapped in from another checkpoint or
+// an edited state.json is refused when named, and --resume auto falls back to the newest one that
+// verifies, saying so, and finishes exactly like an uninterrupted run (before the fix all three
+// resumed silently).
+TEST_F(Durability, CorruptCheckpointsAreRefusedAndAutoFallsBack) {
+    cfg_.checkpoint_every = 2;
+    cfg_.keep_checkpoints = 0;
+    const fs::path out = dir_ / "run", ck = out / "checkpoints";
+    run_training(cfg_, out.string());
+    const std::string straight = read_file((out / "final" / "model.safetensors").string());
+    auto flip = [](const fs::path& f, size_t at) {
+        std::string b = read_file(f.string());
+        b[at] = char(b[at] ^ 0x10);
+        std::ofstream(f, std::ios::binary | std::ios::trunc) << b;
+    };
+    flip(ck / "step_00000008" / "model.safetensors",
+         fs::file_size(ck / "step_00000008" / "model.safetensors") - 5);
+    fs::copy_file(ck / "step_00000004" / "optimizer.safetensors",
+                  ck / "step_00000006" / "optimizer.safetensors",
+                  fs::copy_options::overwrite_existing);
+    std::string state = read_file((ck / "step_00000004" / "state.json").string());
+    state.replace(state.find("\"step\": 4"), 10, "\"step\": 5");
+    std::ofstream(ck / "step_00000004" / "state.json", std::ios::trunc) << state;
+    for (const auto& [step, want] : std::vector<std::pair<std::string, std::string>>{
+             {"step_00000008", "model.safetensors does not match its content hash"},
+             {"step_00000006", "optimizer.safetensors does not match its content hash"},
+             {"step_00000004", "state.json was changed after it was saved"}}) {
+        const std::string e = error_of([&] {
+            run_training(cfg_, (dir_ / ("x" + step)).string(), {(ck / step).string(), {}});
+        });
+        EXPECT_NE(e.find(fmt::format("checkpoint '{}': {}", (ck / step).string(), want)),
+                  std::string::npos)
+            << e;
+    }
+    fs::remove_all(out / "final");
+    const TrainSummary s = run_training(cfg_, out.string(), {"auto", {}});
+    EXPECT_EQ(s.start_step, 2);  // 8, 6 and 4 do not verify
+    EXPECT_EQ(read_file((out / "final" / "model.safetensors").string()), straight);
+    // An unknown --resume-force key is an error, not ignored.
+    const std::string e = error_of([&] {
+        run_training(cfg_, out.string(), {(ck / "step_00000002").string(), {"train.stepz"}});
+    });
+    EXPECT_NE(e.find("--resume-force train.stepz: not a setting a resume checks"),
+              std::string::npos)
+        << e;
+}
+
 // Sends `sig` to this process once the run has written `lines` metrics lines.
 std::thread signal_after(const fs::path& metrics, size_t lines, int sig) {
     return std::thread([metrics, lines, sig] {

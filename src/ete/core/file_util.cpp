@@ -8,14 +8,25 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
+
+#include <xxhash.h>
 
 #include "ete/core/error.h"
 
 namespace ete {
 namespace {
+
+using HashState = std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)>;
+
+HashState new_hash() {
+    HashState h(XXH3_createState(), XXH3_freeState);
+    ETE_CHECK(h && XXH3_64bits_reset(h.get()) == XXH_OK, "XXH3: cannot create a hash state");
+    return h;
+}
 
 constexpr size_t kSinkBufferBytes = size_t(1) << 20;  // gathers small writes into 1 MiB chunks
 
@@ -62,6 +73,13 @@ void fsync_parent_dir(const std::string& path) {
 
 FileSink::FileSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
     buf_.reserve(kSinkBufferBytes);
+    HashState h = new_hash();
+    hash_ = std::shared_ptr<void>(h.release(),
+                                  [](void* p) { XXH3_freeState(static_cast<XXH3_state_t*>(p)); });
+}
+
+uint64_t FileSink::digest() const {
+    return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(hash_.get()));
 }
 
 void FileSink::write(const void* data, size_t n) {
@@ -81,6 +99,7 @@ void FileSink::flush() {
 }
 
 void FileSink::write_fd(const char* data, size_t n) {
+    XXH3_64bits_update(static_cast<XXH3_state_t*>(hash_.get()), data, n);
     while (n > 0) {
         ssize_t w = ::write(fd_, data, n);
         if (w < 0 && errno == EINTR) continue;
@@ -91,16 +110,39 @@ void FileSink::write_fd(const char* data, size_t n) {
     }
 }
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-    write_file_atomic(path, [bytes](FileSink& sink) { sink.write(bytes); });
+uint64_t write_file_atomic(const std::string& path, std::string_view bytes) {
+    return write_file_atomic(path, [bytes](FileSink& sink) { sink.write(bytes); });
 }
 
-void write_file_atomic(const std::string& path, const FileWriter& writer) {
+uint64_t write_file_atomic(const std::string& path, const FileWriter& writer) {
     AtomicFileWriter file(path);
     FileSink sink(file.fd(), path);
     writer(sink);
     sink.flush();
     file.commit();
+    return sink.digest();
+}
+
+uint64_t file_digest(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ETE_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
+    HashState h = new_hash();
+    std::vector<char> buf(8 << 20);
+    off_t done = 0;
+    for (;;) {
+        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const int err = errno;
+            ::close(fd);
+            ETE_CHECK(n == 0, "{}: read failed ({})", path, std::strerror(err));
+            break;
+        }
+        XXH3_64bits_update(h.get(), buf.data(), size_t(n));
+        ::posix_fadvise(fd, done, n, POSIX_FADV_DONTNEED);
+        done += n;
+    }
+    return XXH3_64bits_digest(h.get());
 }
 
 AtomicFileWriter::AtomicFileWriter(std::string path)

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +31,9 @@ class FileSink {
     void write(std::string_view s) { write(s.data(), s.size()); }
     void flush();  // pushes buffered bytes to the descriptor (not to disk: that is fsync's job)
     uint64_t bytes_written() const { return written_; }
+    // XXH3-64 of every byte pushed to the descriptor so far, in order (flush() first to cover
+    // all written): a file's content hash without reading it back.
+    uint64_t digest() const;
 
   private:
     void write_fd(const char* data, size_t n);
@@ -38,7 +42,13 @@ class FileSink {
     std::string path_;
     std::vector<char> buf_;
     uint64_t written_ = 0;
+    std::shared_ptr<void> hash_;  // XXH3_state_t
 };
+
+// XXH3-64 of a whole file, read sequentially (its pages are dropped from the cache as they
+// go, so hashing a checkpoint larger than memory does not evict the working set); the same
+// value FileSink::digest() gave the writer. Throws naming the path.
+uint64_t file_digest(const std::string& path);
 
 using FileWriter = std::function<void(FileSink&)>;
 
@@ -63,10 +73,11 @@ class AtomicFileWriter {
     int fd_ = -1;
 };
 
-void write_file_atomic(const std::string& path, std::string_view bytes);
+// Both return the content's XXH3-64 (file_digest of the committed file).
+uint64_t write_file_atomic(const std::string& path, std::string_view bytes);
 // `writer` streams the content into the sink; if it throws, its exception propagates unchanged
 // after the temporary file is removed.
-void write_file_atomic(const std::string& path, const FileWriter& writer);
+uint64_t write_file_atomic(const std::string& path, const FileWriter& writer);
 
 // Writes a whole directory atomically: `fill(tmp)` writes its files into a temporary sibling,
 // which is fsynced and renamed over `dir`, so `dir` is either the old or the new one, never half.

@@ -9,7 +9,10 @@
 #include <filesystem>
 
 #include "ete/core/file_util.h"
+#include "ete/core/log.h"
 #include "ete/io/safetensors.h"
+
+#include <xxhash.h>
 
 namespace ete {
 
@@ -49,10 +52,19 @@ void fsync_path(const std::string& path) {
     ETE_CHECK(rc == 0, "checkpoint: fsync of directory '{}' failed", path);
 }
 
+// XXH3-64 of the state without its "checksum" (objects dump sorted, doubles round-trip: a parsed
+// state dumps to the same text).
+std::string state_checksum(json state) {
+    state.erase("checksum");
+    const std::string text = state.dump();
+    return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+}
+
 }  // namespace
 
 void check_finite(const std::string& name, const float* v, size_t n) {
-    const size_t bad = size_t(std::find_if(v, v + n, [](float x) { return !std::isfinite(x); }) - v);
+    const size_t bad =
+        size_t(std::find_if(v, v + n, [](float x) { return !std::isfinite(x); }) - v);
     ETE_CHECK(bad == n,
               "parameter '{}' holds a non-finite value ({} at element {}): not saved, so the last "
               "saved checkpoint stays the newest",
@@ -141,15 +153,24 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
                   {"extra", st.extra}};
     std::string meta = slices_metadata(table);
     try {
-        write_safetensors_streamed((tmp / "model.safetensors").string(),
-                                   streamed(table, src.param, ""),
-                                   {{"format", "ete"}, {"layout", "ete"}, {"slices", meta}});
+        json files = json::object();
+        auto record = [&](const char* name, uint64_t digest) {
+            files[name] = {{"bytes", fs::file_size(tmp / name)},
+                           {"xxh3_64", fmt::format("{:016x}", digest)}};
+        };
+        record("model.safetensors",
+               write_safetensors_streamed(
+                   (tmp / "model.safetensors").string(), streamed(table, src.param, ""),
+                   {{"format", "ete"}, {"layout", "ete"}, {"slices", meta}}));
         auto opt = streamed(table, src.exp_avg, "exp_avg.");
         auto v_tensors = streamed(table, src.exp_avg_sq, "exp_avg_sq.");
         opt.insert(opt.end(), v_tensors.begin(), v_tensors.end());
-        write_safetensors_streamed((tmp / "optimizer.safetensors").string(), opt,
-                                   {{"format", "ete"}});
-        write_file_atomic((tmp / "config.toml").string(), config_toml);
+        record("optimizer.safetensors",
+               write_safetensors_streamed((tmp / "optimizer.safetensors").string(), opt,
+                                          {{"format", "ete"}}));
+        record("config.toml", write_file_atomic((tmp / "config.toml").string(), config_toml));
+        state["files"] = files;
+        state["checksum"] = state_checksum(state);
         write_file_atomic((tmp / "state.json").string(), state.dump(2) + "\n");  // written last
         fsync_path(tmp.string());
     } catch (const std::exception& e) {
@@ -170,17 +191,18 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
     return final_dir.string();
 }
 
-CheckpointState load_checkpoint(const std::string& dir, HostParams& store, float* m, float* v) {
+CheckpointState load_checkpoint(const std::string& dir, HostParams& store, float* m, float* v,
+                                bool verify) {
     auto into = [&store](float* base) {
         return [&store, base](int i, const float* values) {
             std::copy(values, values + store.numel(i), base + store.offset(i));
         };
     };
-    return load_checkpoint(dir, store, {into(store.data()), into(m), into(v)});
+    return load_checkpoint(dir, store, {into(store.data()), into(m), into(v)}, verify);
 }
 
 CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table,
-                                const CheckpointSink& sink) {
+                                const CheckpointSink& sink, bool verify) {
     fs::path d(dir);
     ETE_CHECK(is_committed_name(d.filename().string()) && fs::is_directory(d),
               "checkpoint '{}': expected a committed checkpoint directory step_XXXXXXXX", dir);
@@ -196,6 +218,8 @@ CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table,
               "{}: format_version {} is not supported "
               "(this ETE reads version {})",
               state_path, version, kCheckpointFormatVersion);
+    const std::string bad = verify ? checkpoint_problem(dir) : "";
+    ETE_CHECK(bad.empty(), "checkpoint '{}': {}", dir, bad);
     read_into(SafetensorsFile::open((d / "model.safetensors").string()), table, sink.param, "");
     SafetensorsFile opt = SafetensorsFile::open((d / "optimizer.safetensors").string());
     read_into(opt, table, sink.exp_avg, "exp_avg.");
@@ -212,6 +236,51 @@ CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table,
                                 state_path, e.what()));
     }
     return st;
+}
+
+std::string checkpoint_problem(const std::string& dir) {
+    const fs::path d(dir);
+    json state;
+    try {
+        state = json::parse(read_file((d / "state.json").string()));
+    } catch (const std::exception& e) {
+        return fmt::format("state.json is unreadable ({})", e.what());
+    }
+    if (!state.contains("files")) {
+        log_warn("checkpoint '{}' has no content hashes (saved by an older ETE): not verified",
+                 dir);
+        return "";
+    }
+    if (!state.contains("checksum") || !state["checksum"].is_string() ||
+        state["checksum"].get<std::string>() != state_checksum(state))
+        return "state.json was changed after it was saved (its checksum does not match)";
+    try {
+        for (const auto& [name, want] : state["files"].items()) {
+            const fs::path f = d / name;
+            if (!fs::is_regular_file(f)) return fmt::format("{} is missing", name);
+            const uint64_t bytes = want.at("bytes").get<uint64_t>(), size = fs::file_size(f);
+            if (size != bytes)
+                return fmt::format("{} is {} bytes, {} when it was saved (truncated or replaced)",
+                                   name, size, bytes);
+            const std::string got = fmt::format("{:016x}", file_digest(f.string()));
+            if (got != want.at("xxh3_64").get<std::string>())
+                return fmt::format("{} does not match its content hash (corrupt or replaced)",
+                                   name);
+        }
+    } catch (const json::exception& e) {
+        return fmt::format("state.json: files: {}", e.what());
+    }
+    return "";
+}
+
+std::optional<std::string> newest_verified_checkpoint(const std::string& run_dir) {
+    auto all = committed(run_dir);
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+        const std::string problem = checkpoint_problem(it->string());
+        if (problem.empty()) return it->string();
+        log_warn("resume auto: skipping checkpoint '{}': {}", it->string(), problem);
+    }
+    return std::nullopt;
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& run_dir) {

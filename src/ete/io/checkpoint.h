@@ -8,6 +8,8 @@
 //                          model config and the run settings that a resume must not change, and
 //                          `extra` state (the fp16 loss scaler)
 //   config.toml            the resolved run config
+//   state.json also records each file's size and XXH3-64 content hash and its own checksum,
+//   verified before a resume uses any of it (checkpoint_problem).
 // It is written under `step_XXXXXXXX.tmp.<pid>`, every file fsynced, then renamed: a directory
 // named step_XXXXXXXX is complete. Only such directories are ever loaded.
 #pragma once
@@ -50,7 +52,9 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
 
 // Reads a committed checkpoint into store, m and v; returns its state. Names, shapes and the
 // format version are checked against the store.
-CheckpointState load_checkpoint(const std::string& dir, HostParams& store, float* m, float* v);
+// verify = false skips checkpoint_problem when the caller just verified the same directory.
+CheckpointState load_checkpoint(const std::string& dir, HostParams& store, float* m, float* v,
+                                bool verify = true);
 // The same, handing each tensor over as it is read: param(i, values), exp_avg(i, values),
 // exp_avg_sq(i, values) get trainable parameter i's numel(i) F32 values, valid for the call
 // (one tensor in host memory at a time; its file pages are released after the call).
@@ -58,12 +62,21 @@ struct CheckpointSink {
     std::function<void(int, const float*)> param, exp_avg, exp_avg_sq;
 };
 CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table,
-                                const CheckpointSink& sink);
+                                const CheckpointSink& sink, bool verify = true);
 
 // Throws naming the parameter when any of its n values is NaN or infinite: weights that became
 // non-finite are never written (a checkpoint save fails, its temporary directory is removed, the
 // previous checkpoints stay).
 void check_finite(const std::string& name, const float* v, size_t n);
+
+// What is wrong with committed checkpoint `dir`, "" when it verifies: state.json's checksum and
+// every file's size and XXH3-64 content hash, as recorded when it was saved (a flipped byte, a
+// truncated or swapped file). A checkpoint of an older ETE without hashes verifies (warned).
+// load_checkpoint refuses one that does not.
+std::string checkpoint_problem(const std::string& dir);
+// The newest committed checkpoint that verifies; each newer one that does not is named in a
+// warning with its problem (`--resume auto` falls back past it).
+std::optional<std::string> newest_verified_checkpoint(const std::string& run_dir);
 
 // The newest committed checkpoint of a run, if any (temporary directories are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);

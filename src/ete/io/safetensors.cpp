@@ -341,8 +341,9 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     write_safetensors_streamed(path, st, metadata);
 }
 
-void write_safetensors_streamed(const std::string& path, const std::vector<StreamedTensor>& tensors,
-                                const std::map<std::string, std::string>& metadata) {
+uint64_t write_safetensors_streamed(const std::string& path,
+                                    const std::vector<StreamedTensor>& tensors,
+                                    const std::map<std::string, std::string>& metadata) {
     std::vector<const StreamedTensor*> order = writer_order(path, tensors);
     // The header is assembled as text so its entries follow the data order, as the official
     // writer's do (an std::map-backed json object would sort them by name).
@@ -368,7 +369,7 @@ void write_safetensors_streamed(const std::string& path, const std::vector<Strea
     text += "}";
     text.append((8 - text.size() % 8) % 8, ' ');  // data buffer starts 8-aligned in the file
     const uint64_t n = text.size();
-    write_file_atomic(path, [&](FileSink& sink) {
+    return write_file_atomic(path, [&](FileSink& sink) {
         sink.write(&n, 8);
         sink.write(text);
         for (const StreamedTensor* t : order) {

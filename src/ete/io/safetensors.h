@@ -84,8 +84,10 @@ struct StreamedTensor {
     std::function<void(FileSink&)> write;
 };
 // The same file layout and checks as write_safetensors.
-void write_safetensors_streamed(const std::string& path, const std::vector<StreamedTensor>& tensors,
-                                const std::map<std::string, std::string>& metadata = {});
+// Returns the file's XXH3-64 content hash (core/file_util.h file_digest).
+uint64_t write_safetensors_streamed(const std::string& path,
+                                    const std::vector<StreamedTensor>& tensors,
+                                    const std::map<std::string, std::string>& metadata = {});
 
 // True when `s` is well-formed UTF-8 (no overlong forms, surrogates or code points > U+10FFFF).
 bool is_valid_utf8(std::string_view s);

@@ -157,6 +157,15 @@ void check_resume_compatible(const json& saved_settings, const json& now, const 
     if (!saved.contains("train.precision")) saved["train.precision"] = "fp32";
     if (!saved.contains("lora")) saved["lora"] = nullptr;
     if (!saved.contains("lora.base_hash")) saved["lora.base_hash"] = "";
+    for (const std::string& k : force) {
+        if (now.contains(k)) continue;
+        std::string known;
+        for (const auto& [key, value] : now.items()) known += (known.empty() ? "" : ", ") + key;
+        throw_error(
+            fmt::format("--resume-force {}: not a setting a resume checks (expected one of "
+                        "{})",
+                        k, known));
+    }
     for (const auto& [key, value] : now.items()) {
         if (saved.contains(key) && saved[key] == value) continue;
         if (std::find(force.begin(), force.end(), key) != force.end()) {

@@ -161,7 +161,8 @@ AnomalyVerdict Trainer::finish_grads(int64_t step, bool local_loss_bad, double l
     const AnomalyVerdict v = combine_anomalies(all, z);
     const double S = scaler_.scale();
     // A step skipped for an anomaly alone is neither clean nor an overflow to the scaler.
-    if (scaler_.enabled() && ((v.bits & kOverflow) || !v.skip())) scaler_.update(v.bits & kOverflow);
+    if (scaler_.enabled() && ((v.bits & kOverflow) || !v.skip()))
+        scaler_.update(v.bits & kOverflow);
     *norm = n / S;
     if (v.anomalous() && dist_.main()) {
         log_warn("step {}: skipped: {} ({} in a row)", step + 1, v.describe(),
@@ -373,17 +374,19 @@ Trainer::Requests Trainer::agree_requests(StopSignals& signals, Clock::time_poin
 bool Trainer::on_repeated_anomalies(TrainSummary& sum) {
     const int n = consecutive_skips_;
     consecutive_skips_ = 0;
-    const std::optional<std::string> newest = latest_checkpoint(out_);
-    if (anomaly_.on_repeated == "rollback" && newest && rollbacks_ < anomaly_.max_rollbacks) {
+    const std::optional<std::string> newest =
+        anomaly_.on_repeated == "rollback" ? newest_good_checkpoint() : std::nullopt;
+    if (newest && rollbacks_ < anomaly_.max_rollbacks) {
         CheckpointState st;
-        load_state(*newest, st);
+        load_state(*newest, st, true);
         restore_state(st);
         ++rollbacks_;
         if (dist_.main())
             log_warn(
-            "anomaly: {} steps in a row skipped; rolled back to {} (rollback {} of {}); the data "
-            "of steps {}..{} is not trained on",
-            n, *newest, rollbacks_, anomaly_.max_rollbacks, st.step + 1, sum.steps);
+                "anomaly: {} steps in a row skipped; rolled back to {} (rollback {} of {}); the "
+                "data "
+                "of steps {}..{} is not trained on",
+                n, *newest, rollbacks_, anomaly_.max_rollbacks, st.step + 1, sum.steps);
         return true;
     }
     const std::string why =
@@ -393,14 +396,14 @@ bool Trainer::on_repeated_anomalies(TrainSummary& sum) {
             : std::string();
     checkpoint(sum.steps, true);
     if (dist_.main())
-        std::fprintf(stderr, "%s\n",
-                     fmt::format(
-                         "ete: error: training stopped{}: {} steps in a row skipped as anomalous "
-                         "(skip_causes in {}/metrics.jsonl); the last good weights are in the "
-                         "checkpoint above: lower train.lr or check the data, then resume with "
-                         "--resume auto (--resume-force train.lr to change it)",
-                         why, n, out_)
-                         .c_str());
+        std::fprintf(
+            stderr, "%s\n",
+            fmt::format("ete: error: training stopped{}: {} steps in a row skipped as anomalous "
+                        "(skip_causes in {}/metrics.jsonl); the last good weights are in the "
+                        "checkpoint above: lower train.lr or check the data, then resume with "
+                        "--resume auto (--resume-force train.lr to change it)",
+                        why, n, out_)
+                .c_str());
     sum.diverged = true;
     return false;
 }

@@ -71,12 +71,15 @@ class Trainer {
     int64_t start(const ResumeOptions& resume);
     void init_weights(bool resuming);
     void load_weights();  // init_weights without the heap trim
-    void load_state(const std::string& dir, CheckpointState& st);
+    // verified: checkpoint_problem(dir) was just checked (not hashed again).
+    void load_state(const std::string& dir, CheckpointState& st, bool verified = false);
     // The logical whole model (weights, or with moments = true also the AdamW moments, zero
     // elsewhere) on world rank 0; other ranks get an empty store.
     std::unique_ptr<HostParams> gather_model() const;
     std::vector<float> whole_of(std::vector<float> local) const;
     void load_adapter_init(const std::string& dir);
+    // The newest checkpoint of the run dir that verifies (collective).
+    std::optional<std::string> newest_good_checkpoint();
     CheckpointSource streamed_source() const;
     void gather_moments(std::vector<float>& m, std::vector<float>& v);
     void save_final();
@@ -153,7 +156,7 @@ class Trainer {
     std::unique_ptr<GradSync> sync_;  // dp > 1
     // The pp and tied-embedding groups over backend memory (stage buffers, gradients).
     std::unique_ptr<Communicator> pp_dev_, tied_dev_;
-    LossScaler scaler_;         // enabled for train.precision = fp16
+    LossScaler scaler_;                         // enabled for train.precision = fp16
     FaultPlan faults_ = FaultPlan::from_env();  // ETE_FAULT (tests and drills)
     AnomalyConfig anomaly_ = anomaly_config(cfg_);
     LossWindow loss_window_{anomaly_.window};

@@ -110,7 +110,7 @@ void Trainer::load_weights() {
 
 // Reads checkpoint `dir` into this rank's weights and (its slice of) the AdamW moments; with
 // state_is_whole() tensor by tensor, straight into backend memory (the mirror of checkpoint()).
-void Trainer::load_state(const std::string& dir, CheckpointState& st) {
+void Trainer::load_state(const std::string& dir, CheckpointState& st, bool verified) {
     if (state_is_whole()) {
         ParamStore& ps = model_.params();
         const ParamTable table(layout_.global_specs());
@@ -123,13 +123,13 @@ void Trainer::load_state(const std::string& dir, CheckpointState& st) {
         sink.exp_avg_sq = [&](int i, const float* v) {
             opt_.upload_moments(ps.offset(local(i)), ps.numel(local(i)), nullptr, v);
         };
-        st = load_checkpoint(dir, table, sink);
+        st = load_checkpoint(dir, table, sink, !verified);
         return;
     }
     HostParams whole(layout_.global_specs());
     const size_t n = size_t(whole.numel());
     std::vector<float> m(n), v(n);
-    st = load_checkpoint(dir, whole, m.data(), v.data());
+    st = load_checkpoint(dir, whole, m.data(), v.data(), !verified);
     ParamStore& local = model_.params();
     std::vector<float> lp(size_t(local.numel())), lm(lp.size()), lv(lp.size());
     layout_.gather_local(whole.data(), lp.data());
@@ -150,11 +150,31 @@ void Trainer::restore_state(const CheckpointState& st) {
     if (st.extra.contains("loss_window")) loss_window_.restore(st.extra["loss_window"]);
 }
 
+// World rank 0 hashes the candidates (one read of each file, not one per rank) and every rank
+// gets its choice.
+std::optional<std::string> Trainer::newest_good_checkpoint() {
+    std::string pick = dist_.main() ? newest_verified_checkpoint(out_).value_or("") : "";
+    if (dist_.world->size() > 1) {
+        int64_t n = int64_t(pick.size());
+        dist_.world->broadcast(&n, 1, DType::I64, 0);
+        pick.resize(size_t(n));
+        if (n > 0) dist_.world->broadcast(pick.data(), size_t(n), DType::U8, 0);
+    }
+    if (pick.empty()) return std::nullopt;
+    return pick;
+}
+
 // Initialises or resumes; returns the number of steps already done.
 int64_t Trainer::start(const ResumeOptions& resume) {
     std::optional<std::string> from;
+    bool verified = false;
     if (resume.from == "auto") {
-        from = latest_checkpoint(out_);
+        from = newest_good_checkpoint();
+        ETE_CHECK(from || !latest_checkpoint(out_),
+                  "--resume auto: no checkpoint in {}/checkpoints verifies (see the warnings "
+                  "above); resume from one explicitly with --resume DIR, or start another --out",
+                  out_);
+        verified = from.has_value();
         if (!from) log_info("resume auto: no checkpoint in {}/checkpoints, starting fresh", out_);
     } else if (!resume.from.empty()) {
         from = resume.from;
@@ -175,7 +195,7 @@ int64_t Trainer::start(const ResumeOptions& resume) {
     // A LoRA checkpoint holds the adapters only: the frozen base comes from where it came from
     // at the start (model.init_from, or the seed), and the adapters are then overwritten.
     if (cfg_.lora_enabled) init_weights(true);
-    load_state(*from, st);
+    load_state(*from, st, verified);
     check_resume_compatible(st.run, run_settings(cfg_, mc_, base_hash_), *from, resume.force);
     ETE_CHECK(st.data_position == data_position(st.step),
               "checkpoint '{}': {} samples were used in {} steps, but this run takes {} per step "
@@ -243,7 +263,9 @@ bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
         // would take three more whole copies: 13 GB for 1.1B parameters).
         if (dist_.main()) {
             const ParamTable table(layout_.global_specs());
-            write([&] { return save_checkpoint(out_, st, table, streamed_source(), dump_toml(cfg_)); });
+            write([&] {
+                return save_checkpoint(out_, st, table, streamed_source(), dump_toml(cfg_));
+            });
         }
     } else {
         std::vector<float> m, v;
