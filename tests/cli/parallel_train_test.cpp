@@ -388,8 +388,9 @@ TEST_F(ParallelTrain, ANanOnOneRankIsSkippedByEveryLayout) {
         EXPECT_EQ(causes, (std::vector<std::string>{
                               "", "", fmt::format(R"({{"nonfinite_grad":[{}]}})", n - 1), "", ""}))
             << what;
-        EXPECT_NE(got.log.find(fmt::format("step 3: skipped: non-finite gradient on rank {}", n - 1)),
-                  std::string::npos)
+        EXPECT_NE(
+            got.log.find(fmt::format("step 3: skipped: non-finite gradient on rank {}", n - 1)),
+            std::string::npos)
             << got.log;
     }
     unsetenv("ETE_FAULT");
@@ -409,8 +410,7 @@ TEST_F(ParallelTrain, AnErrorOnOneRankEndsTheJobAtOnce) {
     ShellResult r = run_shell(cmd);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
     EXPECT_NE(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("ete: error: ETE_FAULT: world rank 1 fails at step 2"),
-              std::string::npos)
+    EXPECT_NE(r.out.find("ete: error: ETE_FAULT: world rank 1 fails at step 2"), std::string::npos)
         << r.out;
     EXPECT_EQ(r.out.find("timed out"), std::string::npos) << r.out;
     EXPECT_LT(took.count(), 60.0) << r.out;

@@ -79,8 +79,9 @@ TEST(Anomaly, BadConfigNamesTheKey) {
 }
 
 TEST(Fault, ParsesEveryKindAndFiresWhereTold) {
-    const FaultPlan p(parse_faults("nan_grad@step=5,rank=1; hang@step=9,rank=2;kill@step=12,rank=0;"
-                                   "slow@rank=1,ms=200;error@step=3"));
+    const FaultPlan p(
+        parse_faults("nan_grad@step=5,rank=1; hang@step=9,rank=2;kill@step=12,rank=0;"
+                     "slow@rank=1,ms=200;error@step=3"));
     EXPECT_TRUE(p.fires("nan_grad", 5, 1));
     EXPECT_FALSE(p.fires("nan_grad", 5, 0));
     EXPECT_FALSE(p.fires("nan_grad", 6, 1));
@@ -135,7 +136,8 @@ TEST_F(AnomalyRun, RepeatedNonFiniteGradientsStopWithTheLastGoodWeights) {
     RunConfig two = cfg_;
     two.steps = 2;
     run_training(two, (dir_ / "b").string());
-    EXPECT_EQ(model_bytes(ck / "step_00000005"), model_bytes(dir_ / "b" / "checkpoints" / "step_00000002"));
+    EXPECT_EQ(model_bytes(ck / "step_00000005"),
+              model_bytes(dir_ / "b" / "checkpoints" / "step_00000002"));
     const auto m = read_metrics((dir_ / "a" / "metrics.jsonl").string());
     ASSERT_EQ(m.size(), 5u);
     EXPECT_FALSE(m[1].contains("skipped"));

@@ -2,8 +2,8 @@
 // 0 success, 1 a user error (bad config, file, value), 2 a command-line usage error.
 #include "ete/cli/cli.h"
 
-#include <csignal>
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 
 #include "ete/backend/cpu/openblas_util.h"

@@ -55,9 +55,10 @@ DirLock::DirLock(const std::string& dir) : path_(dir + "/ete.lock") {
                 dir, holder));
         }
         // A file system without locks (some network mounts): say so, train without one.
-        log_warn("--out '{}': cannot lock '{}' ({}); nothing stops a second run from sharing "
-                 "this directory",
-                 dir, path_, std::strerror(err));
+        log_warn(
+            "--out '{}': cannot lock '{}' ({}); nothing stops a second run from sharing "
+            "this directory",
+            dir, path_, std::strerror(err));
     }
     const std::string me = describe_self() + "\n";
     if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size()))

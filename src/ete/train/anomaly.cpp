@@ -52,8 +52,9 @@ constexpr AnomalyBit kAllBits[] = {kNonFiniteLoss, kNonFiniteGrad, kNonFiniteNor
 
 AnomalyVerdict combine_anomalies(const std::vector<uint32_t>& bits, double zscore) {
     AnomalyVerdict v;
-    const bool element = std::any_of(bits.begin(), bits.end(),
-                                     [](uint32_t b) { return (b & (kNonFiniteGrad | kOverflow)) != 0; });
+    const bool element = std::any_of(bits.begin(), bits.end(), [](uint32_t b) {
+        return (b & (kNonFiniteGrad | kOverflow)) != 0;
+    });
     for (AnomalyBit b : kAllBits) {
         if (b == kNonFiniteNorm && element) continue;  // explained by the non-finite elements
         std::vector<int> ranks;
@@ -91,8 +92,8 @@ std::optional<double> LossWindow::zscore(double loss) const {
     mean /= double(losses_.size());
     double var = 0;
     for (double l : losses_) var += (l - mean) * (l - mean);
-    const double sd = std::max({std::sqrt(var / double(losses_.size())), 1e-6 * std::fabs(mean),
-                                1e-12});
+    const double sd =
+        std::max({std::sqrt(var / double(losses_.size())), 1e-6 * std::fabs(mean), 1e-12});
     return (loss - mean) / sd;
 }
 

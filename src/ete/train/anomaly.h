@@ -34,7 +34,7 @@ const char* anomaly_cause_name(AnomalyBit b);
 struct AnomalyConfig {
     double spike_zscore = 0;  // > 0: a loss this many standard deviations above the window skips
     int window = 100;         // taken steps in the spike window (spikes judged once it is full)
-    int max_consecutive_skips = 5;  // anomaly skips in a row before on_repeated acts
+    int max_consecutive_skips = 5;     // anomaly skips in a row before on_repeated acts
     std::string on_repeated = "stop";  // stop | rollback
     int max_rollbacks = 3;             // rollbacks in one run before on_repeated acts as stop
 };

@@ -236,8 +236,9 @@ const Key& find_key(const std::string& name, const std::string& where) {
     for (const Key& k : keys())
         if (k.name.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + k.name;
     throw_error(fmt::format("{}: unknown config key '{}'{}", where, name,
-                            known.empty() ? " (sections: model, train, data, parallel, lora, anomaly)"
-                                          : " (known keys: " + known + ")"));
+                            known.empty()
+                                ? " (sections: model, train, data, parallel, lora, anomaly)"
+                                : " (known keys: " + known + ")"));
 }
 
 Value from_node(const Key& k, const toml::node& n, const std::string& where) {

@@ -54,9 +54,10 @@ void Progress::append(const std::string& line, int64_t step) {
     }
     ++lost_;
     if (!failing_) {
-        log_warn("metrics file '{}': cannot append step {} ({}); training goes on, lines are lost "
-                 "until writes succeed",
-                 path_, step, std::strerror(err ? err : EIO));
+        log_warn(
+            "metrics file '{}': cannot append step {} ({}); training goes on, lines are lost "
+            "until writes succeed",
+            path_, step, std::strerror(err ? err : EIO));
     }
     failing_ = true;
 }
