@@ -12,6 +12,7 @@
 #include "ete/core/error.h"
 #include "ete/parallel/mpi_comm.h"
 #include "ete/train/config.h"
+#include "ete/train/monitor.h"
 
 namespace ete {
 namespace {
@@ -19,6 +20,14 @@ namespace {
 std::string config_keys_text() {
     std::string s = "\nConfig keys (TOML [section] key = value, or --set section.key=value):\n";
     for (const auto& [k, h] : config_keys_help()) s += fmt::format("  {:<30} {}\n", k, h);
+    s += "\nPrometheus metrics (monitor.prometheus_port; docs/operations.md):\n";
+    RunGauges g;  // every family, values or not
+    g.rank_step_s = g.rank_compute_s = {0};
+    for (const MetricFamily& f : run_metric_families(g))
+        s += fmt::format("  {:<36} {:<7} {}\n", f.name, f.type, f.help);
+    s +=
+        "\nExit codes: 0 done or stopped cleanly (SIGTERM, SIGINT, SIGHUP: checkpoint saved), 1 an "
+        "error, 2 a usage error, 3 stopped on repeated anomalies (anomaly.on_repeated)\n";
     return s;
 }
 

@@ -110,6 +110,22 @@ void FileSink::write_fd(const char* data, size_t n) {
     }
 }
 
+int append_whole(int fd, std::string_view bytes) {
+    struct stat st {};
+    const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
+    size_t done = 0;
+    while (done < bytes.size()) {
+        const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += size_t(w);
+    }
+    if (done == bytes.size()) return 0;
+    const int err = errno ? errno : EIO;
+    if (before >= 0 && ::ftruncate(fd, before) != 0) return errno;
+    return err;
+}
+
 uint64_t write_file_atomic(const std::string& path, std::string_view bytes) {
     return write_file_atomic(path, [bytes](FileSink& sink) { sink.write(bytes); });
 }

@@ -85,6 +85,10 @@ uint64_t write_file_atomic(const std::string& path, const FileWriter& writer);
 void write_dir_atomic(const std::string& dir, const std::string& what,
                       const std::function<void(const std::string& tmp)>& fill);
 
+// Appends `bytes` to an O_APPEND descriptor whole or not at all: a short or failed write (disk
+// full, EFBIG) is cut back off the file. Returns 0, or the errno of the failure.
+int append_whole(int fd, std::string_view bytes);
+
 // Reads a whole file; throws ete::Error naming the path and the system error.
 std::string read_file(const std::string& path);
 

@@ -212,6 +212,16 @@ const std::vector<Key>& keys() {
                           "(relative) over a window"));
         t.push_back(field("lora.rank_grow_threshold", &R::lora_rank_grow_threshold,
                           "dynamic rank: double when |grad B| / |B| averages above this"));
+        t.push_back(field("monitor.prometheus_port", &R::monitor_prometheus_port,
+                          "rank 0 serves Prometheus metrics on this port at /metrics (0 = off)"));
+        t.push_back(field("monitor.prometheus_addr", &R::monitor_prometheus_addr,
+                          "address the metrics endpoint listens on (0.0.0.0 = every interface)"));
+        t.push_back(field("monitor.tensorboard", &R::monitor_tensorboard,
+                          "write the scalars of metrics.jsonl to RUN/tensorboard/ event files"));
+        t.push_back(field("monitor.peak_flops", &R::monitor_peak_flops,
+                          "peak FLOP/s of one rank for MFU (0 = a GEMM measured at start)"));
+        t.push_back(field("monitor.straggler_every", &R::monitor_straggler_every,
+                          "steps between gathers of every rank's step time (0 = off)"));
         t.push_back(field("anomaly.spike_zscore", &R::anomaly_spike_zscore,
                           "skip a step whose loss is this many standard deviations above the "
                           "window's (0 = off; non-finite losses and gradients always skip)"));
@@ -235,10 +245,10 @@ const Key& find_key(const std::string& name, const std::string& where) {
     std::string section = name.substr(0, name.find('.')), known;
     for (const Key& k : keys())
         if (k.name.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + k.name;
-    throw_error(fmt::format("{}: unknown config key '{}'{}", where, name,
-                            known.empty()
-                                ? " (sections: model, train, data, parallel, lora, anomaly)"
-                                : " (known keys: " + known + ")"));
+    throw_error(fmt::format(
+        "{}: unknown config key '{}'{}", where, name,
+        known.empty() ? " (sections: model, train, data, parallel, lora, monitor, anomaly)"
+                      : " (known keys: " + known + ")"));
 }
 
 Value from_node(const Key& k, const toml::node& n, const std::string& where) {
@@ -327,7 +337,7 @@ void apply_toml(RunConfig& cfg, const std::string& text, const std::string& wher
         const toml::table* tbl = node.as_table();
         ETE_CHECK(tbl,
                   "{}: top-level key '{}': expected a [section] (model, train, data, parallel, "
-                  "lora, anomaly)",
+                  "lora, monitor, anomaly)",
                   where, section.str());
         for (auto&& [key, value] : *tbl) {
             const Key& k =
@@ -356,7 +366,7 @@ std::string dump_toml(const RunConfig& cfg) {
         std::visit([&](const auto& v) { t.insert(leaf, v); }, k.get(cfg));
     }
     std::ostringstream out;
-    for (const char* s : {"model", "train", "data", "parallel", "lora", "anomaly"}) {
+    for (const char* s : {"model", "train", "data", "parallel", "lora", "monitor", "anomaly"}) {
         out << "[" << s << "]\n" << sections[s] << "\n\n";
     }
     return out.str();
@@ -422,6 +432,15 @@ void validate(const RunConfig& c) {
     ETE_CHECK(c.checkpoint_minutes >= 0, "train.checkpoint_minutes = {}: expected >= 0 (0 = off)",
               c.checkpoint_minutes);
     validate_anomaly(anomaly_config(c));
+    ETE_CHECK(c.monitor_prometheus_port >= 0 && c.monitor_prometheus_port <= 65535,
+              "monitor.prometheus_port = {}: expected 0 (off) or a TCP port 1..65535",
+              c.monitor_prometheus_port);
+    ETE_CHECK(!c.monitor_prometheus_addr.empty(),
+              "monitor.prometheus_addr: expected an address such as 127.0.0.1 or 0.0.0.0");
+    ETE_CHECK(c.monitor_peak_flops >= 0, "monitor.peak_flops = {}: expected >= 0 (0 = measured)",
+              c.monitor_peak_flops);
+    ETE_CHECK(c.monitor_straggler_every >= 0, "monitor.straggler_every = {}: expected >= 0",
+              c.monitor_straggler_every);
     ETE_CHECK(c.data_val_fraction >= 0 && c.data_val_fraction < 1,
               "data.val_fraction = {}: expected in [0, 1)", c.data_val_fraction);
     ETE_CHECK(!c.data_train.empty(), "data.train: expected a token shard or JSONL path");

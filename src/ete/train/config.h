@@ -85,6 +85,12 @@ struct RunConfig {
     int64_t lora_rank_patience = 50;
     double lora_rank_shrink_threshold = 0.002;
     double lora_rank_grow_threshold = 1.0;
+    // [monitor] — what operators scrape and plot (docs/operations.md).
+    int monitor_prometheus_port = 0;  // rank 0 serves /metrics there (0 = off)
+    std::string monitor_prometheus_addr = "127.0.0.1";
+    bool monitor_tensorboard = false;      // RUN/tensorboard/events.out.tfevents.*
+    double monitor_peak_flops = 0;         // per rank, for MFU (0 = measured at start)
+    int64_t monitor_straggler_every = 10;  // steps between per-rank timing gathers (0 = off)
     // [anomaly] — steps every rank agrees to skip (train/anomaly.h, docs/operations.md).
     double anomaly_spike_zscore = 0;  // 0 = no spike detection (non-finite values always skip)
     int anomaly_window = 100;

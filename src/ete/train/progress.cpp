@@ -2,7 +2,6 @@
 #include "ete/train/progress.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ete/core/error.h"
+#include "ete/core/file_util.h"
 #include "ete/core/log.h"
 
 namespace ete {
@@ -33,31 +33,18 @@ Progress::~Progress() {
 
 // One whole line or nothing: a short or failed write (ENOSPC, EIO) is cut back off the file.
 void Progress::append(const std::string& line, int64_t step) {
-    struct stat st {};
-    const off_t before = ::fstat(metrics_, &st) == 0 ? st.st_size : -1;
-    size_t done = 0;
-    while (done < line.size()) {
-        const ssize_t w = ::write(metrics_, line.data() + done, line.size() - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        done += size_t(w);
-    }
-    if (done == line.size()) {
+    const int err = append_whole(metrics_, line);
+    if (err == 0) {
         if (failing_) log_warn("metrics file '{}': appending again from step {}", path_, step);
         failing_ = false;
         return;
-    }
-    const int err = errno;
-    if (before >= 0 && ::ftruncate(metrics_, before) != 0) {
-        log_warn("metrics file '{}': cannot remove a partial line ({})", path_,
-                 std::strerror(errno));
     }
     ++lost_;
     if (!failing_) {
         log_warn(
             "metrics file '{}': cannot append step {} ({}); training goes on, lines are lost "
             "until writes succeed",
-            path_, step, std::strerror(err ? err : EIO));
+            path_, step, std::strerror(err));
     }
     failing_ = true;
 }
@@ -70,26 +57,30 @@ std::string format_duration(double s) {
     return fmt::format("{}s", t);
 }
 
+nlohmann::json metrics_json(const StepMetrics& m) {
+    nlohmann::json j = {{"step", m.step},      {"loss", m.loss},
+                        {"lr", m.lr},          {"grad_norm", m.grad_norm},
+                        {"tokens", m.tokens},  {"tokens_per_s", m.tokens_per_s},
+                        {"step_ms", m.step_ms}};
+    if (m.val_loss) j["val_loss"] = *m.val_loss;
+    if (m.comm_wait_ms) j["comm_wait_ms"] = *m.comm_wait_ms;
+    if (m.buckets) j["buckets"] = *m.buckets;
+    if (m.buckets_early) j["buckets_early"] = *m.buckets_early;
+    if (m.pp_bubble) j["pp_bubble"] = *m.pp_bubble;
+    if (m.tp_comm_ms) j["tp_comm_ms"] = *m.tp_comm_ms;
+    if (m.loss_scale) j["loss_scale"] = *m.loss_scale;
+    if (m.skipped) j["skipped"] = *m.skipped;
+    if (m.skip_causes.is_object()) j["skip_causes"] = m.skip_causes;
+    if (m.lora_rank) j["lora_rank"] = *m.lora_rank;
+    if (m.straggler_score) j["straggler_score"] = *m.straggler_score;
+    if (m.straggler_rank) j["straggler_rank"] = *m.straggler_rank;
+    if (m.rank_change) j["rank_change"] = *m.rank_change;
+    if (m.pp_bubble_theory) j["pp_bubble_theory"] = *m.pp_bubble_theory;
+    return j;
+}
+
 void Progress::record(const StepMetrics& m, double elapsed_s, int64_t steps_run) {
-    if (metrics_ >= 0) {
-        nlohmann::json j = {{"step", m.step},      {"loss", m.loss},
-                            {"lr", m.lr},          {"grad_norm", m.grad_norm},
-                            {"tokens", m.tokens},  {"tokens_per_s", m.tokens_per_s},
-                            {"step_ms", m.step_ms}};
-        if (m.val_loss) j["val_loss"] = *m.val_loss;
-        if (m.comm_wait_ms) j["comm_wait_ms"] = *m.comm_wait_ms;
-        if (m.buckets) j["buckets"] = *m.buckets;
-        if (m.buckets_early) j["buckets_early"] = *m.buckets_early;
-        if (m.pp_bubble) j["pp_bubble"] = *m.pp_bubble;
-        if (m.tp_comm_ms) j["tp_comm_ms"] = *m.tp_comm_ms;
-        if (m.loss_scale) j["loss_scale"] = *m.loss_scale;
-        if (m.skipped) j["skipped"] = *m.skipped;
-        if (m.skip_causes.is_object()) j["skip_causes"] = m.skip_causes;
-        if (m.lora_rank) j["lora_rank"] = *m.lora_rank;
-        if (m.rank_change) j["rank_change"] = *m.rank_change;
-        if (m.pp_bubble_theory) j["pp_bubble_theory"] = *m.pp_bubble_theory;
-        append(j.dump() + "\n", m.step);
-    }
+    if (metrics_ >= 0) append(metrics_json(m).dump() + "\n", m.step);
     double eta = elapsed_s / double(std::max<int64_t>(steps_run, 1)) * double(total_ - m.step);
     std::string line = fmt::format(
         "step: {}/{} | loss: {:.4f} | lr: {:.3e} | grad_norm: {:.3f} | tok/s: {:.0f} | eta: {}",

@@ -15,6 +15,9 @@ struct StepMetrics {
     int64_t step = 0;  // 1-based: the number of optimizer steps taken
     double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, step_ms = 0;
     int64_t tokens = 0;  // target tokens in this step
+    // This rank's forward and backward (micro-batches or the pipeline schedule), waits included;
+    // not written to metrics.jsonl (the straggler gather's input).
+    double compute_ms = 0;
     std::optional<double> val_loss;
     // Data parallel: time this rank's step spent blocked on gradient all-reduces after
     // backward (what overlap could not hide).
@@ -33,10 +36,17 @@ struct StepMetrics {
     std::optional<double> loss_scale;
     std::optional<bool> skipped;
     nlohmann::json skip_causes;
+    // Every monitor.straggler_every steps (world > 1): the slowest rank's compute time over the
+    // fastest rank's, and which rank it is.
+    std::optional<double> straggler_score;
+    std::optional<int> straggler_rank;
     // Dynamic LoRA rank: the adapters' rank after the step, and its change at this step.
     std::optional<int> lora_rank;
     std::optional<std::string> rank_change;  // e.g. "shrink 8 -> 4"
 };
+
+// The metrics.jsonl object of a step (also the source of the TensorBoard scalars).
+nlohmann::json metrics_json(const StepMetrics& m);
 
 class Progress {
   public:

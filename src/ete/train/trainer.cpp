@@ -240,10 +240,12 @@ StepMetrics Trainer::step(int64_t step) {
     if (scaler_.enabled()) d_scale *= float(loss_scale);
     model_.params().zero_grads();
     if (tp_timed_) tp_timed_->reset();
+    const auto t_compute = Clock::now();
     double loss_sum =
         dist_.shape().pp > 1 ? run_pipeline_step(step, d_scale) : run_micro_batches(step, d_scale);
     if (const int64_t ms = faults_.slow_ms(step + 1, world_rank))
         std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    const double compute_s = seconds_since(t_compute);
     reduce_grads();
     const double rho = ranks_ ? adapter_rho() : 0.0;
     if (faults_.fires("nan_loss", step + 1, world_rank)) {
@@ -280,6 +282,7 @@ StepMetrics Trainer::step(int64_t step) {
     m.grad_norm = norm;
     m.tokens_per_s = double(step_tokens) / dt;
     m.step_ms = dt * 1e3;
+    m.compute_ms = compute_s * 1e3;
     m.tokens = tokens;
     if (scaler_.enabled()) m.loss_scale = loss_scale;
     if (scaler_.enabled() || !take) m.skipped = !take;
@@ -381,6 +384,7 @@ bool Trainer::on_repeated_anomalies(TrainSummary& sum) {
         load_state(*newest, st, true);
         restore_state(st);
         ++rollbacks_;
+        if (dist_.main()) update_gauges([](RunGauges& g) { ++g.rollbacks; });
         if (dist_.main())
             log_warn(
                 "anomaly: {} steps in a row skipped; rolled back to {} (rollback {} of {}); the "
@@ -470,9 +474,17 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
     StopSignals signals;
     std::vector<double> tps;
     auto run_start = Clock::now(), last_checkpoint = run_start;
+    run_start_ = run_start;
+    start_monitor();
     // An interval save that fails (disk full) is retried at the next interval, not fatal.
     auto save = [&](int64_t steps, bool must_succeed) {
-        if (checkpoint(steps, must_succeed)) last_checkpoint = Clock::now();
+        const bool ok = checkpoint(steps, must_succeed);
+        if (ok) last_checkpoint = Clock::now();
+        if (dist_.main())
+            update_gauges([&](RunGauges& g) {
+                ++(ok ? g.checkpoints : g.checkpoint_failures);
+                if (ok) g.last_checkpoint = last_checkpoint;
+            });
     };
     for (int64_t s = sum.start_step; s < cfg_.steps; ++s) {
         StepMetrics m = step(s);
@@ -483,7 +495,9 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
             m.val_loss = evaluate();
             sum.final_val_loss = *m.val_loss;
         }
+        gather_rank_times(m);
         if (progress) progress->record(m, seconds_since(run_start), s + 1 - sum.start_step);
+        publish(m, progress ? &*progress : nullptr);
         tps.push_back(m.tokens_per_s);
         sum.final_loss = m.loss;
         sum.steps = s + 1;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,9 +24,11 @@
 #include "ete/train/dist.h"
 #include "ete/train/fault.h"
 #include "ete/train/layout.h"
+#include "ete/train/monitor.h"
 #include "ete/train/progress.h"
 #include "ete/train/rank_controller.h"
 #include "ete/train/run_setup.h"
+#include "ete/train/tensorboard.h"
 #include "ete/train/trainer.h"
 
 namespace ete {
@@ -166,6 +169,22 @@ class Trainer {
     PipeStats last_pipe_;                  // the last pipelined step's timing (pp > 1)
     std::string base_hash_;                // LoRA from a model dir: model_dir_hash of the base
     std::optional<RankController> ranks_;  // lora.dynamic_rank
+
+    // Monitoring (trainer_monitor.cpp): Prometheus on rank 0, TensorBoard, the straggler gather.
+    void start_monitor();                    // collective: the measured peak is summed
+    void gather_rank_times(StepMetrics& m);  // collective, every monitor.straggler_every steps
+    void publish(const StepMetrics& m, const Progress* progress);  // rank 0
+    template <typename F>
+    void update_gauges(F&& f) {
+        std::lock_guard<std::mutex> lock(gauges_mu_);
+        f(gauges_);
+    }
+    std::mutex gauges_mu_;
+    RunGauges gauges_;  // rank 0's, read by the metrics server's thread under gauges_mu_
+    std::unique_ptr<TensorBoardWriter> tb_;
+    double flops_per_token_ = 0, peak_flops_ = 0;  // peak: every rank's together
+    Clock::time_point run_start_ = Clock::now();
+    std::unique_ptr<MetricsServer> metrics_server_;  // after gauges_: stops before they go
 
     // Dynamic rank (trainer_rank.cpp), all collective: the step's ‖∇B‖/‖B‖ over the mesh; a
     // change applied to every adapter (truncated SVD or zero columns, moments reset); the rank

@@ -1,0 +1,138 @@
+// ete/train/monitor.cpp
+#include "ete/train/monitor.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ete/backend/backend.h"
+#include "ete/core/device_memory.h"
+
+namespace ete {
+
+namespace {
+
+// A gauge without a value (no validation split, no data parallelism, ...) has no sample.
+MetricFamily gauge(const char* name, const char* help, double v) {
+    MetricFamily f{name, help, "gauge", {}};
+    if (!std::isnan(v)) f.samples.push_back({"", v});
+    return f;
+}
+MetricFamily counter(const char* name, const char* help, double v) {
+    return {name, help, "counter", {{"", v}}};
+}
+MetricFamily by_rank(const char* name, const char* help, const std::vector<double>& v) {
+    MetricFamily f{name, help, "gauge", {}};
+    for (size_t r = 0; r < v.size(); ++r)
+        f.samples.push_back({fmt::format("rank=\"{}\"", r), v[r]});
+    return f;
+}
+
+}  // namespace
+
+std::vector<double> straggler_scores(const std::vector<double>& compute_s) {
+    double fastest = 0;
+    for (double c : compute_s)
+        if (c > 0 && (fastest == 0 || c < fastest)) fastest = c;
+    std::vector<double> out(compute_s.size(), 0.0);
+    for (size_t r = 0; r < compute_s.size(); ++r)
+        if (fastest > 0 && compute_s[r] > 0) out[r] = compute_s[r] / fastest;
+    return out;
+}
+
+std::vector<MetricFamily> run_metric_families(const RunGauges& g) {
+    const double since =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - g.last_checkpoint).count();
+    std::vector<MetricFamily> f;
+    f.push_back({"ete_info",
+                 "the run: architecture, precision and dp x tp x pp layout",
+                 "gauge",
+                 {{fmt::format("arch=\"{}\",precision=\"{}\",layout=\"{}\"", label_value(g.arch),
+                               label_value(g.precision), label_value(g.layout)),
+                   1.0}}});
+    f.push_back(gauge("ete_world_size", "ranks in the job", g.world));
+    f.push_back(
+        counter("ete_steps_total", "optimizer steps done, skipped ones included", double(g.steps)));
+    f.push_back(gauge("ete_target_steps", "train.steps", double(g.target_steps)));
+    f.push_back(counter("ete_tokens_total", "target tokens trained on", g.tokens));
+    f.push_back(gauge("ete_loss", "training loss of the last step", g.loss));
+    f.push_back(gauge("ete_validation_loss", "the last validation loss", g.val_loss));
+    f.push_back(gauge("ete_learning_rate", "learning rate of the last step", g.lr));
+    f.push_back(gauge("ete_grad_norm", "global gradient norm of the last step", g.grad_norm));
+    f.push_back(
+        gauge("ete_tokens_per_second", "tokens per second of the last step", g.tokens_per_s));
+    f.push_back(gauge("ete_model_flops_per_second",
+                      "model FLOPs per second of the last step (all ranks)", g.flops_per_s));
+    f.push_back(gauge("ete_mfu_ratio", "model FLOPs utilisation: FLOP/s over the peak", g.mfu));
+    f.push_back(gauge("ete_peak_flops_per_second",
+                      "the peak MFU is taken against (all ranks; monitor.peak_flops or measured)",
+                      g.peak_flops));
+    f.push_back(gauge("ete_step_seconds", "wall time of the last step", g.step_s));
+    f.push_back(gauge("ete_dp_comm_wait_seconds",
+                      "time the last step waited for data-parallel gradient all-reduces",
+                      g.dp_wait_s));
+    f.push_back(gauge("ete_tp_comm_seconds",
+                      "time the last step spent in tensor-parallel all-reduces", g.tp_comm_s));
+    f.push_back(gauge("ete_pipeline_bubble_ratio",
+                      "share of the last step the pipeline stages did not compute", g.pp_bubble));
+    MetricFamily skipped{"ete_skipped_steps_total", "steps skipped, by cause", "counter", {}};
+    for (const char* cause :
+         {"nonfinite_loss", "nonfinite_grad", "nonfinite_grad_norm", "loss_spike", "overflow"}) {
+        const auto it = g.skipped.find(cause);
+        skipped.samples.push_back(
+            {fmt::format("cause=\"{}\"", cause), double(it == g.skipped.end() ? 0 : it->second)});
+    }
+    f.push_back(std::move(skipped));
+    f.push_back(gauge("ete_loss_scale", "fp16 dynamic loss scale", g.loss_scale));
+    f.push_back(
+        gauge("ete_peak_rss_bytes", "peak resident memory of the largest rank", g.peak_rss_bytes));
+    f.push_back(gauge("ete_seconds_since_last_checkpoint",
+                      "seconds since the last committed checkpoint (or the run's start)", since));
+    f.push_back(counter("ete_checkpoints_total", "checkpoints committed", double(g.checkpoints)));
+    f.push_back(counter("ete_checkpoint_failures_total", "checkpoint saves that failed",
+                        double(g.checkpoint_failures)));
+    f.push_back(counter("ete_rollbacks_total", "anomaly rollbacks", double(g.rollbacks)));
+    f.push_back(counter("ete_metrics_lines_lost_total",
+                        "metrics.jsonl lines that could not be written",
+                        double(g.metrics_lines_lost)));
+    f.push_back(by_rank("ete_rank_step_seconds", "each rank's step time (straggler interval)",
+                        g.rank_step_s));
+    f.push_back(by_rank("ete_rank_compute_seconds",
+                        "each rank's step time less its communication waits", g.rank_compute_s));
+    f.push_back(by_rank("ete_rank_straggler_score",
+                        "each rank's compute time over the fastest rank's (1 = fastest)",
+                        straggler_scores(g.rank_compute_s)));
+    return f;
+}
+
+double model_flops_per_token(const ModelConfig& mc, int seq_len, int64_t trainable,
+                             bool frozen_base) {
+    const double C = mc.hidden_size, F = mc.intermediate_size, V = mc.vocab_size;
+    const double D = mc.head_dim > 0 ? mc.head_dim : C / mc.num_heads;
+    const double q = C * mc.num_heads * D, kv = 2 * C * mc.num_kv_heads * D;
+    const double mlp = (mc.arch == Arch::GPT2 ? 2 : 3) * C * F;
+    const double matmul = mc.num_layers * (q + kv + q + mlp) + V * C;  // + the LM head
+    const double attention = 12.0 * mc.num_layers * mc.num_heads * D * seq_len;
+    if (!frozen_base) return 6 * matmul + attention;
+    return 4 * matmul + 6 * double(trainable) + attention;
+}
+
+double measure_peak_flops(Backend& backend, DType dtype) {
+    constexpr int64_t n = 1024;
+    const size_t bytes = size_t(n * n) * dtype_size(dtype);
+    DeviceBuffer a(backend, bytes), b(backend, bytes), c(backend, size_t(n * n) * sizeof(float));
+    const Mat ma{a.data(), dtype, n, n, n}, mb{b.data(), dtype, n, n, n};
+    const Mat mc{c.data(), DType::F32, n, n, n};
+    backend.fill(ma, 0.5f);
+    backend.fill(mb, 0.25f);
+    double best = 1e30;
+    for (int i = 0; i < 4; ++i) {  // the first warms up
+        const auto t0 = std::chrono::steady_clock::now();
+        backend.gemm(ma, false, mb, true, mc);
+        backend.synchronize();
+        best = std::min(
+            best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return 2.0 * double(n) * double(n) * double(n) / best;
+}
+
+}  // namespace ete

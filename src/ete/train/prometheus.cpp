@@ -1,0 +1,89 @@
+// ete/train/prometheus.cpp
+#include "ete/train/prometheus.h"
+
+#include <httplib.h>
+
+#include <cmath>
+
+#include "ete/core/error.h"
+
+namespace ete {
+
+namespace {
+
+std::string format_value(double v) {
+    if (std::isnan(v)) return "NaN";
+    if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+    return fmt::format("{}", v);  // shortest round-trip form
+}
+
+std::string escape_help(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string label_value(const std::string& v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '"')
+            out += "\\\"";
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
+    }
+    return out;
+}
+
+std::string render_exposition(const std::vector<MetricFamily>& families) {
+    std::string out;
+    for (const MetricFamily& f : families) {
+        if (f.samples.empty()) continue;
+        out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, escape_help(f.help), f.name,
+                           f.type);
+        for (const MetricSample& s : f.samples) {
+            out += f.name;
+            if (!s.labels.empty()) out += "{" + s.labels + "}";
+            out += " " + format_value(s.value) + "\n";
+        }
+    }
+    return out;
+}
+
+struct MetricsServer::Impl {
+    httplib::Server server;
+};
+
+MetricsServer::MetricsServer(const std::string& addr, int port, std::function<std::string()> body)
+    : impl_(std::make_unique<Impl>()) {
+    impl_->server.Get("/metrics", [body](const httplib::Request&, httplib::Response& res) {
+        res.set_content(body(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    impl_->server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+        res.set_content("ete: metrics at /metrics\n", "text/plain");
+    });
+    ETE_CHECK(impl_->server.bind_to_port(addr, port),
+              "monitor.prometheus_addr = '{}', monitor.prometheus_port = {}: cannot listen there "
+              "(in use, or not an address of this host)",
+              addr, port);
+    thread_ = std::thread([this] { impl_->server.listen_after_bind(); });
+}
+
+MetricsServer::~MetricsServer() {
+    impl_->server.stop();
+    if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace ete
