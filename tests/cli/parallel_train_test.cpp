@@ -416,6 +416,61 @@ TEST_F(ParallelTrain, AnErrorOnOneRankEndsTheJobAtOnce) {
     EXPECT_LT(took.count(), 60.0) << r.out;
 }
 
+// A rank that hangs (ETE_FAULT hang: it stops at the start of step 3 and never enters the step's
+// first collective) on a job of 2 and of 4 ranks: while the job is alive, after
+// parallel.hang_warn_s and well before the timeout, one report names the collective, the ranks
+// that entered it and `rank N` that did not, with what it was doing and its stack; at the timeout
+// the job ends (non-zero, within a few seconds) with the report on stderr and a complete
+// DIR/hang_report.json.
+TEST_F(ParallelTrain, AHangNamesTheStuckRankBeforeTheTimeout) {
+    for (const auto& [ranks, stuck] : {std::pair{2, 1}, std::pair{4, 2}}) {
+        const std::string out = (dir_ / fmt::format("hang{}", ranks)).string();
+        const std::string cmd =
+            fmt::format("ETE_FAULT=hang@step=3,rank={} OMP_NUM_THREADS=1 ", stuck) + kMpiEnv +
+            ete_cmd(fmt::format("launch -n {} -- train {} --out {} --set parallel.timeout_s=6 "
+                                "--set parallel.hang_warn_s=1.5",
+                                ranks, (dir_ / "job.toml").string(), out)) +
+            " 2>&1";
+        const auto t0 = std::chrono::steady_clock::now();
+        const ShellResult r = run_shell(cmd);
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+        const std::string what = fmt::format("{} ranks, rank {} stuck", ranks, stuck);
+        EXPECT_NE(r.code, 0) << what << "\n" << r.out;
+        EXPECT_LT(took.count(), 6 + 6.0) << what;
+        // The first report: during the run, after the warning threshold (+1 s at most).
+        const size_t first = r.out.find("ete: hang: rank 0 has waited ");
+        ASSERT_NE(first, std::string::npos) << what << "\n" << r.out;
+        const double waited = std::stod(r.out.substr(first + 29));
+        EXPECT_GE(waited, 1.5) << what;
+        EXPECT_LE(waited, 2.5) << what;
+        std::string entered;
+        for (int k = 0; k < ranks; ++k)
+            if (k != stuck) entered += fmt::format("{}rank {}", entered.empty() ? "" : ", ", k);
+        EXPECT_NE(r.out.find(fmt::format("entered: {}; not entered: rank {}", entered, stuck)),
+                  std::string::npos)
+            << what << "\n"
+            << r.out;
+        EXPECT_NE(r.out.find(fmt::format("ete: hang: rank {}: at step 3, not in a communication "
+                                         "operation",
+                                         stuck)),
+                  std::string::npos)
+            << r.out;
+        EXPECT_NE(r.out.find("ete::FaultPlan::at_step_start"), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("timed out after 6 s"), std::string::npos) << r.out;
+        const nlohmann::json rep = nlohmann::json::parse(read_file(out + "/hang_report.json"));
+        EXPECT_EQ(rep["missing"], nlohmann::json::array({stuck})) << rep.dump(2);
+        EXPECT_EQ(rep["entered"].size(), size_t(ranks - 1));
+        EXPECT_GE(rep["waited_s"].get<double>(), 6.0);
+        EXPECT_TRUE(rep["operation"].contains("group"));
+        EXPECT_EQ(rep["step"], 3);
+        const nlohmann::json& info = rep["ranks"][std::to_string(stuck)];
+        EXPECT_EQ(info["step"], 3);
+        EXPECT_TRUE(info["pending"].empty());
+        EXPECT_FALSE(info["stack"].empty());
+        EXPECT_FALSE(info["recent"].empty());
+    }
+}
+
 // GQA with tp = 4 > num_kv_heads = 2: each kv head is replicated on 2 tp ranks, which sum its
 // gradient; alone (4 ranks) and under dp = 2 (8 ranks), the same run as one process.
 TEST_F(ParallelTrain, KvHeadsReplicatedWhenTpExceedsThem) {

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "ete/parallel/comm_util.h"
+#include "ete/parallel/flight_recorder.h"
 
 namespace ete {
 namespace {
@@ -137,12 +138,13 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
 // A started MPI operation. expected_count >= 0 marks a receive whose message length is checked.
 class MpiRequest final : public CommRequest {
   public:
-    MpiRequest(MPI_Request req, std::string where, double timeout, bool collective,
+    MpiRequest(MPI_Request req, std::string where, double timeout, bool collective, uint64_t record,
                long long expected_count = -1, DType dtype = DType::U8)
         : req_(req),
           where_(std::move(where)),
           timeout_(timeout),
           collective_(collective),
+          record_(record),
           expected_(expected_count),
           dtype_(dtype),
           uncaught_(std::uncaught_exceptions()) {}
@@ -169,6 +171,7 @@ class MpiRequest final : public CommRequest {
         fail_if(rc, "MPI_Test", __LINE__);
         if (!flag) return false;
         live_ = false;
+        FlightRecorder::instance().end(record_);
         if (expected_ >= 0) check_count(status);
         done_ = true;
         return true;
@@ -181,6 +184,7 @@ class MpiRequest final : public CommRequest {
             if (deadline.passed()) {
                 error_ = comm::timeout_message(where_, timeout_);
                 g_failed = true;
+                FlightRecorder::instance().timed_out(where_);
                 throw Error(error_);
             }
             backoff.pause();
@@ -222,6 +226,7 @@ class MpiRequest final : public CommRequest {
     std::string where_;
     double timeout_;
     bool collective_;
+    uint64_t record_;  // FlightRecorder id
     long long expected_;
     DType dtype_;
     int uncaught_;
@@ -259,18 +264,20 @@ class MpiComm final : public Communicator {
 
     Request iall_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
         const std::string w = checked("all_reduce", count, dtype, true);
+        const uint64_t rec = record("all_reduce", count, dtype);
         MPI_Request r;
         ETE_MPI(w, MPI_Iallreduce, MPI_IN_PLACE, buf, int(count), mpi_type(dtype),
                 mpi_op(op, dtype), comm_, &r);
-        return collective(r, w);
+        return collective(r, w, rec);
     }
     Request ireduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                             ReduceOp op) override {
         const std::string w = checked("reduce_scatter", recv_count * size_t(size()), dtype, true);
+        const uint64_t rec = record("reduce_scatter", recv_count * size_t(size()), dtype);
         MPI_Request r;
         ETE_MPI(w, MPI_Ireduce_scatter_block, send, recv, int(recv_count), mpi_type(dtype),
                 mpi_op(op, dtype), comm_, &r);
-        return collective(r, w);
+        return collective(r, w, rec);
     }
     Request iall_gather(const void* send, void* recv, size_t send_count, DType dtype) override {
         return start_all_gather("all_gather", send, recv, send_count, dtype);
@@ -278,28 +285,33 @@ class MpiComm final : public Communicator {
     Request ibroadcast(void* buf, size_t count, DType dtype, int root) override {
         const std::string w = checked("broadcast", count, dtype, false);
         comm::check_root("broadcast", *this, root);
+        const uint64_t rec = record("broadcast", count, dtype);
         MPI_Request r;
         ETE_MPI(w, MPI_Ibcast, buf, int(count), mpi_type(dtype), root, comm_, &r);
-        return collective(r, w);
+        return collective(r, w, rec);
     }
     void barrier() override {
         const std::string w = comm::where("barrier", *this);
+        const uint64_t rec = record("barrier", 0, DType::U8);
         MPI_Request r;
         ETE_MPI(w, MPI_Ibarrier, comm_, &r);
-        collective(r, w)->wait();
+        collective(r, w, rec)->wait();
     }
 
     Request isend(const void* buf, size_t count, DType dtype, int peer, int tag) override {
         const std::string w = checked_p2p("send", count, dtype, peer, tag);
+        const uint64_t rec = record("send", count, dtype, peer);
         MPI_Request r;
         ETE_MPI(w, MPI_Isend, buf, int(count), mpi_type(dtype), peer, tag, comm_, &r);
-        return std::make_unique<MpiRequest>(r, w, timeout_.load(), false);
+        return std::make_unique<MpiRequest>(r, w, timeout_.load(), false, rec);
     }
     Request irecv(void* buf, size_t count, DType dtype, int peer, int tag) override {
         const std::string w = checked_p2p("recv", count, dtype, peer, tag);
+        const uint64_t rec = record("recv", count, dtype, peer);
         MPI_Request r;
         ETE_MPI(w, MPI_Irecv, buf, int(count), mpi_type(dtype), peer, tag, comm_, &r);
-        return std::make_unique<MpiRequest>(r, w, timeout_.load(), false, (long long)count, dtype);
+        return std::make_unique<MpiRequest>(r, w, timeout_.load(), false, rec, (long long)count,
+                                            dtype);
     }
 
     std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
@@ -318,16 +330,22 @@ class MpiComm final : public Communicator {
         comm::check_tag(op, *this, tag);
         return checked(op, count, dtype, false);
     }
-    Request collective(MPI_Request r, const std::string& where) const {
-        return std::make_unique<MpiRequest>(r, where, timeout_.load(), true);
+    Request collective(MPI_Request r, const std::string& where, uint64_t rec) const {
+        return std::make_unique<MpiRequest>(r, where, timeout_.load(), true, rec);
+    }
+    // A flight-recorder entry for an operation this rank starts (peer >= 0: point to point).
+    uint64_t record(const char* op, size_t count, DType dtype, int peer = -1) const {
+        return FlightRecorder::instance().begin(
+            op, name_, peer < 0, uint64_t(count) * dtype_size(dtype), peer, world_ranks_);
     }
     Request start_all_gather(std::string_view op, const void* send, void* recv, size_t send_count,
                              DType dtype) {
         const std::string w = checked(op, send_count * size_t(size()), dtype, false);
+        const uint64_t rec = record(std::string(op).c_str(), send_count * size_t(size()), dtype);
         const MPI_Datatype t = mpi_type(dtype);
         MPI_Request r;
         ETE_MPI(w, MPI_Iallgather, send, int(send_count), t, recv, int(send_count), t, comm_, &r);
-        return collective(r, w);
+        return collective(r, w, rec);
     }
 
     MPI_Comm comm_;

@@ -180,6 +180,9 @@ const std::vector<Key>& keys() {
                           "steps between checks that replicas hold identical weights (0 = off)"));
         t.push_back(field("parallel.timeout_s", &R::parallel_timeout_s,
                           "seconds a collective may take before the run stops with an error"));
+        t.push_back(field("parallel.hang_warn_s", &R::parallel_hang_warn_s,
+                          "seconds a collective may wait before the watchdog reports which ranks "
+                          "did not enter it (0 = parallel.timeout_s / 5)"));
         t.push_back(field("lora.enabled", &R::lora_enabled,
                           "fine-tune LoRA adapters over a frozen base (QLoRA with nf4)"));
         t.push_back(field("lora.r", &R::lora_r, "adapter rank"));
@@ -461,6 +464,8 @@ void validate(const RunConfig& c) {
               "parallel.replica_check_every = {}: expected >= 0", c.parallel_replica_check_every);
     ETE_CHECK(c.parallel_timeout_s >= 0, "parallel.timeout_s = {}: expected >= 0 (0 = no limit)",
               c.parallel_timeout_s);
+    ETE_CHECK(c.parallel_hang_warn_s >= 0, "parallel.hang_warn_s = {}: expected >= 0 (0 = auto)",
+              c.parallel_hang_warn_s);
     if (c.lora_enabled) {
         // As the float the masks use: 0.99999999 would round to 1.
         ETE_CHECK(c.lora_dropout >= 0 && float(c.lora_dropout) < 1.0f,

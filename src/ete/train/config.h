@@ -67,6 +67,7 @@ struct RunConfig {
     bool parallel_zero1 = false;                 // shard AdamW moments across DP replicas
     int64_t parallel_replica_check_every = 100;  // steps between replica checksums (0 = off)
     double parallel_timeout_s = 300;             // a collective slower than this is an error
+    double parallel_hang_warn_s = 0;  // report a collective pending this long (0 = timeout / 5)
     // [lora] — LoRA / QLoRA fine-tuning (model/lora_spec.h): a frozen base, adapters trained.
     bool lora_enabled = false;
     int lora_r = 8;

@@ -465,6 +465,15 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         fs::create_directories(out_);
         lock.emplace(out_);
     }
+    if (dist_.world->size() > 1) {
+        WatchdogOptions w;
+        w.run_dir = out_;
+        w.rank = dist_.world->rank();
+        w.world = dist_.world->size();
+        w.timeout_s = cfg_.parallel_timeout_s;
+        w.warn_s = hang_warn_seconds(cfg_.parallel_hang_warn_s, cfg_.parallel_timeout_s);
+        watchdog_ = std::make_unique<Watchdog>(w);
+    }
     TrainSummary sum;
     sum.start_step = sum.steps = start(resume);
     if (dist_.main()) write_file_atomic(out_ + "/config.toml", dump_toml(cfg_));
@@ -487,6 +496,7 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
             });
     };
     for (int64_t s = sum.start_step; s < cfg_.steps; ++s) {
+        if (watchdog_) watchdog_->set_step(s + 1);
         StepMetrics m = step(s);
         bool last = s + 1 == cfg_.steps;
         if (s + 1 == std::min<int64_t>(sum.start_step + 3, cfg_.steps)) log_memory_measured();

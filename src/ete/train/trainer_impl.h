@@ -30,6 +30,7 @@
 #include "ete/train/run_setup.h"
 #include "ete/train/tensorboard.h"
 #include "ete/train/trainer.h"
+#include "ete/train/watchdog.h"
 
 namespace ete {
 
@@ -185,6 +186,7 @@ class Trainer {
     double flops_per_token_ = 0, peak_flops_ = 0;  // peak: every rank's together
     Clock::time_point run_start_ = Clock::now();
     std::unique_ptr<MetricsServer> metrics_server_;  // after gauges_: stops before they go
+    std::unique_ptr<Watchdog> watchdog_;             // world > 1
 
     // Dynamic rank (trainer_rank.cpp), all collective: the step's ‖∇B‖/‖B‖ over the mesh; a
     // change applied to every adapter (truncated SVD or zero columns, moments reset); the rank
