@@ -4,8 +4,12 @@
 //
 // The model is a tiny Llama with GQA and an untied head whose vocabulary (61) and MLP width (45)
 // do not divide by 2, so tensor parallelism must pad; 4 layers, so pipeline stages get 2 each.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
+#include <thread>
 
 #include <array>
 #include <chrono>
@@ -469,6 +473,118 @@ TEST_F(ParallelTrain, AHangNamesTheStuckRankBeforeTheTimeout) {
         EXPECT_FALSE(info["stack"].empty());
         EXPECT_FALSE(info["recent"].empty());
     }
+}
+
+// `ete launch --max-restarts`: a rank killed at three different steps of three attempts (and one
+// attempt hung until its timeout, exit 75) is relaunched from the newest checkpoint each time; the
+// run completes with final weights bit-identical to an uninterrupted run of the same layout, and
+// the launcher's summary lists the attempts.
+TEST_F(ParallelTrain, KilledAndHungRanksAreRelaunchedAndFinishBitIdentical) {
+    const std::string sets = " --set train.checkpoint_every=1 --set parallel.timeout_s=4";
+    RunResult straight = train(2, sets);
+    const std::string out = (dir_ / "supervised").string();
+    const std::string cmd =
+        "ETE_FAULT='kill@step=2,rank=1;kill@step=3,rank=0,attempt=1;hang@step=4,rank=1,"
+        "attempt=2;kill@step=5,rank=1,attempt=3' OMP_NUM_THREADS=1 " +
+        kMpiEnv +
+        ete_cmd("launch -n 2 --max-restarts 4 -- train " + (dir_ / "job.toml").string() +
+                " --out " + out + sets) +
+        " 2>&1";
+    const ShellResult r = run_shell(cmd);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("ete launch: 5 attempts:"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("attempt 2: 2 ranks, exit 137 (a rank killed by signal 9)"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("attempt 3: 2 ranks, exit 75 (a timeout or a lost peer)"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("attempt 4: 2 ranks, exit 137"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("attempt 5: 2 ranks, exit 0"), std::string::npos) << r.out;
+    EXPECT_EQ(read_file(out + "/final/model.safetensors"),
+              read_file(last_out_ + "/final/model.safetensors"));
+    std::ifstream in(out + "/metrics.jsonl");
+    std::vector<double> losses;
+    for (std::string line; std::getline(in, line);)
+        losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    EXPECT_EQ(losses, straight.losses);
+}
+
+// --min-ranks with a hostfile that loses two of its four slots while the job runs (as a
+// scheduler would rewrite it when a host goes): the relaunch runs on 2 ranks (dp re-derived,
+// the checkpoint resharded) and the run completes with the 4-rank run's losses and weights
+// within fp32 summation noise.
+TEST_F(ParallelTrain, ARunShrinksFromFourRanksToTwo) {
+    RunResult four = train(4, "");
+    const std::string hosts = (dir_ / "hosts").string(), out = (dir_ / "shrunk").string();
+    write_file_atomic(hosts, "localhost slots=4\n");
+    std::thread lose([&] {  // after the first step: two slots are gone
+        for (int i = 0; i < 3000 && !fs::exists(out + "/metrics.jsonl"); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        write_file_atomic(hosts, "localhost slots=2 # a host went away\n");
+    });
+    const ShellResult r = run_shell(
+        "ETE_FAULT='kill@step=3,rank=3;slow@ms=150' OMP_NUM_THREADS=1 " + kMpiEnv +
+        ete_cmd("launch -n 4 --hostfile " + hosts + " --min-ranks 2 --max-restarts 1 -- train " +
+                (dir_ / "job.toml").string() + " --out " + out +
+                " --set train.checkpoint_every=1") +
+        " 2>&1");
+    lose.join();
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("attempt 1: 4 ranks, exit 137"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("attempt 2: 2 ranks, exit 0"), std::string::npos) << r.out;
+    RunResult shrunk;
+    std::ifstream in(out + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        shrunk.steps.push_back(j["step"].get<int64_t>());
+        shrunk.losses.push_back(j["loss"].get<double>());
+    }
+    auto f = SafetensorsFile::open(out + "/final/model.safetensors");
+    for (const std::string& n : f.names()) {
+        Tensor t = f.to_f32(n);
+        shrunk.weights[n].assign(t.f32(), t.f32() + t.numel());
+    }
+    expect_same(four, shrunk, "4 -> 2 ranks");
+}
+
+// SIGTERM to `ete launch` (Kubernetes' pod termination, an operator's kill): every rank saves a
+// checkpoint and the job exits 0 — before the fix mpirun killed the ranks a second after
+// forwarding SIGTERM, before a larger model's checkpoint was written.
+TEST_F(ParallelTrain, SigtermToTheLauncherCheckpointsEveryRank) {
+    const std::string out = (dir_ / "term").string();
+    const std::string ete = std::string(ETE_BINARY_DIR) + "/ete",
+                      job = (dir_ / "job.toml").string();
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        setenv("ETE_FAULT", "slow@ms=200", 1);
+        setenv("OMP_NUM_THREADS", "1", 1);
+        setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+        const int null = ::open("/dev/null", O_WRONLY);
+        ::dup2(null, 2);
+        execl(ete.c_str(), ete.c_str(), "launch", "-n", "2", "--", "train", job.c_str(), "--out",
+              out.c_str(), "--set", "train.steps=200", static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    auto lines = [&] {
+        std::ifstream in(out + "/metrics.jsonl");
+        size_t n = 0;
+        for (std::string l; std::getline(in, l);) ++n;
+        return n;
+    };
+    for (int i = 0; i < 3000 && lines() < 2; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    const size_t done = lines();
+    EXPECT_LT(done, 200u);
+    EXPECT_TRUE(fs::exists(out + fmt::format("/checkpoints/step_{:08d}/state.json", done)))
+        << "no checkpoint after step " << done;
+    EXPECT_FALSE(fs::exists(out + "/final"));
 }
 
 // GQA with tp = 4 > num_kv_heads = 2: each kv head is replicated on 2 tp ranks, which sum its

@@ -91,9 +91,12 @@ TEST(Fault, ParsesEveryKindAndFiresWhereTold) {
     EXPECT_EQ(p.slow_ms(1, 0), 0);
     EXPECT_TRUE(p.fires("kill", 12, 0));
     // A restarted attempt does not die or hang again unless told always=1.
-    const FaultPlan again(parse_faults("kill@step=12,rank=0;hang@step=9,always=1"), 1);
+    const FaultPlan again(
+        parse_faults("kill@step=12,rank=0;hang@step=9,always=1;kill@step=4,rank=1,attempt=1"), 1);
     EXPECT_FALSE(again.fires("kill", 12, 0));
     EXPECT_TRUE(again.fires("hang", 9, 4));
+    EXPECT_TRUE(again.fires("kill", 4, 1));  // the second attempt's own fault
+    EXPECT_FALSE(FaultPlan(parse_faults("kill@step=4,rank=1,attempt=1")).fires("kill", 4, 1));
 }
 
 TEST(Fault, BadSpecsSayWhatIsExpected) {

@@ -1,5 +1,6 @@
 // ete/cli/cli.cpp — argument parsing (CLI11) and the only place errors become exit codes:
-// 0 success, 1 a user error (bad config, file, value), 2 a command-line usage error.
+// 0 success, 1 a user error (bad config, file, value), 2 a command-line usage error, 3 stopped on
+// repeated anomalies, 75 a failed transport (timeout, lost peer: restartable).
 #include "ete/cli/cli.h"
 
 #include <CLI/CLI.hpp>
@@ -27,7 +28,9 @@ std::string config_keys_text() {
         s += fmt::format("  {:<36} {:<7} {}\n", f.name, f.type, f.help);
     s +=
         "\nExit codes: 0 done or stopped cleanly (SIGTERM, SIGINT, SIGHUP: checkpoint saved), 1 an "
-        "error, 2 a usage error, 3 stopped on repeated anomalies (anomaly.on_repeated)\n";
+        "error, 2 a usage error, 3 stopped on repeated anomalies (anomaly.on_repeated), 75 a "
+        "communication "
+        "failure (timeout, lost rank: a restart can fix it)\n";
     return s;
 }
 
@@ -176,14 +179,12 @@ int cli_main(int argc, char** argv) {
     // collective): mpi_abort_job_at_exit.
     try {
         return run ? run() : 2;
-    } catch (const Error& e) {
-        std::fprintf(stderr, "ete: error: %s\n", e.what());
-        mpi_abort_job_at_exit();
-        return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "ete: error: %s\n", e.what());
-        mpi_abort_job_at_exit();
-        return 1;
+        // A failed transport (timeout, lost peer) is worth a restart; anything else is not.
+        const int code = mpi_failed() ? kExitCommFailure : 1;
+        mpi_abort_job_at_exit(code);
+        return code;
     }
 }
 

@@ -53,12 +53,6 @@ int physical_cores() {
     return std::max(1, int(cores.size()));
 }
 
-std::string join_args(const std::vector<std::string>& argv) {
-    std::string s;
-    for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
-    return s;
-}
-
 }  // namespace
 
 LaunchHost launch_host() {
@@ -98,22 +92,6 @@ std::vector<std::string> mpirun_argv(const LaunchArgs& a, const LaunchHost& host
     return argv;
 }
 
-int cmd_launch(const LaunchArgs& a) {
-    std::vector<std::string> argv = mpirun_argv(a, launch_host());
-    std::fprintf(stderr, "ete launch: %s\n", join_args(argv).c_str());
-    std::vector<char*> c_argv;
-    for (auto& s : argv) c_argv.push_back(s.data());
-    c_argv.push_back(nullptr);
-    std::fflush(nullptr);
-    execvp(c_argv[0], c_argv.data());
-    int err = errno;  // execvp returns only on failure
-    ETE_CHECK(err != ENOENT,
-              "mpirun '{}' not found: install Open MPI (Debian package openmpi-bin) or pass "
-              "--mpirun PATH",
-              a.mpirun);
-    throw_error(fmt::format("mpirun '{}': cannot run it: {}", a.mpirun, std::strerror(err)));
-}
-
 void add_launch_command(CLI::App& app, LaunchArgs& a, std::function<int()>& run) {
     auto* c = app.add_subcommand(
         "launch", "Run an ete command on N ranks with mpirun: ete launch -n N -- train cfg.toml");
@@ -121,10 +99,20 @@ void add_launch_command(CLI::App& app, LaunchArgs& a, std::function<int()>& run)
     c->add_option("--hostfile", a.hostfile, "Open MPI hostfile (one node per line, slots=K)")
         ->check(CLI::ExistingFile);
     c->add_option("--mpirun", a.mpirun, "mpirun to exec (name or path)")->capture_default_str();
+    c->add_option("--max-restarts", a.max_restarts,
+                  "relaunch from the newest checkpoint after a lost rank or a timeout, this many "
+                  "times")
+        ->check(CLI::NonNegativeNumber);
+    c->add_option("--min-ranks", a.min_ranks,
+                  "with --hostfile: relaunch on fewer ranks (at least this many) when the "
+                  "hostfile has fewer slots")
+        ->check(CLI::NonNegativeNumber);
     c->add_option("args", a.args, "the ete command each rank runs, after --")->required();
     c->footer(
         "\nEach rank runs this ete binary with ARGS. Without --hostfile the ranks share this "
-        "node's cores\n(OMP_NUM_THREADS = cores / N unless set). See docs/parallel.md.");
+        "node's cores\n(OMP_NUM_THREADS = cores / N unless set). SIGTERM/SIGINT/SIGHUP: every "
+        "rank checkpoints and stops;\nSIGUSR1: checkpoint now. Exit codes: the job's (0, 1, 3, "
+        "75 = restartable). See docs/operations.md.");
     c->callback([&] { run = [&] { return cmd_launch(a); }; });
 }
 

@@ -28,6 +28,8 @@ struct LaunchArgs {
     std::string hostfile;           // empty = this node only
     std::string mpirun = "mpirun";  // name (PATH lookup) or path
     std::vector<std::string> args;  // what each rank runs: ete's own arguments, e.g. {"train", ...}
+    int max_restarts = 0;           // relaunches after a restartable failure (supervise.cpp)
+    int min_ranks = 0;              // > 0: relaunch on fewer ranks (down to this) if slots are gone
 };
 
 // Facts about this process and machine that the mpirun flags depend on.
@@ -42,9 +44,22 @@ LaunchHost launch_host();
 // Pure: the full mpirun command line (argv[0] = a.mpirun). Throws ete::Error on n < 1 or no args.
 std::vector<std::string> mpirun_argv(const LaunchArgs& a, const LaunchHost& host);
 
-// Execs mpirun (it replaces this process and its exit code is the job's). Returns only by
-// throwing: mpirun not found (names the Debian package openmpi-bin) or not executable.
+// Runs mpirun as a child and supervises it (launch_supervise.cpp): SIGTERM, SIGINT and SIGHUP
+// become SIGUSR2 to the job (every rank checkpoints and stops; a second signal is forwarded as
+// is), SIGUSR1 is forwarded (checkpoint now); a restartable failure (exit 75 or a rank killed by
+// a signal) is relaunched from the newest checkpoint up to --max-restarts times, on fewer ranks
+// when --min-ranks allows and the hostfile now has fewer slots. Returns the job's exit code.
+// Throws when mpirun cannot be run (names the Debian package openmpi-bin).
 int cmd_launch(const LaunchArgs& a);
+
+// Slots of an Open MPI hostfile ("host slots=K", a bare host = 1; # comments).
+int hostfile_slots(const std::string& path);
+// Whether an exit code of the job is worth a relaunch: 75 (a failed transport) or a rank killed
+// by a signal (128 + N, as mpirun reports it).
+bool restartable_exit(int code);
+// The ete arguments of attempt `attempt`: from the second on, `train` resumes (--resume auto)
+// unless it names a checkpoint already.
+std::vector<std::string> attempt_args(const std::vector<std::string>& args, int attempt);
 
 // Registers the `launch` subcommand on app; when it is chosen, `run` is set to call cmd_launch(a).
 // `a` must outlive the parse and the call.

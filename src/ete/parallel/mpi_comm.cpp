@@ -28,6 +28,7 @@ namespace {
 
 std::atomic<bool> g_failed{false};      // a call failed or timed out (see the header comment)
 std::atomic<bool> g_error_exit{false};  // mpi_abort_job_at_exit()
+std::atomic<int> g_abort_code{1};
 
 std::string mpi_error_string(int code) {
     char text[MPI_MAX_ERROR_STRING];
@@ -63,7 +64,7 @@ void finalize_at_exit() {
     if (finalized) return;
     int size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (g_failed || (g_error_exit && size > 1)) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (g_failed || (g_error_exit && size > 1)) MPI_Abort(MPI_COMM_WORLD, g_abort_code.load());
     MPI_Finalize();
 }
 
@@ -396,8 +397,13 @@ std::unique_ptr<Communicator> mpi_world_communicator() {
     return std::make_unique<MpiComm>(dup, "world", std::move(ranks), 0.0);
 }
 
-void mpi_abort_job_at_exit() {
+void mpi_abort_job_at_exit(int code) {
+    g_abort_code = code;
     g_error_exit = true;
+}
+
+bool mpi_failed() {
+    return g_failed.load();
 }
 
 int mpi_thread_level() {

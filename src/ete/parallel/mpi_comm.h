@@ -19,7 +19,13 @@ std::unique_ptr<Communicator> mpi_world_communicator();
 // instead of entering MPI_Finalize, where it would wait for peers blocked in a collective it will
 // never join — the job ends now, not when the peers' timeout fires. Only in a job of more than
 // one process whose MPI ETE initialized; otherwise nothing changes.
-void mpi_abort_job_at_exit();
+// code: MPI_Abort's error code, which mpirun returns (kExitCommFailure for a failed transport).
+void mpi_abort_job_at_exit(int code = 1);
+// Whether an MPI call of this process failed or timed out (the transport is unusable).
+bool mpi_failed();
+// The exit code of a run that failed because the transport did (a timeout, a lost peer): a
+// restart from the newest checkpoint can fix it (EX_TEMPFAIL; `ete launch --max-restarts`).
+constexpr int kExitCommFailure = 75;
 
 // The thread support level MPI provided (MPI_THREAD_SINGLE..MPI_THREAD_MULTIPLE); initializes MPI
 // like mpi_world_communicator() if needed. Below MPI_THREAD_MULTIPLE only one thread at a time

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -18,7 +19,7 @@ namespace {
 
 constexpr const char* kForm =
     "expected kind@key=value,... with kind nan_grad, nan_loss, hang, kill, error or slow and keys "
-    "step, rank, ms, always";
+    "step, rank, ms, always, attempt";
 
 int64_t parse_int(const std::string& fault, const std::string& key, const std::string& v) {
     int64_t x = 0;
@@ -52,6 +53,8 @@ Fault parse_one(const std::string& text) {
             f.ms = x;
         } else if (key == "always") {
             f.always = x != 0;
+        } else if (key == "attempt") {
+            f.attempt = int(x);
         } else {
             throw_error(fmt::format("ETE_FAULT '{}': unknown key '{}' ({})", text, key, kForm));
         }
@@ -88,7 +91,8 @@ bool FaultPlan::fires(const std::string& kind, int64_t step, int rank) const {
     for (const Fault& f : faults_) {
         if (f.kind != kind || (f.rank >= 0 && f.rank != rank) || (f.step >= 0 && f.step != step))
             continue;
-        if ((kind == "kill" || kind == "hang") && attempt_ > 0 && !f.always) continue;
+        if ((kind == "kill" || kind == "hang") && !f.always && attempt_ != std::max(f.attempt, 0))
+            continue;
         return true;
     }
     return false;

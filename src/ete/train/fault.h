@@ -9,8 +9,9 @@
 //   error@step=S,rank=R      R fails with an error at the start of step S, alone
 //   slow@rank=R,ms=M         R sleeps M ms in every step's compute (a straggler); step=S limits
 //                            it to that step
-// A fault without rank= applies to every rank; kill and hang fire only on the first attempt of
-// a supervised run unless `always=1` (so `ete launch --max-restarts` can recover from them).
+// A fault without rank= applies to every rank. kill and hang fire only on the first attempt of a
+// supervised run (ETE_RESTART_ATTEMPT, set by `ete launch`) unless `attempt=A` names another or
+// `always=1` (so `ete launch --max-restarts` can recover from them).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@ struct Fault {
     int rank = -1;      // world rank; -1 = every rank
     int64_t ms = 0;     // slow
     bool always = false;
+    int attempt = -1;  // kill, hang: the attempt it fires on (-1 = the first)
 };
 
 // Parses an ETE_FAULT value; throws ete::Error naming the bad fault and the expected form.

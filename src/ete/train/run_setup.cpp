@@ -73,6 +73,8 @@ std::string signal_name(int sig) {
             return "SIGINT";
         case SIGHUP:
             return "SIGHUP";
+        case SIGUSR2:
+            return "SIGUSR2";
         default:
             return fmt::format("signal {}", sig);
     }

@@ -21,7 +21,9 @@ namespace ete {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0);
 
-// SIGTERM, SIGINT and SIGHUP ask for a clean stop: the current step finishes, a checkpoint is
+// SIGTERM, SIGINT, SIGHUP and SIGUSR2 ask for a clean stop (SIGUSR2 is what `ete launch` sends
+// through mpirun, which forwards it to every rank but answers SIGTERM with SIGKILL a second
+// later): the current step finishes, a checkpoint is
 // saved, the run exits 0. The handler resets itself, so a second signal terminates at once.
 // SIGUSR1 asks for a checkpoint after the current step, and training goes on (Slurm's
 // `--signal=USR1@120` warning before pre-emption). SIGPIPE is ignored while training: a closed
@@ -37,11 +39,11 @@ class StopSignals {
     bool take_checkpoint_request();
 
   private:
-    static constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGPIPE};
-    struct sigaction old_[5] = {};
+    static constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR2, SIGUSR1, SIGPIPE};
+    struct sigaction old_[6] = {};
 };
 
-// "SIGTERM", "SIGINT", "SIGHUP", or "signal N".
+// "SIGTERM", "SIGINT", "SIGHUP", "SIGUSR2", or "signal N".
 std::string signal_name(int sig);
 
 // The model config for this run: from model.init_from, or [model] with the vocabulary and

@@ -259,21 +259,25 @@ std::vector<std::string> Watchdog::report_lines(const json& rep) {
         if (info.value("heartbeat_age_s", -1.0) < 0) {
             doing = "no heartbeat (it may never have started)";
         } else {
+            // Ages in a heartbeat are as of its writing: add the heartbeat's own age.
+            const double age = info["heartbeat_age_s"].get<double>();
             doing = fmt::format("at step {}", info.value("step", int64_t(0)));
             if (info.contains("pending") && !info["pending"].empty())
                 doing += fmt::format(", waiting {:.1f} s in {}",
-                                     info["pending"][0].value("waiting_s", 0.0),
+                                     info["pending"][0].value("waiting_s", 0.0) + age,
                                      describe_op(info["pending"][0]));
             else
                 doing += ", not in a communication operation";
             if (info.contains("recent") && !info["recent"].empty()) {
                 const json& last = info["recent"].back();
                 doing += fmt::format("; last finished {} {:.1f} s ago", describe_op(last),
-                                     last.value("ago_s", 0.0));
+                                     last.value("ago_s", 0.0) + age);
             }
-            if (info["heartbeat_age_s"].get<double>() > 5)
-                doing += fmt::format("; heartbeat {:.0f} s old (process stopped or frozen?)",
-                                     info["heartbeat_age_s"].get<double>());
+            if (age > 3)  // written every second by a live process, even a stuck one
+                doing += fmt::format(
+                    "; its heartbeat is {:.0f} s old (the process is gone or "
+                    "frozen)",
+                    age);
         }
         out.push_back(fmt::format("ete: hang: rank {}: {}{}", r.get<int>(), doing,
                                   info.contains("stack") ? "; its stack:" : ""));

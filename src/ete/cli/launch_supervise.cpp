@@ -1,0 +1,187 @@
+// ete/cli/launch_supervise.cpp — `ete launch` runs mpirun as its child and supervises it:
+// signals become a clean stop of every rank, and restartable failures are relaunched from the
+// newest checkpoint (docs/operations.md, Restarts).
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "ete/cli/launch.h"
+#include "ete/core/error.h"
+#include "ete/parallel/mpi_comm.h"
+
+namespace ete {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0, g_checkpoint = 0;
+extern "C" void on_supervisor_signal(int sig) {
+    if (sig == SIGUSR1)
+        g_checkpoint = 1;
+    else
+        g_stop = g_stop + 1;
+}
+
+std::string join_args(const std::vector<std::string>& argv) {
+    std::string s;
+    for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+    return s;
+}
+
+std::string describe_exit(int code) {
+    if (code == 0) return "exit 0";
+    if (code == kExitCommFailure) return "exit 75 (a timeout or a lost peer)";
+    if (code > 128) return fmt::format("exit {} (a rank killed by signal {})", code, code - 128);
+    if (code == 3) return "exit 3 (stopped on repeated anomalies)";
+    return fmt::format("exit {}", code);
+}
+
+// Forks and execs mpirun; waits for it while forwarding signals. Returns its exit code (128 + N
+// when it died of signal N) and whether a stop was forwarded.
+int run_job(std::vector<std::string> argv, bool* stopped) {
+    std::vector<char*> c_argv;
+    for (auto& s : argv) c_argv.push_back(s.data());
+    c_argv.push_back(nullptr);
+    std::fflush(nullptr);
+    int ready[2];
+    // Closed on exec: the child writes to it only when execvp fails.
+    ETE_CHECK(::pipe2(ready, O_CLOEXEC) == 0, "ete launch: pipe: {}", std::strerror(errno));
+    const pid_t pid = ::fork();
+    ETE_CHECK(pid >= 0, "ete launch: fork: {}", std::strerror(errno));
+    if (pid == 0) {
+        ::close(ready[0]);
+        ::execvp(c_argv[0], c_argv.data());
+        const int err = errno;
+        if (::write(ready[1], &err, sizeof(err)) < 0) _exit(127);
+        _exit(127);
+    }
+    ::close(ready[1]);
+    int err = 0;
+    const bool exec_failed = ::read(ready[0], &err, sizeof(err)) == ssize_t(sizeof(err));
+    ::close(ready[0]);
+    if (exec_failed) {
+        ::waitpid(pid, nullptr, 0);
+        ETE_CHECK(err != ENOENT,
+                  "mpirun '{}' not found: install Open MPI (Debian package openmpi-bin) or pass "
+                  "--mpirun PATH",
+                  argv[0]);
+        throw_error(fmt::format("mpirun '{}': cannot run it: {}", argv[0], std::strerror(err)));
+    }
+    int forwarded_stops = 0, status = 0;
+    for (;;) {
+        const pid_t w = ::waitpid(pid, &status, WNOHANG);
+        if (w == pid) break;
+        if (g_stop > forwarded_stops) {
+            // The first stop: SIGUSR2, which mpirun forwards and every rank answers with a
+            // checkpoint; a second one: SIGTERM, mpirun's own (hard) stop.
+            ::kill(pid, forwarded_stops == 0 ? SIGUSR2 : SIGTERM);
+            forwarded_stops = g_stop;
+            *stopped = true;
+        }
+        if (g_checkpoint) {
+            g_checkpoint = 0;
+            ::kill(pid, SIGUSR1);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
+
+}  // namespace
+
+int hostfile_slots(const std::string& path) {
+    std::ifstream in(path);
+    ETE_CHECK(in, "--hostfile '{}': cannot read it", path);
+    int slots = 0;
+    for (std::string line; std::getline(in, line);) {
+        line = line.substr(0, line.find('#'));
+        std::istringstream words(line);
+        std::string host, w;
+        if (!(words >> host)) continue;
+        int n = 1;
+        while (words >> w)
+            if (w.rfind("slots=", 0) == 0) n = std::atoi(w.c_str() + 6);
+        slots += std::max(0, n);
+    }
+    return slots;
+}
+
+bool restartable_exit(int code) {
+    return code == kExitCommFailure || code > 128;
+}
+
+std::vector<std::string> attempt_args(const std::vector<std::string>& args, int attempt) {
+    if (attempt == 0 || args.empty() || args[0] != "train") return args;
+    for (const std::string& a : args)
+        if (a == "--resume" || a.rfind("--resume=", 0) == 0) return args;
+    std::vector<std::string> out = args;
+    out.insert(out.end(), {"--resume", "auto"});
+    return out;
+}
+
+int cmd_launch(const LaunchArgs& a) {
+    ETE_CHECK(a.min_ranks == 0 || !a.hostfile.empty(),
+              "launch --min-ranks {}: expected --hostfile too (the slots that remain are read "
+              "from it before each attempt)",
+              a.min_ranks);
+    ETE_CHECK(a.min_ranks <= a.n, "launch --min-ranks {}: expected at most -n {}", a.min_ranks,
+              a.n);
+    struct sigaction sa {};
+    sa.sa_handler = on_supervisor_signal;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaction(sig, &sa, nullptr);
+    const LaunchHost host = launch_host();
+    std::vector<std::string> history;
+    for (int attempt = 0;; ++attempt) {
+        LaunchArgs cur = a;
+        if (a.min_ranks > 0) {
+            const int slots = hostfile_slots(a.hostfile);
+            if (slots < a.min_ranks) {
+                std::fprintf(stderr,
+                             "ete launch: the hostfile '%s' has %d slots, fewer than --min-ranks "
+                             "%d: giving up\n",
+                             a.hostfile.c_str(), slots, a.min_ranks);
+                return kExitCommFailure;
+            }
+            cur.n = std::min(a.n, slots);
+        }
+        cur.args = attempt_args(a.args, attempt);
+        ::setenv("ETE_RESTART_ATTEMPT", std::to_string(attempt).c_str(), 1);
+        const std::vector<std::string> argv = mpirun_argv(cur, host);
+        std::fprintf(
+            stderr, "ete launch%s: %s\n",
+            attempt ? fmt::format(" (attempt {} of {})", attempt + 1, a.max_restarts + 1).c_str()
+                    : "",
+            join_args(argv).c_str());
+        const auto t0 = std::chrono::steady_clock::now();
+        bool stopped = false;
+        const int code = run_job(argv, &stopped);
+        const double took =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        history.push_back(fmt::format("attempt {}: {} ranks, {} after {:.0f} s", attempt + 1, cur.n,
+                                      describe_exit(code), took));
+        const bool again = !stopped && restartable_exit(code) && attempt < a.max_restarts;
+        if (!again) {
+            if (attempt > 0 || (restartable_exit(code) && a.max_restarts > 0)) {
+                std::fprintf(stderr, "ete launch: %zu attempt%s:\n", history.size(),
+                             history.size() > 1 ? "s" : "");
+                for (const std::string& h : history) std::fprintf(stderr, "  %s\n", h.c_str());
+            }
+            return code;
+        }
+        std::fprintf(stderr, "ete launch: %s; relaunching from the newest checkpoint\n",
+                     describe_exit(code).c_str());
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+}
+
+}  // namespace ete
