@@ -3,6 +3,8 @@
 #include "ete/core/file_util.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -170,6 +172,61 @@ TEST_F(FileUtilTest, MappedFileZeroLengthAndErrors) {
     EXPECT_NE(msg.find(std::strerror(ENOENT)), std::string::npos) << msg;
     msg = error_message([&] { MappedFile x(dir_); });
     EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
+}
+
+// Runs fn in a child process; returns its exit status (-signal when killed) and its stderr.
+std::pair<int, std::string> in_child(const std::function<void()>& fn) {
+    int pipe_fd[2];
+    EXPECT_EQ(::pipe(pipe_fd), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::close(pipe_fd[0]);
+        ::dup2(pipe_fd[1], STDERR_FILENO);
+        fn();
+        _exit(0);
+    }
+    ::close(pipe_fd[1]);
+    std::string err;
+    char buf[512];
+    for (ssize_t n; (n = ::read(pipe_fd[0], buf, sizeof(buf))) > 0;) err.append(buf, size_t(n));
+    ::close(pipe_fd[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), err};
+}
+
+// A file truncated while mapped: the next read past its new end is a SIGBUS, which now ends the
+// process with one line naming the file (before: a bare "Bus error", no file named).
+TEST_F(FileUtilTest, ATruncatedMappedFileIsNamed) {
+    const std::string path = dir_ + "/data.bin";
+    write_file_atomic(path, std::string(3 * 4096, 'x'));
+    const auto [code, err] = in_child([&] {
+        MappedFile m(path);
+        if (::truncate(path.c_str(), 0) != 0) _exit(3);
+        volatile char c = char(m.data()[2 * 4096]);
+        (void)c;
+    });
+    EXPECT_EQ(code, 1) << err;
+    EXPECT_EQ(err, "ete: error: the file '" + path +
+                       "' was truncated or replaced in place while this process read it (SIGBUS): "
+                       "never modify the data or checkpoint files of a running job\n");
+}
+
+// Devices and FIFOs are not files: read without end before (a config of /dev/zero grew until
+// memory ran out; a FIFO blocked in open).
+TEST_F(FileUtilTest, SpecialFilesAreRefused) {
+    EXPECT_NE(error_message([] { read_file("/dev/zero"); }).find("not a regular file"),
+              std::string::npos);
+    const std::string fifo = dir_ + "/fifo";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    EXPECT_NE(error_message([&] { read_file(fifo); }).find("/fifo: not a regular file"),
+              std::string::npos);
+    EXPECT_NE(error_message([&] { MappedFile m(fifo); }).find("not a regular file"),
+              std::string::npos);
+    write_file_atomic(dir_ + "/big", std::string(100, 'x'));
+    EXPECT_NE(
+        error_message([&] { read_file(dir_ + "/big", 99); }).find("100 bytes, more than the 99"),
+        std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // tests/train/durability_test.cpp — a run never loses or corrupts work it has done: one run per
 // directory, whole lines in metrics.jsonl on a full disk, no partial checkpoint left behind, no
 // non-finite weights on disk, SIGUSR1 / SIGHUP, and a closed stderr that does not kill training.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -191,6 +192,70 @@ TEST_F(Durability, CorruptCheckpointsAreRefusedAndAutoFallsBack) {
     EXPECT_NE(e.find("--resume-force train.stepz: not a setting a resume checks"),
               std::string::npos)
         << e;
+}
+
+// No memory check before: train.micro_batch = 100000000 grew for minutes and ended in
+// std::bad_alloc or the OOM killer. Now the estimate is checked against what is free before any
+// batch-sized allocation, and the error names the keys.
+TEST_F(Durability, ARunThatCannotFitSaysSoBeforeAllocating) {
+    cfg_.micro_batch = 100000000;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string e = error_of([&] { run_training(cfg_, (dir_ / "huge").string()); });
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+    EXPECT_NE(e.find("memory: this rank needs about "), std::string::npos) << e;
+    EXPECT_NE(e.find("lower train.micro_batch (100000000) or train.seq_len (16)"),
+              std::string::npos)
+        << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    // Under a (simulated) limit of 20 MB the small model does not fit either, unless the check
+    // is turned off.
+    cfg_.micro_batch = 2;
+    ScopedEnv limit("ETE_MEMORY_AVAILABLE", "1000000");
+    e = error_of([&] { run_training(cfg_, (dir_ / "limited").string()); });
+    EXPECT_NE(e.find("but 1.0 MiB is available (ETE_MEMORY_AVAILABLE"), std::string::npos) << e;
+    cfg_.memory_check = false;
+    run_training(cfg_, (dir_ / "unchecked").string());
+    EXPECT_TRUE(fs::exists(dir_ / "unchecked" / "final" / "model.safetensors"));
+}
+
+// The token shard of a running job truncated by another process: the next read of a lost page
+// ends the run with one line naming the shard (before: SIGBUS, no message). The real binary (a
+// forked copy of this multi-threaded test would deadlock in OpenMP).
+TEST_F(Durability, ADataFileTruncatedUnderARunningJobIsNamed) {
+    cfg_.steps = 400;
+    cfg_.eval_every = 0;
+    const std::string shard = (dir_ / "toks.bin").string(), out = (dir_ / "run").string();
+    const std::string cfg_path = (dir_ / "cfg.toml").string(), log = (dir_ / "err.txt").string();
+    write_file_atomic(cfg_path, dump_toml(cfg_));
+    const std::string ete = std::string(ETE_BINARY_DIR) + "/ete";
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        ::dup2(fd, STDERR_FILENO);
+        ::setenv("ETE_FAULT", "slow@ms=5", 1);
+        execl(ete.c_str(), ete.c_str(), "train", cfg_path.c_str(), "--out", out.c_str(),
+              static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    for (int i = 0; i < 4000 && !(fs::exists(out + "/metrics.jsonl") &&
+                                  read_metrics(out + "/metrics.jsonl").size() >= 2);
+         ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ASSERT_EQ(::truncate(shard.c_str(), 24), 0);
+    int status = 0;
+    for (int i = 0; i < 2000 && waitpid(pid, &status, WNOHANG) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (waitpid(pid, &status, WNOHANG) == 0 && !WIFEXITED(status)) {
+        ::kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        FAIL() << "the run went on after its data file was truncated";
+    }
+    const std::string err = read_file(log);
+    ASSERT_TRUE(WIFEXITED(status)) << err;
+    EXPECT_EQ(WEXITSTATUS(status), 1) << err;
+    EXPECT_NE(err.find("ete: error: the file '" + shard + "' was truncated"), std::string::npos)
+        << err;
 }
 
 // Sends `sig` to this process once the run has written `lines` metrics lines.

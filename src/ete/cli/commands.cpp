@@ -86,7 +86,7 @@ std::vector<int32_t> eval_tokens(const EvalArgs& a, uint64_t need) {
     std::vector<int32_t> ids;
     std::string what;
     if (!a.text.empty()) {
-        ids = eval_tokenizer(a, "--text").encode(read_file(a.text));
+        ids = eval_tokenizer(a, "--text").encode(read_file(a.text, UINT64_MAX));
         what = "--text '" + a.text + "'";
     } else {
         TokenShard shard(a.tokens);

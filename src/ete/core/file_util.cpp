@@ -7,9 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <system_error>
 #include <utility>
 
@@ -53,8 +57,11 @@ class FdGuard {
 
 int open_checked(const std::string& path, int flags, const char* what) {
     int fd;
+    // Reading: O_NONBLOCK so a FIFO given as a file fails the regular-file check instead of
+    // blocking in open until a writer comes (no effect on regular files).
+    const int extra = (flags & O_ACCMODE) == O_RDONLY ? O_NONBLOCK : 0;
     do {
-        fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+        fd = ::open(path.c_str(), flags | extra | O_CLOEXEC, 0644);
     } while (fd < 0 && errno == EINTR);
     ETE_CHECK(fd >= 0, "{} {}: cannot open: {}", what, path, errno_text(errno));
     return fd;
@@ -208,12 +215,16 @@ void AtomicFileWriter::commit() {
     fsync_parent_dir(path_);
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, uint64_t max_bytes) {
     FdGuard fd(open_checked(path, O_RDONLY, "read_file"));
     struct stat st;
     ETE_CHECK(::fstat(fd.get(), &st) == 0, "read_file {}: stat failed: {}", path,
               errno_text(errno));
     ETE_CHECK(!S_ISDIR(st.st_mode), "read_file {}: is a directory, expected a file", path);
+    // A device or FIFO (/dev/zero, a named pipe) would be read without end.
+    ETE_CHECK(S_ISREG(st.st_mode), "{}: not a regular file (a device, FIFO or socket)", path);
+    ETE_CHECK(uint64_t(st.st_size) <= max_bytes, "{}: {} bytes, more than the {} expected of it",
+              path, uint64_t(st.st_size), max_bytes);
     std::string out;
     out.reserve(size_t(st.st_size));
     char chunk[1 << 16];
@@ -223,8 +234,76 @@ std::string read_file(const std::string& path) {
         ETE_CHECK(r >= 0, "read_file {}: read failed: {}", path, errno_text(errno));
         if (r == 0) break;
         out.append(chunk, size_t(r));
+        ETE_CHECK(out.size() <= max_bytes, "{}: more than the {} bytes expected of it", path,
+                  max_bytes);
     }
     return out;
+}
+
+namespace {
+
+// Mappings the SIGBUS handler can name: a file truncated while mapped faults on the next read of
+// a page past its new end, and the process would otherwise die with a bare "Bus error".
+struct MapEntry {
+    std::atomic<const std::byte*> begin{nullptr};
+    std::atomic<size_t> size{0};
+    char path[480] = {};
+};
+MapEntry g_maps[128];
+std::mutex g_maps_mu;  // registration only; the handler reads without it
+
+void write_stderr(const char* s) {
+    if (::write(STDERR_FILENO, s, std::strlen(s)) < 0) return;
+}
+
+extern "C" void on_sigbus(int, siginfo_t* si, void*) {
+    const auto* a = static_cast<const std::byte*>(si->si_addr);
+    for (MapEntry& m : g_maps) {
+        const std::byte* b = m.begin.load();
+        if (!b || a < b || a >= b + m.size.load()) continue;
+        write_stderr("ete: error: the file '");
+        write_stderr(m.path);
+        write_stderr(
+            "' was truncated or replaced in place while this process read it (SIGBUS): "
+            "never modify the data or checkpoint files of a running job\n");
+        _exit(1);
+    }
+    write_stderr("ete: error: bus error (SIGBUS) outside ETE's mapped files\n");
+    ::signal(SIGBUS, SIG_DFL);
+    ::raise(SIGBUS);
+}
+
+}  // namespace
+
+void register_mapping(const void* mapping, size_t n, const std::string& path) {
+    const auto* p = static_cast<const std::byte*>(mapping);
+    static std::once_flag once;
+    std::call_once(once, [] {
+        struct sigaction sa {};
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, nullptr);
+    });
+    std::lock_guard<std::mutex> lock(g_maps_mu);
+    for (MapEntry& m : g_maps) {
+        if (m.begin.load() != nullptr) continue;
+        std::snprintf(m.path, sizeof(m.path), "%s", path.c_str());
+        m.size = n;
+        m.begin = p;  // last: the handler reads an entry only once begin is set
+        return;
+    }
+    // A full table only loses the file's name in the message.
+}
+
+void unregister_mapping(const void* p) {
+    std::lock_guard<std::mutex> lock(g_maps_mu);
+    for (MapEntry& m : g_maps) {
+        if (m.begin.load() != p) continue;
+        m.begin = nullptr;
+        m.size = 0;
+        return;
+    }
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
@@ -238,6 +317,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     ETE_CHECK(p != MAP_FAILED, "mmap {}: mapping {} bytes failed: {}", path, size_,
               errno_text(errno));
     data_ = static_cast<const std::byte*>(p);
+    register_mapping(data_, size_, path_);
 }
 
 MappedFile::~MappedFile() {
@@ -260,7 +340,10 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 void MappedFile::reset() noexcept {
-    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+    if (data_) {
+        unregister_mapping(data_);
+        ::munmap(const_cast<std::byte*>(data_), size_);
+    }
     data_ = nullptr;
     size_ = 0;
 }

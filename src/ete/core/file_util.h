@@ -89,8 +89,17 @@ void write_dir_atomic(const std::string& dir, const std::string& what,
 // full, EFBIG) is cut back off the file. Returns 0, or the errno of the failure.
 int append_whole(int fd, std::string_view bytes);
 
-// Reads a whole file; throws ete::Error naming the path and the system error.
-std::string read_file(const std::string& path);
+// Reads a whole regular file (devices and FIFOs are refused: they never end) of at most max_bytes
+// (configs, tokenizers, JSON: 1 GiB; a corpus passes more); throws ete::Error naming the path.
+constexpr uint64_t kMaxSmallFileBytes = uint64_t(1) << 30;
+std::string read_file(const std::string& path, uint64_t max_bytes = kMaxSmallFileBytes);
+
+// A file mapping the SIGBUS handler can name: when a mapped file is truncated or rewritten in place
+// under a running process, the next read past its new end faults, and the process ends with a
+// one-line error naming the file instead of a bare "Bus error". MappedFile registers itself;
+// code that maps files on its own calls these.
+void register_mapping(const void* p, size_t n, const std::string& path);
+void unregister_mapping(const void* p);
 
 // A read-only private mapping of a whole regular file. Zero-length files map to size() == 0 and
 // data() == nullptr. The bytes are only as stable as the file: truncating it while mapped makes

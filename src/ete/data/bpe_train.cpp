@@ -256,7 +256,7 @@ Tokenizer Tokenizer::train_files(const std::vector<std::string>& paths, int voca
     Tokenizer counter = make_counting_tokenizer(special_tokens);
     WordCounts counts;
     for (const std::string& p : paths) {
-        std::string text = read_file(p);
+        std::string text = read_file(p, UINT64_MAX);
         counter.count_words(text, counts);
     }
     return from_word_counts(sorted_words(counts), vocab_size, special_tokens);

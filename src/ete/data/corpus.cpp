@@ -17,7 +17,7 @@ TokenizeStats tokenize_text_file_to_shard(const std::string& text_path, const To
               "tokenize '{}': append_eos needs an end-of-text token (<|endoftext|>), the "
               "tokenizer has none",
               text_path);
-    std::string text = read_file(text_path);
+    std::string text = read_file(text_path, UINT64_MAX);
     TokenizeStats stats;
     stats.bytes = text.size();
     auto t0 = std::chrono::steady_clock::now();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -208,6 +209,9 @@ void SftDataset::pack_rows() {
 }
 
 void SftDataset::read_jsonl(const Tokenizer& tokenizer, const SftOptions& options) {
+    std::error_code ec;
+    ETE_CHECK(std::filesystem::is_regular_file(path_, ec), "data.sft '{}': not a regular file",
+              path_);
     std::ifstream in(path_, std::ios::binary);
     ETE_CHECK(in.good(), "data.sft: cannot open '{}'", path_);
     const int32_t eos = tokenizer.eos_id();

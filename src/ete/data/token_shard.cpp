@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ete/core/error.h"
+#include "ete/core/file_util.h"
 
 namespace ete {
 
@@ -92,7 +93,7 @@ void write_token_shard(const std::string& path, std::span<const int32_t> ids, ui
 }
 
 TokenShard::TokenShard(const std::string& path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO: no blocking
     ETE_CHECK(fd >= 0, "token shard '{}': cannot open: {}", path, std::strerror(errno));
     struct stat st {};
     bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
@@ -109,6 +110,7 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
     ::close(fd);  // the mapping keeps the file alive
     ETE_CHECK(p != MAP_FAILED, "token shard '{}': mmap failed: {}", path, std::strerror(err));
     map_ = static_cast<const unsigned char*>(p);
+    register_mapping(map_, map_bytes_, path);
     try {
         ETE_CHECK(std::memcmp(map_, kTokenShardMagic, 8) == 0,
                   "token shard '{}': bad magic, expected the file to start with ETETOK01", path);
@@ -133,7 +135,10 @@ TokenShard::~TokenShard() {
 }
 
 void TokenShard::release() noexcept {
-    if (map_ != nullptr) ::munmap(const_cast<unsigned char*>(map_), map_bytes_);
+    if (map_ != nullptr) {
+        unregister_mapping(map_);
+        ::munmap(const_cast<unsigned char*>(map_), map_bytes_);
+    }
     map_ = nullptr;
 }
 

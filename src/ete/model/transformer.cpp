@@ -306,17 +306,8 @@ void Transformer::setup(int B, int T, const std::vector<bool>& plan, int slots) 
     ETE_CHECK(T <= cfg_.max_position_embeddings,
               "sequence length {} exceeds model.max_position_embeddings = {}", T,
               cfg_.max_position_embeddings);
-    B_ = B;
-    T_ = T;
-    recompute_ = plan;
-    // Logits are produced in row chunks of at most ~64 MB so a large vocabulary never needs a
-    // full (N, V) buffer.
-    int64_t N = int64_t(B) * T;
-    head_rows_ = int(std::clamp<int64_t>((int64_t(16) << 20) / V_, 1, N));
-    slots_.assign(size_t(slots), Slot{});
-    Arena counter;
-    allocate(counter);
-    block_ = DeviceBuffer(be_, counter.used());
+    const size_t bytes = plan_activation_bytes(B, T, plan, slots);
+    block_ = DeviceBuffer(be_, bytes);
     be_.fill_bytes(block_.data(), 0, block_.bytes());
     arena_.reset(block_.data(), block_.bytes());
     allocate(arena_);
@@ -324,6 +315,20 @@ void Transformer::setup(int B, int T, const std::vector<bool>& plan, int slots) 
     rope_tables(cos.data(), sin.data(), T, cfg_.D(), cfg_.rope_theta, cfg_.rope_scaling);
     be_.upload(rope_cos_.data, cos.data(), cos.size() * sizeof(float));
     be_.upload(rope_sin_.data, sin.data(), sin.size() * sizeof(float));
+}
+
+size_t Transformer::plan_activation_bytes(int B, int T, const std::vector<bool>& plan, int slots) {
+    B_ = B;
+    T_ = T;
+    recompute_ = plan;
+    // Logits are produced in row chunks of at most ~64 MB so a large vocabulary never needs a
+    // full (N, V) buffer.
+    const int64_t N = int64_t(B) * T;
+    head_rows_ = int(std::clamp<int64_t>((int64_t(16) << 20) / V_, 1, N));
+    slots_.assign(size_t(slots), Slot{});
+    Arena counter;
+    allocate(counter);
+    return counter.used();
 }
 
 void Transformer::allocate(Arena& a) {

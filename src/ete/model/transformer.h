@@ -118,6 +118,9 @@ class Transformer {
     // indices) flags the layers that recompute. Call again to resize.
     void setup(int B, int T, Recompute recompute = Recompute::None);
     void setup(int B, int T, const std::vector<bool>& plan, int slots = 1);
+    // The bytes setup(B, T, plan, slots) would allocate for activations, allocating nothing (a
+    // memory check before a huge batch is attempted).
+    size_t plan_activation_bytes(int B, int T, const std::vector<bool>& plan, int slots = 1);
     int max_batch() const { return B_; }
     int max_seq() const { return T_; }
     int slots() const { return int(slots_.size()); }

@@ -143,6 +143,8 @@ const std::vector<Key>& keys() {
                           "wall-clock minutes between checkpoints (0 = off)"));
         t.push_back(field("train.keep_checkpoints", &R::keep_checkpoints,
                           "newest checkpoints kept (0 = all)"));
+        t.push_back(field("train.memory_check", &R::memory_check,
+                          "stop before allocating when the memory estimate exceeds what is free"));
         t.push_back(field("data.format", &R::data_format,
                           "tokens (ETETOK01 shard) or sft (JSONL: Alpaca, prompt/completion, "
                           "chat messages)"));

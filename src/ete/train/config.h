@@ -44,6 +44,7 @@ struct RunConfig {
     int64_t checkpoint_every = 0;      // steps between checkpoints (0 = only on SIGTERM/SIGINT)
     double checkpoint_minutes = 30;    // wall-clock minutes between checkpoints (0 = off)
     int keep_checkpoints = 3;          // newest committed checkpoints kept (0 = all)
+    bool memory_check = true;          // refuse a run whose memory estimate exceeds what is free
     // [data]
     std::string data_format = "tokens";  // "tokens" (ETETOK01 shard) or "sft" (JSONL records)
     std::string data_train = "data/kjv.bin";

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 
+#include "ete/core/error.h"
+#include "ete/core/mem_stats.h"
+
 namespace ete {
 
 namespace {
@@ -37,7 +40,8 @@ std::string MemoryEstimate::line(bool lora) const {
 }
 
 MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, int dp,
-                               uint64_t runtime_bytes, int threads) {
+                               uint64_t runtime_bytes, int threads,
+                               std::optional<uint64_t> activations) {
     const ParamStore& ps = model.params();
     const uint64_t n = uint64_t(ps.numel());
     const DType act = model.compute_dtype();
@@ -59,7 +63,7 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
     e.weights = n * 4 + (act != DType::F32 ? n * dtype_size(act) : 0);
     e.gradients = n * 4;
     e.optimizer = 2 * n * 4 / uint64_t(cfg.parallel_zero1 ? dp : 1);
-    e.activations = model.activation_bytes();
+    e.activations = activations.value_or(model.activation_bytes());
     if (dp > 1) {
         const uint64_t bucket = uint64_t(cfg.parallel_bucket_mb * double(1 << 20));
         e.comm = (cfg.parallel_grad_bf16 ? bucket / 2 : 0) +
@@ -85,6 +89,37 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
     const uint64_t as_stored = nf4 ? largest / 2 + largest / 16 : largest * dtype_size(act);
     e.loading = largest * (cfg.model_init_from.empty() || !gpt2 ? 4 : 8) + as_stored;
     return e;
+}
+
+void check_memory(const MemoryEstimate& e, const RunConfig& cfg, uint64_t batch_bytes,
+                  int local_ranks) {
+    if (!cfg.memory_check) return;
+    const AvailableMemory avail = available_memory();
+    if (avail.bytes == 0) return;  // nothing known: nothing to check against
+    // What is resident now is already outside the available figure.
+    const uint64_t now = process_rss_bytes(), peak = e.peak() + batch_bytes;
+    const uint64_t more = peak > now ? peak - now : 0;
+    const uint64_t mine = avail.bytes / uint64_t(std::max(local_ranks, 1));
+    if (more <= mine) return;
+    const uint64_t model = e.weights + e.gradients + e.optimizer + e.frozen;
+    const std::string keys =
+        e.activations + batch_bytes >= model
+            ? fmt::format(
+                  "activations {}: lower train.micro_batch ({}) or train.seq_len ({}), "
+                  "set train.recompute = \"full\", or split the model with parallel.pp / "
+                  "parallel.tp",
+                  format_bytes(e.activations + batch_bytes), cfg.micro_batch, cfg.seq_len)
+            : fmt::format(
+                  "weights, gradients and optimizer {}: fine-tune with [lora] (nf4), "
+                  "shard with parallel.zero1, or split the model with parallel.tp / "
+                  "parallel.pp",
+                  format_bytes(model));
+    throw_error(fmt::format(
+        "memory: this rank needs about {} more (estimated peak {}), but {} is available ({}{}); "
+        "the largest part is {} (train.memory_check = false skips this check)",
+        format_bytes(more), format_bytes(peak), format_bytes(mine), avail.source,
+        local_ranks > 1 ? fmt::format(", shared by {} ranks on this host", local_ranks) : "",
+        keys));
 }
 
 }  // namespace ete

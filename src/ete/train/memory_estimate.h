@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "ete/model/transformer.h"
@@ -35,9 +36,18 @@ struct MemoryEstimate {
     std::string line(bool lora) const;
 };
 
-// dp: data-parallel replicas; threads: compute threads (OpenMP).
+// dp: data-parallel replicas; threads: compute threads (OpenMP). activations: the arena's size
+// when the model is not set up yet (Transformer::plan_activation_bytes), else its capacity.
 MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, int dp,
-                               uint64_t runtime_bytes, int threads);
+                               uint64_t runtime_bytes, int threads,
+                               std::optional<uint64_t> activations = std::nullopt);
+
+// Before the activations and batch buffers are allocated: throws when this rank's estimated peak
+// exceeds what it can still get (core/mem_stats.h available_memory, shared by the `local_ranks`
+// ranks of this host), naming the figures and the keys that drive the largest part.
+// batch_bytes: the token buffers of a step.
+void check_memory(const MemoryEstimate& e, const RunConfig& cfg, uint64_t batch_bytes,
+                  int local_ranks);
 
 // "1.21 GiB", "312.4 MiB".
 std::string format_bytes(uint64_t b);

@@ -18,6 +18,7 @@
 #include "ete/core/log.h"
 #include "ete/io/hf_model.h"
 #include "ete/parallel/device_comm.h"
+#include "ete/parallel/launch_env.h"
 #include "ete/parallel/pp_schedule.h"
 #include "ete/parallel/replica_check.h"
 #include "ete/train/memory_estimate.h"
@@ -53,13 +54,20 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
       opt_(make_optimizer()),
       sched_(lr_schedule_from_name(cfg_.lr_schedule)) {
     const size_t n = size_t(cfg_.grad_accum) * rows_.rows * cfg_.seq_len;
-    in_.resize(n);
-    tgt_.resize(n);
-    if (loader_->packed()) doc_start_.resize(n);
     // 1F1B holds up to min(p - stage, m) micro-batches, plus one whose input is arriving.
     const int pp = dist_.shape().pp, stage = dist_.groups.pp_rank;
     slots_ = pp == 1 ? 1 : std::min(pp - stage, cfg_.grad_accum) + 1;
-    model_.setup(rows_.rows, cfg_.seq_len, recompute_plan(cfg_.recompute, mc_.num_layers), slots_);
+    const std::vector<bool> plan = recompute_plan(cfg_.recompute, mc_.num_layers);
+    // Before anything batch-sized is allocated: a run that cannot fit says so now, not with
+    // std::bad_alloc or the OOM killer after growing for minutes.
+    check_memory(
+        estimate_memory(model_, cfg_, dist_.shape().dp, runtime_rss_, omp_get_max_threads(),
+                        model_.plan_activation_bytes(rows_.rows, cfg_.seq_len, plan, slots_)),
+        cfg_, n * sizeof(int32_t) * (loader_->packed() ? 3 : 2), detect_launch().local_size);
+    in_.resize(n);
+    tgt_.resize(n);
+    if (loader_->packed()) doc_start_.resize(n);
+    model_.setup(rows_.rows, cfg_.seq_len, plan, slots_);
     if (dist_.shape().dp > 1) {
         GradSyncOptions o;
         o.bucket_bytes = size_t(cfg_.parallel_bucket_mb * double(1 << 20));
