@@ -210,8 +210,8 @@ void SftDataset::pack_rows() {
 
 void SftDataset::read_jsonl(const Tokenizer& tokenizer, const SftOptions& options) {
     std::error_code ec;
-    ETE_CHECK(std::filesystem::is_regular_file(path_, ec), "data.sft '{}': not a regular file",
-              path_);
+    ETE_CHECK(!std::filesystem::exists(path_, ec) || std::filesystem::is_regular_file(path_, ec),
+              "data.sft '{}': not a regular file (a device or FIFO)", path_);
     std::ifstream in(path_, std::ios::binary);
     ETE_CHECK(in.good(), "data.sft: cannot open '{}'", path_);
     const int32_t eos = tokenizer.eos_id();
