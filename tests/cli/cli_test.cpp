@@ -60,6 +60,24 @@ TEST(Cli, MissingFiles) {
     EXPECT_NE(r3.out.find("/nonexistent/"), std::string::npos) << r3.out;
 }
 
+// NaN or out-of-range sampling settings printed garbage before; now one error line each, before
+// any model is loaded — and a range error is one short line (CLI11's printed two, with the
+// largest double in full).
+TEST(Cli, GenerateRefusesNanSamplingSettings) {
+    for (const auto& [flag, want] : std::vector<std::pair<std::string, std::string>>{
+             {"--temperature nan", "--temperature: nan: expected a number >= 0"},
+             {"--temperature -1", "--temperature: -1: expected a number >= 0"},
+             {"--top-p nan", "--top-p: nan: expected a number in [0, 1]"},
+             {"--top-p 0", "--top-p 0: expected in (0, 1]"},
+             {"--top-k -3", "--top-k: -3: expected a number >= 0"}}) {
+        auto r = run_ete("generate --model /nonexistent --prompt hi " + flag);
+        EXPECT_NE(r.code, 0) << flag << ": " << r.out;
+        EXPECT_EQ(r.out.find("ete: error: " + want), 0u) << r.out;
+        EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+        EXPECT_LT(r.out.size(), 200u) << r.out;
+    }
+}
+
 TEST(Cli, DumpConfigPrintsEveryKey) {
     auto path = std::filesystem::temp_directory_path() / "ete_dump.toml";
     std::string cmd = std::string(ETE_BINARY_DIR) +

@@ -2,6 +2,8 @@
 // settings, and errors that name the field.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <nlohmann/json.hpp>
 
 #include "ete/core/error.h"
@@ -72,8 +74,35 @@ TEST(HfConfig, ErrorsNameTheField) {
               std::string::npos);
     EXPECT_NE(message(llama({{"num_key_value_heads", 3}})).find("not a multiple of"),
               std::string::npos);
+    EXPECT_NE(message(llama({{"hidden_size", "big"}}))
+                  .find("field 'hidden_size' = \"big\": expected an integer"),
+              std::string::npos);
+    // Narrowed silently before: out of int range, a float or a boolean where an integer
+    // belongs, null for a size, a non-finite or absurd rope setting.
+    for (const auto& [field, value, want] : std::vector<std::tuple<const char*, json, const char*>>{
+             {"hidden_size", json(4294967424LL),
+              "field 'hidden_size' = 4294967424: expected an "
+              "int in range"},
+             {"intermediate_size", json(2.5),
+              "field 'intermediate_size' = 2.5: expected an "
+              "integer"},
+             {"num_hidden_layers", json(true),
+              "field 'num_hidden_layers' = true: expected an "
+              "integer"},
+             {"vocab_size", json(nullptr), "field 'vocab_size' = null: expected a value"},
+             {"tie_word_embeddings", json(1),
+              "field 'tie_word_embeddings' = 1: expected true or "
+              "false"},
+             {"rope_theta", json(0.5), "model.rope_theta = 0.5: expected a finite number > 1"}}) {
+        const std::string m = message(llama({{field, value}}));
+        EXPECT_NE(m.find(want), std::string::npos) << field << ": " << m;
+    }
     EXPECT_NE(
-        message(llama({{"hidden_size", "big"}})).find("field 'hidden_size' has the wrong type"),
+        message(
+            llama(
+                {{"rope_scaling",
+                  {{"rope_type", "llama3"}, {"low_freq_factor", 4.0}, {"high_freq_factor", 4.0}}}}))
+            .find("expected factor >= 1, 0 < low < high"),
         std::string::npos);
     EXPECT_NE(message(json{{"model_type", "mamba"}}).find("model_type 'mamba' is not supported"),
               std::string::npos);

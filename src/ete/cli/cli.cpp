@@ -2,6 +2,7 @@
 // 0 success, 1 a user error (bad config, file, value), 2 a command-line usage error, 3 stopped on
 // repeated anomalies, 75 a failed transport (timeout, lost peer: restartable).
 #include "ete/cli/cli.h"
+#include "ete/cli/cli_checks.h"
 
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -62,10 +63,10 @@ void add_eval(CLI::App& app, EvalArgs& a, std::function<int()>& run) {
                   "SFT JSONL (Alpaca, prompt/completion or chat): loss on the responses only");
     c->add_option("--tokenizer", a.tokenizer,
                   "tokenizer.json for --text/--jsonl (default: the model's)");
-    c->add_option("--batch", a.batch, "rows B")->check(CLI::PositiveNumber)->capture_default_str();
+    c->add_option("--batch", a.batch, "rows B")->check(positive())->capture_default_str();
     c->add_option("--seq", a.seq,
                   "predicted tokens per row T (--jsonl: default the model's context length)")
-        ->check(CLI::PositiveNumber);
+        ->check(positive());
     c->add_flag("--pack", a.pack, "--jsonl: pack several examples per row (same loss)");
     c->add_option("--dump-logits", a.dump_logits, "write logits F32 [B, T, V] as safetensors");
     c->add_flag("--json", a.json, "print one JSON line");
@@ -79,16 +80,16 @@ void add_generate(CLI::App& app, GenerateArgs& a, std::function<int()>& run) {
     c->add_option("--prompt", a.prompt, "text to continue");
     c->add_option("--tokenizer", a.tokenizer, "tokenizer.json (default: the model dir's)");
     c->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")
-        ->check(CLI::PositiveNumber)
+        ->check(positive())
         ->capture_default_str();
     c->add_option("--temperature", a.temperature, "0 = greedy")
-        ->check(CLI::NonNegativeNumber)
+        ->check(non_negative())
         ->capture_default_str();
     c->add_option("--top-k", a.top_k, "keep the k most likely (0 = off)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(non_negative())
         ->capture_default_str();
     c->add_option("--top-p", a.top_p, "nucleus mass (1 = off)")
-        ->check(CLI::Range(0.0, 1.0))
+        ->check(number_in(0, 1, "a number in [0, 1]"))
         ->capture_default_str();
     c->add_option("--seed", a.seed, "sampling seed")->capture_default_str();
     c->callback([&] { run = [&] { return cmd_generate(a); }; });
@@ -100,7 +101,7 @@ void add_data(CLI::App& app, TokenizerTrainArgs& t, TokenizeArgs& k, std::functi
     auto* tr = tok->add_subcommand("train", "Train a byte-level BPE tokenizer on text files");
     tr->add_option("inputs", t.inputs, "UTF-8 text files")->required()->check(CLI::ExistingFile);
     tr->add_option("--vocab-size", t.vocab_size, "vocabulary size incl. 256 bytes + specials")
-        ->check(CLI::Range(257, 1 << 20))
+        ->check(number_in(257, 1 << 20, "an integer in [257, 1048576]"))
         ->capture_default_str();
     tr->add_option("--out", t.out, "tokenizer.json to write")->required();
     tr->callback([&] { run = [&] { return cmd_tokenizer_train(t); }; });
@@ -172,8 +173,16 @@ int cli_main(int argc, char** argv) {
     add_launch_command(app, launch, run);
     try {
         app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? 0 : 2;
+        // One line, like every other error (CLI11 adds "Run with --help" on a second).
+        std::fprintf(stderr, "ete: error: %s (see ete --help)\n", e.what());
+        return e.get_exit_code() == 0 ? 0 : 2;
     }
     // An error on one rank of a job ends the whole job at exit (its peers may wait for it in a
     // collective): mpi_abort_job_at_exit.

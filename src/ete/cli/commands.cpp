@@ -159,6 +159,12 @@ int cmd_eval(const EvalArgs& a) {
 }
 
 int cmd_generate(const GenerateArgs& a) {
+    // NaN or out-of-range settings sample garbage rather than fail.
+    ETE_CHECK(std::isfinite(a.temperature) && a.temperature >= 0,
+              "--temperature {}: expected a finite number >= 0 (0 = greedy)", a.temperature);
+    ETE_CHECK(a.top_p > 0 && a.top_p <= 1, "--top-p {}: expected in (0, 1]", a.top_p);
+    ETE_CHECK(a.top_k >= 0, "--top-k {}: expected >= 0 (0 = all tokens)", a.top_k);
+    ETE_CHECK(a.max_new_tokens >= 0, "--max-new-tokens {}: expected >= 0", a.max_new_tokens);
     LoadedModel m = load_model(a.model_dir, a.adapter);
     std::string tok_path = a.tokenizer.empty() ? a.model_dir + "/tokenizer.json" : a.tokenizer;
     ETE_CHECK(fs::exists(tok_path), "tokenizer '{}' not found (pass --tokenizer)", tok_path);

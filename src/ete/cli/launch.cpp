@@ -1,5 +1,6 @@
 // ete/cli/launch.cpp — `ete launch`: build the mpirun command line and exec it.
 #include "ete/cli/launch.h"
+#include "ete/cli/cli_checks.h"
 
 #include <sched.h>
 #include <unistd.h>
@@ -95,18 +96,18 @@ std::vector<std::string> mpirun_argv(const LaunchArgs& a, const LaunchHost& host
 void add_launch_command(CLI::App& app, LaunchArgs& a, std::function<int()>& run) {
     auto* c = app.add_subcommand(
         "launch", "Run an ete command on N ranks with mpirun: ete launch -n N -- train cfg.toml");
-    c->add_option("-n,--np", a.n, "number of ranks")->required()->check(CLI::PositiveNumber);
+    c->add_option("-n,--np", a.n, "number of ranks")->required()->check(positive());
     c->add_option("--hostfile", a.hostfile, "Open MPI hostfile (one node per line, slots=K)")
         ->check(CLI::ExistingFile);
     c->add_option("--mpirun", a.mpirun, "mpirun to exec (name or path)")->capture_default_str();
     c->add_option("--max-restarts", a.max_restarts,
                   "relaunch from the newest checkpoint after a lost rank or a timeout, this many "
                   "times")
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative());
     c->add_option("--min-ranks", a.min_ranks,
                   "with --hostfile: relaunch on fewer ranks (at least this many) when the "
                   "hostfile has fewer slots")
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative());
     c->add_option("args", a.args, "the ete command each rank runs, after --")->required();
     c->footer(
         "\nEach rank runs this ete binary with ARGS. Without --hostfile the ranks share this "

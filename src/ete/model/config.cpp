@@ -1,6 +1,9 @@
 // ete/model/config.cpp
 #include "ete/model/config.h"
 
+#include <cmath>
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "ete/core/error.h"
@@ -32,20 +35,47 @@ void ModelConfig::validate() const {
               num_kv_heads);
     ETE_CHECK(arch != Arch::GPT2 || (num_kv_heads == num_heads && D() * num_heads == hidden_size),
               "gpt2: expected num_kv_heads == num_heads and head_dim * num_heads == hidden_size");
-    ETE_CHECK(norm_eps > 0, "model.norm_eps = {}: expected > 0", norm_eps);
-    ETE_CHECK(rope_theta > 0, "model.rope_theta = {}: expected > 0", rope_theta);
+    ETE_CHECK(norm_eps > 0 && norm_eps < 1, "model.norm_eps = {}: expected in (0, 1)", norm_eps);
+    ETE_CHECK(rope_theta > 1 && std::isfinite(rope_theta),
+              "model.rope_theta = {}: expected a finite number > 1", rope_theta);
 }
 
 namespace {
 
+// A field of config.json as T, strictly: an integer where an integer belongs (in T's range, not
+// 2.5 or true), a finite number for floats, a boolean for flags. A missing field takes the
+// fallback (HF's class default); an explicit null does too unless the field may not be null.
 template <typename T>
-T get_or(const json& j, const char* key, T fallback, const std::string& where) {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    try {
-        return j[key].get<T>();
-    } catch (const json::exception&) {
+T get_or(const json& j, const char* key, T fallback, const std::string& where,
+         bool nullable = true) {
+    if (!j.contains(key)) return fallback;
+    const json& v = j[key];
+    auto bad = [&](const char* expected) {
         throw_error(
-            fmt::format("{}: field '{}' has the wrong type ({})", where, key, j[key].type_name()));
+            fmt::format("{}: field '{}' = {}: expected {}", where, key, v.dump(), expected));
+    };
+    if (v.is_null()) {
+        if (!nullable) bad("a value, not null");
+        return fallback;
+    }
+    if constexpr (std::is_same_v<T, bool>) {
+        if (!v.is_boolean()) bad("true or false");
+        return v.get<bool>();
+    } else if constexpr (std::is_integral_v<T>) {
+        if (!v.is_number_integer()) bad("an integer");
+        if (v.is_number_unsigned()) {
+            if (v.get<uint64_t>() > uint64_t(std::numeric_limits<T>::max())) bad("an int in range");
+        } else if (v.get<int64_t>() < int64_t(std::numeric_limits<T>::min()) ||
+                   v.get<int64_t>() > int64_t(std::numeric_limits<T>::max())) {
+            bad("an int in range");
+        }
+        return T(v.get<int64_t>());
+    } else if constexpr (std::is_floating_point_v<T>) {
+        if (!v.is_number() || !std::isfinite(v.get<double>())) bad("a finite number");
+        return T(v.get<double>());
+    } else {
+        if (!v.is_string()) bad("a string");
+        return v.get<T>();
     }
 }
 
@@ -69,6 +99,15 @@ RopeScaling parse_rope_scaling(const json& r, const std::string& where) {
         s.high_freq_factor = get_or<double>(r, "high_freq_factor", 4.0, where);
         s.original_max_position_embeddings =
             get_or<int>(r, "original_max_position_embeddings", 8192, where);
+        // Each of these out of range divides by zero or takes a log of <= 0: NaN frequencies.
+        ETE_CHECK(s.factor >= 1 && s.low_freq_factor > 0 &&
+                      s.high_freq_factor > s.low_freq_factor &&
+                      s.original_max_position_embeddings > 0,
+                  "{}: rope_scaling llama3 factor {}, low_freq_factor {}, high_freq_factor {}, "
+                  "original_max_position_embeddings {}: expected factor >= 1, 0 < low < high, "
+                  "and a positive length",
+                  where, s.factor, s.low_freq_factor, s.high_freq_factor,
+                  s.original_max_position_embeddings);
     }
     return s;
 }
@@ -76,14 +115,14 @@ RopeScaling parse_rope_scaling(const json& r, const std::string& where) {
 ModelConfig llama_from_json(const json& j, const std::string& w) {
     ModelConfig c;
     c.arch = Arch::Llama;
-    c.vocab_size = get_or(j, "vocab_size", 32000, w);
-    c.hidden_size = get_or(j, "hidden_size", 4096, w);
-    c.intermediate_size = get_or(j, "intermediate_size", 11008, w);
-    c.num_layers = get_or(j, "num_hidden_layers", 32, w);
-    c.num_heads = get_or(j, "num_attention_heads", 32, w);
+    c.vocab_size = get_or(j, "vocab_size", 32000, w, false);
+    c.hidden_size = get_or(j, "hidden_size", 4096, w, false);
+    c.intermediate_size = get_or(j, "intermediate_size", 11008, w, false);
+    c.num_layers = get_or(j, "num_hidden_layers", 32, w, false);
+    c.num_heads = get_or(j, "num_attention_heads", 32, w, false);
     c.num_kv_heads = get_or(j, "num_key_value_heads", c.num_heads, w);
     c.head_dim = get_or(j, "head_dim", 0, w);
-    c.max_position_embeddings = get_or(j, "max_position_embeddings", 2048, w);
+    c.max_position_embeddings = get_or(j, "max_position_embeddings", 2048, w, false);
     c.norm_eps = get_or(j, "rms_norm_eps", 1e-6, w);
     c.tie_word_embeddings = get_or(j, "tie_word_embeddings", false, w);
     c.attention_bias = get_or(j, "attention_bias", false, w);
