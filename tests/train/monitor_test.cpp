@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <regex>
 #include <set>
 
 #include "ete/train/monitor.h"
@@ -45,6 +47,23 @@ TEST(Prometheus, RunFamiliesNameEveryMetricOnce) {
               std::string::npos);
     EXPECT_NE(text.find("ete_rank_straggler_score{rank=\"1\"} 4\n"), std::string::npos) << text;
     EXPECT_EQ(text.find("ete_validation_loss "), std::string::npos);  // no value: no sample
+}
+
+// The Grafana dashboard in examples/ plots only metrics ETE serves (it cannot drift from them).
+TEST(Prometheus, TheDashboardUsesServedMetrics) {
+    std::set<std::string> served;
+    for (const MetricFamily& f : run_metric_families(RunGauges{})) served.insert(f.name);
+    std::ifstream in(std::string(ETE_SOURCE_DIR) + "/examples/grafana_dashboard.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::regex name("ete_[a-z_]+");
+    int used = 0;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), name); it != std::sregex_iterator();
+         ++it) {
+        if (it->str() == "ete_training" || it->str() == "ete_") continue;  // the uid, not a metric
+        EXPECT_TRUE(served.count(it->str())) << it->str() << " is not served";
+        ++used;
+    }
+    EXPECT_GE(used, 10);
 }
 
 TEST(Monitor, StragglerScoresAgainstTheFastestRank) {
