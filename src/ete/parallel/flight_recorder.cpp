@@ -10,6 +10,7 @@ FlightRecorder& FlightRecorder::instance() {
 
 uint64_t FlightRecorder::begin(const std::string& op, const std::string& group, bool collective,
                                uint64_t bytes, int peer, const std::vector<int>& members) {
+    if (!enabled_) return 0;
     std::lock_guard<std::mutex> lock(mu_);
     if (!members_.count(group)) members_[group] = members;
     CommOpRecord r;
@@ -25,6 +26,7 @@ uint64_t FlightRecorder::begin(const std::string& op, const std::string& group, 
 }
 
 void FlightRecorder::end(uint64_t id) {
+    if (id == 0) return;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(id);
     if (it == pending_.end()) return;

@@ -8,6 +8,7 @@
 // mutex, taken twice per operation.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -48,6 +49,8 @@ class FlightRecorder {
     std::map<std::string, uint64_t> issued() const;
     std::map<std::string, std::vector<int>> members() const;
     void clear();  // tests
+    // Off: begin() records nothing and returns 0 (monitor.watchdog = false; benchmarks).
+    void set_enabled(bool on) { enabled_ = on; }
 
     // Called by a transport when an operation passes parallel.timeout_s, before it throws (the
     // watchdog writes its hang report there). One hook per process; empty = none.
@@ -55,6 +58,7 @@ class FlightRecorder {
     void timed_out(const std::string& where);
 
   private:
+    std::atomic<bool> enabled_{true};
     mutable std::mutex mu_;
     uint64_t next_id_ = 1;
     std::map<uint64_t, CommOpRecord> pending_;

@@ -227,6 +227,9 @@ const std::vector<Key>& keys() {
                           "peak FLOP/s of one rank for MFU (0 = a GEMM measured at start)"));
         t.push_back(field("monitor.straggler_every", &R::monitor_straggler_every,
                           "steps between gathers of every rank's step time (0 = off)"));
+        t.push_back(field("monitor.watchdog", &R::monitor_watchdog,
+                          "flight recorder and hang watchdog of a multi-rank run (false: off, "
+                          "no hang reports)"));
         t.push_back(field("anomaly.spike_zscore", &R::anomaly_spike_zscore,
                           "skip a step whose loss is this many standard deviations above the "
                           "window's (0 = off; non-finite losses and gradients always skip)"));

@@ -18,6 +18,7 @@
 #include "ete/core/log.h"
 #include "ete/io/hf_model.h"
 #include "ete/parallel/device_comm.h"
+#include "ete/parallel/flight_recorder.h"
 #include "ete/parallel/launch_env.h"
 #include "ete/parallel/pp_schedule.h"
 #include "ete/parallel/replica_check.h"
@@ -473,7 +474,8 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         fs::create_directories(out_);
         lock.emplace(out_);
     }
-    if (dist_.world->size() > 1) {
+    FlightRecorder::instance().set_enabled(cfg_.monitor_watchdog);
+    if (dist_.world->size() > 1 && cfg_.monitor_watchdog) {
         WatchdogOptions w;
         w.run_dir = out_;
         w.rank = dist_.world->rank();
