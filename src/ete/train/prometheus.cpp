@@ -17,13 +17,17 @@ std::string format_value(double v) {
     return fmt::format("{}", v);  // shortest round-trip form
 }
 
-std::string escape_help(const std::string& s) {
+// Backslashes and newlines escaped (HELP text); with quotes = true also double quotes (label
+// values).
+std::string escaped(const std::string& s, bool quotes) {
     std::string out;
     for (char c : s) {
         if (c == '\\')
             out += "\\\\";
         else if (c == '\n')
             out += "\\n";
+        else if (c == '"' && quotes)
+            out += "\\\"";
         else
             out += c;
     }
@@ -33,25 +37,14 @@ std::string escape_help(const std::string& s) {
 }  // namespace
 
 std::string label_value(const std::string& v) {
-    std::string out;
-    for (char c : v) {
-        if (c == '\\')
-            out += "\\\\";
-        else if (c == '"')
-            out += "\\\"";
-        else if (c == '\n')
-            out += "\\n";
-        else
-            out += c;
-    }
-    return out;
+    return escaped(v, true);
 }
 
 std::string render_exposition(const std::vector<MetricFamily>& families) {
     std::string out;
     for (const MetricFamily& f : families) {
         if (f.samples.empty()) continue;
-        out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, escape_help(f.help), f.name,
+        out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, escaped(f.help, false), f.name,
                            f.type);
         for (const MetricSample& s : f.samples) {
             out += f.name;
