@@ -93,7 +93,7 @@ struct RunConfig {
     bool monitor_tensorboard = false;      // RUN/tensorboard/events.out.tfevents.*
     double monitor_peak_flops = 0;         // per rank, for MFU (0 = measured at start)
     int64_t monitor_straggler_every = 10;  // steps between per-rank timing gathers (0 = off)
-    bool monitor_watchdog = true;  // flight recorder + hang watchdog (world > 1)
+    bool monitor_watchdog = true;          // flight recorder + hang watchdog (world > 1)
     // [anomaly] — steps every rank agrees to skip (train/anomaly.h, docs/operations.md).
     double anomaly_spike_zscore = 0;  // 0 = no spike detection (non-finite values always skip)
     int anomaly_window = 100;
