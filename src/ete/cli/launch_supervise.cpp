@@ -2,6 +2,7 @@
 // signals become a clean stop of every rank, and restartable failures are relaunched from the
 // newest checkpoint (docs/operations.md, Restarts).
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,6 +59,9 @@ int run_job(std::vector<std::string> argv, bool* stopped) {
     ETE_CHECK(pid >= 0, "ete launch: fork: {}", std::strerror(errno));
     if (pid == 0) {
         ::close(ready[0]);
+        // mpirun ends when the launcher dies (a killed supervisor leaves no job behind). It stays
+        // in the launcher's process group: mpirun reads the terminal for rank 0's stdin.
+        ::prctl(PR_SET_PDEATHSIG, SIGTERM);
         ::execvp(c_argv[0], c_argv.data());
         const int err = errno;
         if (::write(ready[1], &err, sizeof(err)) < 0) _exit(127);

@@ -183,10 +183,17 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
     // A re-save of the same step: the old directory leaves under a temporary name first, so a
     // crash between the renames leaves one complete copy under some name, never a torn one.
     fs::path old = root / (step_name(st.step) + ".tmp.old." + std::to_string(::getpid()));
-    if (fs::exists(final_dir)) fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
-    fsync_path(root.string());
     std::error_code ec;
+    try {
+        if (fs::exists(final_dir)) fs::rename(final_dir, old);
+        fs::rename(tmp, final_dir);
+        fsync_path(root.string());
+    } catch (const std::exception& e) {
+        if (!fs::exists(final_dir) && fs::exists(old)) fs::rename(old, final_dir, ec);
+        fs::remove_all(tmp, ec);
+        throw_error(fmt::format("checkpoint '{}': {} (the new save was removed)",
+                                final_dir.string(), e.what()));
+    }
     fs::remove_all(old, ec);
     return final_dir.string();
 }

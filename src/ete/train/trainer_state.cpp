@@ -251,10 +251,13 @@ bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
     auto write = [&](const std::function<std::string()>& save) {
         try {
             dir = save();
-        } catch (const Error& e) {
+        } catch (const std::exception& e) {  // ete::Error, or a file system error
             if (must_succeed) throw;
             ok = false;
-            log_warn("{}; training goes on and the next checkpoint tries again", e.what());
+            log_warn(
+                "checkpoint after step {} failed: {}; training goes on and the next "
+                "checkpoint tries again",
+                steps_done, e.what());
         }
     };
     if (state_is_whole()) {
