@@ -207,6 +207,24 @@ TEST_F(AnomalyRun, RollbackReloadsTheNewestCheckpointAndGoesOn) {
     EXPECT_TRUE(run_training(c, (dir_ / "nothing").string()).diverged);
 }
 
+// anomaly.spike_zscore: a loss 1000 times the window's (ETE_FAULT spike) is skipped — judged by
+// rank 0 once the window is full — and the run goes on; without spike detection it is taken.
+TEST_F(AnomalyRun, ALossSpikeIsSkippedOnceTheWindowIsFull) {
+    cfg_.anomaly_spike_zscore = 6;
+    cfg_.anomaly_window = 4;
+    ScopedEnv f("ETE_FAULT", "spike@step=3;spike@step=7");
+    run_training(cfg_, (dir_ / "a").string());
+    const auto m = read_metrics((dir_ / "a" / "metrics.jsonl").string());
+    ASSERT_EQ(m.size(), 8u);
+    EXPECT_FALSE(m[2].contains("skipped"));  // step 3: the window holds 2 steps, not judged
+    EXPECT_EQ(m[6]["skip_causes"].dump(), R"({"loss_spike":[0]})");
+    EXPECT_FALSE(m[7].contains("skipped"));
+    cfg_.anomaly_spike_zscore = 0;
+    run_training(cfg_, (dir_ / "b").string());
+    for (const auto& j : read_metrics((dir_ / "b" / "metrics.jsonl").string()))
+        EXPECT_FALSE(j.contains("skipped"));
+}
+
 // A NaN loss on the one rank is caught even where the gradients stay finite.
 TEST_F(AnomalyRun, ANonFiniteLossIsSkippedToo) {
     ScopedEnv f("ETE_FAULT", "nan_loss@step=2");

@@ -18,7 +18,9 @@ namespace ete {
 namespace {
 
 constexpr const char* kForm =
-    "expected kind@key=value,... with kind nan_grad, nan_loss, hang, kill, error or slow and keys "
+    "expected kind@key=value,... with kind nan_grad, nan_loss, spike, hang, kill, error or slow "
+    "and "
+    "keys "
     "step, rank, ms, always, attempt";
 
 int64_t parse_int(const std::string& fault, const std::string& key, const std::string& v) {
@@ -33,8 +35,8 @@ Fault parse_one(const std::string& text) {
     const size_t at = text.find('@');
     Fault f;
     f.kind = text.substr(0, at);
-    ETE_CHECK(f.kind == "nan_grad" || f.kind == "nan_loss" || f.kind == "hang" ||
-                  f.kind == "kill" || f.kind == "error" || f.kind == "slow",
+    ETE_CHECK(f.kind == "nan_grad" || f.kind == "nan_loss" || f.kind == "spike" ||
+                  f.kind == "hang" || f.kind == "kill" || f.kind == "error" || f.kind == "slow",
               "ETE_FAULT '{}': unknown fault '{}' ({})", text, f.kind, kForm);
     const std::string args = at == std::string::npos ? "" : text.substr(at + 1);
     for (size_t pos = 0; pos < args.size();) {

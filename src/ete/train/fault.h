@@ -4,6 +4,8 @@
 //   nan_grad@step=S,rank=R   a NaN in one gradient of world rank R at 1-based step S, after the
 //                            data-parallel sum (so only R sees it unless the decision is shared)
 //   nan_loss@step=S,rank=R   R's local loss of step S becomes NaN (its gradients are left alone)
+//   spike@step=S,rank=R      R's local loss of step S is reported 1000 times larger (a loss spike
+//                            for anomaly.spike_zscore; its gradients are left alone)
 //   hang@step=S,rank=R       R stops at the start of step S and never returns (a stuck rank)
 //   kill@step=S,rank=R       R dies by SIGKILL at the start of step S (a lost host)
 //   error@step=S,rank=R      R fails with an error at the start of step S, alone

@@ -261,6 +261,10 @@ StepMetrics Trainer::step(int64_t step) {
         loss_sum = std::numeric_limits<double>::quiet_NaN();
         log_warn("ETE_FAULT: a NaN loss on world rank {} at step {}", world_rank, step + 1);
     }
+    if (faults_.fires("spike", step + 1, world_rank)) {
+        loss_sum *= 1000;
+        log_warn("ETE_FAULT: a loss spike on world rank {} at step {}", world_rank, step + 1);
+    }
     const bool local_loss_bad = !std::isfinite(loss_sum);
     loss_sum = global_loss(loss_sum);
     const double mean_loss = loss_sum / double(std::max<int64_t>(tokens, 1));

@@ -197,6 +197,15 @@ int64_t Trainer::start(const ResumeOptions& resume) {
     if (cfg_.lora_enabled) init_weights(true);
     load_state(*from, st, verified);
     check_resume_compatible(st.run, run_settings(cfg_, mc_, base_hash_), *from, resume.force);
+    // A step count or data position that is not a whole number of this run's steps is a corrupt
+    // state.json (one without a checksum, from an older ETE); a whole number of other-sized steps
+    // is a changed global batch.
+    ETE_CHECK(st.step >= 0 && st.optimizer_steps >= 0 && st.optimizer_steps <= st.step &&
+                  st.data_position % data_position(1) == 0,
+              "checkpoint '{}': state.json is inconsistent (step {}, optimizer steps {}, data "
+              "position {} samples, not a whole number of steps of {}): corrupt; resume from "
+              "another checkpoint",
+              *from, st.step, st.optimizer_steps, st.data_position, data_position(1));
     ETE_CHECK(st.data_position == data_position(st.step),
               "checkpoint '{}': {} samples were used in {} steps, but this run takes {} per step "
               "(parallel.uneven_batch = drop changes the global batch with parallel.dp); resume "
