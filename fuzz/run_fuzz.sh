@@ -14,7 +14,9 @@ cxx="${CXX:-$(command -v clang++-14 || command -v clang++ || true)}"
 [[ -n "$cxx" ]] || { echo "run_fuzz: clang++ not found (apt-get install clang)" >&2; exit 2; }
 
 cmake -S "$root/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
-ninja -C "$build" safetensors_fuzz >/dev/null
+# A failed build says why (its output was discarded before, so CI failed without a word).
+ninja -C "$build" safetensors_fuzz >"$build/build.log" 2>&1 ||
+    { tail -n 30 "$build/build.log" >&2; echo "run_fuzz: the fuzz build failed" >&2; exit 1; }
 
 # Fresh corpus copy per run (the fuzzer adds to it; fuzz/seeds/ stays as committed).
 corpus="$build/corpus"
