@@ -57,8 +57,8 @@ TEST(Prometheus, TheDashboardUsesServedMetrics) {
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const std::regex name("ete_[a-z_]+");
     int used = 0;
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), name); it != std::sregex_iterator();
-         ++it) {
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), name);
+         it != std::sregex_iterator(); ++it) {
         if (it->str() == "ete_training" || it->str() == "ete_") continue;  // the uid, not a metric
         EXPECT_TRUE(served.count(it->str())) << it->str() << " is not served";
         ++used;

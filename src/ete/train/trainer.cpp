@@ -173,9 +173,10 @@ AnomalyVerdict Trainer::finish_grads(int64_t step, bool local_loss_bad, double l
     if (scaler_.enabled() && ((v.bits & kOverflow) || !v.skip()))
         scaler_.update(v.bits & kOverflow);
     *norm = n / S;
-    if (v.anomalous() && dist_.main()) {
-        log_warn("step {}: skipped: {} ({} in a row)", step + 1, v.describe(),
-                 consecutive_skips_ + 1);
+    if (v.anomalous()) {
+        if (dist_.main())  // the verdict is every rank's: one line for the job
+            log_warn("step {}: skipped: {} ({} in a row)", step + 1, v.describe(),
+                     consecutive_skips_ + 1);
     } else if (v.skip()) {
         log_info("step {}: non-finite gradient, step skipped; loss scale {} -> {}", step + 1, S,
                  scaler_.scale());
@@ -397,13 +398,13 @@ bool Trainer::on_repeated_anomalies(TrainSummary& sum) {
         load_state(*newest, st, true);
         restore_state(st);
         ++rollbacks_;
-        if (dist_.main()) update_gauges([](RunGauges& g) { ++g.rollbacks; });
-        if (dist_.main())
+        if (dist_.main()) {
+            update_gauges([](RunGauges& g) { ++g.rollbacks; });
             log_warn(
-                "anomaly: {} steps in a row skipped; rolled back to {} (rollback {} of {}); the "
-                "data "
-                "of steps {}..{} is not trained on",
+                "anomaly: {} steps in a row skipped; rolled back to {} (rollback {} of {}); "
+                "the data of steps {}..{} is not trained on",
                 n, *newest, rollbacks_, anomaly_.max_rollbacks, st.step + 1, sum.steps);
+        }
         return true;
     }
     const std::string why =
@@ -483,7 +484,6 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         WatchdogOptions w;
         w.run_dir = out_;
         w.rank = dist_.world->rank();
-        w.world = dist_.world->size();
         w.timeout_s = cfg_.parallel_timeout_s;
         w.warn_s = hang_warn_seconds(cfg_.parallel_hang_warn_s, cfg_.parallel_timeout_s);
         watchdog_ = std::make_unique<Watchdog>(w);
@@ -496,8 +496,8 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
     if (dist_.main()) progress.emplace(out_ + "/metrics.jsonl", cfg_.steps, cfg_.log_every);
     StopSignals signals;
     std::vector<double> tps;
-    auto run_start = Clock::now(), last_checkpoint = run_start;
-    run_start_ = run_start;
+    run_start_ = Clock::now();
+    auto last_checkpoint = run_start_;
     start_monitor();
     // An interval save that fails (disk full) is retried at the next interval, not fatal.
     auto save = [&](int64_t steps, bool must_succeed) {
@@ -520,7 +520,7 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
             sum.final_val_loss = *m.val_loss;
         }
         gather_rank_times(m);
-        if (progress) progress->record(m, seconds_since(run_start), s + 1 - sum.start_step);
+        if (progress) progress->record(m, seconds_since(run_start_), s + 1 - sum.start_step);
         publish(m, progress ? &*progress : nullptr);
         tps.push_back(m.tokens_per_s);
         sum.final_loss = m.loss;
@@ -555,7 +555,7 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
     log_info(
         "done: {} steps in {} | final loss {:.4f} | median {:.0f} tok/s | model saved to "
         "{}/final",
-        sum.steps, format_duration(seconds_since(run_start)), sum.final_loss, sum.tokens_per_s,
+        sum.steps, format_duration(seconds_since(run_start_)), sum.final_loss, sum.tokens_per_s,
         out_);
     return sum;
 }

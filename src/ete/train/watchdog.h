@@ -25,7 +25,7 @@ namespace ete {
 
 struct WatchdogOptions {
     std::string run_dir;
-    int rank = 0, world = 1;
+    int rank = 0;
     double warn_s = 60;    // an operation pending this long is reported
     double timeout_s = 0;  // parallel.timeout_s (0 = none), for the report's wording
     double heartbeat_s = 1;
