@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ete/core/file_util.h"
 #include "shell.h"
 #include "test_util.h"
 
@@ -116,6 +117,42 @@ TEST(Launch, RealTwoRankRun) {
     size_t first = r.out.find("ete 0.1.0");
     ASSERT_NE(first, std::string::npos) << r.out;
     EXPECT_NE(r.out.find("ete 0.1.0", first + 1), std::string::npos) << r.out;
+}
+
+// --min-ranks reads the hostfile's lines (comments dropped, a bare host = 1 slot), probes each
+// host with a one-rank mpirun of the ete binary, and writes the answering hosts' lines again.
+TEST(Launch, HostfileProbeAndLiveHostfile) {
+    const std::string dir = ::testing::TempDir(), path = dir + "/ete_hosts_test";
+    write_file_atomic(path, "# cluster\nnode1 slots=4 max_slots=8 # big\n\nnode2\nnode3 slots=2\n");
+    const std::vector<HostfileEntry> hosts = read_hostfile(path);
+    ASSERT_EQ(hosts.size(), 3u);
+    EXPECT_EQ(hosts[0].host, "node1");
+    EXPECT_EQ(hosts[0].slots, 4);
+    EXPECT_EQ(hosts[1].slots, 1);
+    EXPECT_EQ(hostfile_slots(path), 7);
+    EXPECT_EQ(probe_argv(args(4), host(2, /*root=*/true), "node2"),
+              (Argv{"mpirun", "-np", "1", "--allow-run-as-root", "--host", "node2:1",
+                    "/opt/ete/ete", "--version"}));
+    const std::string live = write_live_hostfile(hosts, {0, 255, 0});
+    EXPECT_EQ(read_file(live), "node1 slots=4 max_slots=8 \nnode3 slots=2\n");
+    EXPECT_EQ(hostfile_slots(live), 6);
+    std::remove(live.c_str());
+    std::remove(path.c_str());
+}
+
+// The real probe: this machine answers, a name that can never resolve (RFC 2606 .invalid) does
+// not, and both are known well before the timeout.
+TEST(Launch, ProbeTellsALiveHostFromAGoneOne) {
+    if (run_shell("command -v mpirun >/dev/null 2>&1").code != 0) {
+        GTEST_SKIP() << "mpirun not installed (Debian package openmpi-bin)";
+    }
+    LaunchHost h = launch_host();
+    h.self_exe = std::string(ETE_BINARY_DIR) + "/ete";
+    const std::vector<int> codes =
+        probe_hosts(args(2), h, {{"localhost", 2, ""}, {"ete-gone-host.invalid", 2, ""}}, 60);
+    ASSERT_EQ(codes.size(), 2u);
+    EXPECT_EQ(codes[0], 0);
+    EXPECT_GT(codes[1], 0);  // mpirun's own failure, not the timeout (-1)
 }
 
 TEST(Launch, RealRunPropagatesFailure) {

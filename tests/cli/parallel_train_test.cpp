@@ -400,6 +400,38 @@ TEST_F(ParallelTrain, ANanOnOneRankIsSkippedByEveryLayout) {
     unsetenv("ETE_FAULT");
 }
 
+// A skipped step changes nothing: with the data in file order and a constant learning rate, a run
+// whose step 3 is skipped (NaN gradient on the last rank of a (2,2,2) mesh, and on one process)
+// ends with the weights of a 4-step run on the same tokens with step 3's windows cut out. Step 3
+// reads samples [16, 24) = tokens [256, 384]; cutting [256, 384) keeps every other window whole
+// when tokens 256 and 384 agree (window 15's last target is then unchanged).
+TEST_F(ParallelTrain, ASkippedStepEqualsARunWhoseDataLeftItOut) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 6000; ++i) ids.push_back((i * 17 + (i / 3) % 5) % 61);
+    ids[384] = ids[256];
+    std::vector<int32_t> cut(ids.begin(), ids.begin() + 256);
+    cut.insert(cut.end(), ids.begin() + 384, ids.end());
+    write_token_shard((dir_ / "full.bin").string(), ids, 61);
+    write_token_shard((dir_ / "cut.bin").string(), cut, 61);
+    const std::string common =
+        " --set data.shuffle=false --set train.lr_schedule=constant "
+        "--set train.warmup_steps=0 --set data.train=";
+    RunResult ref = train(1, "--set train.steps=4" + common + (dir_ / "cut.bin").string());
+    setenv("ETE_FAULT", "nan_grad@step=3,rank=0", 1);
+    RunResult one = train(1, common + (dir_ / "full.bin").string());
+    setenv("ETE_FAULT", "nan_grad@step=3,rank=7", 1);
+    RunResult mesh8 = train(8, mesh(2, 2, 2) + common + (dir_ / "full.bin").string());
+    unsetenv("ETE_FAULT");
+    ASSERT_EQ(one.losses.size(), 5u) << one.log;
+    ASSERT_EQ(ref.losses.size(), 4u) << ref.log;
+    for (const auto& [step, ref_step] : {std::pair{1, 1}, {2, 2}, {4, 3}, {5, 4}})
+        EXPECT_EQ(one.losses[size_t(step - 1)], ref.losses[size_t(ref_step - 1)]) << step;
+    EXPECT_EQ(one.weights, ref.weights);  // one process: the same arithmetic, bit for bit
+    // The mesh within fp32 summation noise, which Adam at a full 1e-2 from step 1 (no warmup)
+    // turns into up to ~2e-4 relative on weights whose gradients are near zero.
+    expect_same(one, mesh8, "(2,2,2)", 1e-3f);
+}
+
 // One rank failing alone (an error, not a timeout) ends the whole job at once: it aborts the job
 // at exit instead of waiting in MPI_Finalize for its peer, which is blocked in a collective the
 // failed rank will never join (before the fix the job ended only when that peer's 120 s timeout
@@ -546,6 +578,37 @@ TEST_F(ParallelTrain, ARunShrinksFromFourRanksToTwo) {
         shrunk.weights[n].assign(t.f32(), t.f32() + t.numel());
     }
     expect_same(four, shrunk, "4 -> 2 ranks");
+}
+
+// --min-ranks with a host that does not answer (down, unreachable: here a name that never
+// resolves): the launcher probes every host before the attempt, leaves that one out and trains
+// on the slots that answered.
+TEST_F(ParallelTrain, AHostThatDoesNotAnswerIsLeftOut) {
+    const std::string hosts = (dir_ / "hosts").string(), out = (dir_ / "probed").string();
+    write_file_atomic(hosts, "localhost slots=2\nete-gone-host.invalid slots=2\n");
+    const ShellResult r =
+        run_shell("OMP_NUM_THREADS=1 " + kMpiEnv +
+                  ete_cmd("launch -n 4 --hostfile " + hosts + " --min-ranks 2 -- train " +
+                          (dir_ / "job.toml").string() + " --out " + out + " --set train.steps=2") +
+                  " 2>&1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("ete launch: host ete-gone-host.invalid does not answer (mpirun exit"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("2 slots left out"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("-np 2 "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("parallel: 2 ranks"), std::string::npos) << r.out;
+    EXPECT_TRUE(fs::exists(out + "/final/model.safetensors"));
+    // With --min-ranks 3 the two answering slots are too few: the launcher gives up with 75.
+    const ShellResult few =
+        run_shell("OMP_NUM_THREADS=1 " + kMpiEnv +
+                  ete_cmd("launch -n 4 --hostfile " + hosts + " --min-ranks 3 -- train " +
+                          (dir_ / "job.toml").string() + " --out " + out + "3") +
+                  " 2>&1");
+    EXPECT_EQ(few.code, 75) << few.out;
+    EXPECT_NE(few.out.find("has 2 answering slots, fewer than --min-ranks 3: giving up"),
+              std::string::npos)
+        << few.out;
 }
 
 // SIGTERM to `ete launch` (Kubernetes' pod termination, an operator's kill): every rank saves a

@@ -341,6 +341,16 @@ TEST_F(SftOrderTest, OrderDependsOnlyOnSeedAndEpoch) {
     EXPECT_NE(a.epoch_order(0), c.epoch_order(0));
 }
 
+// data.shuffle = false: every epoch reads the training examples in file order.
+TEST_F(SftOrderTest, WithoutShufflingEveryEpochIsInFileOrder) {
+    SftOptions opt;
+    opt.shuffle = false;
+    SftDataset d(twenty(), byte_tokenizer(), kT, opt, 5, 0.2);
+    std::vector<int32_t> in(40 * kT), tg(40 * kT);
+    d.fill_batch(3, 40, in.data(), tg.data());  // starts mid-epoch, runs into the third
+    for (int i = 0; i < 40; ++i) EXPECT_EQ(example_id(&tg[i * kT], kT), (3 + i) % 16) << i;
+}
+
 TEST_F(SftOrderTest, ResumingAtAnyIndexGivesTheSameBatches) {
     const std::string path = twenty();
     SftDataset full(path, byte_tokenizer(), kT, {}, 9, 0.2);
@@ -371,6 +381,13 @@ TEST_F(SftTest, BatchSamplerIsABatchSource) {
     src.fill_batch(0, 1, in.data(), tg.data(), nullptr);
     EXPECT_EQ(in[0], static_cast<int32_t>(shuffle_epoch_order(10, 3, 0)[0] * 8));
     EXPECT_EQ(sampler.epoch_order(0), shuffle_epoch_order(10, 3, 0));
+    // Unshuffled: sample g is window g mod 10, starting at token (g mod 10) * 8, in every epoch.
+    BatchSampler ordered(shard, 8, 0.1, 3, /*shuffle=*/false);
+    for (uint64_t g : {0u, 7u, 13u, 29u}) {
+        ordered.fill_batch(g, 1, in.data(), tg.data(), nullptr);
+        EXPECT_EQ(in[0], static_cast<int32_t>((g % 10) * 8)) << g;
+        EXPECT_EQ(tg[7], static_cast<int32_t>((g % 10) * 8 + 8)) << g;
+    }
 }
 
 // Packing: "p" + "r<i>" + eos is n = 4 tokens (i < 10) taking n - 1 = 3 positions, so a row of

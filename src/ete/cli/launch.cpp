@@ -105,8 +105,8 @@ void add_launch_command(CLI::App& app, LaunchArgs& a, std::function<int()>& run)
                   "times")
         ->check(non_negative());
     c->add_option("--min-ranks", a.min_ranks,
-                  "with --hostfile: relaunch on fewer ranks (at least this many) when the "
-                  "hostfile has fewer slots")
+                  "with --hostfile: probe its hosts before each attempt and run on the slots "
+                  "of those that answer, if at least this many")
         ->check(non_negative());
     c->add_option("args", a.args, "the ete command each rank runs, after --")->required();
     c->footer(

@@ -47,13 +47,31 @@ std::vector<std::string> mpirun_argv(const LaunchArgs& a, const LaunchHost& host
 // Runs mpirun as a child and supervises it (launch_supervise.cpp): SIGTERM, SIGINT and SIGHUP
 // become SIGUSR2 to the job (every rank checkpoints and stops; a second signal is forwarded as
 // is), SIGUSR1 is forwarded (checkpoint now); a restartable failure (exit 75 or a rank killed by
-// a signal) is relaunched from the newest checkpoint up to --max-restarts times, on fewer ranks
-// when --min-ranks allows and the hostfile now has fewer slots. Returns the job's exit code.
+// a signal) is relaunched from the newest checkpoint up to --max-restarts times. With
+// --min-ranks, before every attempt each host of the hostfile is probed (probe_hosts) and the
+// attempt runs on the slots of the hosts that answered, when at least --min-ranks remain (the
+// hostfile is re-read, so a scheduler may also rewrite it). Returns the job's exit code.
 // Throws when mpirun cannot be run (names the Debian package openmpi-bin).
 int cmd_launch(const LaunchArgs& a);
 
-// Slots of an Open MPI hostfile ("host slots=K", a bare host = 1; # comments).
-int hostfile_slots(const std::string& path);
+// One line of an Open MPI hostfile: "host slots=K ..." (a bare host has 1 slot; # comments).
+struct HostfileEntry {
+    std::string host;
+    int slots = 1;
+    std::string line;  // without its comment, as written again for a later attempt
+};
+std::vector<HostfileEntry> read_hostfile(const std::string& path);
+int hostfile_slots(const std::string& path);  // the sum over its lines
+// Pure: a one-rank mpirun of this ete binary (--version) on `name` only.
+std::vector<std::string> probe_argv(const LaunchArgs& a, const LaunchHost& host,
+                                    const std::string& name);
+// Runs probe_argv on every host at once; the exit code of each (0 = it answers), -1 for one that
+// gave no answer within timeout_s (its probe is killed).
+std::vector<int> probe_hosts(const LaunchArgs& a, const LaunchHost& host,
+                             const std::vector<HostfileEntry>& hosts, double timeout_s);
+// Writes the lines of the hosts whose code is 0 to $TMPDIR/ete-launch-<pid>.hosts; its path.
+std::string write_live_hostfile(const std::vector<HostfileEntry>& hosts,
+                                const std::vector<int>& codes);
 // Whether an exit code of the job is worth a relaunch: 75 (a failed transport) or a rank killed
 // by a signal (128 + N, as mpirun reports it).
 bool restartable_exit(int code);

@@ -11,8 +11,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "ete/cli/launch.h"
@@ -100,24 +98,37 @@ int run_job(std::vector<std::string> argv, bool* stopped) {
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 }
 
-}  // namespace
+// A host that does not answer a probe within this long is left out of the attempt.
+constexpr double kProbeTimeoutS = 30;
 
-int hostfile_slots(const std::string& path) {
-    std::ifstream in(path);
-    ETE_CHECK(in, "--hostfile '{}': cannot read it", path);
+// Re-reads the hostfile and probes its hosts; the slots of those that answered. When some did
+// not, *live is the hostfile of the others (else it is left empty).
+int answering_slots(const LaunchArgs& a, const LaunchHost& host, std::string* live) {
+    const std::vector<HostfileEntry> hosts = read_hostfile(a.hostfile);
+    const std::vector<int> codes = probe_hosts(a, host, hosts, kProbeTimeoutS);
     int slots = 0;
-    for (std::string line; std::getline(in, line);) {
-        line = line.substr(0, line.find('#'));
-        std::istringstream words(line);
-        std::string host, w;
-        if (!(words >> host)) continue;
-        int n = 1;
-        while (words >> w)
-            if (w.rfind("slots=", 0) == 0) n = std::atoi(w.c_str() + 6);
-        slots += std::max(0, n);
+    bool all = true;
+    for (size_t i = 0; i < hosts.size(); ++i) {
+        if (codes[i] == 0) {
+            slots += hosts[i].slots;
+            continue;
+        }
+        all = false;
+        const std::string why = codes[i] < 0 ? fmt::format("no answer in {:.0f} s", kProbeTimeoutS)
+                                             : fmt::format("mpirun exit {}", codes[i]);
+        std::fprintf(stderr, "ete launch: host %s does not answer (%s): %d slots left out\n",
+                     hosts[i].host.c_str(), why.c_str(), hosts[i].slots);
+    }
+    if (all) {
+        if (!live->empty()) ::unlink(live->c_str());
+        live->clear();
+    } else {
+        *live = write_live_hostfile(hosts, codes);
     }
     return slots;
 }
+
+}  // namespace
 
 bool restartable_exit(int code) {
     return code == kExitCommFailure || code > 128;
@@ -145,17 +156,25 @@ int cmd_launch(const LaunchArgs& a) {
     for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaction(sig, &sa, nullptr);
     const LaunchHost host = launch_host();
     std::vector<std::string> history;
+    std::string live_hostfile;  // the answering hosts, when some did not
+    struct Remove {
+        const std::string& path;
+        ~Remove() {
+            if (!path.empty()) ::unlink(path.c_str());
+        }
+    } remove_live{live_hostfile};
     for (int attempt = 0;; ++attempt) {
         LaunchArgs cur = a;
         if (a.min_ranks > 0) {
-            const int slots = hostfile_slots(a.hostfile);
+            const int slots = answering_slots(a, host, &live_hostfile);
             if (slots < a.min_ranks) {
                 std::fprintf(stderr,
-                             "ete launch: the hostfile '%s' has %d slots, fewer than --min-ranks "
-                             "%d: giving up\n",
+                             "ete launch: the hostfile '%s' has %d answering slots, fewer than "
+                             "--min-ranks %d: giving up\n",
                              a.hostfile.c_str(), slots, a.min_ranks);
                 return kExitCommFailure;
             }
+            if (!live_hostfile.empty()) cur.hostfile = live_hostfile;
             cur.n = std::min(a.n, slots);
         }
         cur.args = attempt_args(a.args, attempt);

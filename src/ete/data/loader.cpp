@@ -41,7 +41,8 @@ std::vector<uint64_t> shuffle_epoch_order(uint64_t n, uint64_t seed, uint64_t ep
     return order;
 }
 
-BatchSampler::BatchSampler(const TokenShard& shard, int seq_len, double val_fraction, uint64_t seed)
+BatchSampler::BatchSampler(const TokenShard& shard, int seq_len, double val_fraction, uint64_t seed,
+                           bool shuffle)
     : shard_(&shard), seq_len_(seq_len), seed_(seed) {
     ETE_CHECK(seq_len > 0, "batch sampler: seq_len is {}, expected > 0", seq_len);
     ETE_CHECK(val_fraction >= 0.0 && val_fraction < 1.0,
@@ -62,7 +63,7 @@ BatchSampler::BatchSampler(const TokenShard& shard, int seq_len, double val_frac
                   shard.path(), n, w, t, num_val_, (num_val_ + 1) * t + 2);
         num_train_ = w - num_val_;
     }
-    schedule_ = EpochSchedule(num_train_, seed_);
+    schedule_ = EpochSchedule(num_train_, seed_, shuffle);
 }
 
 uint64_t BatchSampler::train_window_start(uint64_t w) const {
@@ -73,6 +74,13 @@ uint64_t BatchSampler::train_window_start(uint64_t w) const {
 uint64_t BatchSampler::val_window_start(uint64_t v) const {
     ETE_ASSERT(v < num_val_);
     return (num_train_ + v) * static_cast<uint64_t>(seq_len_) + 1;
+}
+
+std::vector<uint64_t> EpochSchedule::order(uint64_t epoch) const {
+    if (shuffle_) return shuffle_epoch_order(n_, seed_, epoch);
+    std::vector<uint64_t> identity(n_);
+    std::iota(identity.begin(), identity.end(), uint64_t{0});
+    return identity;
 }
 
 uint64_t EpochSchedule::at(uint64_t global_index) {

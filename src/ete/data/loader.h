@@ -15,6 +15,8 @@
 // same with every standard library. The order is a pure function of (seed, g): a resumed run
 // restarts at g, and data-parallel replicas take disjoint ranges of g (e.g. replica r of R, with
 // B samples per replica and step, takes g in [(s*R + r)*B, (s*R + r + 1)*B) at step s).
+// Without shuffling (data.shuffle = false) perm_e is the identity: every epoch reads the windows
+// in file order, so a curriculum stays in order and a step's data is known from its number.
 #pragma once
 
 #include <cstdint>
@@ -29,19 +31,20 @@ namespace ete {
 // function of (n, seed, epoch), shared by every BatchSource. n must be >= 1.
 std::vector<uint64_t> shuffle_epoch_order(uint64_t n, uint64_t seed, uint64_t epoch);
 
-// Training sample g -> item shuffle_epoch_order(n, seed, g / n)[g mod n], caching the current
-// epoch's permutation (so, like the sources that own one, not thread-safe).
+// Training sample g -> item shuffle_epoch_order(n, seed, g / n)[g mod n] (or g mod n without
+// shuffling), caching the current epoch's permutation (so, like the sources that own one, not
+// thread-safe).
 class EpochSchedule {
   public:
     EpochSchedule() = default;
-    EpochSchedule(uint64_t n, uint64_t seed) : n_(n), seed_(seed) {}
+    EpochSchedule(uint64_t n, uint64_t seed, bool shuffle = true)
+        : n_(n), seed_(seed), shuffle_(shuffle) {}
     uint64_t at(uint64_t global_index);
-    std::vector<uint64_t> order(uint64_t epoch) const {
-        return shuffle_epoch_order(n_, seed_, epoch);
-    }
+    std::vector<uint64_t> order(uint64_t epoch) const;
 
   private:
     uint64_t n_ = 0, seed_ = 0, cached_epoch_ = UINT64_MAX;
+    bool shuffle_ = true;
     std::vector<uint64_t> cached_;
 };
 
@@ -49,7 +52,8 @@ class BatchSampler : public BatchSource {
   public:
     // `shard` must outlive the sampler. Throws when T <= 0, frac is outside [0, 1), or the shard
     // is too short for one training window (and one validation window when frac > 0).
-    BatchSampler(const TokenShard& shard, int seq_len, double val_fraction, uint64_t seed);
+    BatchSampler(const TokenShard& shard, int seq_len, double val_fraction, uint64_t seed,
+                 bool shuffle = true);
 
     int seq_len() const { return seq_len_; }
     uint64_t num_train_windows() const { return num_train_; }

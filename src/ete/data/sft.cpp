@@ -178,7 +178,7 @@ SftDataset::SftDataset(const std::string& path, const Tokenizer& tokenizer, int 
     num_train_ = n - v;
     num_train_samples_ = num_train_;
     if (options.pack) pack_rows();
-    schedule_ = EpochSchedule(num_train_samples_, seed_);
+    schedule_ = EpochSchedule(num_train_samples_, seed_, options.shuffle);
 }
 
 void SftDataset::pack_rows() {

@@ -51,6 +51,7 @@ struct SftOptions {
     std::string prompt_template_no_input = "### Instruction:\n{instruction}\n\n### Response:\n";
     double max_bad_fraction = 0.01;  // of non-blank lines; above it construction throws
     bool pack = false;               // several examples per row (see above)
+    bool shuffle = true;             // false: every epoch in file order (loader.h)
 };
 
 struct SftBadLine {

@@ -162,6 +162,8 @@ const std::vector<Key>& keys() {
             field("data.tokenizer", &R::data_tokenizer, "tokenizer.json saved with the model"));
         t.push_back(
             field("data.val_fraction", &R::data_val_fraction, "share held out for validation"));
+        t.push_back(field("data.shuffle", &R::data_shuffle,
+                          "shuffle each epoch (false = file order, e.g. for a curriculum)"));
         t.push_back(field("parallel.dp", &R::parallel_dp,
                           "data-parallel replicas (0 = ranks / (tp * pp))"));
         t.push_back(field("parallel.tp", &R::parallel_tp, "tensor-parallel ranks per layer"));

@@ -54,6 +54,7 @@ struct RunConfig {
     std::string data_sft_prompt_template_no_input = SftOptions{}.prompt_template_no_input;
     std::string data_tokenizer = "data/tokenizer.json";
     double data_val_fraction = 0.02;
+    bool data_shuffle = true;  // false: every epoch in file order
     // [parallel] — the mesh dp x tp x pp must equal the number of ranks (mpirun -np N).
     // train.micro_batch and train.grad_accum describe the global step on any layout: each of the
     // dp replicas runs micro_batch / dp rows of every micro-batch (see README, Parallel runs).

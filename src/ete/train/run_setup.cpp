@@ -136,6 +136,7 @@ json run_settings(const RunConfig& c, const ModelConfig& mc, const std::string& 
             {"data.sft_prompt_template", c.data_sft_prompt_template},
             {"data.sft_prompt_template_no_input", c.data_sft_prompt_template_no_input},
             {"data.val_fraction", c.data_val_fraction},
+            {"data.shuffle", c.data_shuffle},
             {"train.micro_batch", c.micro_batch},
             {"train.seq_len", c.seq_len},
             {"train.grad_accum", c.grad_accum},
@@ -159,6 +160,7 @@ void check_resume_compatible(const json& saved_settings, const json& now, const 
     if (!saved.contains("train.precision")) saved["train.precision"] = "fp32";
     if (!saved.contains("lora")) saved["lora"] = nullptr;
     if (!saved.contains("lora.base_hash")) saved["lora.base_hash"] = "";
+    if (!saved.contains("data.shuffle")) saved["data.shuffle"] = true;
     for (const std::string& k : force) {
         if (now.contains(k)) continue;
         std::string known;
@@ -211,6 +213,7 @@ std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& 
         opt.pack = cfg.data_sft_pack;
         opt.prompt_template = cfg.data_sft_prompt_template;
         opt.prompt_template_no_input = cfg.data_sft_prompt_template_no_input;
+        opt.shuffle = cfg.data_shuffle;
         return std::make_unique<SftDataset>(cfg.data_train, *tok, cfg.seq_len, opt, cfg.seed,
                                             cfg.data_val_fraction);
     }
@@ -218,7 +221,8 @@ std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& 
     ETE_CHECK(shard->vocab_size() <= uint32_t(mc.vocab_size),
               "data.train '{}': tokens come from a vocabulary of {}, larger than the model's {}",
               cfg.data_train, shard->vocab_size(), mc.vocab_size);
-    return std::make_unique<BatchSampler>(*shard, cfg.seq_len, cfg.data_val_fraction, cfg.seed);
+    return std::make_unique<BatchSampler>(*shard, cfg.seq_len, cfg.data_val_fraction, cfg.seed,
+                                          cfg.data_shuffle);
 }
 
 }  // namespace ete

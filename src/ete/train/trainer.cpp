@@ -60,7 +60,10 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
     slots_ = pp == 1 ? 1 : std::min(pp - stage, cfg_.grad_accum) + 1;
     const std::vector<bool> plan = recompute_plan(cfg_.recompute, mc_.num_layers);
     // Before anything batch-sized is allocated: a run that cannot fit says so now, not with
-    // std::bad_alloc or the OOM killer after growing for minutes.
+    // std::bad_alloc or the OOM killer after growing for minutes. The barrier makes every rank
+    // read the free memory at the same point: each one's weights are resident (so outside the
+    // figure) and none has allocated its batch yet (so no rank's need is counted twice).
+    if (cfg_.memory_check && dist_.world->size() > 1) dist_.world->barrier();
     check_memory(
         estimate_memory(model_, cfg_, dist_.shape().dp, runtime_rss_, omp_get_max_threads(),
                         model_.plan_activation_bytes(rows_.rows, cfg_.seq_len, plan, slots_)),
