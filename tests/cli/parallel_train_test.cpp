@@ -100,15 +100,15 @@ class ParallelTrain : public ::testing::Test {
         return res;
     }
 
-    // wtol: the weights' relative tolerance (losses are always held to 1e-5).
+    // wtol, ltol: the weights' and the losses' relative tolerances.
     static void expect_same(const RunResult& want, const RunResult& got, const std::string& what,
-                            float wtol = 1e-5f) {
+                            float wtol = 1e-5f, double ltol = 1e-5) {
         // got may be a resumed run that logged only the last steps.
         ASSERT_FALSE(got.steps.empty()) << what << "\n" << got.log;
         ASSERT_EQ(got.steps.back(), int64_t(want.losses.size())) << what;
         for (size_t i = 0; i < got.losses.size(); ++i) {
             const double w = want.losses[size_t(got.steps[i] - 1)];
-            EXPECT_NEAR(got.losses[i], w, 1e-5 * w) << what << " step " << got.steps[i];
+            EXPECT_NEAR(got.losses[i], w, ltol * w) << what << " step " << got.steps[i];
         }
         ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
         for (const auto& [name, w] : want.weights) {
@@ -298,11 +298,14 @@ TEST_F(ParallelTrain, EveryTransportCarriesBackendMemory) {
 // - Losses: within a quarter of the distance between the bf16 and the fp32 run. A layout only
 //   reorders sums, whose effect through bf16 rounding is a small part of what rounding to bf16
 //   does at all. (Measured: layouts <= 3.1e-5 relative; the bf16-fp32 gap 3.5e-4.)
-// - Final weights (saved as bf16): at least 98% within 2 bf16 units of the value — the fp32 masters
-//   differ by far less than one unit, so their roundings differ by at most one step — and every
-//   one within lr / 10 = 1e-3. AdamW moves an element by about lr per step whatever the size of its
-//   gradient, so where a gradient is tiny, rounding noise in it can redirect part of a step.
-//   (Measured: at most 1.0% beyond 2 units, worst 4.9e-4, on tp layouts; pp alone is exact.)
+// - Final weights (saved as bf16): at least 99% within max(2 bf16 units of the value, lr / 100) —
+//   the fp32 masters mostly differ by far less than one unit, so their roundings differ by at most
+//   one step — and every one within lr / 10 = 1e-3. AdamW moves an element by about lr per step
+//   whatever the size of its gradient, so where a gradient is tiny, rounding noise in it can
+//   redirect part of a step; how often depends on the summation orders the compiler leaves, so
+//   the absolute floor keeps those few-1e-5 moves of small weights from counting. (Measured on
+//   tp = 2, AMD EPYC Zen 4: beyond 2 units 1.0% at -O2 and 2.2% in the -O1 sanitizer build;
+//   beyond the floor too 0.02% and 0.15%; worst 1.8e-4 and 4.9e-4. pp alone is exact.)
 TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
     const std::string bf16 = " --set train.precision=bf16";
     RunResult fp32 = train(1, ""), one = train(1, bf16);
@@ -325,12 +328,12 @@ TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
                 const float big = std::max({std::fabs(w[i]), std::fabs(g[i]), 1e-30f});
                 const float unit = std::ldexp(1.0f, std::ilogb(big) - 7);
                 ++total;
-                if (std::fabs(g[i] - w[i]) > 2 * unit) ++far;
+                if (std::fabs(g[i] - w[i]) > std::max(2 * unit, 1e-4f)) ++far;
                 worst = std::max(worst, double(std::fabs(g[i] - w[i])));
             }
         }
         EXPECT_LE(worst, 1e-3) << what;
-        EXPECT_LE(double(far), 0.02 * double(total)) << what;
+        EXPECT_LE(double(far), 0.01 * double(total)) << what;
     }
 }
 
@@ -696,6 +699,53 @@ TEST_F(ParallelTrain, ResumeOntoAnotherLayout) {
     ckpt = last_out_ + "/checkpoints/step_00000003";
     expect_same(one, train(1, "--resume " + ckpt), "dp=2 zero1 -> 1 process");
     expect_same(one, train(2, mesh(2, 1, 1) + " --resume " + ckpt), "dp=2 zero1 -> dp=2");
+}
+
+// QAT (W8A8: weights per channel, every linear's input and every norm's output per tensor). While
+// qat.warmup_steps last, the observers only watch: the run is bit-identical to plain training.
+// From then on the fake quantization changes the numbers, by the size of an 8-bit grid's
+// rounding. A resume from a checkpoint taken mid-warm-up (observer state in state.json) continues
+// bit for bit.
+TEST_F(ParallelTrain, QatWarmsUpUnchangedThenQuantizesAndResumesBitExactly) {
+    const std::string qat =
+        " --set qat.enabled=true --set qat.points=weight,linear_in,post_norm "
+        "--set qat.warmup_steps=3 --set qat.observer=moving_average "
+        "--set qat.averaging_constant=0.1";
+    RunResult plain = train(1, ""), q = train(1, qat + " --set train.checkpoint_every=2");
+    const std::string ckpt = last_out_ + "/checkpoints/step_00000002";
+    ASSERT_EQ(q.losses.size(), 5u) << q.log;
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(q.losses[i], plain.losses[i]) << "step " << i + 1;
+    for (size_t i = 3; i < 5; ++i) {
+        EXPECT_NE(q.losses[i], plain.losses[i]) << "step " << i + 1;
+        EXPECT_NEAR(q.losses[i], plain.losses[i], 0.02 * plain.losses[i]) << "step " << i + 1;
+    }
+    EXPECT_NE(q.weights, plain.weights);
+    const nlohmann::json st =
+        nlohmann::json::parse(read_file(ckpt + "/state.json"))["extra"]["qat"];
+    EXPECT_EQ(st.size(), 4u * 4 + 1) << st.dump();  // 4 sites a layer, and the final norm
+    RunResult resumed = train(1, qat + " --resume " + ckpt);
+    EXPECT_EQ(resumed.steps, (std::vector<int64_t>{3, 4, 5})) << resumed.log;
+    EXPECT_EQ(resumed.losses, std::vector<double>(q.losses.begin() + 2, q.losses.end()));
+    EXPECT_EQ(resumed.weights, q.weights);
+}
+
+// QAT on every layout: the observers' step ranges are reduced over all ranks (min and max are
+// exact in any order), the weights' per-channel ranges over tp where a row-parallel linear splits
+// the channel. Layouts still sum products in other orders, and an activation within that noise
+// of a rounding tie of the 8-bit grid lands one step away: the weights stay within the fp32
+// tolerance of the other layout tests, the losses within 5e-5 relative instead of 1e-5.
+// (Measured: pp alone bit for bit; losses 3.4e-6 on dp, 1.1e-5 on tp = 2; weights 8.4e-6 at
+// most.)
+TEST_F(ParallelTrain, QatEveryLayoutMatchesOneProcess) {
+    const std::string qat =
+        " --set qat.enabled=true --set qat.points=weight,linear_in,post_norm "
+        "--set qat.warmup_steps=2";
+    RunResult one = train(1, qat);
+    for (const auto& l : {std::array<int, 3>{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}}) {
+        const std::string what = fmt::format("qat ({},{},{})", l[0], l[1], l[2]);
+        RunResult got = train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + qat);
+        expect_same(one, got, what, 1e-5f, 5e-5);
+    }
 }
 
 // QLoRA checkpoints hold adapters only; the NF4 base is rebuilt from the seed on the new layout

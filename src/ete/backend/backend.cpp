@@ -30,6 +30,45 @@ void check_doc_start(const int32_t* doc_start, int B, int T) {
     }
 }
 
+namespace {
+
+int64_t blocks_per_row(const char* op, CMat x, int64_t group) {
+    ETE_CHECK(group >= 1 && x.cols % group == 0,
+              "{}: group {} does not divide the {} columns (expected a divisor)", op, group,
+              x.cols);
+    return x.cols / group;
+}
+
+}  // namespace
+
+int64_t check_min_max_args(CVec lo, CVec hi, CMat x, int64_t group) {
+    const int64_t per_row = blocks_per_row("min_max", x, group);
+    ETE_CHECK(lo.dtype == DType::F32 && hi.dtype == DType::F32 && lo.n == x.rows * per_row &&
+                  hi.n == lo.n,
+              "min_max: lo, hi must be F32 of {} blocks, got {} and {}", x.rows * per_row, lo.n,
+              hi.n);
+    return per_row;
+}
+
+int64_t check_fake_quant_args(CMat y, CMat x, CVec scale, CVec zero, CVec mask, int64_t group,
+                              const QuantGrid& g) {
+    ETE_CHECK(y.rows == x.rows && y.cols == x.cols, "fake_quant: y ({}, {}) for x ({}, {})", y.rows,
+              y.cols, x.rows, x.cols);
+    ETE_CHECK(g.qmin < 0 && g.qmax > 0 && g.qmax - g.qmin <= 255,
+              "fake_quant: grid [{}, {}], expected an 8-bit or narrower grid around 0", g.qmin,
+              g.qmax);
+    const int64_t per_row = blocks_per_row("fake_quant", x, group);
+    ETE_CHECK(scale.dtype == DType::F32 && zero.dtype == DType::F32 && zero.n == scale.n &&
+                  (scale.n == 1 || scale.n == x.rows * per_row),
+              "fake_quant: scale and zero must be F32 of 1 or {} blocks, got {} and {}",
+              x.rows * per_row, scale.n, zero.n);
+    ETE_CHECK(mask.empty() ||
+                  (mask.dtype == DType::U8 && mask.n == fake_quant_mask_bytes(x.rows, x.cols)),
+              "fake_quant: mask must be U8 of {} bytes, got {}",
+              fake_quant_mask_bytes(x.rows, x.cols), mask.n);
+    return per_row;
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name) {
     if (name == "cpu") return make_cpu_backend();
     if (name == "ref") return make_ref_backend();

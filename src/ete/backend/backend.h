@@ -32,6 +32,7 @@
 #include <string>
 
 #include "ete/core/device_memory.h"
+#include "ete/core/fake_quant.h"
 #include "ete/core/nf4.h"
 #include "ete/core/view.h"
 
@@ -46,6 +47,12 @@ struct AttnDims {
 // Throws ete::Error unless doc_start (B*T, host memory; null is always valid) follows the rule of
 // the file header; the message names the row and position and what was expected there.
 void check_doc_start(const int32_t* doc_start, int B, int T);
+
+// Throw ete::Error naming the op unless the views of min_max / fake_quant fit together (every
+// backend checks the same way); return the number of blocks per row.
+int64_t check_min_max_args(CVec lo, CVec hi, CMat x, int64_t group);
+int64_t check_fake_quant_args(CMat y, CMat x, CVec scale, CVec zero, CVec mask, int64_t group,
+                              const QuantGrid& g);
 
 constexpr int kIgnoreIndex = -100;
 
@@ -182,6 +189,22 @@ class Backend : public DeviceMemory {
     // log-sum-exp lse; rows whose target is kIgnoreIndex are 0. May be in place.
     virtual void cross_entropy_backward(Mat d_logits, CMat logits, CVec lse, CVec targets,
                                         float d_scale) = 0;
+
+    // --- quantization-aware training (core/fake_quant.h) ---
+    // A block is `group` consecutive columns of a row (cols % group == 0; group = cols: a row).
+    // lo, hi (F32, rows · cols/group) = the min and max of each block over its finite elements; a
+    // block without any gets lo = +inf, hi = -inf.
+    virtual void min_max(Vec lo, Vec hi, CMat x, int64_t group) = 0;
+    // scale, zero (F32, n) = quant_params of each range [lo, hi] (n); an empty range (lo > hi) is
+    // taken as [0, 0].
+    virtual void quant_params(Vec scale, Vec zero, CVec lo, CVec hi, const QuantGrid& g) = 0;
+    // y = fake quantization of x with one scale and zero point (F32) per block: scale.n == 1 (the
+    // whole tensor) or rows · cols/group. mask (U8, fake_quant_mask_bytes(rows, cols)), when not
+    // empty, receives the straight-through bits. y may be x.
+    virtual void fake_quant(Mat y, CMat x, CVec scale, CVec zero, Vec mask, int64_t group,
+                            const QuantGrid& g) = 0;
+    // d_x = d_y where mask's bit is set, else 0 (written; d_x may be d_y).
+    virtual void fake_quant_backward(Mat d_x, CMat d_y, CVec mask) = 0;
 
     // --- optimizer ---
     // AdamW over n F32 elements; decoupled weight decay p -= lr * wd * p. When p_compute is not

@@ -44,14 +44,41 @@ std::string lora_module_name(ParamRole base, Arch arch) {
     return {};
 }
 
-std::vector<ParamRole> lora_target_roles(const LoraSpec& s, const ModelConfig& c) {
+std::vector<std::string> split_comma_list(const std::string& s) {
+    std::vector<std::string> out;
+    for (size_t start = 0; start <= s.size();) {
+        const size_t end = std::min(s.find(',', start), s.size());
+        std::string item = s.substr(start, end - start);
+        item.erase(0, item.find_first_not_of(" \t"));
+        item.erase(item.find_last_not_of(" \t") + 1);
+        if (!item.empty()) out.push_back(item);
+        start = end + 1;
+    }
+    return out;
+}
+
+std::vector<ParamRole> linear_roles(const std::vector<std::string>& names, Arch arch) {
     std::vector<ParamRole> roles;
-    const bool all = std::find(s.targets.begin(), s.targets.end(), "all-linear") != s.targets.end();
-    for (const Module& m : modules(c.arch)) {
-        if (all || std::find(s.targets.begin(), s.targets.end(), m.name) != s.targets.end())
+    const bool all = std::find(names.begin(), names.end(), "all-linear") != names.end();
+    for (const Module& m : modules(arch)) {
+        if (all || std::find(names.begin(), names.end(), m.name) != names.end())
             roles.push_back(m.role);
     }
     return roles;
+}
+
+void check_linear_names(const std::vector<std::string>& names, Arch arch, const char* key) {
+    ETE_CHECK(!names.empty(), "{} is empty: expected module names ({})", key, known_names(arch));
+    for (const std::string& t : names) {
+        bool known = t == "all-linear";
+        for (const Module& m : modules(arch)) known = known || t == m.name;
+        ETE_CHECK(known, "{}: '{}' is not a linear of a {} model (expected {})", key, t,
+                  arch_name(arch), known_names(arch));
+    }
+}
+
+std::vector<ParamRole> lora_target_roles(const LoraSpec& s, const ModelConfig& c) {
+    return linear_roles(s.targets, c.arch);
 }
 
 void check_lora_spec(const LoraSpec& s, const ModelConfig& c) {
@@ -66,14 +93,7 @@ void check_lora_spec(const LoraSpec& s, const ModelConfig& c) {
     ETE_CHECK(nf4_valid_blocksize(s.nf4_block),
               "lora.nf4_blocksize = {}: expected a power of two in [{}, {}]", s.nf4_block,
               kNf4MinBlock, kNf4MaxBlock);
-    ETE_CHECK(!s.targets.empty(), "lora.targets is empty: expected module names ({})",
-              known_names(c.arch));
-    for (const std::string& t : s.targets) {
-        bool known = t == "all-linear";
-        for (const Module& m : modules(c.arch)) known = known || t == m.name;
-        ETE_CHECK(known, "lora.targets: '{}' is not a linear of a {} model (expected {})", t,
-                  arch_name(c.arch), known_names(c.arch));
-    }
+    check_linear_names(s.targets, c.arch, "lora.targets");
 }
 
 }  // namespace ete

@@ -49,6 +49,14 @@ void check_lora_spec(const LoraSpec& s, const ModelConfig& c);
 // Qkv, AttnOut, Fc, Down for GPT-2), in the order they appear in a layer.
 std::vector<ParamRole> lora_target_roles(const LoraSpec& s, const ModelConfig& c);
 
+// "a, b,,c " -> {"a", "b", "c"}: items trimmed of blanks, empty ones dropped.
+std::vector<std::string> split_comma_list(const std::string& s);
+
+// The roles of PEFT module names (or "all-linear") for an architecture, in layer order; the check
+// throws naming `key` for an empty list or an unknown name.
+std::vector<ParamRole> linear_roles(const std::vector<std::string>& names, Arch arch);
+void check_linear_names(const std::vector<std::string>& names, Arch arch, const char* key);
+
 // The PEFT module name of a base role ("q_proj", "c_attn", ...; GPT-2's AttnOut and Down are both
 // "c_proj").
 std::string lora_module_name(ParamRole base, Arch arch);

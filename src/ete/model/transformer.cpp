@@ -355,6 +355,16 @@ void Transformer::allocate(Arena& a) {
         s.act = a.alloc_mat(A, N, F);
         for (int k = 0; k < kLoraSites; ++k)
             if (lora_sites_[size_t(k)]) s.lora_u[size_t(k)] = a.alloc_mat(A, N, R);
+        // QAT masks of the sites some layer of this stage uses (the counting pass hands out
+        // empty views, so the decision is never read back from them).
+        const int64_t site_cols[kQatSites] = {C, HD, C, F};
+        for (int k = 0; k < kQatSites; ++k) {
+            bool on = false;
+            for (int l = mp_.layer_begin; l < mp_.layer_end; ++l) on = on || qat_site(k, l);
+            if (!on) continue;
+            s.qat_mask[size_t(k)] = a.alloc_vec(DType::U8, QatRuntime::mask_bytes(N, site_cols[k]));
+            if (k == kQatAtt) s.att_q = a.alloc_mat(A, N, HD);
+        }
         return s;
     };
     act_index_.clear();
@@ -371,6 +381,8 @@ void Transformer::allocate(Arena& a) {
             s.lnf = a.alloc_mat(A, N, C);
             s.lnf_mean = stat(true);
             s.lnf_rstd = stat(true);
+            if (qat_site(kQatFinalNorm, cfg_.num_layers))
+                s.lnf_mask = a.alloc_vec(DType::U8, QatRuntime::mask_bytes(N, C));
             // One slot runs its head backward right after its forward: the scratch d_ln_ holds it.
             s.d_lnf = slots_.size() > 1 ? a.alloc_mat(F32, N, C) : Mat{};
         }
@@ -445,20 +457,29 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
     Mat ln1 = rows(s.ln1, N), qkv = rows(s.qkv, N), att = rows(s.att, N);
     Mat mid = rows(s.resid_mid, N), ln2 = rows(s.ln2, N), fc = rows(s.fc, N);
     Mat act = rows(s.act, N);
+    const int l = mp_.layer_begin + i;
     LoraActs la[kLoraSites];
     L.ln1.forward(be_, ln1, rows(s.ln1_mean, N), rows(s.ln1_rstd, N), x);
+    qat_forward(kQatLn1, l, ln1, s.qat_mask[kQatLn1]);
     L.qkv.forward(be_, qkv, ln1, lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la));
     if (llama) be_.rope_forward(qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
     be_.attention_forward(att, s.lse.slice(0, int64_t(d.B) * d.H * d.T), qkv, d,
                           1.0f / std::sqrt(float(d.D)));
-    row_parallel_forward(L.o, mid, x, att, lora_acts(i, s, kSiteO, 1, N, la + kSiteO));
+    if (qat_site(kQatAtt, l)) {  // o_proj reads fq(att); attention's backward reads att
+        Mat att_q = rows(s.att_q, N);
+        be_.copy(att_q, att);
+        qat_forward(kQatAtt, l, att_q, s.qat_mask[kQatAtt]);
+    }
+    row_parallel_forward(L.o, mid, x, o_input(s, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO));
     L.ln2.forward(be_, ln2, rows(s.ln2_mean, N), rows(s.ln2_rstd, N), mid);
+    qat_forward(kQatLn2, l, ln2, s.qat_mask[kQatLn2]);
     L.fc.forward(be_, fc, ln2, lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc));
     if (llama) {
         be_.swiglu_forward(act, fc);
     } else {
         be_.gelu_forward(act, fc);
     }
+    qat_forward(kQatAct, l, act, s.qat_mask[kQatAct]);
     const LoraActs* pa = lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj);
     if (!out.empty()) {
         row_parallel_forward(L.proj, out, mid, act, pa);
@@ -476,6 +497,8 @@ void Transformer::mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims 
     CMat dy = in_compute(d_resid, d_y16_);  // the down projection's output gradient, as A
     LoraActs la[kLoraSites];
     L.proj.backward(be_, d_act, dy, act, lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj));
+    const int l = mp_.layer_begin + i;
+    qat_backward(kQatAct, l, d_act, s.qat_mask[kQatAct]);
     if (cfg_.arch == Arch::Llama) {
         be_.swiglu_backward(d_fc, d_act, fc);
     } else {
@@ -484,6 +507,7 @@ void Transformer::mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims 
     const LoraActs* fa = lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc);
     L.fc.backward_weight(be_, d_fc, rows(s.ln2, N), fa);
     L.fc.backward_input(be_, d_ln, d_fc, fa);  // summed over tp: ln2 fed every rank
+    qat_backward(kQatLn2, l, d_ln, s.qat_mask[kQatLn2]);
     L.ln2.backward(be_, d_resid, d_ln, rows(s.resid_mid, N), rows(s.ln2_mean, N),
                    rows(s.ln2_rstd, N));
 }
@@ -495,7 +519,9 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     Mat d_att = rows(d_att_, N), d_qkv = rows(d_qkv_, N), d_ln = rows(d_ln_, N);
     CMat dy = in_compute(d_resid, d_y16_);
     LoraActs la[kLoraSites];
-    L.o.backward(be_, d_att, dy, rows(s.att, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO));
+    L.o.backward(be_, d_att, dy, o_input(s, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO));
+    const int l = mp_.layer_begin + i;
+    qat_backward(kQatAtt, l, d_att, s.qat_mask[kQatAtt]);
     be_.attention_backward(d_qkv, d_att, rows(s.att, N), s.lse.slice(0, int64_t(d.B) * d.H * d.T),
                            rows(s.qkv, N), d, 1.0f / std::sqrt(float(d.D)));
     if (cfg_.arch == Arch::Llama)
@@ -505,6 +531,7 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     L.qkv.backward_weight(be_, d_qkv, rows(s.ln1, N), qa);
     Request kv_sum = kv_grads_start_sum(i);      // overlaps the d(ln1) all-reduce and the norm
     L.qkv.backward_input(be_, d_ln, d_qkv, qa);  // summed over tp: ln1 fed every rank's heads
+    qat_backward(kQatLn1, l, d_ln, s.qat_mask[kQatLn1]);
     L.ln1.backward(be_, d_resid, d_ln, x, rows(s.ln1_mean, N), rows(s.ln1_rstd, N));
     kv_grads_finish(i, kv_sum);
 }
@@ -569,7 +596,10 @@ void Transformer::kv_grads_finish(int i, Request& sum) {
 void Transformer::layer_backward(int i, Slot& s, Mat d_resid, AttnDims d) {
     const LayerActs& a = acts(s, i);
     CMat x = rows(s.resid[size_t(i)], d.B * d.T);
-    if (recompute_[size_t(mp_.layer_begin + i)]) layer_forward(i, a, x, Mat{}, d);
+    if (recompute_[size_t(mp_.layer_begin + i)]) {
+        qat_train_ = true;  // a training forward again: observes (no change) and keeps masks
+        layer_forward(i, a, x, Mat{}, d);
+    }
     mlp_backward(i, a, d_resid, d);
     attention_backward(i, a, x, d_resid, d);
 }
@@ -577,11 +607,13 @@ void Transformer::layer_backward(int i, Slot& s, Mat d_resid, AttnDims d) {
 void Transformer::final_norm_forward(Slot& s, int N) {
     final_norm_.forward(be_, rows(s.lnf, N), rows(s.lnf_mean, N), rows(s.lnf_rstd, N),
                         rows(s.resid.back(), N));
+    qat_forward(kQatFinalNorm, cfg_.num_layers, rows(s.lnf, N), s.lnf_mask);
 }
 
 // d_resid (N, C) = dL/d(stage output) from d_lnf.
 void Transformer::final_norm_backward(Slot& s, Mat d_resid, int N) {
     be_.fill(d_resid, 0.0f);
+    qat_backward(kQatFinalNorm, cfg_.num_layers, rows(s.d_lnf, N), s.lnf_mask);
     final_norm_.backward(be_, d_resid, rows(s.d_lnf, N), rows(s.resid.back(), N),
                          rows(s.lnf_mean, N), rows(s.lnf_rstd, N));
 }

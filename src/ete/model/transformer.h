@@ -47,6 +47,7 @@
 #include "ete/model/lora_spec.h"
 #include "ete/model/model_parallel.h"
 #include "ete/model/param_store.h"
+#include "ete/model/qat_runtime.h"
 #include "ete/nn/fused_linear.h"
 #include "ete/nn/linear.h"
 #include "ete/nn/norm.h"
@@ -87,6 +88,10 @@ struct LayerActs {
     Mat fc;                              // (N, 2F) Llama gate|up; (N, F) GPT-2 pre-activation; A
     Mat act;                             // (N, F) A
     std::array<Mat, kLoraSites> lora_u;  // (N, r_max) A per adapter (LoraActs::u), or empty
+    // QAT (model/qat_runtime.h): the straight-through masks of the fake-quantized sites (U8), and
+    // the o_proj input fq(att) when it is one (att itself stays for attention's backward).
+    std::array<Vec, kQatSites> qat_mask;
+    Mat att_q;  // (N, H·D) A, or empty
 };
 
 class Transformer {
@@ -112,6 +117,14 @@ class Transformer {
     const ParamStore& params() const { return params_; }
     Backend& backend() { return be_; }
     DType compute_dtype() const { return act_; }
+
+    // Quantization-aware training (model/qat_runtime.h): fake quantization at the spec's points
+    // of this stage's layers. Call before setup (it adds the masks to the activations); throws
+    // naming the qat.* key a spec cannot apply to this model (an NF4 weight, a group size the
+    // shard's columns do not divide). The trainer drives the steps through qat().
+    void enable_qat(const QatSpec& spec);
+    QatRuntime* qat() { return qat_.get(); }
+    const QatRuntime* qat() const { return qat_.get(); }
 
     // Allocates activations for batches up to (B, T) and `slots` micro-batches in flight (the
     // stage API; 1F1B needs min(num_stages - stage, micro-batches)); `plan` (size L, global layer
@@ -190,6 +203,7 @@ class Transformer {
         std::vector<LayerActs> acts;  // one per kept layer of this stage
         Mat lnf;                      // (N, C) A, last stage
         Vec lnf_mean, lnf_rstd;       // (N) F32
+        Vec lnf_mask;                 // QAT: the final norm's mask (U8), or empty
         Mat d_lnf;                    // (N, C) F32 from the head; the shared d_ln_ when slots == 1
         Mat d_out;                    // (N, C) non-last stages: stage_output_grad
         Mat d_in;              // (N, C) non-first stages: stage_input_grad, backward's d_resid
@@ -311,6 +325,17 @@ class Transformer {
     // lora.dropout > 0: scratch for the dropped adapter input, (N, widest input) in A and F32.
     Mat lora_xd_, lora_dxd_;
     DropoutContext drop_;
+
+    // QAT: the runtime, the fake-quantized weights the chosen linears read, and whether the
+    // forward running now trains (observes, keeps masks) or evaluates.
+    std::unique_ptr<QatRuntime> qat_;
+    std::vector<DeviceBuffer> qat_weights_;
+    bool qat_train_ = false;
+    void qat_forward(int site, int l, Mat x, Vec mask);
+    void qat_backward(int site, int l, Mat d_x, Vec mask);
+    bool qat_site(int site, int l) const { return qat_ && qat_->site_on(site, l); }
+    CMat o_input(const LayerActs& s, int N) const;
+    void qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode);
 };
 
 }  // namespace ete

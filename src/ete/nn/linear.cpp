@@ -28,6 +28,12 @@ Linear::Linear(LinearParams p, TpMode mode, Communicator* tp)
     ETE_ASSERT(!nf4() || p_.d_w.empty());
 }
 
+void Linear::set_weight(CMat w) {
+    ETE_CHECK(!nf4() && w.rows == p_.w.rows && w.cols == p_.w.cols,
+              "linear: a ({}, {}) weight for a ({}, {}) dense linear", w.rows, w.cols, out(), in());
+    p_.w = w;
+}
+
 void Linear::set_adapter(const LoraParams& lora) {
     if (!lora.empty()) {
         ETE_CHECK(lora.a.cols == in() && lora.b.rows == out() && lora.b.cols == lora.a.rows &&

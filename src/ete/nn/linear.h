@@ -54,6 +54,9 @@ class Linear {
     const LinearParams& params() const { return p_; }
     TpMode mode() const { return mode_; }
 
+    // Replaces the dense weight the products read (QAT's fake-quantized copy; same shape).
+    void set_weight(CMat w);
+
     // Attaches (or with empty params removes) the adapter; shapes must match the base.
     void set_adapter(const LoraParams& lora);
     const LoraParams& adapter() const { return lora_; }

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "ete/core/error.h"
+#include "ete/model/qat_spec.h"
 #include "ete/model/transformer.h"
 #include "ete/train/anomaly.h"
 
@@ -244,6 +245,30 @@ const std::vector<Key>& keys() {
                           "and go on past the offending data)"));
         t.push_back(field("anomaly.max_rollbacks", &R::anomaly_max_rollbacks,
                           "rollbacks in one run before on_repeated acts as stop"));
+        t.push_back(field("qat.enabled", &R::qat_enabled,
+                          "quantization-aware training: fake quantization at qat.points"));
+        t.push_back(field("qat.points", &R::qat_points,
+                          "weight, linear_in, attn_out, ffn_out, post_norm, residual "
+                          "(comma-separated)"));
+        t.push_back(field("qat.linears", &R::qat_linears,
+                          "linears whose weights and inputs are quantized (PEFT names or "
+                          "all-linear)"));
+        t.push_back(field("qat.weight_bits", &R::qat_weight_bits, "weight grid: 4 or 8 bits"));
+        t.push_back(field("qat.act_bits", &R::qat_act_bits, "activation grid: 8 bits"));
+        t.push_back(field("qat.weight_granularity", &R::qat_weight_granularity,
+                          "channel, tensor or group (of qat.group_size input columns)"));
+        t.push_back(field("qat.act_granularity", &R::qat_act_granularity,
+                          "tensor (observed scale) or token (dynamic)"));
+        t.push_back(field("qat.group_size", &R::qat_group_size, "input columns per weight group"));
+        t.push_back(field("qat.observer", &R::qat_observer, "moving_average or minmax"));
+        t.push_back(field("qat.averaging_constant", &R::qat_averaging_constant,
+                          "moving-average observer constant in (0, 1]"));
+        t.push_back(field("qat.warmup_steps", &R::qat_warmup_steps,
+                          "steps that only observe before fake quantization starts"));
+        t.push_back(field("qat.freeze_step", &R::qat_freeze_step,
+                          "step from which the observers stop (0 = never)"));
+        t.push_back(field("qat.skip_layers", &R::qat_skip_layers,
+                          "layers left in full precision, e.g. \"0,-1\" (first and last)"));
         return t;
     }();
     return table;
@@ -257,7 +282,7 @@ const Key& find_key(const std::string& name, const std::string& where) {
         if (k.name.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + k.name;
     throw_error(fmt::format(
         "{}: unknown config key '{}'{}", where, name,
-        known.empty() ? " (sections: model, train, data, parallel, lora, monitor, anomaly)"
+        known.empty() ? " (sections: model, train, data, parallel, lora, monitor, anomaly, qat)"
                       : " (known keys: " + known + ")"));
 }
 
@@ -376,7 +401,8 @@ std::string dump_toml(const RunConfig& cfg) {
         std::visit([&](const auto& v) { t.insert(leaf, v); }, k.get(cfg));
     }
     std::ostringstream out;
-    for (const char* s : {"model", "train", "data", "parallel", "lora", "monitor", "anomaly"}) {
+    for (const char* s :
+         {"model", "train", "data", "parallel", "lora", "monitor", "anomaly", "qat"}) {
         out << "[" << s << "]\n" << sections[s] << "\n\n";
     }
     return out.str();
@@ -442,6 +468,10 @@ void validate(const RunConfig& c) {
     ETE_CHECK(c.checkpoint_minutes >= 0, "train.checkpoint_minutes = {}: expected >= 0 (0 = off)",
               c.checkpoint_minutes);
     validate_anomaly(anomaly_config(c));
+    if (c.qat_enabled) {
+        const QatSpec q = qat_spec(c);  // parses every qat.* string
+        if (c.model_init_from.empty()) check_qat_spec(q, c.model);
+    }
     ETE_CHECK(c.monitor_prometheus_port >= 0 && c.monitor_prometheus_port <= 65535,
               "monitor.prometheus_port = {}: expected 0 (off) or a TCP port 1..65535",
               c.monitor_prometheus_port);
@@ -513,15 +543,26 @@ LoraSpec lora_spec(const RunConfig& c) {
     s.r_max = c.lora_dynamic_rank ? c.lora_r_max : 0;
     s.dropout = float(c.lora_dropout);
     s.dropout_seed = c.seed;
-    s.targets.clear();
-    for (size_t pos = 0; pos <= c.lora_targets.size();) {
-        const size_t end = std::min(c.lora_targets.find(',', pos), c.lora_targets.size());
-        std::string t = c.lora_targets.substr(pos, end - pos);
-        t.erase(0, t.find_first_not_of(' '));
-        t.erase(t.find_last_not_of(' ') + 1);
-        if (!t.empty()) s.targets.push_back(t);
-        pos = end + 1;
-    }
+    s.targets = split_comma_list(c.lora_targets);
+    return s;
+}
+
+QatSpec qat_spec(const RunConfig& c) {
+    QatSpec s;
+    s.enabled = c.qat_enabled;
+    s.points = qat_points_from_string(c.qat_points);
+    s.linears = split_comma_list(c.qat_linears);
+    s.weight_bits = c.qat_weight_bits;
+    s.act_bits = c.qat_act_bits;
+    s.weight_granularity =
+        qat_granularity_from_name(c.qat_weight_granularity, "qat.weight_granularity");
+    s.act_granularity = qat_granularity_from_name(c.qat_act_granularity, "qat.act_granularity");
+    s.group_size = c.qat_group_size;
+    s.observer = observer_kind_from_name(c.qat_observer, "qat.observer");
+    s.averaging_constant = float(c.qat_averaging_constant);
+    s.warmup_steps = c.qat_warmup_steps;
+    s.freeze_step = c.qat_freeze_step;
+    s.skip_layers = qat_layers_from_string(c.qat_skip_layers);
     return s;
 }
 

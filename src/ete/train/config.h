@@ -101,6 +101,20 @@ struct RunConfig {
     int anomaly_max_consecutive_skips = 5;
     std::string anomaly_on_repeated = "stop";  // stop | rollback
     int anomaly_max_rollbacks = 3;
+    // [qat] — quantization-aware training (model/qat_spec.h, docs/qat.md).
+    bool qat_enabled = false;
+    std::string qat_points = "weight,linear_in";
+    std::string qat_linears = "all-linear";
+    int qat_weight_bits = 8;
+    int qat_act_bits = 8;
+    std::string qat_weight_granularity = "channel";  // channel | tensor | group
+    std::string qat_act_granularity = "tensor";      // tensor | token
+    int qat_group_size = 128;
+    std::string qat_observer = "moving_average";  // moving_average | minmax
+    double qat_averaging_constant = 0.01;
+    int64_t qat_warmup_steps = 0;
+    int64_t qat_freeze_step = 0;  // 0 = never
+    std::string qat_skip_layers;  // e.g. "0,-1"
 };
 
 // The embedded default: a small Llama on the bundled KJV corpus (see README quickstart).
@@ -125,6 +139,9 @@ struct LoraSpec;
 LoraSpec lora_spec(const RunConfig& cfg);
 struct AnomalyConfig;
 AnomalyConfig anomaly_config(const RunConfig& cfg);
+// The [qat] section as the model sees it; throws naming a qat.* key whose value does not parse.
+struct QatSpec;
+QatSpec qat_spec(const RunConfig& cfg);
 
 // All keys with a one-line description, for --help.
 std::vector<std::pair<std::string, std::string>> config_keys_help();

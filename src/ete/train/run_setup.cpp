@@ -129,6 +129,19 @@ json run_settings(const RunConfig& c, const ModelConfig& mc, const std::string& 
     return {{"model", config_to_hf_json(mc)},
             {"lora", lora},
             {"lora.base_hash", lora_base_hash},
+            {"qat", c.qat_enabled ? json{{"points", c.qat_points},
+                                         {"linears", c.qat_linears},
+                                         {"weight_bits", c.qat_weight_bits},
+                                         {"act_bits", c.qat_act_bits},
+                                         {"weight_granularity", c.qat_weight_granularity},
+                                         {"act_granularity", c.qat_act_granularity},
+                                         {"group_size", c.qat_group_size},
+                                         {"observer", c.qat_observer},
+                                         {"averaging_constant", c.qat_averaging_constant},
+                                         {"warmup_steps", c.qat_warmup_steps},
+                                         {"freeze_step", c.qat_freeze_step},
+                                         {"skip_layers", c.qat_skip_layers}}
+                                  : json(nullptr)},
             {"train.seed", c.seed},
             {"data.train", c.data_train},
             {"data.format", c.data_format},
@@ -161,6 +174,7 @@ void check_resume_compatible(const json& saved_settings, const json& now, const 
     if (!saved.contains("lora")) saved["lora"] = nullptr;
     if (!saved.contains("lora.base_hash")) saved["lora.base_hash"] = "";
     if (!saved.contains("data.shuffle")) saved["data.shuffle"] = true;
+    if (!saved.contains("qat")) saved["qat"] = nullptr;
     for (const std::string& k : force) {
         if (now.contains(k)) continue;
         std::string known;

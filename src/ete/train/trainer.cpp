@@ -54,6 +54,7 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
       layout_(model_.params(), param_specs(mc_, {}, lora_spec(cfg_))),
       opt_(make_optimizer()),
       sched_(lr_schedule_from_name(cfg_.lr_schedule)) {
+    if (cfg_.qat_enabled) model_.enable_qat(qat_spec(cfg_));  // before activations are planned
     const size_t n = size_t(cfg_.grad_accum) * rows_.rows * cfg_.seq_len;
     // 1F1B holds up to min(p - stage, m) micro-batches, plus one whose input is arriving.
     const int pp = dist_.shape().pp, stage = dist_.groups.pp_rank;
@@ -140,6 +141,16 @@ void Trainer::reduce_grads() {
     }
 }
 
+void Trainer::qat_finish_step() {
+    QatRuntime* q = model_.qat();
+    if (!q) return;
+    q->finish_grads();
+    std::vector<float> ranges = q->step_ranges();
+    if (dist_.world->size() > 1)
+        dist_.world->all_reduce(ranges.data(), ranges.size(), DType::F32, ReduceOp::Min);
+    q->end_step(ranges);
+}
+
 void Trainer::inject_nonfinite(int64_t step) {
     const int rank = dist_.world->rank();
     if (!faults_.fires("nan_grad", step + 1, rank)) return;
@@ -195,6 +206,7 @@ nlohmann::json Trainer::checkpoint_extra() const {
     if (scaler_.enabled()) j["loss_scaler"] = scaler_.state();
     if (ranks_) j["lora_rank"] = ranks_->state();
     if (anomaly_.spike_zscore > 0) j["loss_window"] = loss_window_.state();
+    if (const QatRuntime* q = model_.qat()) j["qat"] = q->state();
     return j;
 }
 
@@ -260,6 +272,7 @@ StepMetrics Trainer::step(int64_t step) {
         std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     const double compute_s = seconds_since(t_compute);
     reduce_grads();
+    qat_finish_step();
     const double rho = ranks_ ? adapter_rho() : 0.0;
     if (faults_.fires("nan_loss", step + 1, world_rank)) {
         loss_sum = std::numeric_limits<double>::quiet_NaN();
@@ -290,6 +303,8 @@ StepMetrics Trainer::step(int64_t step) {
         gather_shards(mine.data(), full.data());
         ps.upload_masters(full.data());
     }
+    // QAT: the fake-quantized weights of the new ones (what evaluation in between reads too).
+    if (QatRuntime* q = model_.qat()) q->begin_step(step + 1);
     double dt = seconds_since(t0);
     const int64_t step_tokens = int64_t(A) * rows_.global_rows * T;
     StepMetrics m;
@@ -400,6 +415,7 @@ bool Trainer::on_repeated_anomalies(TrainSummary& sum) {
         CheckpointState st;
         load_state(*newest, st, true);
         restore_state(st);
+        if (QatRuntime* q = model_.qat()) q->begin_step(sum.steps);  // the reloaded weights
         ++rollbacks_;
         if (dist_.main()) {
             update_gauges([](RunGauges& g) { ++g.rollbacks; });
@@ -462,6 +478,15 @@ void Trainer::log_start() const {
     log_info("data: {} ({}) | {} training / {} validation samples of {} tokens", cfg_.data_train,
              cfg_.data_format, loader_->num_train_samples(), loader_->num_val_samples(),
              cfg_.seq_len);
+    if (cfg_.qat_enabled)
+        log_info(
+            "qat: {} | W{} per {}, A{} per {} | observers watch from step 1, fake "
+            "quantization from step {}{}",
+            cfg_.qat_points, cfg_.qat_weight_bits, cfg_.qat_weight_granularity, cfg_.qat_act_bits,
+            cfg_.qat_act_granularity, cfg_.qat_warmup_steps + 1,
+            cfg_.qat_freeze_step > 0
+                ? fmt::format(", observers frozen from step {}", cfg_.qat_freeze_step + 1)
+                : "");
 }
 
 void Trainer::log_memory_measured() {
@@ -493,6 +518,7 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
     }
     TrainSummary sum;
     sum.start_step = sum.steps = start(resume);
+    if (QatRuntime* q = model_.qat()) q->begin_step(sum.start_step);
     if (dist_.main()) write_file_atomic(out_ + "/config.toml", dump_toml(cfg_));
     log_start();
     std::optional<Progress> progress;

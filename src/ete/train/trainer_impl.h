@@ -97,6 +97,9 @@ class Trainer {
     double run_pipeline_step(int64_t step, float d_scale);
     void arm_grad_sync(bool last_micro);
     void reduce_grads();
+    // QAT after the step's backward: weight gradients masked, the step's activation ranges
+    // reduced over every rank and folded into the observers.
+    void qat_finish_step();
     // The step's verdict, agreed by every rank (anomaly.h): skip it, or take it with the factor
     // that clips (and under fp16 unscales) the gradients, which AdamW applies as it reads them.
     // local_loss_bad: this rank's loss share was non-finite; loss: the global mean loss.

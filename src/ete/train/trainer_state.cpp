@@ -148,6 +148,8 @@ void Trainer::restore_state(const CheckpointState& st) {
         set_adapter_ranks(ranks_->rank());
     }
     if (st.extra.contains("loss_window")) loss_window_.restore(st.extra["loss_window"]);
+    if (QatRuntime* q = model_.qat(); q && st.extra.contains("qat"))
+        q->restore(st.extra["qat"], "checkpoint");
 }
 
 // World rank 0 hashes the candidates (one read of each file, not one per rank) and every rank

@@ -10,6 +10,7 @@
 //   loss.cpp         cross-entropy
 //   optim.cpp        AdamW
 //   dropout.cpp      counter-based dropout (LoRA's adapter input)
+//   fake_quant.cpp   QAT: block min/max, quantization parameters, fake quant and its STE
 //
 // Memory. Normally plain host memory. In guarded mode (make_guarded_backend) every allocation is
 // mapped twice (cpu/guarded_memory.h): the address handed out is PROT_NONE, so any load or store
@@ -96,6 +97,13 @@ class CpuBackend final : public Backend {
     void cross_entropy_stats(Vec lse, Vec target_logit, CMat logits, CVec targets) override;
     void cross_entropy_backward(Mat d_logits, CMat logits, CVec lse, CVec targets,
                                 float d_scale) override;
+
+    // fake_quant.cpp
+    void min_max(Vec lo, Vec hi, CMat x, int64_t group) override;
+    void quant_params(Vec scale, Vec zero, CVec lo, CVec hi, const QuantGrid& g) override;
+    void fake_quant(Mat y, CMat x, CVec scale, CVec zero, Vec mask, int64_t group,
+                    const QuantGrid& g) override;
+    void fake_quant_backward(Mat d_x, CMat d_y, CVec mask) override;
 
     // optim.cpp
     void adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec p_compute) override;

@@ -7,6 +7,8 @@
 // the reference computes the exact-input answer in (at least) fp32 and rounds it once — what an
 // optimized kernel may be compared against. The kernels trust doc_start; the ops validate it
 // first (an invalid one would make them read outside the tensors), as the CPU backend does.
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -437,6 +439,68 @@ class RefBackend final : public Backend {
                                            int(logits.rows), int(logits.cols), d_scale);
             D.write(d_logits);
         });
+    }
+    // QAT: plain loops over the definitions of core/fake_quant.h, in fp32 whatever the dtypes
+    // (fake quantization is defined by fp32 arithmetic, as in PyTorch).
+    void min_max(Vec lo, Vec hi, CMat x, int64_t group) override {
+        const int64_t per_row = check_min_max_args(lo, hi, x, group);
+        auto* l = static_cast<float*>(lo.data);
+        auto* h = static_cast<float*>(hi.data);
+        for (int64_t r = 0; r < x.rows; ++r)
+            for (int64_t b = 0; b < per_row; ++b) {
+                float mn = INFINITY, mx = -INFINITY;
+                for (int64_t j = b * group; j < (b + 1) * group; ++j) {
+                    const float v = float(get(x.data, x.dtype, r * x.ld + j));
+                    if (!std::isfinite(v)) continue;
+                    mn = std::min(mn, v);
+                    mx = std::max(mx, v);
+                }
+                l[r * per_row + b] = mn;
+                h[r * per_row + b] = mx;
+            }
+    }
+    void quant_params(Vec scale, Vec zero, CVec lo, CVec hi, const QuantGrid& g) override {
+        ETE_CHECK(scale.n == lo.n && zero.n == lo.n && hi.n == lo.n,
+                  "quant_params: lengths differ");
+        for (int64_t i = 0; i < lo.n; ++i) {
+            float l = static_cast<const float*>(lo.data)[i],
+                  h = static_cast<const float*>(hi.data)[i];
+            if (!(l <= h)) l = h = 0.0f;
+            ete::quant_params(l, h, g, static_cast<float*>(scale.data) + i,
+                              static_cast<float*>(zero.data) + i);
+        }
+    }
+    void fake_quant(Mat y, CMat x, CVec scale, CVec zero, Vec mask, int64_t group,
+                    const QuantGrid& g) override {
+        const int64_t per_row = check_fake_quant_args(y, x, scale, zero, mask, group, g);
+        const auto* s = static_cast<const float*>(scale.data);
+        const auto* z = static_cast<const float*>(zero.data);
+        auto* bits = static_cast<uint8_t*>(mask.data);
+        const int64_t row_bytes = fake_quant_mask_row_bytes(x.cols);
+        if (bits) std::memset(bits, 0, size_t(mask.n));
+        for (int64_t r = 0; r < x.rows; ++r)
+            for (int64_t c = 0; c < x.cols; ++c) {
+                const int64_t k = scale.n == 1 ? 0 : r * per_row + c / group;
+                bool in;
+                const float v =
+                    fake_quant_value(float(get(x.data, x.dtype, r * x.ld + c)), s[k], 1.0f / s[k],
+                                     z[k], float(g.qmin), float(g.qmax), &in);
+                put(y.data, y.dtype, r * y.ld + c, v);
+                if (bits && in) bits[r * row_bytes + c / 8] |= uint8_t(1u << (c % 8));
+            }
+    }
+    void fake_quant_backward(Mat d_x, CMat d_y, CVec mask) override {
+        ETE_CHECK(d_x.rows == d_y.rows && d_x.cols == d_y.cols &&
+                      mask.n == fake_quant_mask_bytes(d_y.rows, d_y.cols),
+                  "fake_quant_backward: shapes differ");
+        const auto* bits = static_cast<const uint8_t*>(mask.data);
+        const int64_t row_bytes = fake_quant_mask_row_bytes(d_y.cols);
+        for (int64_t r = 0; r < d_y.rows; ++r)
+            for (int64_t c = 0; c < d_y.cols; ++c) {
+                const bool keep = (bits[r * row_bytes + c / 8] >> (c % 8)) & 1;
+                put(d_x.data, d_x.dtype, r * d_x.ld + c,
+                    keep ? get(d_y.data, d_y.dtype, r * d_y.ld + c) : 0.0);
+            }
     }
     void adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec p_compute) override {
         compute({p.dtype, g.dtype, m.dtype, v.dtype}, [&](auto t) {

@@ -1,0 +1,176 @@
+// ete/backend/cpu/fake_quant.cpp — the QAT ops (backend.h, core/fake_quant.h): block min/max over
+// finite elements, quantization parameters, fake quantization with its packed straight-through
+// mask, and the mask's backward. Rows run in parallel (the mask pads each row to whole bytes);
+// each element goes through the same scalar function as the reference, so results are identical.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ete/backend/cpu/cpu_backend.h"
+#include "ete/backend/cpu/elem.h"
+
+namespace ete::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 14;  // elements below which a parallel region costs more
+constexpr int64_t kChunk = 256;            // elements per inner loop (a multiple of 8)
+
+template <typename X>
+void min_max_rows(float* lo, float* hi, const X* x, int64_t ld, int64_t rows, int64_t cols,
+                  int64_t group) {
+    const int64_t per_row = cols / group;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t b = 0; b < per_row; ++b) {
+            const X* in = x + r * ld + b * group;
+            float l = std::numeric_limits<float>::infinity(), h = -l;
+#pragma omp simd reduction(min : l) reduction(max : h)
+            for (int64_t j = 0; j < group; ++j) {
+                const float v = load(in[j]);
+                const bool finite = std::fabs(v) <= std::numeric_limits<float>::max();
+                l = std::min(l, finite ? v : l);
+                h = std::max(h, finite ? v : h);
+            }
+            lo[r * per_row + b] = l;
+            hi[r * per_row + b] = h;
+        }
+    }
+}
+
+// One block of n <= kChunk elements: y, and the mask bits from bit 0 of *bits on (n % 8 == 0 or
+// the row's last block).
+template <typename Y, typename X>
+void fake_quant_span(Y* y, const X* x, int64_t n, float s, float z, const QuantGrid& g,
+                     uint8_t* bits) {
+    const float inv_s = 1.0f / s, qmin = float(g.qmin), qmax = float(g.qmax);
+    uint8_t inside[kChunk];
+    for (int64_t j = 0; j < n; ++j) {
+        bool in;
+        store(y[j], fake_quant_value(load(x[j]), s, inv_s, z, qmin, qmax, &in));
+        inside[j] = in;
+    }
+    if (!bits) return;
+    for (int64_t k = 0; k < n; k += 8) {
+        uint8_t byte = 0;
+        for (int64_t j = k; j < std::min(n, k + 8); ++j) byte |= uint8_t(inside[j] << (j - k));
+        bits[k / 8] = byte;
+    }
+}
+
+template <typename Y, typename X>
+void fake_quant_rows(Y* y, int64_t ldy, const X* x, int64_t ldx, int64_t rows, int64_t cols,
+                     const float* scale, const float* zero, bool per_tensor, int64_t group,
+                     uint8_t* mask, const QuantGrid& g) {
+    const int64_t per_row = cols / group, row_bytes = fake_quant_mask_row_bytes(cols);
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+        // Spans never cross a block, and start on a multiple of 8 within the row unless a block
+        // does: then the bits go through a row-sized staging run of whole bytes.
+        for (int64_t c0 = 0; c0 < cols;) {
+            const int64_t b = c0 / group, block_end = (b + 1) * group;
+            const int64_t n = std::min({kChunk, block_end - c0, cols - c0});
+            const int64_t k = per_tensor ? 0 : r * per_row + b;
+            uint8_t* bits = mask ? mask + r * row_bytes + c0 / 8 : nullptr;
+            if (bits && (c0 % 8 != 0 || (n % 8 != 0 && c0 + n != cols))) {
+                // A span that does not start or end on a byte: merge its bits one by one.
+                const float s = scale[k], inv_s = 1.0f / s;
+                for (int64_t j = 0; j < n; ++j) {
+                    bool in;
+                    const int64_t c = c0 + j;
+                    store(y[r * ldy + c], fake_quant_value(load(x[r * ldx + c]), s, inv_s, zero[k],
+                                                           float(g.qmin), float(g.qmax), &in));
+                    uint8_t& byte = mask[r * row_bytes + c / 8];
+                    byte = uint8_t((byte & ~(1u << (c % 8))) | (unsigned(in) << (c % 8)));
+                }
+            } else {
+                fake_quant_span(y + r * ldy + c0, x + r * ldx + c0, n, scale[k], zero[k], g, bits);
+            }
+            c0 += n;
+        }
+    }
+}
+
+template <typename D, typename G>
+void fake_quant_backward_rows(D* dx, int64_t lddx, const G* dy, int64_t lddy, int64_t rows,
+                              int64_t cols, const uint8_t* mask) {
+    const int64_t row_bytes = fake_quant_mask_row_bytes(cols);
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* bits = mask + r * row_bytes;
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) {
+            const bool keep = (bits[c >> 3] >> (c & 7)) & 1;
+            store(dx[r * lddx + c], keep ? load(dy[r * lddy + c]) : 0.0f);
+        }
+    }
+}
+
+}  // namespace
+
+void CpuBackend::min_max(Vec lo, Vec hi, CMat x, int64_t group) {
+    Scope h(*this, "min_max");
+    check_min_max_args(lo, hi, x, group);
+    lo = h(lo);
+    hi = h(hi);
+    x = h(x);
+    with_float_type(x.dtype, "min_max", [&](auto tx) {
+        using X = decltype(tx);
+        min_max_rows(elems<float>(lo), elems<float>(hi), elems<X>(x), x.ld, x.rows, x.cols, group);
+    });
+}
+
+void CpuBackend::quant_params(Vec scale, Vec zero, CVec lo, CVec hi, const QuantGrid& g) {
+    Scope h(*this, "quant_params");
+    ETE_CHECK(scale.n == lo.n && zero.n == lo.n && hi.n == lo.n && scale.dtype == DType::F32 &&
+                  zero.dtype == DType::F32 && lo.dtype == DType::F32 && hi.dtype == DType::F32,
+              "quant_params: scale, zero, lo, hi must be F32 of one length");
+    float* s = elems<float>(h(scale));
+    float* z = elems<float>(h(zero));
+    const float* l = elems<float>(h(lo));
+    const float* u = elems<float>(h(hi));
+    for (int64_t i = 0; i < lo.n; ++i) {
+        const bool empty = !(l[i] <= u[i]);
+        ete::quant_params(empty ? 0.0f : l[i], empty ? 0.0f : u[i], g, &s[i], &z[i]);
+    }
+}
+
+void CpuBackend::fake_quant(Mat y, CMat x, CVec scale, CVec zero, Vec mask, int64_t group,
+                            const QuantGrid& g) {
+    Scope h(*this, "fake_quant");
+    check_fake_quant_args(y, x, scale, zero, mask, group, g);
+    y = h(y);
+    x = h(x);
+    const float* s = elems<float>(h(scale));
+    const float* z = elems<float>(h(zero));
+    uint8_t* m = mask.empty() ? nullptr : static_cast<uint8_t*>(h(mask).data);
+    with_float_type(y.dtype, "fake_quant", [&](auto ty) {
+        with_float_type(x.dtype, "fake_quant", [&](auto tx) {
+            using Y = decltype(ty);
+            using X = decltype(tx);
+            fake_quant_rows(elems<Y>(y), y.ld, elems<X>(x), x.ld, x.rows, x.cols, s, z,
+                            scale.n == 1, group, m, g);
+        });
+    });
+}
+
+void CpuBackend::fake_quant_backward(Mat d_x, CMat d_y, CVec mask) {
+    Scope h(*this, "fake_quant_backward");
+    ETE_CHECK(d_x.rows == d_y.rows && d_x.cols == d_y.cols && mask.dtype == DType::U8 &&
+                  mask.n == fake_quant_mask_bytes(d_y.rows, d_y.cols),
+              "fake_quant_backward: d_x ({}, {}), d_y ({}, {}) and a U8 mask of {} bytes (got {})",
+              d_x.rows, d_x.cols, d_y.rows, d_y.cols, fake_quant_mask_bytes(d_y.rows, d_y.cols),
+              mask.n);
+    d_x = h(d_x);
+    d_y = h(d_y);
+    const auto* m = static_cast<const uint8_t*>(h(mask).data);
+    with_float_type(d_x.dtype, "fake_quant_backward", [&](auto td) {
+        with_float_type(d_y.dtype, "fake_quant_backward", [&](auto tg) {
+            using D = decltype(td);
+            using G = decltype(tg);
+            fake_quant_backward_rows(elems<D>(d_x), d_x.ld, elems<G>(d_y), d_y.ld, d_y.rows,
+                                     d_y.cols, m);
+        });
+    });
+}
+
+}  // namespace ete::cpu

@@ -1,0 +1,244 @@
+// ete/model/qat_runtime.cpp
+#include "ete/model/qat_runtime.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ete/core/error.h"
+
+namespace ete {
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+Vec f32_vec(const DeviceBuffer& b, int64_t n) {
+    ETE_ASSERT(size_t(n) * sizeof(float) <= b.bytes());
+    return {b.data(), DType::F32, n};
+}
+
+// lo/hi pairs packed for one MIN all-reduce: [lo..., -hi...].
+void reduce_ranges(Communicator* c, std::vector<float>& lo, std::vector<float>& hi) {
+    if (!c || c->size() == 1) return;
+    std::vector<float> packed(lo);
+    for (float h : hi) packed.push_back(-h);
+    c->all_reduce(packed.data(), packed.size(), DType::F32, ReduceOp::Min);
+    std::copy(packed.begin(), packed.begin() + long(lo.size()), lo.begin());
+    for (size_t i = 0; i < hi.size(); ++i) hi[i] = -packed[lo.size() + i];
+}
+
+}  // namespace
+
+QatRuntime::QatRuntime(const QatSpec& spec, Backend& be, int layers, Communicator* tp)
+    : spec_(spec), be_(be), layers_(layers), tp_(tp) {
+    for (QatPoint p : {QatPoint::AttnOut, QatPoint::FfnOut, QatPoint::Residual})
+        ETE_CHECK(!spec.has(p),
+                  "qat.points: {} is not available yet (weight, linear_in and post_norm are)",
+                  qat_point_name(p));
+    points_.assign(size_t(layers + 1) * kQatSites,
+                   Point{Observer(1, spec.observer, spec.averaging_constant), kInf, -kInf});
+    scales_ = DeviceBuffer(be_, points_.size() * 2 * sizeof(float));
+    upload_scales();
+}
+
+bool QatRuntime::site_on(int s, int l) const {
+    if (!spec_.enabled) return false;
+    if (s == kQatFinalNorm) return spec_.has(QatPoint::PostNorm);
+    if (!spec_.quantizes_layer(l, layers_)) return false;
+    const bool linear_in = spec_.has(QatPoint::LinearIn);
+    switch (s) {
+        case kQatLn1:
+        case kQatLn2:
+            return spec_.has(QatPoint::PostNorm) || linear_in;
+        case kQatAtt:
+        case kQatAct:
+            return linear_in;
+        default:
+            return false;
+    }
+}
+
+// --- weights ---
+
+void QatRuntime::add_weight(const std::string& name, CMat src, Mat dst, Mat grad, bool quantize,
+                            bool split_cols) {
+    ETE_ASSERT(src.rows == dst.rows && src.cols == dst.cols);
+    Weight w{name, src, dst, grad, quantize, split_cols, src.cols, false, {}, {}, {}, {}, {}};
+    if (quantize) {
+        switch (spec_.weight_granularity) {
+            case QatGranularity::Tensor:
+                w.per_tensor = true;
+                break;
+            case QatGranularity::Group:
+                ETE_CHECK(src.cols % spec_.group_size == 0,
+                          "qat.group_size = {}: {} has {} input columns on this rank (expected a "
+                          "multiple; under tensor parallelism the columns are split)",
+                          spec_.group_size, name, src.cols);
+                w.group = spec_.group_size;
+                break;
+            default:
+                break;
+        }
+        const int64_t blocks = src.rows * (src.cols / w.group);
+        for (DeviceBuffer* b : {&w.lo, &w.hi})
+            *b = DeviceBuffer(be_, size_t(blocks) * sizeof(float));
+        const int64_t params = w.per_tensor ? 1 : blocks;
+        for (DeviceBuffer* b : {&w.scale, &w.zero})
+            *b = DeviceBuffer(be_, size_t(params) * sizeof(float));
+        if (!grad.empty())
+            w.mask = DeviceBuffer(be_, size_t(fake_quant_mask_bytes(src.rows, src.cols)));
+    }
+    weights_.push_back(std::move(w));
+}
+
+void QatRuntime::update_weight(Weight& w) {
+    if (!w.quantize || !fq_on_) {
+        be_.copy(w.dst, w.src);
+        return;
+    }
+    const int64_t blocks = w.src.rows * (w.src.cols / w.group);
+    Vec lo = f32_vec(w.lo, blocks), hi = f32_vec(w.hi, blocks);
+    be_.min_max(lo, hi, w.src, w.group);
+    // A range split over tp (a row-parallel linear's channels, or any tensor taken whole) is
+    // reduced there; a column-parallel channel or a group lies on one rank.
+    const bool reduce_tp = tp_ && (w.per_tensor || (w.split_cols && w.group == w.src.cols));
+    const int64_t n = w.per_tensor ? 1 : blocks;
+    Vec scale = f32_vec(w.scale, n), zero = f32_vec(w.zero, n);
+    if (w.per_tensor || reduce_tp) {
+        std::vector<float> l(static_cast<size_t>(blocks)), h(static_cast<size_t>(blocks));
+        be_.download(l.data(), lo.data, lo.bytes());
+        be_.download(h.data(), hi.data, hi.bytes());
+        if (w.per_tensor) {
+            l = {*std::min_element(l.begin(), l.end())};
+            h = {*std::max_element(h.begin(), h.end())};
+        }
+        if (reduce_tp) reduce_ranges(tp_, l, h);
+        be_.upload(lo.data, l.data(), l.size() * sizeof(float));
+        be_.upload(hi.data, h.data(), h.size() * sizeof(float));
+    }
+    be_.quant_params(scale, zero, lo.slice(0, n), hi.slice(0, n), spec_.weight_grid());
+    Vec mask;
+    if (!w.grad.empty())
+        mask = {w.mask.data(), DType::U8, fake_quant_mask_bytes(w.src.rows, w.src.cols)};
+    be_.fake_quant(w.dst, w.src, scale, zero, mask, w.group, spec_.weight_grid());
+}
+
+void QatRuntime::begin_step(int64_t step) {
+    fq_on_ = spec_.fake_quant_at(step);
+    observe_ = spec_.observe_at(step);
+    for (Weight& w : weights_) update_weight(w);
+}
+
+void QatRuntime::finish_grads() {
+    if (!fq_on_) return;
+    for (const Weight& w : weights_) {
+        if (!w.quantize || w.grad.empty()) continue;
+        be_.fake_quant_backward(
+            w.grad, w.grad,
+            CVec{w.mask.data(), DType::U8, fake_quant_mask_bytes(w.src.rows, w.src.cols)});
+    }
+}
+
+// --- activations ---
+
+void QatRuntime::ensure_scratch(int64_t n) {
+    if (n <= scratch_n_) return;
+    for (DeviceBuffer* b : {&lo_, &hi_, &tok_s_, &tok_z_})
+        *b = DeviceBuffer(be_, size_t(n) * sizeof(float));
+    scratch_n_ = n;
+}
+
+void QatRuntime::act_forward(int s, int l, Mat x, Vec mask, bool train) {
+    if (!site_on(s, l)) return;
+    const bool observe = train && observe_ && spec_.act_granularity == QatGranularity::Tensor;
+    if (!fq_on_ && !observe) return;
+    const int64_t N = x.rows;
+    ensure_scratch(N);
+    const QuantGrid g = spec_.act_grid();
+    Vec lo = f32_vec(lo_, N), hi = f32_vec(hi_, N);
+    if (spec_.act_granularity == QatGranularity::Token) {  // dynamic: each row its own scale
+        be_.min_max(lo, hi, x, x.cols);
+        Vec sc = f32_vec(tok_s_, N), z = f32_vec(tok_z_, N);
+        be_.quant_params(sc, z, lo, hi, g);
+        be_.fake_quant(x, x, sc, z, train ? mask : Vec{}, x.cols, g);
+        return;
+    }
+    Point& p = points_[size_t(s == kQatFinalNorm ? layers_ * kQatSites : point_index(s, l))];
+    if (observe) {
+        be_.min_max(lo, hi, x, x.cols);
+        std::vector<float> l_host(static_cast<size_t>(N)), h_host(static_cast<size_t>(N));
+        be_.download(l_host.data(), lo.data, lo.bytes());
+        be_.download(h_host.data(), hi.data, hi.bytes());
+        p.step_lo = std::min(p.step_lo, *std::min_element(l_host.begin(), l_host.end()));
+        p.step_hi = std::max(p.step_hi, *std::max_element(h_host.begin(), h_host.end()));
+    }
+    if (!fq_on_) return;
+    const int64_t k = &p - points_.data();
+    const CVec sc{static_cast<float*>(scales_.data()) + 2 * k, DType::F32, 1};
+    const CVec z{static_cast<float*>(scales_.data()) + 2 * k + 1, DType::F32, 1};
+    be_.fake_quant(x, x, sc, z, train ? mask : Vec{}, x.cols, g);
+}
+
+void QatRuntime::act_backward(int s, int l, Mat d_x, CVec mask) const {
+    if (!site_on(s, l) || !fq_on_) return;
+    be_.fake_quant_backward(d_x, d_x, mask);
+}
+
+std::vector<float> QatRuntime::step_ranges() const {
+    std::vector<float> packed(2 * points_.size());
+    for (size_t i = 0; i < points_.size(); ++i) {
+        packed[i] = points_[i].step_lo;
+        packed[points_.size() + i] = -points_[i].step_hi;
+    }
+    return packed;
+}
+
+void QatRuntime::end_step(const std::vector<float>& reduced) {
+    ETE_ASSERT(reduced.size() == 2 * points_.size());
+    for (size_t i = 0; i < points_.size(); ++i) {
+        Point& p = points_[i];
+        if (observe_) p.obs.fold({reduced[i]}, {-reduced[points_.size() + i]});
+        p.step_lo = kInf;
+        p.step_hi = -kInf;
+    }
+    upload_scales();
+}
+
+void QatRuntime::upload_scales() {
+    std::vector<float> host(points_.size() * 2);
+    std::vector<float> s, z;
+    for (size_t i = 0; i < points_.size(); ++i) {
+        points_[i].obs.params(spec_.act_grid(), &s, &z);
+        host[2 * i] = s[0];
+        host[2 * i + 1] = z[0];
+    }
+    be_.upload(scales_.data(), host.data(), host.size() * sizeof(float));
+}
+
+nlohmann::json QatRuntime::state() const {
+    nlohmann::json j = nlohmann::json::object();
+    for (int l = 0; l <= layers_; ++l)
+        for (int s = 0; s < kQatSites; ++s) {
+            const int site = l == layers_ ? kQatFinalNorm : s;
+            if (!site_on(site, l) || spec_.act_granularity != QatGranularity::Tensor) continue;
+            if (l == layers_ && s > 0) break;
+            const std::string key = fmt::format("{}.{}", l, s);
+            j[key] = points_[size_t(point_index(s, l))].obs.state();
+        }
+    return j;
+}
+
+void QatRuntime::restore(const nlohmann::json& state, const std::string& what) {
+    for (const auto& [key, value] : state.items()) {
+        int l = -1, s = -1;
+        ETE_CHECK(std::sscanf(key.c_str(), "%d.%d", &l, &s) == 2 && l >= 0 && l <= layers_ &&
+                      s >= 0 && s < kQatSites,
+                  "{}: qat observer '{}' is not a point of this model", what, key);
+        points_[size_t(point_index(s, l))].obs.restore(
+            value.get<std::vector<float>>(), fmt::format("{} qat observer {}", what, key));
+    }
+    upload_scales();
+}
+
+}  // namespace ete

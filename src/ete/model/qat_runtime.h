@@ -1,0 +1,122 @@
+// ete/model/qat_runtime.h — quantization-aware training inside a Transformer (model/qat_spec.h,
+// DESIGN.md §6): the fake-quantized weights, and the activation points' observers, scales and
+// saved straight-through masks.
+//
+// Weights. A chosen linear of a quantized layer reads fq(W) from a buffer of its own in the
+// compute dtype, rewritten at the start of every step (begin_step) from the fp32 weight, one HF
+// tensor at a time: symmetric, with scales per output channel, per tensor or per group from the
+// weight's current range (as torchao's QAT: weights need no history), reduced over tp where a
+// channel or the tensor is split across ranks. The step's backward accumulates the gradient of
+// fq(W); finish_grads masks it once (the mask is constant over a step, so masking the sum of the
+// micro-batches equals masking each). Before qat.warmup_steps the buffer holds W itself.
+//
+// Activations. A point fake-quantizes a tensor in place (the affine act_bits grid): per tensor
+// with the scale of its observer, or per token (dynamic, scales from each row). Every forward of
+// a training step adds its batch range to the step's range of that point (min and max, so a
+// recomputed forward changes nothing); end_step folds the step's range — reduced over every rank
+// by the caller, each rank contributing the layers it holds — into the observers. So every rank
+// keeps every layer's observers, identical everywhere whatever the layout (what a checkpoint
+// saves and a resume restores), and a step's scales come from the observations of the steps
+// before it. Masks live in each micro-batch's saved activations.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ete/backend/backend.h"
+#include "ete/core/device_memory.h"
+#include "ete/model/qat_spec.h"
+#include "ete/parallel/communicator.h"
+#include "ete/quant/observer.h"
+
+namespace ete {
+
+// The activation tensors a layer can fake-quantize (their points: model/qat_spec.h).
+enum QatSite {
+    kQatLn1 = 0,  // attention norm output = q|k|v input (post_norm, linear_in)
+    kQatAtt,      // attention output = o_proj input (linear_in)
+    kQatLn2,      // MLP norm output = gate|up / c_fc input (post_norm, linear_in)
+    kQatAct,      // MLP activation = down projection input (linear_in)
+    kQatSites,
+    kQatFinalNorm = kQatSites,  // the final norm's output (post_norm), one per model
+};
+
+class QatRuntime {
+  public:
+    // layers: the model's global layer count; tp: the tp group (host buffers) or null.
+    QatRuntime(const QatSpec& spec, Backend& be, int layers, Communicator* tp);
+
+    const QatSpec& spec() const { return spec_; }
+    bool fake_quant_on() const { return fq_on_; }
+    // Whether site s of global layer l (or the final norm, l = layers) fake-quantizes at all.
+    bool site_on(int s, int l) const;
+
+    // --- weights ---
+    // One HF tensor: src (rows, cols) its fp32 master or frozen value, dst the rows of the
+    // linear's fq(W) buffer it fills, grad its gradient rows (empty = frozen). quantize = false:
+    // dst is a plain copy (a member of a fused group that qat.linears does not choose).
+    // split_cols: the columns are split over tp (a row-parallel linear).
+    void add_weight(const std::string& name, CMat src, Mat dst, Mat grad, bool quantize,
+                    bool split_cols);
+    // Sets the phase of a step (0-based) and rewrites every fq(W) buffer.
+    void begin_step(int64_t step);
+    // Masks each quantized trainable weight's gradient (after the step's backward and sync).
+    void finish_grads();
+
+    // --- activations ---
+    // x (N, cols) in place at site s of global layer l. train: observe and keep the mask (mask:
+    // U8 of fake_quant_mask_bytes(N, cols)); otherwise (evaluation) only fake-quantize.
+    // split: the columns are split over tp (the step range is reduced there by the caller).
+    void act_forward(int s, int l, Mat x, Vec mask, bool train);
+    // d_x (N, cols) in place: the straight-through mask of that forward.
+    void act_backward(int s, int l, Mat d_x, CVec mask) const;
+    // Bytes of one site's mask for N rows of `cols`.
+    static int64_t mask_bytes(int64_t N, int64_t cols) { return fake_quant_mask_bytes(N, cols); }
+
+    // The step's ranges of every static point of every layer, packed for one MIN all-reduce:
+    // [lo..., -hi...]; +inf for what this rank did not observe.
+    std::vector<float> step_ranges() const;
+    // Folds the reduced step ranges into the observers (when the step observes) and sets the
+    // scales for the next step; clears the step ranges.
+    void end_step(const std::vector<float>& reduced);
+
+    // The observers, for a checkpoint (JSON: one array per point) and its resume.
+    nlohmann::json state() const;
+    void restore(const nlohmann::json& state, const std::string& what);
+
+  private:
+    struct Weight {
+        std::string name;
+        CMat src;
+        Mat dst, grad;
+        bool quantize, split_cols;
+        int64_t group;    // columns per block
+        bool per_tensor;  // one scale for the tensor
+        DeviceBuffer lo, hi, scale, zero, mask;
+    };
+    // A static activation point: its observer and this step's range.
+    struct Point {
+        Observer obs;
+        float step_lo, step_hi;
+    };
+    int point_index(int s, int l) const { return l * kQatSites + s; }
+    void update_weight(Weight& w);
+    void ensure_scratch(int64_t n);
+    void upload_scales();
+
+    QatSpec spec_;
+    Backend& be_;
+    int layers_;
+    Communicator* tp_;
+    bool fq_on_ = false, observe_ = false;
+    std::vector<Weight> weights_;
+    std::vector<Point> points_;  // (layers + 1) x kQatSites; the final norm at [layers][0]
+    DeviceBuffer scales_;        // 2 floats per point: scale, zero (per-tensor points)
+    DeviceBuffer lo_, hi_, tok_s_, tok_z_;  // (N) scratch: row ranges, per-token parameters
+    int64_t scratch_n_ = 0;
+};
+
+}  // namespace ete

@@ -1,0 +1,89 @@
+// ete/model/transformer_qat.cpp — quantization-aware training in the Transformer: which linears
+// read a fake-quantized weight, and the activation sites' forward and backward (the runtime is
+// model/qat_runtime.h).
+#include <algorithm>
+
+#include "ete/model/transformer.h"
+
+namespace ete {
+
+// lin reads a buffer of its own holding fq(W) of the given parameters (its rows, in order):
+// those whose role qat.linears chooses are quantized, the others copied.
+void Transformer::qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode) {
+    ParamStore& ps = params_;
+    const std::vector<ParamRole> chosen = linear_roles(qat_->spec().linears, cfg_.arch);
+    auto is_chosen = [&](int p) {
+        return std::find(chosen.begin(), chosen.end(), ps.specs()[size_t(p)].role) != chosen.end();
+    };
+    if (std::none_of(params.begin(), params.end(), is_chosen)) return;
+    for (int p : params)
+        ETE_CHECK(!ps.is_nf4(p),
+                  "qat.points = weight: '{}' is an NF4 weight (lora.base_format = nf4); fake "
+                  "quantization of an NF4 base is not supported yet (use lora.base_format = f32 "
+                  "or bf16, or leave weight out of qat.points)",
+                  ps.specs()[size_t(p)].name);
+    const int64_t out = lin.out(), in = lin.in();
+    qat_weights_.emplace_back(be_, size_t(out * in) * dtype_size(act_));
+    const Mat buf{qat_weights_.back().data(), act_, out, in};
+    int64_t row = 0;
+    for (int p : params) {
+        const bool trainable = ps.trainable(p);
+        CMat src = trainable ? CMat(ps.master(p)) : ps.value(p);
+        qat_->add_weight(ps.specs()[size_t(p)].name, src, buf.row_slice(row, src.rows),
+                         trainable ? ps.grad(p) : Mat{}, is_chosen(p), mode == TpMode::Row);
+        row += src.rows;
+    }
+    ETE_ASSERT(row == out);
+    lin.set_weight(buf);
+}
+
+void Transformer::enable_qat(const QatSpec& spec) {
+    check_qat_spec(spec, cfg_);
+    ETE_CHECK(slots_.empty(), "enable_qat: call it before setup");
+    qat_ = std::make_unique<QatRuntime>(spec, be_, cfg_.num_layers, tp_host_);
+    if (!spec.has(QatPoint::Weight)) return;
+    ParamStore& ps = params_;
+    const bool llama = cfg_.arch == Arch::Llama;
+    using R = ParamRole;
+    for (int i = 0; i < int(layers_.size()); ++i) {
+        const int l = mp_.layer_begin + i;
+        if (!spec.quantizes_layer(l, cfg_.num_layers)) continue;
+        DecoderLayer& L = layers_[size_t(i)];
+        auto at = [&](R r) { return ps.find(r, l); };
+        // A fused group over a trainable base is one Linear spanning its members.
+        auto group = [&](FusedLinear& f, std::vector<R> roles) {
+            if (f.size() == 1) {
+                std::vector<int> params;
+                for (R r : roles) params.push_back(at(r));
+                qat_add_linear(f.part(0), params, TpMode::Column);
+            } else {
+                for (int k = 0; k < f.size(); ++k)
+                    qat_add_linear(f.part(k), {at(roles[size_t(k)])}, TpMode::Column);
+            }
+        };
+        group(L.qkv, llama ? std::vector<R>{R::Q, R::K, R::V} : std::vector<R>{R::Qkv});
+        qat_add_linear(L.o, {at(R::AttnOut)}, TpMode::Row);
+        group(L.fc, llama ? std::vector<R>{R::Gate, R::Up} : std::vector<R>{R::Fc});
+        qat_add_linear(L.proj, {at(R::Down)}, TpMode::Row);
+    }
+}
+
+// Site `site` of global layer l (the final norm: l = num_layers) on x (N, cols) in place; mask:
+// the site's saved mask buffer (allocated whenever the site is on).
+void Transformer::qat_forward(int site, int l, Mat x, Vec mask) {
+    if (!qat_ || !qat_->site_on(site, l)) return;
+    ETE_ASSERT(!mask.empty());
+    qat_->act_forward(site, l, x, mask.slice(0, QatRuntime::mask_bytes(x.rows, x.cols)),
+                      qat_train_);
+}
+
+void Transformer::qat_backward(int site, int l, Mat d_x, Vec mask) {
+    if (!qat_ || !qat_->site_on(site, l)) return;
+    qat_->act_backward(site, l, d_x, mask.slice(0, QatRuntime::mask_bytes(d_x.rows, d_x.cols)));
+}
+
+CMat Transformer::o_input(const LayerActs& s, int N) const {
+    return s.att_q.empty() ? rows(s.att, N) : rows(s.att_q, N);
+}
+
+}  // namespace ete
