@@ -3,6 +3,7 @@
 // key.
 #include <gtest/gtest.h>
 
+#include "ete/model/qat_runtime.h"
 #include "ete/model/qat_spec.h"
 #include "test_util.h"
 
@@ -99,6 +100,36 @@ TEST(QatSpec, BadValuesNameTheirKey) {
               }),
               "qat.group_size = 48: expected a divisor of every linear's input width (64 is not "
               "a multiple)");
+}
+
+// linear_in quantizes the inputs of the linears qat.linears chooses, and only those; post_norm
+// every norm's output; skipped layers nothing (the final norm is not a layer); each output point
+// its own sites.
+TEST(QatRuntime, SitesFollowThePointsTheLinearsAndTheSkippedLayers) {
+    auto be = make_ref_backend();
+    QatSpec s;
+    s.enabled = true;
+    s.points = {QatPoint::LinearIn};
+    s.linears = {"down_proj", "o_proj"};
+    QatRuntime q(s, *be, Arch::Llama, 4, nullptr);
+    EXPECT_FALSE(q.site_on(kQatLn1, 0));
+    EXPECT_TRUE(q.site_on(kQatAtt, 0));
+    EXPECT_FALSE(q.site_on(kQatLn2, 1));
+    EXPECT_TRUE(q.site_on(kQatAct, 3));
+    EXPECT_FALSE(q.site_on(kQatFinalNorm, 4));
+    s.points.push_back(QatPoint::PostNorm);
+    s.skip_layers = {-1};
+    QatRuntime p(s, *be, Arch::Llama, 4, nullptr);
+    EXPECT_TRUE(p.site_on(kQatLn1, 0));
+    EXPECT_TRUE(p.site_on(kQatLn2, 2));
+    EXPECT_FALSE(p.site_on(kQatAct, 3));
+    EXPECT_TRUE(p.site_on(kQatFinalNorm, 4));
+    s.points = {QatPoint::Residual, QatPoint::FfnOut};
+    s.skip_layers = {};
+    QatRuntime r(s, *be, Arch::Llama, 4, nullptr);
+    EXPECT_TRUE(r.site_on(kQatResidMid, 0) && r.site_on(kQatResidOut, 3));
+    EXPECT_TRUE(r.site_on(kQatFfnOut, 1));
+    EXPECT_FALSE(r.site_on(kQatAttnOut, 1) || r.site_on(kQatLn1, 1) || r.site_on(kQatAct, 1));
 }
 
 }  // namespace

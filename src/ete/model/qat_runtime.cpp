@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ete/core/error.h"
+#include "ete/model/lora_spec.h"
 
 namespace ete {
 
@@ -30,12 +31,21 @@ void reduce_ranges(Communicator* c, std::vector<float>& lo, std::vector<float>& 
 
 }  // namespace
 
-QatRuntime::QatRuntime(const QatSpec& spec, Backend& be, int layers, Communicator* tp)
+QatRuntime::QatRuntime(const QatSpec& spec, Backend& be, Arch arch, int layers, Communicator* tp)
     : spec_(spec), be_(be), layers_(layers), tp_(tp) {
-    for (QatPoint p : {QatPoint::AttnOut, QatPoint::FfnOut, QatPoint::Residual})
-        ETE_CHECK(!spec.has(p),
-                  "qat.points: {} is not available yet (weight, linear_in and post_norm are)",
-                  qat_point_name(p));
+    using R = ParamRole;
+    const std::vector<R> chosen = linear_roles(spec.linears, arch);
+    auto any = [&](std::initializer_list<R> roles) {
+        for (R r : roles)
+            if (std::find(chosen.begin(), chosen.end(), r) != chosen.end()) return true;
+        return false;
+    };
+    if (spec.has(QatPoint::LinearIn)) {
+        linear_in_[kQatLn1] = any({R::Q, R::K, R::V, R::Qkv});
+        linear_in_[kQatAtt] = any({R::AttnOut});
+        linear_in_[kQatLn2] = any({R::Gate, R::Up, R::Fc});
+        linear_in_[kQatAct] = any({R::Down});
+    }
     points_.assign(size_t(layers + 1) * kQatSites,
                    Point{Observer(1, spec.observer, spec.averaging_constant), kInf, -kInf});
     scales_ = DeviceBuffer(be_, points_.size() * 2 * sizeof(float));
@@ -45,17 +55,18 @@ QatRuntime::QatRuntime(const QatSpec& spec, Backend& be, int layers, Communicato
 bool QatRuntime::site_on(int s, int l) const {
     if (!spec_.enabled) return false;
     if (s == kQatFinalNorm) return spec_.has(QatPoint::PostNorm);
-    if (!spec_.quantizes_layer(l, layers_)) return false;
-    const bool linear_in = spec_.has(QatPoint::LinearIn);
+    if (!spec_.quantizes_layer(l, layers_) || s < 0 || s >= kQatSites) return false;
     switch (s) {
-        case kQatLn1:
-        case kQatLn2:
-            return spec_.has(QatPoint::PostNorm) || linear_in;
-        case kQatAtt:
-        case kQatAct:
-            return linear_in;
+        case kQatAttnOut:
+            return spec_.has(QatPoint::AttnOut);
+        case kQatFfnOut:
+            return spec_.has(QatPoint::FfnOut);
+        case kQatResidMid:
+        case kQatResidOut:
+            return spec_.has(QatPoint::Residual);
         default:
-            return false;
+            return ((s == kQatLn1 || s == kQatLn2) && spec_.has(QatPoint::PostNorm)) ||
+                   linear_in_[size_t(s)];
     }
 }
 
@@ -64,7 +75,7 @@ bool QatRuntime::site_on(int s, int l) const {
 void QatRuntime::add_weight(const std::string& name, CMat src, Mat dst, Mat grad, bool quantize,
                             bool split_cols) {
     ETE_ASSERT(src.rows == dst.rows && src.cols == dst.cols);
-    Weight w{name, src, dst, grad, quantize, split_cols, src.cols, false, {}, {}, {}, {}, {}};
+    Weight w{name, src, dst, grad, quantize, split_cols, src.cols, false, -1, {}, {}, {}, {}, {}};
     if (quantize) {
         switch (spec_.weight_granularity) {
             case QatGranularity::Tensor:
@@ -93,6 +104,9 @@ void QatRuntime::add_weight(const std::string& name, CMat src, Mat dst, Mat grad
 }
 
 void QatRuntime::update_weight(Weight& w) {
+    // A frozen weight's buffer changes only with the phase.
+    if (w.grad.empty() && w.phase == int(fq_on_)) return;
+    w.phase = int(fq_on_);
     if (!w.quantize || !fq_on_) {
         be_.copy(w.dst, w.src);
         return;
@@ -102,7 +116,8 @@ void QatRuntime::update_weight(Weight& w) {
     be_.min_max(lo, hi, w.src, w.group);
     // A range split over tp (a row-parallel linear's channels, or any tensor taken whole) is
     // reduced there; a column-parallel channel or a group lies on one rank.
-    const bool reduce_tp = tp_ && (w.per_tensor || (w.split_cols && w.group == w.src.cols));
+    const bool per_channel = spec_.weight_granularity == QatGranularity::Channel;
+    const bool reduce_tp = tp_ && (w.per_tensor || (w.split_cols && per_channel));
     const int64_t n = w.per_tensor ? 1 : blocks;
     Vec scale = f32_vec(w.scale, n), zero = f32_vec(w.zero, n);
     if (w.per_tensor || reduce_tp) {
@@ -173,16 +188,17 @@ void QatRuntime::act_forward(int s, int l, Mat x, Vec mask, bool train) {
         p.step_lo = std::min(p.step_lo, *std::min_element(l_host.begin(), l_host.end()));
         p.step_hi = std::max(p.step_hi, *std::max_element(h_host.begin(), h_host.end()));
     }
-    if (!fq_on_) return;
+    // A point starts quantizing once its observer has seen a step (the same on every rank).
+    if (!fq_on_ || !p.obs.observed()) return;
     const int64_t k = &p - points_.data();
     const CVec sc{static_cast<float*>(scales_.data()) + 2 * k, DType::F32, 1};
     const CVec z{static_cast<float*>(scales_.data()) + 2 * k + 1, DType::F32, 1};
     be_.fake_quant(x, x, sc, z, train ? mask : Vec{}, x.cols, g);
 }
 
-void QatRuntime::act_backward(int s, int l, Mat d_x, CVec mask) const {
+void QatRuntime::act_backward(int s, int l, Mat d_x, CMat d_y, CVec mask) const {
     if (!site_on(s, l) || !fq_on_) return;
-    be_.fake_quant_backward(d_x, d_x, mask);
+    be_.fake_quant_backward(d_x, d_y, mask);
 }
 
 std::vector<float> QatRuntime::step_ranges() const {

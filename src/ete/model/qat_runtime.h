@@ -35,19 +35,26 @@
 namespace ete {
 
 // The activation tensors a layer can fake-quantize (their points: model/qat_spec.h).
+// The first kQatRecomputedSites live in a layer's saved activations (a recomputed layer
+// recomputes their masks); the others' masks are kept per micro-batch.
 enum QatSite {
-    kQatLn1 = 0,  // attention norm output = q|k|v input (post_norm, linear_in)
-    kQatAtt,      // attention output = o_proj input (linear_in)
-    kQatLn2,      // MLP norm output = gate|up / c_fc input (post_norm, linear_in)
-    kQatAct,      // MLP activation = down projection input (linear_in)
+    kQatLn1 = 0,   // attention norm output = q|k|v input (post_norm, linear_in)
+    kQatAtt,       // attention output = o_proj input (linear_in)
+    kQatLn2,       // MLP norm output = gate|up / c_fc input (post_norm, linear_in)
+    kQatAct,       // MLP activation = down projection input (linear_in)
+    kQatAttnOut,   // o_proj output, before the residual add (attn_out)
+    kQatFfnOut,    // down projection output, before the residual add (ffn_out)
+    kQatResidMid,  // the residual stream after the attention add (residual)
+    kQatResidOut,  // the layer's output, after the MLP add (residual)
     kQatSites,
+    kQatRecomputedSites = kQatAttnOut,
     kQatFinalNorm = kQatSites,  // the final norm's output (post_norm), one per model
 };
 
 class QatRuntime {
   public:
     // layers: the model's global layer count; tp: the tp group (host buffers) or null.
-    QatRuntime(const QatSpec& spec, Backend& be, int layers, Communicator* tp);
+    QatRuntime(const QatSpec& spec, Backend& be, Arch arch, int layers, Communicator* tp);
 
     const QatSpec& spec() const { return spec_; }
     bool fake_quant_on() const { return fq_on_; }
@@ -71,8 +78,8 @@ class QatRuntime {
     // U8 of fake_quant_mask_bytes(N, cols)); otherwise (evaluation) only fake-quantize.
     // split: the columns are split over tp (the step range is reduced there by the caller).
     void act_forward(int s, int l, Mat x, Vec mask, bool train);
-    // d_x (N, cols) in place: the straight-through mask of that forward.
-    void act_backward(int s, int l, Mat d_x, CVec mask) const;
+    // d_x (N, cols) = d_y through the straight-through mask of that forward (d_y may be d_x).
+    void act_backward(int s, int l, Mat d_x, CMat d_y, CVec mask) const;
     // Bytes of one site's mask for N rows of `cols`.
     static int64_t mask_bytes(int64_t N, int64_t cols) { return fake_quant_mask_bytes(N, cols); }
 
@@ -95,6 +102,7 @@ class QatRuntime {
         bool quantize, split_cols;
         int64_t group;    // columns per block
         bool per_tensor;  // one scale for the tensor
+        int phase;        // fq_on_ when dst was last written (-1: never)
         DeviceBuffer lo, hi, scale, zero, mask;
     };
     // A static activation point: its observer and this step's range.
@@ -109,6 +117,8 @@ class QatRuntime {
 
     QatSpec spec_;
     Backend& be_;
+    // linear_in of each site: whether qat.linears chooses a linear reading it.
+    std::array<bool, kQatSites> linear_in_{};
     int layers_;
     Communicator* tp_;
     bool fq_on_ = false, observe_ = false;

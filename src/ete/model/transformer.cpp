@@ -357,8 +357,8 @@ void Transformer::allocate(Arena& a) {
             if (lora_sites_[size_t(k)]) s.lora_u[size_t(k)] = a.alloc_mat(A, N, R);
         // QAT masks of the sites some layer of this stage uses (the counting pass hands out
         // empty views, so the decision is never read back from them).
-        const int64_t site_cols[kQatSites] = {C, HD, C, F};
-        for (int k = 0; k < kQatSites; ++k) {
+        const int64_t site_cols[kQatRecomputedSites] = {C, HD, C, F};
+        for (int k = 0; k < kQatRecomputedSites; ++k) {
             bool on = false;
             for (int l = mp_.layer_begin; l < mp_.layer_end; ++l) on = on || qat_site(k, l);
             if (!on) continue;
@@ -388,6 +388,12 @@ void Transformer::allocate(Arena& a) {
         }
         s.d_out = last ? Mat{} : a.alloc_mat(F32, N, C);
         s.d_in = first ? Mat{} : a.alloc_mat(F32, N, C);
+        s.qat_kept.assign(act_index_.size(), {});
+        for (int i = 0; i < int(act_index_.size()); ++i)
+            for (int k = kQatRecomputedSites; k < kQatSites; ++k)
+                if (qat_site(k, mp_.layer_begin + i))
+                    s.qat_kept[size_t(i)][size_t(k)] =
+                        a.alloc_vec(DType::U8, QatRuntime::mask_bytes(N, C));
         s.ids = first ? a.alloc_vec(DType::I32, N) : Vec{};
         s.doc = a.alloc_vec(DType::I32, N);
     }
@@ -416,6 +422,10 @@ void Transformer::allocate(Arena& a) {
     lora_xd_ = drop ? a.alloc_mat(A, N, widest) : Mat{};
     lora_dxd_ = drop ? a.alloc_mat(F32, N, widest) : Mat{};
     tp_buf_ = tp_ ? a.alloc_mat(F32, N, C) : Mat{};
+    bool qat_out = false;
+    for (int l = mp_.layer_begin; l < mp_.layer_end; ++l)
+        qat_out = qat_out || qat_site(kQatAttnOut, l) || qat_site(kQatFfnOut, l);
+    qat_out_ = qat_out ? a.alloc_mat(F32, N, C) : Mat{};
     // k|v weight and bias rows, or the k and v adapters' B (2 · D · R).
     const int64_t kv_n = std::max(2 * D * C + 2 * D, 2 * D * R);
     kv_old_ = kv_group_ ? a.alloc_vec(F32, kv_n) : Vec{};
@@ -443,14 +453,31 @@ CMat Transformer::in_compute(CMat x, Mat scratch) {
 // tp > 1: the partial products are summed over the group first (in tp_buf_), so the replicated
 // bias is added once.
 void Transformer::row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMat in,
-                                       const LoraActs* acts) {
+                                       const LoraActs* acts, int site, int l, Vec mask) {
+    if (site >= 0 && qat_site(site, l)) {  // the whole product (summed over tp), quantized
+        Mat o = rows(qat_out_, int(y.rows));
+        lin.forward(be_, o, in, false, Mat{}, acts);
+        qat_forward(site, l, o, mask);
+        be_.copy(y, resid);
+        be_.add(y, o);
+        return;
+    }
     be_.copy(y, resid);
     lin.forward(be_, y, in, true, tp_ ? rows(tp_buf_, int(y.rows)) : Mat{}, acts);
 }
 
+CMat Transformer::row_parallel_grad(Mat d_resid, int site, int l, Vec mask) {
+    const int N = int(d_resid.rows);
+    if (!qat_site(site, l) || !qat_->fake_quant_on()) return in_compute(d_resid, d_y16_);
+    Mat g = act_ == DType::F32 ? rows(qat_out_, N) : rows(d_y16_, N);
+    qat_backward(site, l, g, mask, d_resid);
+    return g;
+}
+
 // x (N, C) -> out (N, C). out empty (a recompute in backward): everything the backward reads
 // is saved, but the layer output itself is neither computed nor written.
-void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, AttnDims d) {
+void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, AttnDims d,
+                                const std::array<Vec, kQatSites>& kept) {
     const DecoderLayer& L = layers_[size_t(i)];
     const int N = d.B * d.T;
     const bool llama = cfg_.arch == Arch::Llama;
@@ -470,7 +497,9 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
         be_.copy(att_q, att);
         qat_forward(kQatAtt, l, att_q, s.qat_mask[kQatAtt]);
     }
-    row_parallel_forward(L.o, mid, x, o_input(s, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO));
+    row_parallel_forward(L.o, mid, x, o_input(s, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO),
+                         kQatAttnOut, l, kept[kQatAttnOut]);
+    qat_forward(kQatResidMid, l, mid, kept[kQatResidMid]);
     L.ln2.forward(be_, ln2, rows(s.ln2_mean, N), rows(s.ln2_rstd, N), mid);
     qat_forward(kQatLn2, l, ln2, s.qat_mask[kQatLn2]);
     L.fc.forward(be_, fc, ln2, lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc));
@@ -482,22 +511,25 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
     qat_forward(kQatAct, l, act, s.qat_mask[kQatAct]);
     const LoraActs* pa = lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj);
     if (!out.empty()) {
-        row_parallel_forward(L.proj, out, mid, act, pa);
-    } else {
+        row_parallel_forward(L.proj, out, mid, act, pa, kQatFfnOut, l, kept[kQatFfnOut]);
+        qat_forward(kQatResidOut, l, out, kept[kQatResidOut]);
+    } else {  // a recompute: the kept masks of ffn_out and residual are still those of the forward
         L.proj.forward_saved(be_, act, pa);  // its adapter's u, which backward reads
     }
 }
 
 // d_resid enters as dL/d(layer output) and leaves as dL/d(resid_mid).
-void Transformer::mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims d) {
+void Transformer::mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims d,
+                               const std::array<Vec, kQatSites>& kept) {
     const DecoderLayer& L = layers_[size_t(i)];
     const int N = d.B * d.T;
     Mat d_act = rows(d_act_, N), d_fc = rows(d_fc_, N), d_ln = rows(d_ln_, N);
     CMat fc = rows(s.fc, N), act = rows(s.act, N);
-    CMat dy = in_compute(d_resid, d_y16_);  // the down projection's output gradient, as A
+    const int l = mp_.layer_begin + i;
+    // The down projection's output gradient, as A.
+    CMat dy = row_parallel_grad(d_resid, kQatFfnOut, l, kept[kQatFfnOut]);
     LoraActs la[kLoraSites];
     L.proj.backward(be_, d_act, dy, act, lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj));
-    const int l = mp_.layer_begin + i;
     qat_backward(kQatAct, l, d_act, s.qat_mask[kQatAct]);
     if (cfg_.arch == Arch::Llama) {
         be_.swiglu_backward(d_fc, d_act, fc);
@@ -513,14 +545,15 @@ void Transformer::mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims 
 }
 
 // d_resid enters as dL/d(resid_mid) and leaves as dL/d(layer input x).
-void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_resid, AttnDims d) {
+void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_resid, AttnDims d,
+                                     const std::array<Vec, kQatSites>& kept) {
     const DecoderLayer& L = layers_[size_t(i)];
     const int N = d.B * d.T;
+    const int l = mp_.layer_begin + i;
     Mat d_att = rows(d_att_, N), d_qkv = rows(d_qkv_, N), d_ln = rows(d_ln_, N);
-    CMat dy = in_compute(d_resid, d_y16_);
+    CMat dy = row_parallel_grad(d_resid, kQatAttnOut, l, kept[kQatAttnOut]);
     LoraActs la[kLoraSites];
     L.o.backward(be_, d_att, dy, o_input(s, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO));
-    const int l = mp_.layer_begin + i;
     qat_backward(kQatAtt, l, d_att, s.qat_mask[kQatAtt]);
     be_.attention_backward(d_qkv, d_att, rows(s.att, N), s.lse.slice(0, int64_t(d.B) * d.H * d.T),
                            rows(s.qkv, N), d, 1.0f / std::sqrt(float(d.D)));
@@ -596,12 +629,16 @@ void Transformer::kv_grads_finish(int i, Request& sum) {
 void Transformer::layer_backward(int i, Slot& s, Mat d_resid, AttnDims d) {
     const LayerActs& a = acts(s, i);
     CMat x = rows(s.resid[size_t(i)], d.B * d.T);
+    const std::array<Vec, kQatSites>& kept = s.qat_kept[size_t(i)];
     if (recompute_[size_t(mp_.layer_begin + i)]) {
         qat_train_ = true;  // a training forward again: observes (no change) and keeps masks
-        layer_forward(i, a, x, Mat{}, d);
+        layer_forward(i, a, x, Mat{}, d, kept);
     }
-    mlp_backward(i, a, d_resid, d);
-    attention_backward(i, a, x, d_resid, d);
+    const int l = mp_.layer_begin + i;
+    qat_backward(kQatResidOut, l, d_resid, kept[kQatResidOut]);  // d(output) -> d(pre-quant)
+    mlp_backward(i, a, d_resid, d, kept);
+    qat_backward(kQatResidMid, l, d_resid, kept[kQatResidMid]);
+    attention_backward(i, a, x, d_resid, d, kept);
 }
 
 void Transformer::final_norm_forward(Slot& s, int N) {

@@ -90,7 +90,7 @@ struct LayerActs {
     std::array<Mat, kLoraSites> lora_u;  // (N, r_max) A per adapter (LoraActs::u), or empty
     // QAT (model/qat_runtime.h): the straight-through masks of the fake-quantized sites (U8), and
     // the o_proj input fq(att) when it is one (att itself stays for attention's backward).
-    std::array<Vec, kQatSites> qat_mask;
+    std::array<Vec, kQatRecomputedSites> qat_mask;
     Mat att_q;  // (N, H·D) A, or empty
 };
 
@@ -125,6 +125,8 @@ class Transformer {
     void enable_qat(const QatSpec& spec);
     QatRuntime* qat() { return qat_.get(); }
     const QatRuntime* qat() const { return qat_.get(); }
+    // The fake-quantized weight buffers enable_qat allocated (the weights' masks: an 8th more).
+    size_t qat_weight_bytes() const;
 
     // Allocates activations for batches up to (B, T) and `slots` micro-batches in flight (the
     // stage API; 1F1B needs min(num_stages - stage, micro-batches)); `plan` (size L, global layer
@@ -204,8 +206,11 @@ class Transformer {
         Mat lnf;                      // (N, C) A, last stage
         Vec lnf_mean, lnf_rstd;       // (N) F32
         Vec lnf_mask;                 // QAT: the final norm's mask (U8), or empty
-        Mat d_lnf;                    // (N, C) F32 from the head; the shared d_ln_ when slots == 1
-        Mat d_out;                    // (N, C) non-last stages: stage_output_grad
+        // QAT, per local layer: the masks of the sites a recompute does not rebuild (the
+        // projections' outputs and the residual stream; model/qat_runtime.h), or empty.
+        std::vector<std::array<Vec, kQatSites>> qat_kept;
+        Mat d_lnf;             // (N, C) F32 from the head; the shared d_ln_ when slots == 1
+        Mat d_out;             // (N, C) non-last stages: stage_output_grad
         Mat d_in;              // (N, C) non-first stages: stage_input_grad, backward's d_resid
         Vec ids;               // (N) I32 stage 0: the token ids
         Vec doc;               // (N) I32 copy of doc_start
@@ -247,17 +252,25 @@ class Transformer {
     // x in the compute dtype: itself, or converted into `scratch` (N, C).
     CMat in_compute(CMat x, Mat scratch);
     // Layers, by local index i (global layer layer_begin + i).
-    void layer_forward(int i, const LayerActs& s, CMat x, Mat out, AttnDims d);
+    void layer_forward(int i, const LayerActs& s, CMat x, Mat out, AttnDims d,
+                       const std::array<Vec, kQatSites>& kept);
     // The LoraActs of sites [site, site + n) of local layer i's saved activations s for N rows,
     // into out (with their dropout masks while training); null when none has an adapter.
     const LoraActs* lora_acts(int i, const LayerActs& s, int site, int n, int N,
                               LoraActs* out) const;
     DropoutMask lora_dropout_mask(int i, int site) const;
     void layer_backward(int i, Slot& s, Mat d_resid, AttnDims d);
-    void attention_backward(int i, const LayerActs& s, CMat x, Mat d_resid, AttnDims d);
-    void mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims d);
-    // y (N, C) = resid + in · Wᵀ + b for a row-parallel Linear.
-    void row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMat in, const LoraActs* acts);
+    void attention_backward(int i, const LayerActs& s, CMat x, Mat d_resid, AttnDims d,
+                            const std::array<Vec, kQatSites>& kept);
+    void mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims d,
+                      const std::array<Vec, kQatSites>& kept);
+    // y (N, C) = resid + in · Wᵀ + b for a row-parallel Linear; with QAT site `site` of layer l
+    // on, the product is fake-quantized (mask) before the residual add.
+    void row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMat in, const LoraActs* acts,
+                              int site = -1, int l = 0, Vec mask = {});
+    // The output gradient of a row-parallel Linear as its GEMMs read it: d_resid in the compute
+    // dtype, through site's mask when that site is on.
+    CMat row_parallel_grad(Mat d_resid, int site, int l, Vec mask);
     // Replicated kv heads (kv_group_): around a layer's q|k|v weight-gradient accumulation.
     void kv_grads_set_aside(int i);
     Request kv_grads_start_sum(int i);
@@ -330,9 +343,11 @@ class Transformer {
     // forward running now trains (observes, keeps masks) or evaluates.
     std::unique_ptr<QatRuntime> qat_;
     std::vector<DeviceBuffer> qat_weights_;
+    Mat qat_out_;  // (N, C) F32: a projection's output before its fake quantization
     bool qat_train_ = false;
     void qat_forward(int site, int l, Mat x, Vec mask);
-    void qat_backward(int site, int l, Mat d_x, Vec mask);
+    // d_x = d_y (default: d_x itself) through site's mask.
+    void qat_backward(int site, int l, Mat d_x, Vec mask, CMat d_y = {});
     bool qat_site(int site, int l) const { return qat_ && qat_->site_on(site, l); }
     CMat o_input(const LayerActs& s, int N) const;
     void qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode);

@@ -40,7 +40,7 @@ void Transformer::qat_add_linear(Linear& lin, const std::vector<int>& params, Tp
 void Transformer::enable_qat(const QatSpec& spec) {
     check_qat_spec(spec, cfg_);
     ETE_CHECK(slots_.empty(), "enable_qat: call it before setup");
-    qat_ = std::make_unique<QatRuntime>(spec, be_, cfg_.num_layers, tp_host_);
+    qat_ = std::make_unique<QatRuntime>(spec, be_, cfg_.arch, cfg_.num_layers, tp_host_);
     if (!spec.has(QatPoint::Weight)) return;
     ParamStore& ps = params_;
     const bool llama = cfg_.arch == Arch::Llama;
@@ -77,9 +77,17 @@ void Transformer::qat_forward(int site, int l, Mat x, Vec mask) {
                       qat_train_);
 }
 
-void Transformer::qat_backward(int site, int l, Mat d_x, Vec mask) {
+void Transformer::qat_backward(int site, int l, Mat d_x, Vec mask, CMat d_y) {
     if (!qat_ || !qat_->site_on(site, l)) return;
-    qat_->act_backward(site, l, d_x, mask.slice(0, QatRuntime::mask_bytes(d_x.rows, d_x.cols)));
+    qat_->act_backward(site, l, d_x, d_y.empty() ? CMat(d_x) : d_y,
+                       mask.slice(0, QatRuntime::mask_bytes(d_x.rows, d_x.cols)));
+}
+
+size_t Transformer::qat_weight_bytes() const {
+    size_t bytes = 0;
+    for (const DeviceBuffer& b : qat_weights_)
+        bytes += b.bytes() + b.bytes() / dtype_size(act_) / 8;
+    return bytes;
 }
 
 CMat Transformer::o_input(const LayerActs& s, int N) const {

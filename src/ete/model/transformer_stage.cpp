@@ -57,7 +57,7 @@ double Transformer::run_forward(Slot& s, AttnDims d, const int32_t* inputs, cons
     const int Ls = int(layers_.size());
     for (int i = 0; i < Ls; ++i)
         layer_forward(i, acts(s, i), rows(s.resid[size_t(i)], N), rows(s.resid[size_t(i) + 1], N),
-                      d);
+                      d, s.qat_kept[size_t(i)]);
     double loss = 0;
     if (mp_.last_stage()) {
         final_norm_forward(s, N);

@@ -60,7 +60,7 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
         e.frozen +=
             (el + 1) / 2 + (s.nf4_double_quant ? blocks + blocks / 256 * 4 + 1028 : blocks * 4);
     }
-    e.weights = n * 4 + (act != DType::F32 ? n * dtype_size(act) : 0);
+    e.weights = n * 4 + (act != DType::F32 ? n * dtype_size(act) : 0) + model.qat_weight_bytes();
     e.gradients = n * 4;
     e.optimizer = 2 * n * 4 / uint64_t(cfg.parallel_zero1 ? dp : 1);
     e.activations = activations.value_or(model.activation_bytes());
