@@ -825,6 +825,14 @@ TEST_F(ParallelTrain, QatOptionsTrainOrSayWhyNot) {
                     recomputed = train(1, all + " --set train.recompute=full");
     EXPECT_EQ(recomputed.losses, kept.losses);
     EXPECT_EQ(recomputed.weights, kept.weights);
+    // Every QAT buffer is backend memory: the guarded backend (memory the host cannot touch)
+    // trains the same run bit for bit, on one process and with dp = 2 under ZeRO-1.
+    const RunResult guarded = train(1, all + " --set train.backend=guarded");
+    EXPECT_EQ(guarded.losses, kept.losses);
+    EXPECT_EQ(guarded.weights, kept.weights);
+    const std::string zero1 = all + " --set parallel.dp=2 --set parallel.zero1=true";
+    expect_same(train(2, zero1), train(2, zero1 + " --set train.backend=guarded"),
+                "qat zero1 guarded", 0.0f, 0.0);
     auto error = [&](const std::string& sets) {
         const ShellResult r = run_shell(ete_cmd("train " + (dir_ / "job.toml").string() +
                                                 " --out " + (dir_ / "bad").string() + sets) +
