@@ -121,6 +121,9 @@ class Backend : public DeviceMemory {
     // with fp32 accumulation, so the result is that of dequantize_nf4 followed by gemm.
     virtual void gemm_nf4(CMat a, const Nf4View& w, bool trans_w, Mat c, float alpha = 1.0f,
                           float beta = 0.0f) = 0;
+    // The integer product of quantized inference: c (M, N) I32 = a (M, K) · wᵀ, a I8 or U8, w
+    // (N, K) I8, exactly (K <= 65536, so no sum overflows).
+    virtual void gemm_s8(CMat a, CMat w, Mat c) = 0;
     // out (r, cols) = rows [row0, row0 + r) of W dequantized (code · absmax in fp32, rounded once
     // into out's dtype).
     virtual void dequantize_nf4(Mat out, const Nf4View& w, int64_t row0 = 0) = 0;

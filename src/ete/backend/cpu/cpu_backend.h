@@ -2,7 +2,8 @@
 // 16-bit GEMMs), declared once; each op is defined in the file of its concern:
 //
 //   memory.cpp       allocation, transfers, copy/fill/add/scale/sum_squares
-//   gemm.cpp         gemm (OpenBLAS sgemm for f32, oneDNN for bf16/fp16), the core-type fix
+//   gemm.cpp         gemm (OpenBLAS sgemm for f32, oneDNN for bf16/fp16), the core-type fix,
+//                    and the int8 GEMM (oneDNN's int8 matmul, or exact loops)
 //   nf4.cpp          NF4 dequantization and the tiled NF4 GEMM
 //   elementwise.cpp  bias, embeddings, SwiGLU, GELU
 //   norm.cpp         RMSNorm, LayerNorm
@@ -59,6 +60,8 @@ class CpuBackend final : public Backend {
 
     // gemm.cpp
     void gemm(CMat a, bool trans_a, CMat b, bool trans_b, Mat c, float alpha, float beta) override;
+
+    void gemm_s8(CMat a, CMat w, Mat c) override;
 
     // nf4.cpp
     void gemm_nf4(CMat a, const Nf4View& w, bool trans_w, Mat c, float alpha, float beta) override;

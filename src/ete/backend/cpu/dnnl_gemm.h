@@ -20,6 +20,17 @@ void dnnl_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype, float beta,
                void* C, int64_t ldc, DType c_dtype);
 
+// The integer GEMM of quantized inference: C(M, N) = A(M, K) · W(N, K)ᵀ exactly in int32, A I8
+// or U8, W I8, row-major with leading dimensions (elements). oneDNN's int8 matmul (AMX-INT8,
+// AVX512-VNNI, AVX2 as the CPU has them) where it has a non-reference kernel, else exact integer
+// loops (the same numbers: integer sums do not depend on their order). K <= 65536, so no sum can
+// overflow int32.
+void dnnl_gemm_s8(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, DType a_dtype,
+                  const int8_t* W, int64_t ldw, int32_t* C, int64_t ldc);
+// The implementation dnnl_gemm_s8 runs for a shape (e.g. "brg:avx512_core_vnni", or "loops").
+std::string dnnl_gemm_s8_impl(int64_t M, int64_t N, int64_t K, int64_t lda, DType a_dtype,
+                              int64_t ldw, int64_t ldc);
+
 // This build links oneDNN.
 bool dnnl_available();
 // The CPU has native instructions for this dtype (AVX512-BF16 / AMX / AVX512-FP16) per oneDNN's

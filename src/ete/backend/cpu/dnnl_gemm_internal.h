@@ -23,6 +23,13 @@ void dnnl_gemm_fallback(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
                         const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype,
                         float beta, void* C, int64_t ldc, DType c_dtype);
 
+// dnnl_gemm_s8's argument checks, and its exact integer loops (always available).
+void dnnl_gemm_s8_check_args(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+                             DType a_dtype, const int8_t* W, int64_t ldw, const int32_t* C,
+                             int64_t ldc);
+void gemm_s8_loops(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, DType a_dtype,
+                   const int8_t* W, int64_t ldw, int32_t* C, int64_t ldc);
+
 // How many oneDNN matmul primitives this process has created (one per distinct cache key);
 // 0 without oneDNN. A repeated shape must not add one.
 size_t dnnl_cached_primitives();

@@ -28,6 +28,21 @@ void CpuBackend::gemm(CMat a, bool ta, CMat b, bool tb, Mat c, float alpha, floa
     gemm_host(h(a), ta, h(b), tb, h(c), alpha, beta);
 }
 
+void CpuBackend::gemm_s8(CMat a, CMat w, Mat c) {
+    ETE_CHECK(w.dtype == DType::I8 && c.dtype == DType::I32 && a.cols == w.cols &&
+                  c.rows == a.rows && c.cols == w.rows,
+              "gemm_s8: a ({}, {}) {} times w ({}, {}) {} transposed does not give c ({}, {}) {} "
+              "(expected I8 or U8 times I8 into I32)",
+              a.rows, a.cols, dtype_name(a.dtype), w.rows, w.cols, dtype_name(w.dtype), c.rows,
+              c.cols, dtype_name(c.dtype));
+    Scope h(*this, "gemm_s8", 2.0 * double(a.rows) * double(w.rows) * double(a.cols));
+    a = h(a);
+    w = h(w);
+    c = h(c);
+    dnnl_gemm_s8(a.rows, w.rows, a.cols, a.data, a.ld, a.dtype, static_cast<const int8_t*>(w.data),
+                 w.ld, static_cast<int32_t*>(c.data), c.ld);
+}
+
 void gemm_host(CMat a, bool ta, CMat b, bool tb, Mat c, float alpha, float beta) {
     const int64_t M = ta ? a.cols : a.rows, K = ta ? a.rows : a.cols;
     const int64_t N = tb ? b.rows : b.cols;

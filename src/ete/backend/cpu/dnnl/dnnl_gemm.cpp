@@ -274,6 +274,84 @@ std::string dnnl_gemm_impl(bool trans_a, bool trans_b, int64_t M, int64_t N, int
     return e.prim ? e.impl : e.impl + " (" + e.why + ")";
 }
 
+namespace {
+
+struct KeyS8 {
+    int64_t M, N, K, lda, ldw, ldc;
+    DType a;
+    int threads;
+    auto operator<=>(const KeyS8&) const = default;
+};
+
+// The int8 matmul for k, or an entry without a primitive (the loops run it) when oneDNN has only
+// its reference kernel or none.
+Entry make_entry_s8(const KeyS8& k) {
+    Entry e;
+    try {
+        const auto a_type =
+            k.a == DType::U8 ? dnnl::memory::data_type::u8 : dnnl::memory::data_type::s8;
+        e.a_md = dnnl::memory::desc({k.M, k.K}, a_type, dims{k.lda, 1});
+        e.b_md = dnnl::memory::desc({k.K, k.N}, dnnl::memory::data_type::s8, dims{1, k.ldw});
+        e.c_md = dnnl::memory::desc({k.M, k.N}, dnnl::memory::data_type::s32, dims{k.ldc, 1});
+        dnnl::primitive_attr attr;
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a_md, e.b_md, e.c_md), attr,
+                                        cpu_engine());
+        const std::string impl = pd.impl_info_str();
+        if (impl.rfind("ref", 0) == 0) {
+            e.impl = "loops";
+            e.why = impl;
+            return e;
+        }
+        e.scratch_md = pd.scratchpad_desc();
+        e.prim.emplace(pd);
+        e.impl = impl;
+        ++g_created;
+    } catch (const dnnl::error& err) {
+        ETE_CHECK(err.status == dnnl_unimplemented, "[gemm_s8] oneDNN int8 matmul {}x{}x{}: {}",
+                  k.M, k.N, k.K, err.what());
+        e.impl = "loops";
+    }
+    return e;
+}
+
+const Entry& cached_entry_s8(const KeyS8& k) {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    static std::map<KeyS8, Entry> cache;
+    auto it = cache.find(k);
+    if (it == cache.end()) it = cache.emplace(k, make_entry_s8(k)).first;
+    return it->second;
+}
+
+}  // namespace
+
+void dnnl_gemm_s8(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, DType a_dtype,
+                  const int8_t* W, int64_t ldw, int32_t* C, int64_t ldc) {
+    dnnl_gemm_s8_check_args(M, N, K, A, lda, a_dtype, W, ldw, C, ldc);
+    if (M == 0 || N == 0) return;
+    const Entry* e = nullptr;
+    if (K > 0) e = &cached_entry_s8({M, N, K, lda, ldw, ldc, a_dtype, omp_get_max_threads()});
+    if (!e || !e->prim) {
+        gemm_s8_loops(M, N, K, A, lda, a_dtype, W, ldw, C, ldc);
+        return;
+    }
+    try {
+        execute(*e, A, W, C);
+    } catch (const dnnl::error& err) {
+        throw_error(fmt::format("[gemm_s8] oneDNN int8 matmul {}x{}x{}: execution failed: {}", M, N,
+                                K, err.what()));
+    }
+}
+
+std::string dnnl_gemm_s8_impl(int64_t M, int64_t N, int64_t K, int64_t lda, DType a_dtype,
+                              int64_t ldw, int64_t ldc) {
+    static const int8_t dummy = 0;
+    dnnl_gemm_s8_check_args(M, N, K, &dummy, lda, a_dtype, &dummy, ldw,
+                            reinterpret_cast<const int32_t*>(&dummy), ldc);
+    if (M == 0 || N == 0 || K == 0) return "loops";
+    return cached_entry_s8({M, N, K, lda, ldw, ldc, a_dtype, omp_get_max_threads()}).impl;
+}
+
 size_t dnnl_cached_primitives() {
     std::lock_guard<std::mutex> lock(cache_mutex());
     return g_created;

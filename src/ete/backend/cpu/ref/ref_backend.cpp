@@ -440,6 +440,23 @@ class RefBackend final : public Backend {
             D.write(d_logits);
         });
     }
+    void gemm_s8(CMat a, CMat w, Mat c) override {
+        ETE_CHECK((a.dtype == DType::I8 || a.dtype == DType::U8) && w.dtype == DType::I8 &&
+                      c.dtype == DType::I32 && a.cols == w.cols && c.rows == a.rows &&
+                      c.cols == w.rows && a.cols <= 65536,
+                  "gemm_s8: shapes or dtypes do not fit");
+        for (int64_t m = 0; m < a.rows; ++m)
+            for (int64_t n = 0; n < w.rows; ++n) {
+                int64_t acc = 0;
+                for (int64_t k = 0; k < a.cols; ++k) {
+                    const int64_t x = a.dtype == DType::U8
+                                          ? static_cast<const uint8_t*>(a.data)[m * a.ld + k]
+                                          : static_cast<const int8_t*>(a.data)[m * a.ld + k];
+                    acc += x * static_cast<const int8_t*>(w.data)[n * w.ld + k];
+                }
+                static_cast<int32_t*>(c.data)[m * c.ld + n] = int32_t(acc);
+            }
+    }
     // QAT: plain loops over the definitions of core/fake_quant.h, in fp32 whatever the dtypes
     // (fake quantization is defined by fp32 arithmetic, as in PyTorch).
     void min_max(Vec lo, Vec hi, CMat x, int64_t group) override {

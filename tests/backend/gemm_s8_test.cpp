@@ -1,0 +1,83 @@
+// tests/backend/gemm_s8_test.cpp — the integer GEMM of quantized inference (backend.h gemm_s8):
+// the CPU backend (oneDNN's int8 matmul where it has a kernel, else exact loops) against the
+// reference and against the product computed in double, exactly, for I8 and U8 activations over
+// awkward shapes, strided rows and the grid's extreme values; the loops alone likewise; bad
+// arguments.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "backend_test_util.h"
+#include "ete/backend/cpu/dnnl_gemm.h"
+#include "ete/backend/cpu/dnnl_gemm_internal.h"
+
+namespace ete::backend_test {
+namespace {
+
+template <typename T>
+std::vector<T> random_ints(size_t n, int lo, int hi, uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::uniform_int_distribution<int> d(lo, hi);
+    std::vector<T> v(n);
+    for (auto& x : v) x = T(d(gen));
+    return v;
+}
+
+TEST(GemmS8, CpuMatchesReferenceAndTheExactProduct) {
+    auto ref = make_ref_backend();
+    auto cpu = make_cpu_backend();
+    struct Shape {
+        int64_t M, N, K;
+    };
+    for (const Shape s :
+         {Shape{1, 1, 1}, {7, 5, 3}, {33, 67, 129}, {64, 64, 1000}, {5, 96, 4096}, {130, 17, 64}}) {
+        for (const DType at : {DType::I8, DType::U8}) {
+            SCOPED_TRACE(fmt::format("{}x{}x{} {}", s.M, s.N, s.K, dtype_name(at)));
+            const int64_t lda = s.K + 3, ldw = s.K + 5, ldc = s.N + 2;
+            const bool u8 = at == DType::U8;
+            std::vector<uint8_t> a = random_ints<uint8_t>(size_t(s.M * lda), u8 ? 0 : -128,
+                                                          u8 ? 255 : 127, uint32_t(s.K));
+            std::vector<int8_t> w = random_ints<int8_t>(size_t(s.N * ldw), -128, 127, 7);
+            // The extremes at the start of every row: the largest products the grids allow.
+            for (int64_t m = 0; m < s.M; ++m) a[size_t(m * lda)] = u8 ? 255 : uint8_t(-128);
+            for (int64_t n = 0; n < s.N; ++n) w[size_t(n * ldw)] = -128;
+            std::vector<int32_t> cr(size_t(s.M * ldc), -1), cc = cr, cl = cr;
+            const CMat A{a.data(), at, s.M, s.K, lda}, W{w.data(), DType::I8, s.N, s.K, ldw};
+            ref->gemm_s8(A, W, {cr.data(), DType::I32, s.M, s.N, ldc});
+            cpu->gemm_s8(A, W, {cc.data(), DType::I32, s.M, s.N, ldc});
+            cpu::gemm_s8_loops(s.M, s.N, s.K, a.data(), lda, at, w.data(), ldw, cl.data(), ldc);
+            EXPECT_EQ(cc, cr);  // padding columns of c untouched too
+            EXPECT_EQ(cl, cr);
+            for (int64_t m = 0; m < s.M; ++m)
+                for (int64_t n = 0; n < s.N; ++n) {
+                    double want = 0;
+                    for (int64_t k = 0; k < s.K; ++k) {
+                        const double x = u8 ? double(a[size_t(m * lda + k)])
+                                            : double(int8_t(a[size_t(m * lda + k)]));
+                        want += x * double(w[size_t(n * ldw + k)]);
+                    }
+                    ASSERT_EQ(double(cr[size_t(m * ldc + n)]), want) << m << "," << n;
+                }
+            EXPECT_FALSE(cpu::dnnl_gemm_s8_impl(s.M, s.N, s.K, lda, at, ldw, ldc).empty());
+        }
+    }
+}
+
+TEST(GemmS8, BadArgumentsAreNamed) {
+    auto cpu = make_cpu_backend();
+    std::vector<int8_t> a(12), w(12);
+    std::vector<int32_t> c(9);
+    EXPECT_EQ(error_of([&] {
+                  cpu->gemm_s8({a.data(), DType::I8, 3, 4}, {w.data(), DType::I8, 3, 4},
+                               {c.data(), DType::F32, 3, 3});
+              }),
+              "gemm_s8: a (3, 4) I8 times w (3, 4) I8 transposed does not give c (3, 3) F32 "
+              "(expected I8 or U8 times I8 into I32)");
+    EXPECT_EQ(error_of([&] {
+                  cpu::gemm_s8_loops(3, 3, 4, a.data(), 4, DType::F32, w.data(), 4, c.data(), 3);
+              }),
+              "[gemm_s8] A is F32: expected I8 or U8");
+}
+
+}  // namespace
+}  // namespace ete::backend_test
