@@ -21,14 +21,7 @@ SCRAPER=
 trap 'rm -rf "$WORK"; [ -n "$SCRAPER" ] && kill "$SCRAPER" 2>/dev/null; true' EXIT
 [ -x "$ETE" ] || { echo "ops_bench.sh: $ETE not built" >&2; exit 1; }
 
-python3 - "$WORK/toks.bin" <<'PY'
-import random, struct, sys
-n, v = 1_000_000, 8192
-rng = random.Random(1)
-with open(sys.argv[1], "wb") as f:
-    f.write(b"ETETOK01" + struct.pack("<IIQ", 2, v, n))
-    f.write(struct.pack(f"<{n}H", *(rng.randrange(v) for _ in range(n))))
-PY
+python3 "$ROOT/bench/random_tokens.py" "$WORK/toks.bin" 1000000 8192
 model() {  # model C F L H KV T
     printf '[model]\nvocab_size = 8192\nhidden_size = %s\nintermediate_size = %s\n' "$1" "$2"
     printf 'num_layers = %s\nnum_heads = %s\nnum_kv_heads = %s\n' "$3" "$4" "$5"

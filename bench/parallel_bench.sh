@@ -34,15 +34,7 @@ trap 'rm -rf "$WORK"' EXIT
 log() { printf '==> %s\n' "$*" >&2; }
 [ -x "$ETE" ] || { echo "parallel_bench.sh: $ETE not built (ninja -C $BUILD_DIR ete)" >&2; exit 1; }
 
-# A token shard of random ids (docs/formats.md: ETETOK01, u32 bytes/token, u32 vocab, u64 count).
-python3 - "$WORK/toks.bin" <<'PY'
-import random, struct, sys
-n, v = 2_000_000, 8192
-rng = random.Random(1)
-with open(sys.argv[1], "wb") as f:
-    f.write(b"ETETOK01" + struct.pack("<IIQ", 2, v, n))
-    f.write(struct.pack(f"<{n}H", *(rng.randrange(v) for _ in range(n))))
-PY
+python3 "$ROOT/bench/random_tokens.py" "$WORK/toks.bin" 2000000 8192
 cat >"$WORK/bench.toml" <<EOF
 [model]
 vocab_size = 8192

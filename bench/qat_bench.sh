@@ -17,14 +17,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 [ -x "$ETE" ] || { echo "qat_bench.sh: $ETE not built" >&2; exit 1; }
 
-python3 - "$WORK/toks.bin" <<'PY'
-import random, struct, sys
-n, v = 1_000_000, 8192
-rng = random.Random(1)
-with open(sys.argv[1], "wb") as f:
-    f.write(b"ETETOK01" + struct.pack("<IIQ", 2, v, n))
-    f.write(struct.pack(f"<{n}H", *(rng.randrange(v) for _ in range(n))))
-PY
+python3 "$ROOT/bench/random_tokens.py" "$WORK/toks.bin" 1000000 8192
 { printf '[model]\nvocab_size = 8192\nhidden_size = 512\nintermediate_size = 1408\n'
   printf 'num_layers = 8\nnum_heads = 8\nnum_kv_heads = 4\n'
   printf 'max_position_embeddings = %s\ntie_word_embeddings = false\n' "$T"

@@ -1,0 +1,134 @@
+// tests/cli/parallel_fixture.h — what the multi-process training tests share
+// (parallel_train_test.cpp, qat_train_test.cpp): a tiny Llama job (GQA, an untied head, a
+// vocabulary of 61 and an MLP width of 45, neither divisible by 2, so tensor parallelism pads; 4
+// layers, so pipeline stages get 2 each) trained by the real `ete` binary on one process or on a
+// dp x tp x pp mesh of MPI processes (`ete launch -n N -- train ...`), and the comparison of two
+// runs' per-step losses and final weights.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ete/core/file_util.h"
+#include "ete/data/token_shard.h"
+#include "ete/io/safetensors.h"
+#include "shell.h"
+
+namespace ete::parallel_test {
+
+namespace fs = std::filesystem;
+
+// In sanitizer builds: Open MPI never frees what MPI_Init allocates (and unloads the plugins that
+// did, so the reports cannot even be attributed), so leak checking is off for processes that
+// start MPI. Single-process runs of the same trainer code keep it on.
+inline const std::string kMpiEnv = "ASAN_OPTIONS=detect_leaks=0 ";
+
+struct RunResult {
+    std::vector<int64_t> steps;
+    std::vector<double> losses;
+    std::map<std::string, std::vector<float>> weights;
+    std::string log;
+};
+
+class ParallelTrain : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (run_shell("command -v mpirun >/dev/null 2>&1").code != 0)
+            GTEST_SKIP() << "mpirun not installed (Debian package openmpi-bin)";
+        dir_ = fs::temp_directory_path() / ("ete_par_" + std::to_string(::getpid()));
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+        std::vector<int32_t> ids;
+        for (int i = 0; i < 6000; ++i) ids.push_back((i * 13 + (i / 5) % 7) % 61);
+        write_token_shard((dir_ / "toks.bin").string(), ids, 61);
+        write_file_atomic((dir_ / "job.toml").string(), config());
+    }
+    void TearDown() override { fs::remove_all(dir_); }
+
+    std::string config() const {
+        return "[model]\narch = \"llama\"\nvocab_size = 61\nhidden_size = 32\n"
+               "intermediate_size = 45\nnum_layers = 4\nnum_heads = 4\nnum_kv_heads = 2\n"
+               "max_position_embeddings = 32\ntie_word_embeddings = false\n"
+               "[train]\nsteps = 5\nmicro_batch = 4\nseq_len = 16\ngrad_accum = 2\nlr = 1e-2\n"
+               "warmup_steps = 1\neval_every = 0\nlog_every = 1\n"
+               "[data]\ntrain = \"" +
+               (dir_ / "toks.bin").string() + "\"\ntokenizer = \"\"\nval_fraction = 0.0\n";
+    }
+
+    // Trains the job on `ranks` processes (1: plain, no MPI) with extra arguments, into
+    // dir_/run<k> (last_out_).
+    RunResult train(int ranks, const std::string& sets) {
+        const std::string out = (dir_ / ("run" + std::to_string(runs_++))).string();
+        last_out_ = out;
+        const std::string args =
+            "train " + (dir_ / "job.toml").string() + " --out " + out + " " + sets;
+        const std::string cmd =
+            "OMP_NUM_THREADS=1 " +
+            (ranks == 1 ? ete_cmd(args)
+                        : kMpiEnv + ete_cmd("launch -n " + std::to_string(ranks) + " -- " + args)) +
+            " 2>&1";
+        ShellResult r = run_shell(cmd);
+        RunResult res;
+        res.log = r.out;
+        EXPECT_EQ(r.code, 0) << cmd << "\n" << r.out;
+        if (r.code != 0) return res;
+        std::ifstream in(out + "/metrics.jsonl");
+        for (std::string line; std::getline(in, line);) {
+            nlohmann::json j = nlohmann::json::parse(line);
+            res.steps.push_back(j["step"].get<int64_t>());
+            res.losses.push_back(j["loss"].get<double>());
+        }
+        // A LoRA run's final/ is a PEFT adapter dir.
+        const bool lora = fs::exists(out + "/final/adapter_model.safetensors");
+        auto f = SafetensorsFile::open(
+            out + (lora ? "/final/adapter_model.safetensors" : "/final/model.safetensors"));
+        for (const std::string& n : f.names()) {
+            Tensor t = f.to_f32(n);
+            res.weights[n].assign(t.f32(), t.f32() + t.numel());
+        }
+        return res;
+    }
+
+    // wtol, ltol: the weights' and the losses' relative tolerances.
+    static void expect_same(const RunResult& want, const RunResult& got, const std::string& what,
+                            float wtol = 1e-5f, double ltol = 1e-5) {
+        // got may be a resumed run that logged only the last steps.
+        ASSERT_FALSE(got.steps.empty()) << what << "\n" << got.log;
+        ASSERT_EQ(got.steps.back(), int64_t(want.losses.size())) << what;
+        for (size_t i = 0; i < got.losses.size(); ++i) {
+            const double w = want.losses[size_t(got.steps[i] - 1)];
+            EXPECT_NEAR(got.losses[i], w, ltol * w) << what << " step " << got.steps[i];
+        }
+        ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+        for (const auto& [name, w] : want.weights) {
+            const auto& g = got.weights.at(name);
+            ASSERT_EQ(g.size(), w.size()) << what << " " << name;
+            for (size_t i = 0; i < w.size(); ++i)
+                ASSERT_NEAR(g[i], w[i], 1e-5f + wtol * std::fabs(w[i]))
+                    << what << " " << name << "[" << i << "]";
+        }
+    }
+
+    fs::path dir_;
+    std::string last_out_;
+    int runs_ = 0;
+};
+
+// "--set parallel.dp=D --set parallel.tp=T --set parallel.pp=P"
+inline std::string mesh(int dp, int tp, int pp) {
+    return "--set parallel.dp=" + std::to_string(dp) + " --set parallel.tp=" + std::to_string(tp) +
+           " --set parallel.pp=" + std::to_string(pp);
+}
+
+inline constexpr int kLayouts[7][3] = {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 1},
+                                       {2, 1, 2}, {1, 2, 2}, {2, 2, 2}};
+
+}  // namespace ete::parallel_test
