@@ -173,5 +173,69 @@ TEST_F(QatTrain, OptionsTrainOrSayWhyNot) {
               std::string::npos);
 }
 
+// The integer model end to end: a QAT run's final/ (with qat.json) exported by `ete export int8`
+// evaluates, through `ete eval`'s contract, to the loss of the fake-quantized model it trained as
+// (within 1e-3 relative, the bound; measured about 1e-7) and not to the plain fp32
+// model's; post-training quantization (`ete quantize --scheme w8a8|w4a8 --calib`) of the same
+// model gives a dir of the same format; what cannot be exported is named.
+TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
+    const std::string qat =
+        " --set qat.enabled=true --set qat.points=weight,linear_in,post_norm "
+        "--set qat.warmup_steps=2";
+    train(1, qat);
+    const std::string run = last_out_, toks = (dir_ / "toks.bin").string();
+    auto ok = [](const std::string& args) {
+        const ShellResult r = run_shell(ete_cmd(args) + " 2>&1");
+        EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
+        return r.out;
+    };
+    auto eval_loss = [&](const std::string& model) {
+        const std::string out =
+            ok("eval --model " + model + " --tokens " + toks + " --batch 4 --seq 16 --json");
+        const nlohmann::json j = nlohmann::json::parse(out.substr(out.rfind('{')));
+        EXPECT_EQ(j["tokens"], 64) << out;
+        return j["loss"].get<double>();
+    };
+    const std::string exported = ok("export int8 --run " + run + " --out " + run + "/int8");
+    EXPECT_NE(exported.find("28 weights in 8-bit integers"), std::string::npos) << exported;
+    const double fake = eval_loss(run + "/final --fake-quant"), plain = eval_loss(run + "/final");
+    const double integer = eval_loss(run + "/int8");
+    EXPECT_NEAR(integer, fake, 1e-3 * fake);
+    EXPECT_GT(std::fabs(integer - plain), 10 * std::fabs(integer - fake));
+    for (const char* scheme : {"w8a8", "w4a8"}) {
+        const std::string ptq = run + "/ptq_" + scheme;
+        const std::string out =
+            ok(std::string("quantize --scheme ") + scheme + " --model " + run + "/final --calib " +
+               toks + " --calib-batches 3 --batch 4 --seq 16 --out " + ptq);
+        EXPECT_NE(out.find("relative difference"), std::string::npos) << out;
+        const nlohmann::json qc =
+            nlohmann::json::parse(read_file(ptq + "/config.json"))["quantization_config"];
+        EXPECT_EQ(qc["weight_bits"], scheme[1] == '4' ? 4 : 8);
+        EXPECT_EQ(qc["source"]["from"], "ptq");
+        EXPECT_TRUE(std::isfinite(eval_loss(ptq)));
+    }
+    auto error = [&](const std::string& args) {
+        const ShellResult r = run_shell(ete_cmd(args) + " 2>&1");
+        EXPECT_EQ(r.code, 1) << args << "\n" << r.out;
+        return r.out;
+    };
+    train(1, "");
+    EXPECT_NE(error("export int8 --run " + last_out_ + " --out " + last_out_ + "/int8")
+                  .find("/final' has no qat.json: expected the final model of a QAT run"),
+              std::string::npos);
+    EXPECT_FALSE(fs::exists(last_out_ + "/int8"));
+    train(1, " --set qat.enabled=true --set qat.points=weight,post_norm");
+    EXPECT_NE(error("export int8 --run " + last_out_ + " --out " + last_out_ + "/int8")
+                  .find("the integer model needs qat.points to include weight and linear_in"),
+              std::string::npos);
+    EXPECT_NE(error("quantize --scheme w8a8 --model " + run + "/final --out " + run + "/x")
+                  .find("--calib SHARD is required"),
+              std::string::npos);
+    EXPECT_NE(error("eval --model " + run + "/int8 --adapter " + run + " --tokens " + toks +
+                    " --batch 1 --seq 4")
+                  .find("is an integer model: --adapter applies to"),
+              std::string::npos);
+}
+
 }  // namespace
 }  // namespace ete

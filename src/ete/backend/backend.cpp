@@ -69,6 +69,48 @@ int64_t check_fake_quant_args(CMat y, CMat x, CVec scale, CVec zero, CVec mask, 
     return per_row;
 }
 
+void check_quantize_s8_args(CMat q, CMat x, CVec scale, CVec zero, const QuantGrid& g) {
+    ETE_CHECK(
+        q.rows == x.rows && q.cols == x.cols && (q.dtype == DType::I8 || q.dtype == DType::U8),
+        "quantize_s8: q ({}, {}) {} for x ({}, {}), expected I8 or U8 of x's shape", q.rows, q.cols,
+        dtype_name(q.dtype), x.rows, x.cols);
+    ETE_CHECK(g.qmin >= -128 && g.qmax <= 127 && g.qmin < g.qmax,
+              "quantize_s8: grid [{}, {}], expected one inside [-128, 127]", g.qmin, g.qmax);
+    ETE_CHECK(scale.dtype == DType::F32 && zero.dtype == DType::F32 && zero.n == scale.n &&
+                  (scale.n == 1 || scale.n == x.rows),
+              "quantize_s8: scale and zero must be F32 of 1 or {} (rows), got {} and {}", x.rows,
+              scale.n, zero.n);
+}
+
+void check_dequantize_s32_args(CMat y, CMat acc, CVec a_scale, CVec a_zero, int a_offset,
+                               CVec w_scale, CVec w_sum) {
+    ETE_CHECK(acc.dtype == DType::I32 && y.rows == acc.rows && y.cols == acc.cols &&
+                  (y.dtype == DType::F32 || y.dtype == DType::BF16),
+              "dequantize_s32: y ({}, {}) {} for acc ({}, {}) {}, expected F32 or BF16 of an I32 "
+              "acc's shape",
+              y.rows, y.cols, dtype_name(y.dtype), acc.rows, acc.cols, dtype_name(acc.dtype));
+    ETE_CHECK(a_scale.dtype == DType::F32 && a_zero.dtype == DType::F32 && a_zero.n == a_scale.n &&
+                  (a_scale.n == 1 || a_scale.n == acc.rows),
+              "dequantize_s32: a_scale and a_zero must be F32 of 1 or {} (rows), got {} and {}",
+              acc.rows, a_scale.n, a_zero.n);
+    ETE_CHECK(w_scale.dtype == DType::F32 && w_sum.dtype == DType::I32 && w_scale.n == acc.cols &&
+                  w_sum.n == acc.cols,
+              "dequantize_s32: w_scale (F32) and w_sum (I32) must have {} (cols) entries, got {} "
+              "{} and {} {}",
+              acc.cols, w_scale.n, dtype_name(w_scale.dtype), w_sum.n, dtype_name(w_sum.dtype));
+    ETE_CHECK(a_offset == 0 || a_offset == 128, "dequantize_s32: a_offset {}, expected 0 or 128",
+              a_offset);
+}
+
+std::unique_ptr<S8Weight> Backend::prepare_s8(CMat w) {
+    ETE_CHECK(w.dtype == DType::I8, "prepare_s8: w is {}, expected I8", dtype_name(w.dtype));
+    return std::make_unique<S8Weight>(w);
+}
+
+void Backend::gemm_s8(CMat a, const S8Weight& w, Mat c) {
+    gemm_s8(a, w.plain(), c);
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name) {
     if (name == "cpu") return make_cpu_backend();
     if (name == "ref") return make_ref_backend();

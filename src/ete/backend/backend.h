@@ -54,6 +54,26 @@ int64_t check_min_max_args(CVec lo, CVec hi, CMat x, int64_t group);
 int64_t check_fake_quant_args(CMat y, CMat x, CVec scale, CVec zero, CVec mask, int64_t group,
                               const QuantGrid& g);
 
+// The argument checks of quantize_s8 and dequantize_s32 every backend shares (ete::Error naming
+// the op and what was expected).
+void check_quantize_s8_args(CMat q, CMat x, CVec scale, CVec zero, const QuantGrid& g);
+void check_dequantize_s32_args(CMat y, CMat acc, CVec a_scale, CVec a_zero, int a_offset,
+                               CVec w_scale, CVec w_sum);
+
+// A gemm_s8 weight prepared by a backend (Backend::prepare_s8): the view it was made from, and
+// whatever layout the backend keeps beside it.
+class S8Weight {
+  public:
+    explicit S8Weight(CMat w) : w_(w) {}
+    virtual ~S8Weight() = default;
+    S8Weight(const S8Weight&) = delete;
+    S8Weight& operator=(const S8Weight&) = delete;
+    CMat plain() const { return w_; }
+
+  private:
+    CMat w_;
+};
+
 constexpr int kIgnoreIndex = -100;
 
 // AdamW hyper-parameters of one step; bc1 = 1 - beta1^t, bc2 = 1 - beta2^t. The gradient is
@@ -124,6 +144,24 @@ class Backend : public DeviceMemory {
     // The integer product of quantized inference: c (M, N) I32 = a (M, K) · wᵀ, a I8 or U8, w
     // (N, K) I8, exactly (K <= 65536, so no sum overflows).
     virtual void gemm_s8(CMat a, CMat w, Mat c) = 0;
+    // w (N, K) I8 prepared for many gemm_s8 products (on CPU: packed once into oneDNN's blocked
+    // layout per shape class, instead of a reorder in every call). w's memory must outlive the
+    // result and keep its values. The default keeps the view and multiplies it as it is.
+    virtual std::unique_ptr<S8Weight> prepare_s8(CMat w);
+    // gemm_s8 with a prepared weight: the same exact integers.
+    virtual void gemm_s8(CMat a, const S8Weight& w, Mat c);
+    // q (rows, cols) I8 or U8 = the integers of x (float) on grid g (core/fake_quant.h
+    // quantize_value: nearbyint(x · (1/s)) + z, clamped), with one scale and zero point (F32)
+    // for the tensor (n = 1) or one per row (n = rows). U8 stores q + 128, the unsigned operand
+    // int8 matmuls take fastest.
+    virtual void quantize_s8(Mat q, CMat x, CVec scale, CVec zero, const QuantGrid& g) = 0;
+    // The dequantization of integer products: y (M, N) = a_scale[m] · w_scale[n] ·
+    // (acc[m, n] - (a_zero[m] + a_offset) · w_sum[n]) + beta · y, where acc (I32) = Σ_k a·w of the
+    // stored activations (a_offset = 128 for U8 from quantize_s8, else 0) and w_sum (I32, N) =
+    // Σ_k w[n, k]. The bracket is exact in int32; one fp32 product scales it. a_scale and a_zero
+    // (F32) have 1 or M entries; w_scale (F32) N; y is F32 or BF16; beta == 0 never reads y.
+    virtual void dequantize_s32(Mat y, CMat acc, CVec a_scale, CVec a_zero, int a_offset,
+                                CVec w_scale, CVec w_sum, float beta) = 0;
     // out (r, cols) = rows [row0, row0 + r) of W dequantized (code · absmax in fp32, rounded once
     // into out's dtype).
     virtual void dequantize_nf4(Mat out, const Nf4View& w, int64_t row0 = 0) = 0;

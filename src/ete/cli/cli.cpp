@@ -70,6 +70,8 @@ void add_eval(CLI::App& app, EvalArgs& a, std::function<int()>& run) {
     c->add_flag("--pack", a.pack, "--jsonl: pack several examples per row (same loss)");
     c->add_option("--dump-logits", a.dump_logits, "write logits F32 [B, T, V] as safetensors");
     c->add_flag("--json", a.json, "print one JSON line");
+    c->add_flag("--fake-quant", a.fake_quant,
+                "a QAT run's final model as it trained: fake quantization with its qat.json");
     c->callback([&] { run = [&] { return cmd_eval(a); }; });
 }
 
@@ -115,10 +117,34 @@ void add_data(CLI::App& app, TokenizerTrainArgs& t, TokenizeArgs& k, std::functi
     tz->callback([&] { run = [&] { return cmd_tokenize(k); }; });
 }
 
-void add_quantize(CLI::App& app, QuantizeArgs& q, ExportMergedArgs& e, std::function<int()>& run) {
+void add_quantize(CLI::App& app, QuantizeArgs& q, ExportMergedArgs& e, ExportInt8Args& i8,
+                  std::function<int()>& run) {
     auto* c = app.add_subcommand(
-        "quantize", "Quantize a model dir's decoder linears to NF4 (bitsandbytes layout)");
-    c->add_option("--scheme", q.scheme, "quantization scheme (nf4)")->capture_default_str();
+        "quantize",
+        "Quantize a model dir: nf4 (the decoder linears, bitsandbytes layout) or w8a8 / w4a8 (the "
+        "integer model, activation scales calibrated on --calib)");
+    c->add_option("--scheme", q.scheme, "nf4, w8a8 or w4a8")->capture_default_str();
+    c->add_option("--calib", q.calib, "w8a8/w4a8: token shard to calibrate on")
+        ->check(CLI::ExistingFile);
+    c->add_option("--calib-batches", q.calib_batches, "w8a8/w4a8: batches to calibrate on")
+        ->check(positive())
+        ->capture_default_str();
+    c->add_option("--batch", q.batch, "w8a8/w4a8: rows per calibration batch")
+        ->check(positive())
+        ->capture_default_str();
+    c->add_option("--seq", q.seq, "w8a8/w4a8: tokens per row (default min(256, context))")
+        ->check(positive());
+    c->add_option("--weight-granularity", q.weight_granularity,
+                  "w8a8/w4a8: channel, tensor or group")
+        ->capture_default_str();
+    c->add_option("--group-size", q.group_size, "w8a8/w4a8: input columns per weight group")
+        ->capture_default_str();
+    c->add_option("--act-granularity", q.act_granularity,
+                  "w8a8/w4a8: tensor (calibrated scales) or token (dynamic)")
+        ->capture_default_str();
+    c->add_option("--observer", q.observer, "w8a8/w4a8: minmax or moving_average")
+        ->capture_default_str();
+    c->add_option("--skip-layers", q.skip_layers, "w8a8/w4a8: layers left in fp32, e.g. 0,-1");
     c->add_option("--double-quant", q.double_quant, "8-bit quantize the block absmax values")
         ->capture_default_str();
     c->add_option("--blocksize", q.blocksize, "elements per NF4 block (power of two, 32..4096)")
@@ -135,6 +161,13 @@ void add_quantize(CLI::App& app, QuantizeArgs& q, ExportMergedArgs& e, std::func
     m->add_option("--out", e.out, "merged model dir to write")->required();
     m->add_option("--dtype", e.dtype, "f32 or bf16")->capture_default_str();
     m->callback([&] { run = [&] { return cmd_export_merged(e); }; });
+    auto* n = x->add_subcommand(
+        "int8", "Write a QAT run's final model as the integer model (int8 weights and scales)");
+    n->add_option("--model", i8.model_dir, "a QAT run's final model dir (with qat.json)");
+    n->add_option("--run", i8.run, "a QAT run dir (its final/)");
+    n->add_option("--out", i8.out, "integer model dir to write")->required();
+    n->add_option("--probe", i8.probe, "token shard for the check against fake quantization");
+    n->callback([&] { run = [&] { return cmd_export_int8(i8); }; });
 }
 
 void add_inspect(CLI::App& app, InspectArgs& a, std::function<int()>& run) {
@@ -163,12 +196,13 @@ int cli_main(int argc, char** argv) {
     InspectArgs inspect;
     QuantizeArgs quantize;
     ExportMergedArgs merged;
+    ExportInt8Args int8;
     add_train(app, train, run);
     add_eval(app, eval, run);
     add_generate(app, gen, run);
     add_data(app, tok_train, tokenize, run);
     add_inspect(app, inspect, run);
-    add_quantize(app, quantize, merged, run);
+    add_quantize(app, quantize, merged, int8, run);
     LaunchArgs launch;
     add_launch_command(app, launch, run);
     try {

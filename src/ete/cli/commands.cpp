@@ -49,9 +49,15 @@ struct LoadedModel {
     std::unique_ptr<Transformer> model;
 };
 
-LoadedModel load_model(const std::string& dir, const std::string& adapter = "") {
+LoadedModel load_model(const std::string& dir, const std::string& adapter = "",
+                       bool fake_quant = false) {
     LoadedModel m;
-    m.model = load_inference_model(*m.backend, dir, adapter);
+    ETE_CHECK(!fake_quant || adapter.empty(), "eval: --fake-quant with --adapter is not supported");
+    m.model = fake_quant ? load_fake_quant_model(*m.backend, dir)
+                         : load_inference_model(*m.backend, dir, adapter);
+    if (m.model->int8())
+        log_info("{}: integer model, {} linears in int8 ({})", dir, m.model->int8_linears(),
+                 m.backend->describe());
     return m;
 }
 
@@ -66,12 +72,14 @@ Tokenizer eval_tokenizer(const EvalArgs& a, const char* option) {
     return Tokenizer::load(tok_path);
 }
 
+// seconds: the forward's wall time when measured (< 0: not).
 void print_eval(const EvalArgs& a, double loss_sum, int64_t tokens, const char* extra_key,
-                int64_t extra) {
+                int64_t extra, double seconds = -1) {
     const double loss = loss_sum / double(std::max<int64_t>(tokens, 1));
     if (a.json) {
         nlohmann::json j{{"loss", loss}, {"tokens", tokens}};
         if (extra_key) j[extra_key] = extra;
+        if (seconds >= 0) j["forward_s"] = seconds;
         std::printf("%s\n", j.dump().c_str());
     } else {
         std::printf("loss: %.6f | tokens: %lld | perplexity: %.3f", loss, (long long)tokens,
@@ -105,7 +113,7 @@ std::vector<int32_t> eval_tokens(const EvalArgs& a, uint64_t need) {
 // training). Packing changes the rows, not the loss: attention stays inside each example.
 int eval_jsonl(const EvalArgs& a) {
     ETE_CHECK(a.dump_logits.empty(), "eval: --dump-logits works with --tokens or --text only");
-    LoadedModel m = load_model(a.model_dir, a.adapter);
+    LoadedModel m = load_model(a.model_dir, a.adapter, a.fake_quant);
     const int B = a.batch, T = a.seq > 0 ? a.seq : m.model->config().max_position_embeddings;
     SftOptions opt;
     opt.pack = a.pack;
@@ -137,7 +145,7 @@ int cmd_eval(const EvalArgs& a) {
     ETE_CHECK(!a.pack || !a.jsonl.empty(), "eval: --pack applies to --jsonl only");
     if (!a.jsonl.empty()) return eval_jsonl(a);
     ETE_CHECK(a.seq > 0, "eval: --seq is required with --tokens or --text");
-    LoadedModel m = load_model(a.model_dir, a.adapter);
+    LoadedModel m = load_model(a.model_dir, a.adapter, a.fake_quant);
     const int B = a.batch, T = a.seq, V = m.model->config().vocab_size;
     std::vector<int32_t> ids = eval_tokens(a, uint64_t(B) * uint64_t(T + 1));
     // Row b is tokens [b(T+1), (b+1)(T+1)): inputs are its first T, targets its last T.
@@ -148,13 +156,16 @@ int cmd_eval(const EvalArgs& a) {
             tgt[size_t(b) * T + t] = ids[size_t(b) * (T + 1) + t + 1];
         }
     m.model->setup(B, T);
+    const auto t0 = std::chrono::steady_clock::now();
     const double sum = m.model->forward_loss(in.data(), tgt.data(), B, T);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!a.dump_logits.empty()) {
         Tensor logits = Tensor::empty({B, T, V});
         m.model->forward_logits(in.data(), B, T, logits.f32());
         write_safetensors(a.dump_logits, {{"logits", logits}});
     }
-    print_eval(a, sum, int64_t(B) * T, nullptr, 0);
+    print_eval(a, sum, int64_t(B) * T, nullptr, 0, seconds);
     return 0;
 }
 

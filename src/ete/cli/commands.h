@@ -21,6 +21,7 @@ struct EvalArgs {
     std::string adapter;     // PEFT LoRA adapter dir over model_dir, or empty
     int batch = 1, seq = 0;  // seq 0: required for --tokens/--text; the model's context for --jsonl
     bool json = false, pack = false;
+    bool fake_quant = false;  // a QAT run's final model as it trained (its qat.json)
 };
 int cmd_eval(const EvalArgs& a);
 
@@ -50,8 +51,17 @@ struct QuantizeArgs {
     std::string scheme = "nf4", model_dir, out;
     bool double_quant = true;
     int blocksize = 64;
+    // w8a8 / w4a8 (post-training calibration into the integer model)
+    std::string calib, weight_granularity = "channel", act_granularity = "tensor";
+    std::string observer = "minmax", skip_layers;
+    int calib_batches = 8, batch = 4, seq = 0, group_size = 128;
 };
 int cmd_quantize(const QuantizeArgs& a);
+int cmd_quantize_int8(const QuantizeArgs& a);
+struct ExportInt8Args {
+    std::string model_dir, run, out, probe;
+};
+int cmd_export_int8(const ExportInt8Args& a);
 
 struct ExportMergedArgs {
     std::string model_dir, adapter, out, dtype = "f32";

@@ -83,6 +83,22 @@ inline float fake_quant_value(float x, float s, float inv_s, float z, float qmin
     return (q - z) * s;
 }
 
+// The integer an element quantizes to (quantize_s8, the integer model): the q of
+// fake_quant_value, clamped; a NaN (which no integer can hold) gives the zero point, i.e. 0.
+inline float quantize_value(float x, float inv_s, float z, float qmin, float qmax) {
+    float q = std::nearbyint(x * inv_s) + z;
+    q = q < qmin ? qmin : (q > qmax ? qmax : q);
+    return q == q ? q : z;
+}
+
+// One element of dequantize_s32: the exact integer bracket scaled once, plus beta · y through
+// one fused multiply-add (spelt out, so that no compiler contraction makes a kernel and its
+// reference round differently).
+inline float dequant_value(int32_t bracket, float a_scale, float w_scale, float beta, float y) {
+    const float v = float(bracket) * (a_scale * w_scale);
+    return beta == 0.0f ? v : std::fma(beta, y, v);
+}
+
 // The STE mask of a (rows, cols) operand: one bit per element, each row padded to whole bytes
 // (so rows can be written in parallel); element (r, c) is bit c % 8 of byte r · row_bytes + c / 8.
 inline int64_t fake_quant_mask_row_bytes(int64_t cols) {

@@ -328,12 +328,18 @@ std::string model_dir_hash(const std::string& dir) {
 }
 
 void save_hf_model(const std::string& dir, const ModelConfig& c, const HostParams& store,
-                   const std::string& tokenizer_json, uint64_t max_shard_bytes, DType dtype) {
+                   const std::string& tokenizer_json, uint64_t max_shard_bytes, DType dtype,
+                   const ExtraFiles& extra_files) {
+    for (const auto& [name, text] : extra_files)
+        ETE_CHECK(
+            !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+            "saving model dir '{}': extra file '{}' is not a plain file name", dir, name);
     ETE_CHECK(max_shard_bytes > 0, "saving model dir '{}': max_shard_bytes must be positive", dir);
     ETE_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
               "saving model dir '{}': dtype {} is not F32, BF16 or F16", dir, dtype_name(dtype));
     write_dir_atomic(dir, "saving model dir", [&](const std::string& tmp) {
         write_model_files(tmp, c, store, tokenizer_json, max_shard_bytes, dtype);
+        for (const auto& [name, text] : extra_files) write_file_atomic(tmp + "/" + name, text);
     });
 }
 

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ete/model/config.h"
 #include "ete/model/param_store.h"
@@ -55,8 +57,11 @@ std::string model_dir_hash(const std::string& dir);
 // tensors exceed max_shard_bytes they are split like HF does: tensors in ParamSpec order, a new
 // shard started whenever the next tensor would push the current one past the limit (a tensor
 // larger than the limit gets a shard of its own), plus model.safetensors.index.json.
+// extra_files: (name, contents) written into the dir as well, inside the same atomic save.
+using ExtraFiles = std::vector<std::pair<std::string, std::string>>;
 void save_hf_model(const std::string& dir, const ModelConfig& config, const HostParams& params,
                    const std::string& tokenizer_json,
-                   uint64_t max_shard_bytes = kDefaultMaxShardBytes, DType dtype = DType::F32);
+                   uint64_t max_shard_bytes = kDefaultMaxShardBytes, DType dtype = DType::F32,
+                   const ExtraFiles& extra_files = {});
 
 }  // namespace ete

@@ -179,7 +179,7 @@ void QatRuntime::act_forward(int s, int l, Mat x, Vec mask, bool train) {
         be_.fake_quant(x, x, sc, z, train ? mask : Vec{}, x.cols, g);
         return;
     }
-    Point& p = points_[size_t(s == kQatFinalNorm ? layers_ * kQatSites : point_index(s, l))];
+    Point& p = points_[size_t(point_index(s, l))];
     if (observe) {
         be_.min_max(lo, hi, x, x.cols);
         std::vector<float> l_host(static_cast<size_t>(N)), h_host(static_cast<size_t>(N));
@@ -189,7 +189,7 @@ void QatRuntime::act_forward(int s, int l, Mat x, Vec mask, bool train) {
         p.step_hi = std::max(p.step_hi, *std::max_element(h_host.begin(), h_host.end()));
     }
     // A point starts quantizing once its observer has seen a step (the same on every rank).
-    if (!fq_on_ || !p.obs.observed()) return;
+    if (!fq_on_ || !(p.obs.observed() || p.fixed)) return;
     const int64_t k = &p - points_.data();
     const CVec sc{static_cast<float*>(scales_.data()) + 2 * k, DType::F32, 1};
     const CVec z{static_cast<float*>(scales_.data()) + 2 * k + 1, DType::F32, 1};
@@ -226,8 +226,8 @@ void QatRuntime::upload_scales() {
     std::vector<float> s, z;
     for (size_t i = 0; i < points_.size(); ++i) {
         points_[i].obs.params(spec_.act_grid(), &s, &z);
-        host[2 * i] = s[0];
-        host[2 * i + 1] = z[0];
+        host[2 * i] = points_[i].fixed ? points_[i].scale : s[0];
+        host[2 * i + 1] = points_[i].fixed ? points_[i].zero : z[0];
     }
     be_.upload(scales_.data(), host.data(), host.size() * sizeof(float));
 }
@@ -254,6 +254,33 @@ void QatRuntime::restore(const nlohmann::json& state, const std::string& what) {
         points_[size_t(point_index(s, l))].obs.restore(
             value.get<std::vector<float>>(), fmt::format("{} qat observer {}", what, key));
     }
+    upload_scales();
+}
+
+void QatRuntime::set_inference() {
+    fq_on_ = true;
+    observe_ = false;
+    for (Weight& w : weights_) update_weight(w);
+}
+
+bool QatRuntime::point_observed(int s, int l) const {
+    const Point& p = points_[size_t(point_index(s, l))];
+    return p.fixed || p.obs.observed();
+}
+
+std::pair<float, float> QatRuntime::point_params(int s, int l) const {
+    const Point& p = points_[size_t(point_index(s, l))];
+    if (p.fixed) return {p.scale, p.zero};
+    std::vector<float> sc, z;
+    p.obs.params(spec_.act_grid(), &sc, &z);
+    return {sc[0], z[0]};
+}
+
+void QatRuntime::set_point_params(int s, int l, float scale, float zero) {
+    Point& p = points_[size_t(point_index(s, l))];
+    p.fixed = true;
+    p.scale = scale;
+    p.zero = zero;
     upload_scales();
 }
 

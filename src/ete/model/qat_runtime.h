@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ete/backend/backend.h"
@@ -94,6 +95,21 @@ class QatRuntime {
     nlohmann::json state() const;
     void restore(const nlohmann::json& state, const std::string& what);
 
+    // --- inference (the fake-quant model, and the int8 model's other points) ---
+    // Fake quantization on (weights rewritten) with the scales as they stand, observers off,
+    // for good.
+    void set_inference();
+    // Whether qat.linears chooses a linear reading site s (kQatLn1..kQatAct) at linear_in.
+    bool linear_in(int s) const {
+        return s >= 0 && s < kQatRecomputedSites && linear_in_[size_t(s)];
+    }
+    // A static point's observer has seen a step / its scale and zero point (site, global layer;
+    // the final norm: kQatFinalNorm).
+    bool point_observed(int s, int l) const;
+    std::pair<float, float> point_params(int s, int l) const;
+    // Fixes a static point's scale and zero point (the int8 model's frozen activation scales).
+    void set_point_params(int s, int l, float scale, float zero);
+
   private:
     struct Weight {
         std::string name;
@@ -109,8 +125,12 @@ class QatRuntime {
     struct Point {
         Observer obs;
         float step_lo, step_hi;
+        bool fixed = false;  // set_point_params: these, not the observer's
+        float scale = 1.0f, zero = 0.0f;
     };
-    int point_index(int s, int l) const { return l * kQatSites + s; }
+    int point_index(int s, int l) const {
+        return s == kQatFinalNorm ? layers_ * kQatSites : l * kQatSites + s;
+    }
     void update_weight(Weight& w);
     void ensure_scratch(int64_t n);
     void upload_scales();

@@ -125,4 +125,54 @@ void check_qat_spec(const QatSpec& s, const ModelConfig& c) {
     }
 }
 
+nlohmann::json qat_spec_to_json(const QatSpec& s) {
+    std::string points, linears, skip;
+    for (QatPoint p : s.points) points += (points.empty() ? "" : ",") + qat_point_name(p);
+    for (const std::string& l : s.linears) linears += (linears.empty() ? "" : ",") + l;
+    for (int l : s.skip_layers) skip += (skip.empty() ? "" : ",") + std::to_string(l);
+    return {{"points", points},
+            {"linears", linears},
+            {"weight_bits", s.weight_bits},
+            {"act_bits", s.act_bits},
+            {"weight_granularity", qat_granularity_name(s.weight_granularity)},
+            {"act_granularity", qat_granularity_name(s.act_granularity)},
+            {"group_size", s.group_size},
+            {"observer", s.observer == ObserverKind::MinMax ? "minmax" : "moving_average"},
+            {"averaging_constant", s.averaging_constant},
+            {"warmup_steps", s.warmup_steps},
+            {"freeze_step", s.freeze_step},
+            {"skip_layers", skip}};
+}
+
+QatSpec qat_spec_from_json(const nlohmann::json& j, const std::string& what) {
+    ETE_CHECK(j.is_object(), "{}: the QAT spec is not a JSON object", what);
+    auto get = [&](const char* key) -> const nlohmann::json& {
+        ETE_CHECK(j.contains(key), "the QAT spec has no \"{}\"", key);
+        return j.at(key);
+    };
+    try {
+        QatSpec s;
+        s.enabled = true;
+        s.points = qat_points_from_string(get("points").get<std::string>());
+        s.linears = split_comma_list(get("linears").get<std::string>());
+        s.weight_bits = get("weight_bits").get<int>();
+        s.act_bits = get("act_bits").get<int>();
+        s.weight_granularity = qat_granularity_from_name(
+            get("weight_granularity").get<std::string>(), "qat.weight_granularity");
+        s.act_granularity = qat_granularity_from_name(get("act_granularity").get<std::string>(),
+                                                      "qat.act_granularity");
+        s.group_size = get("group_size").get<int>();
+        s.observer = observer_kind_from_name(get("observer").get<std::string>(), "qat.observer");
+        s.averaging_constant = get("averaging_constant").get<float>();
+        s.warmup_steps = get("warmup_steps").get<int64_t>();
+        s.freeze_step = get("freeze_step").get<int64_t>();
+        s.skip_layers = qat_layers_from_string(get("skip_layers").get<std::string>());
+        return s;
+    } catch (const nlohmann::json::exception& e) {
+        throw_error(fmt::format("{}: a QAT spec value has the wrong type ({})", what, e.what()));
+    } catch (const Error& e) {
+        throw_error(fmt::format("{}: {}", what, e.what()));
+    }
+}
+
 }  // namespace ete

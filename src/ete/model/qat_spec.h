@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -72,5 +73,10 @@ std::vector<int> qat_layers_from_string(const std::string& s);
 
 // Throws ete::Error naming the `qat.*` key unless the spec is valid for config c.
 void check_qat_spec(const QatSpec& s, const ModelConfig& c);
+
+// The spec as JSON with the config's key names and strings (final/qat.json, the int8 model's
+// quantization_config), and back; `what` names the file in errors.
+nlohmann::json qat_spec_to_json(const QatSpec& s);
+QatSpec qat_spec_from_json(const nlohmann::json& j, const std::string& what);
 
 }  // namespace ete

@@ -44,11 +44,13 @@
 #include "ete/backend/backend.h"
 #include "ete/core/arena.h"
 #include "ete/model/config.h"
+#include "ete/model/int8_model.h"
 #include "ete/model/lora_spec.h"
 #include "ete/model/model_parallel.h"
 #include "ete/model/param_store.h"
 #include "ete/model/qat_runtime.h"
 #include "ete/nn/fused_linear.h"
+#include "ete/nn/int8_linear.h"
 #include "ete/nn/linear.h"
 #include "ete/nn/norm.h"
 #include "ete/parallel/communicator.h"
@@ -127,6 +129,17 @@ class Transformer {
     const QatRuntime* qat() const { return qat_.get(); }
     // The fake-quantized weight buffers enable_qat allocated (the weights' masks: an 8th more).
     size_t qat_weight_bytes() const;
+    // The integer model (model/int8_model.h; docs/qat.md): its quantized linears multiply
+    // integer weights by their quantized inputs (nn/int8_linear.h), its other activation points
+    // fake-quantize with the frozen scales. For inference, on the whole model in one process;
+    // call before setup. The dense copies of the quantized weights are not read.
+    void enable_int8(const Int8Model& m);
+    // Post-training calibration: forward-only passes observe the QAT points as a training
+    // forward would (the caller folds each batch in with qat()->end_step).
+    void set_qat_calibration(bool on) { qat_calibrate_ = on; }
+    bool int8() const { return !int8_weights_.empty(); }
+    size_t int8_linears() const { return int8_weights_.size(); }
+    size_t int8_weight_bytes() const;
 
     // Allocates activations for batches up to (B, T) and `slots` micro-batches in flight (the
     // stage API; 1F1B needs min(num_stages - stage, micro-batches)); `plan` (size L, global layer
@@ -344,13 +357,18 @@ class Transformer {
     std::unique_ptr<QatRuntime> qat_;
     std::vector<DeviceBuffer> qat_weights_;
     Mat qat_out_;  // (N, C) F32: a projection's output before its fake quantization
-    bool qat_train_ = false;
+    bool qat_train_ = false, qat_calibrate_ = false;
     void qat_forward(int site, int l, Mat x, Vec mask);
     // d_x = d_y (default: d_x itself) through site's mask.
     void qat_backward(int site, int l, Mat d_x, Vec mask, CMat d_y = {});
     bool qat_site(int site, int l) const { return qat_ && qat_->site_on(site, l); }
     CMat o_input(const LayerActs& s, int N) const;
     void qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode);
+    // The integer model's weights, and the scratch their products share.
+    std::unique_ptr<Int8Scratch> int8_scratch_;
+    std::vector<std::unique_ptr<Int8Weight>> int8_weights_;
+    void int8_add_linear(Linear& lin, const std::vector<int>& params, const Int8Model& m, int site,
+                         int l);
 };
 
 }  // namespace ete

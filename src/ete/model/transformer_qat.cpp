@@ -72,6 +72,7 @@ void Transformer::enable_qat(const QatSpec& spec) {
 // the site's saved mask buffer (allocated whenever the site is on).
 void Transformer::qat_forward(int site, int l, Mat x, Vec mask) {
     if (!qat_ || !qat_->site_on(site, l)) return;
+    if (int8() && qat_->linear_in(site)) return;  // the integer linears quantize their input
     ETE_ASSERT(!mask.empty());
     qat_->act_forward(site, l, x, mask.slice(0, QatRuntime::mask_bytes(x.rows, x.cols)),
                       qat_train_);

@@ -43,7 +43,7 @@ double Transformer::run_forward(Slot& s, AttnDims d, const int32_t* inputs, cons
     s.dims = d;
     s.pending = false;
     s.dropout = backward && lora_.dropout > 0.0f;
-    qat_train_ = backward;
+    qat_train_ = backward || qat_calibrate_;
     use_dropout_of(s);
     if (mp_.first_stage()) {
         for (int i = 0; i < N; ++i) {

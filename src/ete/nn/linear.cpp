@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "ete/nn/int8_linear.h"
 #include "ete/nn/tp_regions.h"
 
 namespace ete {
@@ -59,8 +60,17 @@ const Nf4View& Linear::nf4_weight() const {
     return *p_.nf4;
 }
 
+void Linear::set_int8(const Int8Weight* w) {
+    ETE_CHECK(!w || (w->out() == out() && w->in() == in()),
+              "linear: a ({}, {}) integer weight for a ({}, {}) linear", w ? w->out() : 0,
+              w ? w->in() : 0, out(), in());
+    i8_ = w;
+}
+
 void Linear::base_product(Backend& be, Mat y, CMat x, float beta) const {
-    if (nf4()) {
+    if (i8_) {
+        i8_->product(be, y, x, beta);
+    } else if (nf4()) {
         be.gemm_nf4(x, nf4_weight(), true, y, 1.0f, beta);
     } else {
         be.gemm(x, false, p_.w, true, y, 1.0f, beta);
@@ -145,6 +155,7 @@ void Linear::backward_weight(Backend& be, CMat d_y, CMat x, const LoraActs* acts
 }
 
 void Linear::backward_input_base(Backend& be, Mat d_x, CMat d_y, bool accumulate) const {
+    ETE_CHECK(!i8_, "linear: an integer weight is for inference only (no backward)");
     const float beta = accumulate ? 1.0f : 0.0f;
     if (nf4()) {
         be.gemm_nf4(d_y, nf4_weight(), false, d_x, 1.0f, beta);

@@ -6,7 +6,8 @@
 //   - W is dense in the compute dtype the ParamStore holds it in (F32, or a 16-bit copy under
 //     mixed precision), or NF4 (core/nf4.h), dequantized tile by tile inside the GEMM. x and d_y
 //     are in the compute dtype, products accumulate in fp32, and a trainable W's gradient
-//     accumulates into the F32 gradient (a β = 1 GEMM).
+//     accumulates into the F32 gradient (a β = 1 GEMM). For inference, an integer weight
+//     (nn/int8_linear.h) may replace the dense one in forward products.
 //   - A frozen weight (empty d_w; always for NF4) gets no weight gradient; its bias likewise.
 //   - An adapter (nn/lora.h) adds scale · (x·Aᵀ)·Bᵀ (x under dropout: x̃); it needs LoraActs in
 //     forward and backward.
@@ -32,6 +33,8 @@ namespace ete {
 
 enum class TpMode { None, Column, Row };
 
+class Int8Weight;
+
 struct LinearParams {
     CMat w;  // (out, in), compute dtype; or empty when the weight is NF4
     // (out, in) NF4 weight (frozen), or null. A pointer to the ParamStore's view, so a weight
@@ -56,6 +59,10 @@ class Linear {
 
     // Replaces the dense weight the products read (QAT's fake-quantized copy; same shape).
     void set_weight(CMat w);
+    // Computes forward products with an integer weight (nn/int8_linear.h, the int8 model; same
+    // shape, kept by the caller) instead of the dense one; null restores it. Inference only.
+    void set_int8(const Int8Weight* w);
+    bool int8() const { return i8_ != nullptr; }
 
     // Attaches (or with empty params removes) the adapter; shapes must match the base.
     void set_adapter(const LoraParams& lora);
@@ -99,6 +106,7 @@ class Linear {
 
     LinearParams p_;
     LoraParams lora_;
+    const Int8Weight* i8_ = nullptr;
     TpMode mode_ = TpMode::None;
     Communicator* tp_ = nullptr;
 };

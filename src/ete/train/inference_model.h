@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "ete/backend/backend.h"
@@ -13,7 +14,21 @@ namespace ete {
 // With an adapter the base is held as the adapter was trained over it — NF4 for a QLoRA adapter
 // (as its metadata says), whether the dir is full precision (quantized on load) or already
 // quantized — and each adapter runs at its own rank (rank_pattern).
+// An integer model dir (io/int8_dir.h, `ete export int8`) loads as the integer model.
 std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string& dir,
                                                   const std::string& adapter = "");
+
+// The final model of a QAT run (dir/qat.json beside the weights: the spec and the observers) as
+// it trained: fake quantization at every point with the observers' scales, frozen.
+std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::string& dir);
+
+// final/qat.json: the QAT spec and observers a run ends with (what `ete export int8` reads).
+inline constexpr const char* kQatStateFile = "qat.json";
+struct QatState {
+    QatSpec spec;
+    nlohmann::json observers;  // QatRuntime::state()
+};
+std::string qat_state_json(const QatSpec& spec, const nlohmann::json& observers);
+QatState read_qat_state(const std::string& dir);
 
 }  // namespace ete

@@ -15,6 +15,7 @@
 #include "ete/io/hf_model.h"
 #include "ete/io/peft.h"
 #include "ete/model/shard.h"
+#include "ete/train/inference_model.h"
 #include "ete/train/run_setup.h"
 #include "ete/train/trainer_impl.h"
 
@@ -324,9 +325,15 @@ void Trainer::write_final(const HostParams& whole) const {
     for (int i = 0; i < whole.size(); ++i)
         if (whole.trainable(i))
             check_finite(whole.specs()[size_t(i)].name, whole.param(i), size_t(whole.numel(i)));
-    if (!cfg_.lora_enabled)
+    if (!cfg_.lora_enabled) {
+        // A QAT run's model keeps its spec and observers beside it (`ete export int8` reads them).
+        ExtraFiles extra;
+        if (model_.qat())
+            extra.emplace_back(kQatStateFile,
+                               qat_state_json(model_.qat()->spec(), model_.qat()->state()));
         return save_hf_model(out_ + "/final", mc_, whole, tok_ ? cfg_.data_tokenizer : "",
-                             kDefaultMaxShardBytes, save_dtype(cfg_));
+                             kDefaultMaxShardBytes, save_dtype(cfg_), extra);
+    }
     // At the final rank, with lora_alpha chosen so PEFT's alpha / r is the scale trained with
     // (fixed at alpha / r of the first rank while the rank changes).
     LoraSpec spec = lora_spec(cfg_);

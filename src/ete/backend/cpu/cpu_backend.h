@@ -12,6 +12,7 @@
 //   optim.cpp        AdamW
 //   dropout.cpp      counter-based dropout (LoRA's adapter input)
 //   fake_quant.cpp   QAT: block min/max, quantization parameters, fake quant and its STE
+//   int8.cpp         the integer model: activation quantization, packed int8 GEMM, dequantization
 //
 // Memory. Normally plain host memory. In guarded mode (make_guarded_backend) every allocation is
 // mapped twice (cpu/guarded_memory.h): the address handed out is PROT_NONE, so any load or store
@@ -62,6 +63,13 @@ class CpuBackend final : public Backend {
     void gemm(CMat a, bool trans_a, CMat b, bool trans_b, Mat c, float alpha, float beta) override;
 
     void gemm_s8(CMat a, CMat w, Mat c) override;
+
+    // int8.cpp
+    std::unique_ptr<S8Weight> prepare_s8(CMat w) override;
+    void gemm_s8(CMat a, const S8Weight& w, Mat c) override;
+    void quantize_s8(Mat q, CMat x, CVec scale, CVec zero, const QuantGrid& g) override;
+    void dequantize_s32(Mat y, CMat acc, CVec a_scale, CVec a_zero, int a_offset, CVec w_scale,
+                        CVec w_sum, float beta) override;
 
     // nf4.cpp
     void gemm_nf4(CMat a, const Nf4View& w, bool trans_w, Mat c, float alpha, float beta) override;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "ete/core/dtype.h"
@@ -27,6 +28,32 @@ void dnnl_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 // overflow int32.
 void dnnl_gemm_s8(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, DType a_dtype,
                   const int8_t* W, int64_t ldw, int32_t* C, int64_t ldc);
+// W (N, K) I8 packed for dnnl_gemm_s8_packed: it keeps W's pointer (W must outlive it unchanged)
+// and, for each weights layout a matmul asks for, one reordered copy, made on first use and kept
+// (a layout depends on N, K and the ISA, so in practice one). Thread-safe.
+class PackedS8 {
+  public:
+    PackedS8(const int8_t* W, int64_t N, int64_t K, int64_t ldw);
+    ~PackedS8();
+    PackedS8(const PackedS8&) = delete;
+    PackedS8& operator=(const PackedS8&) = delete;
+    const int8_t* plain() const { return w_; }
+    int64_t N() const { return n_; }
+    int64_t K() const { return k_; }
+    int64_t ldw() const { return ldw_; }
+    struct Layouts;  // defined where oneDNN is
+
+  private:
+    friend void dnnl_gemm_s8_packed(int64_t, const void*, int64_t, DType, const PackedS8&, int32_t*,
+                                    int64_t);
+    const int8_t* w_;
+    int64_t n_, k_, ldw_;
+    std::unique_ptr<Layouts> layouts_;
+};
+// dnnl_gemm_s8 with a packed W: the same exact integers, without a reorder of W per call.
+void dnnl_gemm_s8_packed(int64_t M, const void* A, int64_t lda, DType a_dtype, const PackedS8& W,
+                         int32_t* C, int64_t ldc);
+
 // The implementation dnnl_gemm_s8 runs for a shape (e.g. "brg:avx512_core_vnni", or "loops").
 std::string dnnl_gemm_s8_impl(int64_t M, int64_t N, int64_t K, int64_t lda, DType a_dtype,
                               int64_t ldw, int64_t ldc);

@@ -19,6 +19,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdlib>
@@ -28,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "ete/backend/cpu/dnnl_gemm.h"
 #include "ete/backend/cpu/dnnl_gemm_internal.h"
@@ -291,7 +293,11 @@ Entry make_entry_s8(const KeyS8& k) {
         const auto a_type =
             k.a == DType::U8 ? dnnl::memory::data_type::u8 : dnnl::memory::data_type::s8;
         e.a_md = dnnl::memory::desc({k.M, k.K}, a_type, dims{k.lda, 1});
-        e.b_md = dnnl::memory::desc({k.K, k.N}, dnnl::memory::data_type::s8, dims{1, k.ldw});
+        // ldw 0: a packed weight, in whatever layout the matmul prefers (PackedS8).
+        e.b_md = k.ldw == 0
+                     ? dnnl::memory::desc({k.K, k.N}, dnnl::memory::data_type::s8,
+                                          dnnl::memory::format_tag::any)
+                     : dnnl::memory::desc({k.K, k.N}, dnnl::memory::data_type::s8, dims{1, k.ldw});
         e.c_md = dnnl::memory::desc({k.M, k.N}, dnnl::memory::data_type::s32, dims{k.ldc, 1});
         dnnl::primitive_attr attr;
         attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -303,6 +309,7 @@ Entry make_entry_s8(const KeyS8& k) {
             e.why = impl;
             return e;
         }
+        e.b_md = pd.weights_desc();
         e.scratch_md = pd.scratchpad_desc();
         e.prim.emplace(pd);
         e.impl = impl;
@@ -340,6 +347,63 @@ void dnnl_gemm_s8(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, D
     } catch (const dnnl::error& err) {
         throw_error(fmt::format("[gemm_s8] oneDNN int8 matmul {}x{}x{}: execution failed: {}", M, N,
                                 K, err.what()));
+    }
+}
+
+// The reordered copies of a packed weight, one per layout asked for.
+struct PackedS8::Layouts {
+    std::mutex mutex;
+    std::vector<std::pair<dnnl::memory::desc, std::unique_ptr<int8_t, decltype(&std::free)>>>
+        copies;
+
+    // W in layout md, reordered on first use (under the lock; copies never move once made).
+    const int8_t* get(const PackedS8& w, const dnnl::memory::desc& md) {
+        std::lock_guard<std::mutex> lock(mutex);
+        for (const auto& [d, p] : copies)
+            if (d == md) return p.get();
+        const size_t bytes = (md.get_size() + 4095) / 4096 * 4096;
+        std::unique_ptr<int8_t, decltype(&std::free)> buf(
+            static_cast<int8_t*>(std::aligned_alloc(4096, bytes)), &std::free);
+        ETE_CHECK(buf, "[gemm_s8] cannot allocate {} bytes for a packed {}x{} weight", bytes, w.N(),
+                  w.K());
+        dnnl::engine& eng = cpu_engine();
+        const dnnl::memory::desc plain({w.K(), w.N()}, dnnl::memory::data_type::s8,
+                                       dims{1, w.ldw()});
+        dnnl::memory src(plain, eng, const_cast<int8_t*>(w.plain()));
+        dnnl::memory dst(md, eng, buf.get());
+        dnnl::stream stream(eng);
+        dnnl::reorder(src, dst).execute(stream, src, dst);
+        stream.wait();
+        copies.emplace_back(md, std::move(buf));
+        return copies.back().second.get();
+    }
+};
+
+PackedS8::PackedS8(const int8_t* W, int64_t N, int64_t K, int64_t ldw)
+    : w_(W), n_(N), k_(K), ldw_(ldw), layouts_(std::make_unique<Layouts>()) {
+    dnnl_gemm_s8_check_args(0, N, K, W, std::max<int64_t>(1, K), DType::U8, W, ldw, nullptr,
+                            std::max<int64_t>(1, N));
+}
+PackedS8::~PackedS8() = default;
+
+void dnnl_gemm_s8_packed(int64_t M, const void* A, int64_t lda, DType a_dtype, const PackedS8& W,
+                         int32_t* C, int64_t ldc) {
+    const int64_t N = W.N(), K = W.K();
+    dnnl_gemm_s8_check_args(M, N, K, A, lda, a_dtype, W.plain(), W.ldw(), C, ldc);
+    if (M == 0 || N == 0) return;
+    const Entry* e = nullptr;
+    if (K > 0) e = &cached_entry_s8({M, N, K, lda, 0, ldc, a_dtype, omp_get_max_threads()});
+    if (!e || !e->prim) {
+        gemm_s8_loops(M, N, K, A, lda, a_dtype, W.plain(), W.ldw(), C, ldc);
+        return;
+    }
+    try {
+        execute(*e, A, W.layouts_->get(W, e->b_md), C);
+    } catch (const dnnl::error& err) {
+        throw_error(
+            fmt::format("[gemm_s8] oneDNN int8 matmul {}x{}x{} (packed W): execution "
+                        "failed: {}",
+                        M, N, K, err.what()));
     }
 }
 

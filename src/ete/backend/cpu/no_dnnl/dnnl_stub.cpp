@@ -2,6 +2,8 @@
 // -DETE_DNNL=OFF). MLX style: no #ifdef in shared code; CMake picks this file or backend/cpu/dnnl/.
 // The fp32 fallback (backend/cpu/dnnl_fallback.cpp) is still built, but dnnl_gemm does not use it
 // silently: a build without oneDNN should say so rather than run 16-bit GEMMs slowly.
+#include <algorithm>
+
 #include "ete/backend/cpu/dnnl_gemm.h"
 #include "ete/backend/cpu/dnnl_gemm_internal.h"
 #include "ete/core/error.h"
@@ -21,6 +23,20 @@ std::string dnnl_gemm_impl(bool, bool, int64_t, int64_t, int64_t, float, int64_t
 void dnnl_gemm_s8(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, DType a_dtype,
                   const int8_t* W, int64_t ldw, int32_t* C, int64_t ldc) {
     gemm_s8_loops(M, N, K, A, lda, a_dtype, W, ldw, C, ldc);  // exact either way
+}
+
+struct PackedS8::Layouts {};
+
+PackedS8::PackedS8(const int8_t* W, int64_t N, int64_t K, int64_t ldw)
+    : w_(W), n_(N), k_(K), ldw_(ldw) {
+    dnnl_gemm_s8_check_args(0, N, K, W, std::max<int64_t>(1, K), DType::U8, W, ldw, nullptr,
+                            std::max<int64_t>(1, N));
+}
+PackedS8::~PackedS8() = default;
+
+void dnnl_gemm_s8_packed(int64_t M, const void* A, int64_t lda, DType a_dtype, const PackedS8& W,
+                         int32_t* C, int64_t ldc) {
+    gemm_s8_loops(M, W.N(), W.K(), A, lda, a_dtype, W.plain(), W.ldw(), C, ldc);
 }
 
 std::string dnnl_gemm_s8_impl(int64_t, int64_t, int64_t, int64_t, DType, int64_t, int64_t) {

@@ -519,6 +519,45 @@ class RefBackend final : public Backend {
                     keep ? get(d_y.data, d_y.dtype, r * d_y.ld + c) : 0.0);
             }
     }
+    // The integer model: quantize_value per element; the dequantization in int64 then one
+    // fp32 product per element.
+    using Backend::gemm_s8;
+    void quantize_s8(Mat q, CMat x, CVec scale, CVec zero, const QuantGrid& g) override {
+        check_quantize_s8_args(q, x, scale, zero, g);
+        const auto* s = static_cast<const float*>(scale.data);
+        const auto* z = static_cast<const float*>(zero.data);
+        for (int64_t r = 0; r < x.rows; ++r) {
+            const int64_t k = scale.n == 1 ? 0 : r;
+            for (int64_t c = 0; c < x.cols; ++c) {
+                const float v = quantize_value(float(get(x.data, x.dtype, r * x.ld + c)),
+                                               1.0f / s[k], z[k], float(g.qmin), float(g.qmax));
+                if (q.dtype == DType::U8) {
+                    static_cast<uint8_t*>(q.data)[r * q.ld + c] = uint8_t(int(v) + 128);
+                } else {
+                    static_cast<int8_t*>(q.data)[r * q.ld + c] = int8_t(v);
+                }
+            }
+        }
+    }
+    void dequantize_s32(Mat y, CMat acc, CVec a_scale, CVec a_zero, int a_offset, CVec w_scale,
+                        CVec w_sum, float beta) override {
+        check_dequantize_s32_args(y, acc, a_scale, a_zero, a_offset, w_scale, w_sum);
+        const auto* as = static_cast<const float*>(a_scale.data);
+        const auto* az = static_cast<const float*>(a_zero.data);
+        const auto* ws = static_cast<const float*>(w_scale.data);
+        const auto* wsum = static_cast<const int32_t*>(w_sum.data);
+        const auto* a = static_cast<const int32_t*>(acc.data);
+        for (int64_t m = 0; m < acc.rows; ++m) {
+            const int64_t k = a_scale.n == 1 ? 0 : m;
+            const int64_t zo = int64_t(az[k]) + a_offset;
+            for (int64_t n = 0; n < acc.cols; ++n) {
+                const int64_t d = int64_t(a[m * acc.ld + n]) - zo * int64_t(wsum[n]);
+                const float old = beta == 0.0f ? 0.0f : float(get(y.data, y.dtype, m * y.ld + n));
+                put(y.data, y.dtype, m * y.ld + n,
+                    dequant_value(int32_t(d), as[k], ws[n], beta, old));
+            }
+        }
+    }
     void adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec p_compute) override {
         compute({p.dtype, g.dtype, m.dtype, v.dtype}, [&](auto t) {
             using T = decltype(t);

@@ -1,0 +1,128 @@
+// ete/backend/cpu/int8.cpp — the integer model's ops (backend.h): activations quantized to I8/U8,
+// int8 GEMMs on weights packed once (oneDNN's blocked layout, cpu/dnnl_gemm.h), and the
+// dequantization of their I32 products. Each element goes through the same scalar arithmetic as
+// the reference (core/fake_quant.h quantize_value; an exact integer bracket, then one fp32
+// product), so results are identical.
+#include <algorithm>
+#include <cmath>
+
+#include "ete/backend/cpu/cpu_backend.h"
+#include "ete/backend/cpu/dnnl_gemm.h"
+#include "ete/backend/cpu/elem.h"
+
+namespace ete::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 14;  // elements below which a parallel region costs more
+
+// A prepared weight: the view, and its packed copies.
+class CpuS8Weight final : public S8Weight {
+  public:
+    CpuS8Weight(CMat w, CMat host)
+        : S8Weight(w),
+          packed_(static_cast<const int8_t*>(host.data), host.rows, host.cols, host.ld) {}
+    const PackedS8& packed() const { return packed_; }
+
+  private:
+    PackedS8 packed_;
+};
+
+template <typename Q, typename X>
+void quantize_rows(Q* q, int64_t ldq, const X* x, int64_t ldx, int64_t rows, int64_t cols,
+                   const float* scale, const float* zero, bool per_tensor, const QuantGrid& g) {
+    const float qmin = float(g.qmin), qmax = float(g.qmax);
+    const float offset = std::is_same_v<Q, uint8_t> ? 128.0f : 0.0f;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t k = per_tensor ? 0 : r;
+        const float inv_s = 1.0f / scale[k], z = zero[k];
+        const X* in = x + r * ldx;
+        Q* out = q + r * ldq;
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c)
+            out[c] = Q(int(quantize_value(load(in[c]), inv_s, z, qmin, qmax) + offset));
+    }
+}
+
+template <typename Y>
+void dequantize_rows(Y* y, int64_t ldy, const int32_t* acc, int64_t lda, int64_t rows, int64_t cols,
+                     const float* a_scale, const float* a_zero, bool per_tensor, int a_offset,
+                     const float* w_scale, const int32_t* w_sum, float beta) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+    for (int64_t m = 0; m < rows; ++m) {
+        const int64_t k = per_tensor ? 0 : m;
+        // The bracket in wrapping uint32 arithmetic: its true value fits int32 (backend.h).
+        const uint32_t zo = uint32_t(int32_t(a_zero[k]) + a_offset);
+        const float as = a_scale[k];
+        const int32_t* a = acc + m * lda;
+        Y* out = y + m * ldy;
+#pragma omp simd
+        for (int64_t n = 0; n < cols; ++n) {
+            const int32_t d = int32_t(uint32_t(a[n]) - zo * uint32_t(w_sum[n]));
+            store(out[n],
+                  dequant_value(d, as, w_scale[n], beta, beta == 0.0f ? 0.0f : load(out[n])));
+        }
+    }
+}
+
+}  // namespace
+
+std::unique_ptr<S8Weight> CpuBackend::prepare_s8(CMat w) {
+    ETE_CHECK(w.dtype == DType::I8, "prepare_s8: w is {}, expected I8", dtype_name(w.dtype));
+    Scope h(*this, "prepare_s8");
+    return std::make_unique<CpuS8Weight>(w, h(w));
+}
+
+void CpuBackend::gemm_s8(CMat a, const S8Weight& w, Mat c) {
+    const auto* cw = dynamic_cast<const CpuS8Weight*>(&w);
+    if (!cw) return gemm_s8(a, w.plain(), c);  // prepared by another backend: the plain view
+    const CMat p = w.plain();
+    ETE_CHECK(c.dtype == DType::I32 && a.cols == p.cols && c.rows == a.rows && c.cols == p.rows,
+              "gemm_s8: a ({}, {}) {} times a prepared w ({}, {}) transposed does not give c "
+              "({}, {}) {} (expected I8 or U8 times I8 into I32)",
+              a.rows, a.cols, dtype_name(a.dtype), p.rows, p.cols, c.rows, c.cols,
+              dtype_name(c.dtype));
+    Scope h(*this, "gemm_s8", 2.0 * double(a.rows) * double(p.rows) * double(a.cols));
+    a = h(a);
+    c = h(c);
+    dnnl_gemm_s8_packed(a.rows, a.data, a.ld, a.dtype, cw->packed(), static_cast<int32_t*>(c.data),
+                        c.ld);
+}
+
+void CpuBackend::quantize_s8(Mat q, CMat x, CVec scale, CVec zero, const QuantGrid& g) {
+    Scope h(*this, "quantize_s8");
+    check_quantize_s8_args(q, x, scale, zero, g);
+    q = h(q);
+    x = h(x);
+    const float* s = elems<float>(h(scale));
+    const float* z = elems<float>(h(zero));
+    with_float_type(x.dtype, "quantize_s8", [&](auto tx) {
+        using X = decltype(tx);
+        if (q.dtype == DType::U8) {
+            quantize_rows(static_cast<uint8_t*>(q.data), q.ld, elems<X>(x), x.ld, x.rows, x.cols, s,
+                          z, scale.n == 1, g);
+        } else {
+            quantize_rows(static_cast<int8_t*>(q.data), q.ld, elems<X>(x), x.ld, x.rows, x.cols, s,
+                          z, scale.n == 1, g);
+        }
+    });
+}
+
+void CpuBackend::dequantize_s32(Mat y, CMat acc, CVec a_scale, CVec a_zero, int a_offset,
+                                CVec w_scale, CVec w_sum, float beta) {
+    Scope h(*this, "dequantize_s32");
+    check_dequantize_s32_args(y, acc, a_scale, a_zero, a_offset, w_scale, w_sum);
+    y = h(y);
+    acc = h(acc);
+    const float* as = elems<float>(h(a_scale));
+    const float* az = elems<float>(h(a_zero));
+    const float* ws = elems<float>(h(w_scale));
+    const auto* wsum = static_cast<const int32_t*>(h(w_sum).data);
+    with_float_type(y.dtype, "dequantize_s32", [&](auto ty) {
+        using Y = decltype(ty);
+        dequantize_rows(elems<Y>(y), y.ld, static_cast<const int32_t*>(acc.data), acc.ld, acc.rows,
+                        acc.cols, as, az, a_scale.n == 1, a_offset, ws, wsum, beta);
+    });
+}
+
+}  // namespace ete::cpu

@@ -1,0 +1,189 @@
+// ete/io/int8_dir.cpp
+#include "ete/io/int8_dir.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <unordered_set>
+
+#include "ete/core/file_util.h"
+#include "ete/io/hf_model.h"
+#include "ete/io/safetensors.h"
+
+namespace ete {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kWeights = "model.safetensors";
+
+std::string scale_name(const std::string& weight) {
+    return weight.substr(0, weight.size() - std::string(".weight").size()) + ".weight_scale";
+}
+
+json read_config_json(const std::string& dir) {
+    const std::string path = (fs::path(dir) / "config.json").string();
+    ETE_CHECK(fs::exists(path), "model dir '{}': config.json is missing", dir);
+    try {
+        return json::parse(read_file(path));
+    } catch (const json::exception& e) {
+        throw_error(fmt::format("{}: invalid JSON ({})", path, e.what()));
+    }
+}
+
+Tensor tensor_from(const void* data, Shape shape, DType t) {
+    Tensor out = Tensor::empty(std::move(shape), t);
+    std::memcpy(out.data(), data, size_t(out.numel()) * dtype_size(t));
+    return out;
+}
+
+// The integers and scales of weight `name` (spec s) from f, checked.
+Int8Tensor read_int8_weight(const SafetensorsFile& f, const ParamSpec& s, const QatSpec& spec,
+                            const std::string& name) {
+    const std::string path = f.path();
+    Int8Tensor t;
+    t.rows = s.shape[0];
+    t.cols = s.shape[1];
+    t.group = spec.weight_granularity == QatGranularity::Group ? spec.group_size : t.cols;
+    ETE_CHECK(t.cols % t.group == 0, "{}: '{}' has {} columns, not a multiple of the group size {}",
+              path, name, t.cols, t.group);
+    const SafetensorsEntry& e = f.info(name);
+    ETE_CHECK(e.dtype == DType::I8 && e.shape == s.shape,
+              "{}: tensor '{}' is {} {}, expected I8 {} (an integer weight, ETE layout)", path,
+              name, dtype_name(e.dtype), shape_str(e.shape), shape_str(s.shape));
+    const std::string sn = scale_name(name);
+    ETE_CHECK(f.has(sn), "{}: '{}' has no scales ('{}')", path, name, sn);
+    const SafetensorsEntry& es = f.info(sn);
+    const Shape want{t.rows, t.cols / t.group};
+    ETE_CHECK(es.dtype == DType::F32 && es.shape == want,
+              "{}: tensor '{}' is {} {}, expected F32 {}", path, sn, dtype_name(es.dtype),
+              shape_str(es.shape), shape_str(want));
+    Tensor q = f.to_tensor(name), sc = f.to_tensor(sn);
+    const auto* qp = static_cast<const int8_t*>(q.data());
+    t.q.assign(qp, qp + q.numel());
+    t.scale.assign(sc.f32(), sc.f32() + sc.numel());
+    const QuantGrid g = spec.weight_grid();
+    for (int8_t v : t.q)
+        ETE_CHECK(v >= g.qmin && v <= g.qmax, "{}: '{}' holds {}, outside the {}-bit grid [{}, {}]",
+                  path, name, int(v), spec.weight_bits, g.qmin, g.qmax);
+    for (float v : t.scale)
+        ETE_CHECK(std::isfinite(v) && v > 0, "{}: '{}' holds the scale {} (expected finite, > 0)",
+                  path, sn, v);
+    return t;
+}
+
+}  // namespace
+
+bool is_int8_model_dir(const std::string& dir) {
+    const fs::path p = fs::path(dir) / "config.json";
+    if (!fs::exists(p)) return false;
+    const json j = read_config_json(dir);
+    return j.contains("quantization_config") && j["quantization_config"].is_object() &&
+           j["quantization_config"].value("quant_method", "") == kInt8QuantMethod;
+}
+
+void save_int8_model(const std::string& dir, const ModelConfig& c, const HostParams& params,
+                     const Int8Model& m, const json& source, const std::string& tokenizer_json,
+                     const std::string& generation_config) {
+    json config = config_to_hf_json(c);
+    config["torch_dtype"] = "float32";
+    json q = qat_spec_to_json(m.spec);
+    q.erase("warmup_steps");  // training schedule, not the model
+    q.erase("freeze_step");
+    q["quant_method"] = kInt8QuantMethod;
+    q["format_version"] = 1;
+    q["activation_scales"] = json::object();
+    for (const auto& [key, sz] : m.act_scales) q["activation_scales"][key] = {sz.first, sz.second};
+    q["source"] = source;
+    config["quantization_config"] = q;
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (int i = 0; i < params.size(); ++i) {
+        const ParamSpec& s = params.specs()[size_t(i)];
+        const auto it = m.weights.find(s.name);
+        if (it != m.weights.end()) {
+            const Int8Tensor& t = it->second;
+            tensors.emplace_back(s.name, tensor_from(t.q.data(), {t.rows, t.cols}, DType::I8));
+            tensors.emplace_back(
+                scale_name(s.name),
+                tensor_from(t.scale.data(), {t.rows, t.cols / t.group}, DType::F32));
+            continue;
+        }
+        Tensor t = Tensor::empty(hf_shape(s));
+        param_to_hf(params, i, t.f32());
+        tensors.emplace_back(s.name, std::move(t));
+    }
+    write_dir_atomic(dir, "saving int8 model dir", [&](const std::string& tmp) {
+        write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
+        write_safetensors(tmp + "/" + kWeights, tensors, {{"format", "pt"}});
+        if (!tokenizer_json.empty())
+            write_file_atomic(tmp + "/tokenizer.json", read_file(tokenizer_json));
+        if (!generation_config.empty())
+            write_file_atomic(tmp + "/generation_config.json", read_file(generation_config));
+    });
+}
+
+std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir) {
+    const ModelConfig cfg = load_hf_config(dir);
+    const json qc = read_config_json(dir)["quantization_config"];
+    const std::string where = (fs::path(dir) / "config.json").string();
+    json spec_json = qc;
+    spec_json["warmup_steps"] = 0;
+    spec_json["freeze_step"] = 0;
+    Int8Model m;
+    m.spec = qat_spec_from_json(spec_json, where + " quantization_config");
+    check_int8_spec(m.spec, cfg);
+    ETE_CHECK(qc.value("format_version", 0) == 1,
+              "{}: quantization_config.format_version {}, expected 1", where,
+              qc.value("format_version", json()).dump());
+    const json scales = qc.value("activation_scales", json::object());
+    ETE_CHECK(scales.is_object(), "{}: quantization_config.activation_scales is not an object",
+              where);
+    for (const auto& [key, v] : scales.items()) {
+        ETE_CHECK(v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number(),
+                  "{}: activation_scales[\"{}\"] is not [scale, zero_point]", where, key);
+        const float s = v[0].get<float>(), z = v[1].get<float>();
+        const QuantGrid g = m.spec.act_grid();
+        ETE_CHECK(std::isfinite(s) && s > 0 && z == std::nearbyint(z) && z >= g.qmin && z <= g.qmax,
+                  "{}: activation_scales[\"{}\"] = [{}, {}]: expected a finite scale > 0 and an "
+                  "integral zero point in [{}, {}]",
+                  where, key, s, z, g.qmin, g.qmax);
+        m.act_scales[key] = {s, z};
+    }
+    const std::string path = (fs::path(dir) / kWeights).string();
+    ETE_CHECK(fs::exists(path), "int8 model dir '{}': {} is missing", dir, kWeights);
+    const SafetensorsFile f = SafetensorsFile::open(path);
+    HostParams host(param_specs(cfg));
+    std::unordered_set<std::string> seen;
+    for (const std::string& name : f.names()) {
+        if (name.size() > 13 && name.ends_with(".weight_scale")) continue;  // read with its weight
+        ETE_CHECK(host.has(name), "{}: tensor '{}' is not a parameter of this model config", path,
+                  name);
+        seen.insert(name);
+        const int i = host.index(name);
+        const ParamSpec& s = host.specs()[size_t(i)];
+        if (int8_quantizes(m.spec, cfg, s)) {
+            m.weights.emplace(name, read_int8_weight(f, s, m.spec, name));
+            continue;
+        }
+        const SafetensorsEntry& e = f.info(name);
+        ETE_CHECK(e.dtype == DType::F32 && e.shape == hf_shape(s),
+                  "{}: tensor '{}' is {} {}, expected F32 {}", path, name, dtype_name(e.dtype),
+                  shape_str(e.shape), shape_str(hf_shape(s)));
+        Tensor t = f.to_f32(name);
+        param_from_hf(host, i, t.f32());
+    }
+    for (const ParamSpec& s : host.specs())
+        ETE_CHECK(seen.count(s.name), "{}: tensor '{}' is missing", path, s.name);
+    for (const std::string& name : f.names())
+        if (name.ends_with(".weight_scale"))
+            ETE_CHECK(m.weights.count(name.substr(0, name.size() - 6)),
+                      "{}: '{}' scales no integer weight", path, name);
+    auto model = std::make_unique<Transformer>(cfg, be);
+    model->params().from_host(host);
+    model->enable_int8(m);
+    return model;
+}
+
+}  // namespace ete

@@ -1,0 +1,36 @@
+// ete/io/int8_dir.h — the integer model's directory (docs/formats.md "Integer model"): an HF-style
+// model dir whose config.json carries quantization_config {"quant_method": "ete_int8", the QAT
+// spec's keys, "activation_scales": {point key: [scale, zero_point]}} and whose
+// model.safetensors holds each quantized linear as `P.weight` I8 (out, in) — ETE's layout for
+// every architecture — with `P.weight_scale` F32 (out, in / group), and every other parameter as
+// F32 in its HF layout.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "ete/backend/backend.h"
+#include "ete/model/int8_model.h"
+#include "ete/model/transformer.h"
+
+namespace ete {
+
+inline constexpr const char* kInt8QuantMethod = "ete_int8";
+
+// Whether dir/config.json says quant_method ete_int8.
+bool is_int8_model_dir(const std::string& dir);
+
+// Writes the dir atomically (a temporary sibling renamed over `dir`). params: the whole model's
+// fp32 weights (those m quantizes are written as its integers); source: what to record of where
+// the model came from (quantization_config.source); tokenizer_json / generation_config: files to
+// copy, or "".
+void save_int8_model(const std::string& dir, const ModelConfig& c, const HostParams& params,
+                     const Int8Model& m, const nlohmann::json& source,
+                     const std::string& tokenizer_json, const std::string& generation_config);
+
+// The model of an int8 dir, ready for setup: every tensor checked against the config (names,
+// shapes, dtypes, scales finite and positive, integers on their grid).
+std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir);
+
+}  // namespace ete

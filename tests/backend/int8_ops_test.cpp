@@ -1,0 +1,184 @@
+// tests/backend/int8_ops_test.cpp — the integer model's ops (backend.h): quantize_s8 against the
+// reference and against fake_quant's integers (values planted on rounding ties, on and beyond the
+// grid's ends, NaN), per tensor and per row, I8 and U8; gemm_s8 on a prepared (packed) weight
+// equal to the plain product on awkward shapes and repeated row counts; dequantize_s32 against the
+// reference and an exact double computation, with zero points, offsets and beta.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backend_test_util.h"
+
+namespace ete::backend_test {
+namespace {
+
+std::vector<float> planted_values(int64_t n, float s, uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> d(0.0f, 40.0f * s);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = d(gen);
+    // Ties (k + 0.5 steps), the ends of the grid and beyond, zero, NaN.
+    const float planted[] = {0.5f * s,   -0.5f * s,   2.5f * s,   -3.5f * s,
+                             127.0f * s, -128.0f * s, 127.5f * s, -128.5f * s,
+                             300.0f * s, -300.0f * s, 0.0f,       NAN};
+    for (size_t i = 0; i < std::size(planted) && i < v.size(); ++i)
+        v[i * 7 % v.size()] = planted[i];
+    return v;
+}
+
+TEST(Int8Ops, QuantizeMatchesTheReferenceAndFakeQuantsIntegers) {
+    auto ref = make_ref_backend();
+    auto cpu = make_cpu_backend();
+    const QuantGrid g = QuantGrid::of(8, QParamRule::Affine);
+    for (const bool per_row : {false, true}) {
+        const int64_t R = 37, C = 301, ld = C + 3;
+        std::vector<float> x = planted_values(R * ld, 0.05f, 11 + per_row);
+        std::vector<float> s(per_row ? R : 1), z(s.size());
+        for (size_t i = 0; i < s.size(); ++i)
+            s[i] = 0.05f * (1 + 0.01f * float(i)), z[i] = float(int(i % 9) - 4);
+        const CMat X{x.data(), DType::F32, R, C, ld};
+        const CVec S{s.data(), DType::F32, int64_t(s.size())},
+            Z{z.data(), DType::F32, int64_t(z.size())};
+        std::vector<int8_t> qi_ref(size_t(R * C)), qi_cpu = qi_ref;
+        std::vector<uint8_t> qu_cpu(size_t(R * C));
+        ref->quantize_s8({qi_ref.data(), DType::I8, R, C}, X, S, Z, g);
+        cpu->quantize_s8({qi_cpu.data(), DType::I8, R, C}, X, S, Z, g);
+        cpu->quantize_s8({qu_cpu.data(), DType::U8, R, C}, X, S, Z, g);
+        EXPECT_EQ(qi_cpu, qi_ref);
+        // fake_quant's output is (q - z) · s: its integers are q.
+        std::vector<float> y(size_t(R * C));
+        ref->fake_quant({y.data(), DType::F32, R, C}, X, S, Z, {}, C, g);
+        for (int64_t r = 0; r < R; ++r)
+            for (int64_t c = 0; c < C; ++c) {
+                const size_t i = size_t(r * C + c);
+                const int64_t k = per_row ? r : 0;
+                EXPECT_EQ(int(qu_cpu[i]), int(qi_cpu[i]) + 128);
+                if (std::isnan(x[size_t(r * ld + c)])) {
+                    EXPECT_EQ(qi_ref[i], int8_t(z[size_t(k)])) << "NaN gives the zero point";
+                    continue;
+                }
+                ASSERT_EQ(float(qi_ref[i]), std::nearbyint(y[i] / s[size_t(k)]) + z[size_t(k)])
+                    << r << "," << c;
+            }
+    }
+}
+
+TEST(Int8Ops, QuantizeReadsBf16) {
+    auto ref = make_ref_backend();
+    auto cpu = make_cpu_backend();
+    const QuantGrid g = QuantGrid::of(8, QParamRule::Symmetric);
+    std::vector<float> xf = planted_values(64 * 40, 0.1f, 3);
+    std::vector<uint16_t> xb(xf.size());
+    for (size_t i = 0; i < xf.size(); ++i) xb[i] = f32_to_bf16(xf[i]);
+    float s = 0.1f, z = 0.0f;
+    std::vector<int8_t> a(xf.size()), b(xf.size());
+    const CMat X{xb.data(), DType::BF16, 64, 40};
+    ref->quantize_s8({a.data(), DType::I8, 64, 40}, X, {&s, DType::F32, 1}, {&z, DType::F32, 1}, g);
+    cpu->quantize_s8({b.data(), DType::I8, 64, 40}, X, {&s, DType::F32, 1}, {&z, DType::F32, 1}, g);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(*std::max_element(a.begin(), a.end()), 127);
+    EXPECT_EQ(*std::min_element(a.begin(), a.end()), -127);  // the symmetric grid's end
+}
+
+TEST(Int8Ops, PreparedWeightGivesThePlainProduct) {
+    auto cpu = make_cpu_backend();
+    auto ref = make_ref_backend();
+    std::mt19937 gen(5);
+    std::uniform_int_distribution<int> d(-128, 127);
+    for (const auto& [N, K] : {std::pair<int64_t, int64_t>{67, 129}, {512, 1408}, {3, 5}}) {
+        const int64_t ldw = K + 1;
+        std::vector<int8_t> w(size_t(N * ldw));
+        for (auto& v : w) v = int8_t(d(gen));
+        const CMat W{w.data(), DType::I8, N, K, ldw};
+        auto pc = cpu->prepare_s8(W);
+        auto pr = ref->prepare_s8(W);
+        for (const int64_t M : {1, 33, 256, 33}) {  // a row count again: the packed copy reused
+            SCOPED_TRACE(fmt::format("{}x{}x{}", M, N, K));
+            std::vector<uint8_t> a(size_t(M * K));
+            for (auto& v : a) v = uint8_t(d(gen) + 128);
+            const CMat A{a.data(), DType::U8, M, K};
+            std::vector<int32_t> c1(size_t(M * N)), c2 = c1, c3 = c1;
+            cpu->gemm_s8(A, W, {c1.data(), DType::I32, M, N});
+            cpu->gemm_s8(A, *pc, {c2.data(), DType::I32, M, N});
+            ref->gemm_s8(A, *pr, {c3.data(), DType::I32, M, N});
+            EXPECT_EQ(c2, c1);
+            EXPECT_EQ(c3, c1);
+        }
+        // Another backend's prepared weight multiplies through its plain view.
+        std::vector<uint8_t> a(size_t(4 * K), 7);
+        std::vector<int32_t> c1(size_t(4 * N)), c2 = c1;
+        cpu->gemm_s8({a.data(), DType::U8, 4, K}, W, {c1.data(), DType::I32, 4, N});
+        cpu->gemm_s8({a.data(), DType::U8, 4, K}, *pr, {c2.data(), DType::I32, 4, N});
+        EXPECT_EQ(c2, c1);
+    }
+}
+
+TEST(Int8Ops, DequantizeIsTheExactBracketScaledOnce) {
+    auto ref = make_ref_backend();
+    auto cpu = make_cpu_backend();
+    const int64_t M = 19, N = 45, K = 1408;
+    std::mt19937 gen(9);
+    std::uniform_int_distribution<int> d(-2000000, 2000000);
+    for (const bool per_row : {false, true})
+        for (const int offset : {0, 128})
+            for (const float beta : {0.0f, 1.0f}) {
+                SCOPED_TRACE(fmt::format("per_row {} offset {} beta {}", per_row, offset, beta));
+                std::vector<int32_t> acc(static_cast<size_t>(M * N)), wsum(static_cast<size_t>(N));
+                for (auto& v : acc) v = d(gen);
+                for (auto& v : wsum) v = d(gen) % (127 * K);
+                acc[0] = 255 * 127 * int32_t(K);  // the largest product: no overflow
+                wsum[0] = -127 * int32_t(K);
+                std::vector<float> as(per_row ? M : 1), az(as.size()), ws(static_cast<size_t>(N));
+                for (size_t i = 0; i < as.size(); ++i)
+                    as[i] = 0.01f + 0.001f * float(i),
+                    az[i] = offset ? 127.0f - float(i % 3) : -3.0f;
+                for (size_t i = 0; i < ws.size(); ++i) ws[i] = 1e-3f * float(i + 1);
+                std::vector<float> y0(size_t(M * (N + 2)), 0.25f), y1 = y0;
+                const CVec AS{as.data(), DType::F32, int64_t(as.size())},
+                    AZ{az.data(), DType::F32, int64_t(az.size())};
+                const CVec WS{ws.data(), DType::F32, N}, WSUM{wsum.data(), DType::I32, N};
+                const CMat A{acc.data(), DType::I32, M, N};
+                ref->dequantize_s32({y0.data(), DType::F32, M, N, N + 2}, A, AS, AZ, offset, WS,
+                                    WSUM, beta);
+                cpu->dequantize_s32({y1.data(), DType::F32, M, N, N + 2}, A, AS, AZ, offset, WS,
+                                    WSUM, beta);
+                EXPECT_EQ(y1, y0);
+                for (int64_t m = 0; m < M; ++m)
+                    for (int64_t n = 0; n < N; ++n) {
+                        const size_t k = per_row ? size_t(m) : 0;
+                        const double bracket = double(acc[size_t(m * N + n)]) -
+                                               (double(az[k]) + offset) * double(wsum[size_t(n)]);
+                        const double want = bracket * double(as[k]) * double(ws[size_t(n)]) +
+                                            (beta != 0 ? 0.25 : 0.0);
+                        ASSERT_NEAR(y0[size_t(m * (N + 2) + n)], want,
+                                    2e-6 * std::fabs(want) + 1e-6);
+                    }
+                EXPECT_EQ(y0[size_t(N)], 0.25f);  // padding untouched
+            }
+}
+
+TEST(Int8Ops, BadArgumentsAreNamed) {
+    auto cpu = make_cpu_backend();
+    std::vector<float> x(12), s(1, 1.0f), z(1, 0.0f);
+    std::vector<int8_t> q(12);
+    EXPECT_EQ(error_of([&] {
+                  cpu->quantize_s8({q.data(), DType::I32, 3, 4}, {x.data(), DType::F32, 3, 4},
+                                   {s.data(), DType::F32, 1}, {z.data(), DType::F32, 1},
+                                   QuantGrid::of(8, QParamRule::Affine));
+              }),
+              "quantize_s8: q (3, 4) I32 for x (3, 4), expected I8 or U8 of x's shape");
+    std::vector<int32_t> acc(12), wsum(4);
+    std::vector<float> ws(3);
+    EXPECT_EQ(error_of([&] {
+                  cpu->dequantize_s32({x.data(), DType::F32, 3, 4}, {acc.data(), DType::I32, 3, 4},
+                                      {s.data(), DType::F32, 1}, {z.data(), DType::F32, 1}, 128,
+                                      {ws.data(), DType::F32, 3}, {wsum.data(), DType::I32, 4},
+                                      0.0f);
+              }),
+              "dequantize_s32: w_scale (F32) and w_sum (I32) must have 4 (cols) entries, got 3 F32 "
+              "and 4 I32");
+}
+
+}  // namespace
+}  // namespace ete::backend_test
