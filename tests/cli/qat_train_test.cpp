@@ -214,6 +214,19 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
         EXPECT_EQ(qc["source"]["from"], "ptq");
         EXPECT_TRUE(std::isfinite(eval_loss(ptq)));
     }
+    // The LM head too (qat.linears lm_head): trained with fake quantization on every layout —
+    // under tp = 2 the vocabulary of 61 is padded, and the head's per-channel scales are per row —
+    // and exported into integers.
+    const std::string head = qat + " --set qat.linears=all-linear,lm_head";
+    const RunResult h1 = train(1, head);
+    const std::string head_run = last_out_;
+    expect_same(h1, train(2, mesh(1, 2, 1) + head), "qat lm_head tp=2", 1e-5f, 5e-5);
+    expect_same(h1, train(2, mesh(1, 1, 2) + head), "qat lm_head pp=2", 1e-5f, 5e-5);
+    EXPECT_NE(ok("export int8 --run " + head_run + " --out " + head_run + "/int8")
+                  .find("29 weights in 8-bit integers"),
+              std::string::npos);
+    const double head_fake = eval_loss(head_run + "/final --fake-quant");
+    EXPECT_NEAR(eval_loss(head_run + "/int8"), head_fake, 1e-3 * head_fake);
     auto error = [&](const std::string& args) {
         const ShellResult r = run_shell(ete_cmd(args) + " 2>&1");
         EXPECT_EQ(r.code, 1) << args << "\n" << r.out;

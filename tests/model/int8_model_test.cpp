@@ -105,6 +105,7 @@ struct Case {
     int weight_bits;
     QatGranularity wg, ag;
     std::vector<int> skip;
+    bool head = false;  // lm_head too (Llama's untied head)
 };
 
 // The integer model computes fq(x)·fq(W)ᵀ with exact integer sums instead of fp32 ones: the
@@ -124,6 +125,8 @@ TEST(Int8Model, MatchesTheFakeQuantizedModel) {
                {-1}},
           Case{Arch::Llama, "weight,linear_in", 4, G::Group, G::Token, {0}},
           Case{Arch::Llama, "weight,linear_in", 4, G::Channel, G::Tensor, {}},
+          Case{Arch::Llama, "weight,linear_in", 8, G::Channel, G::Tensor, {}, true},
+          Case{Arch::Llama, "weight,linear_in", 8, G::Group, G::Token, {1}, true},
           Case{Arch::GPT2, "weight,linear_in,post_norm", 8, G::Channel, G::Tensor, {}},
           Case{Arch::GPT2, "weight,linear_in", 4, G::Group, G::Tensor, {}}}) {
         const ModelConfig c = config(k.arch);
@@ -133,14 +136,19 @@ TEST(Int8Model, MatchesTheFakeQuantizedModel) {
         spec.act_granularity = k.ag;
         spec.group_size = 32;
         spec.skip_layers = k.skip;
+        if (k.head) spec.linears = {"all-linear", "lm_head"};
         SCOPED_TRACE(qat_spec_to_json(spec).dump());
         auto fake = calibrated(c, *be, spec);
         const HostParams host = fake->params().to_host();
         const Int8Model im = make_int8_model(spec, c, host, *fake->qat());
         const int per_layer = k.arch == Arch::Llama ? 7 : 4;
-        EXPECT_EQ(int(im.weights.size()), per_layer * (c.num_layers - int(k.skip.size())));
+        const int layers = c.num_layers - int(k.skip.size());
+        EXPECT_EQ(int(im.weights.size()), per_layer * layers + int(k.head));
+        const bool final_norm =
+            (k.head || k.points.find("post_norm") != std::string::npos) && k.ag == G::Tensor;
+        EXPECT_EQ(im.act_scales.count("final_norm"), size_t(final_norm));
         auto q = integer(c, *be, im, host);
-        EXPECT_EQ(q->int8_linears(), size_t(4 * (c.num_layers - int(k.skip.size()))));
+        EXPECT_EQ(q->int8_linears(), size_t(4 * layers + int(k.head)));
         Transformer plain(c, *be);
         plain.params().from_host(host);
         plain.setup(B, T);
@@ -293,6 +301,18 @@ TEST(Int8Model, SpecsThatCannotBeIntegerAreNamed) {
               "input): qat.linears = 'q_proj,o_proj' chooses only some of them");
     s.linears = {"q_proj", "k_proj", "v_proj", "down_proj"};
     EXPECT_EQ(error_of(s), "no error");
+    s.linears = {"lm_head"};
+    EXPECT_EQ(error_of(s), "no error");
+    ModelConfig tied = c;
+    tied.tie_word_embeddings = true;
+    try {
+        check_int8_spec(s, tied);
+        ADD_FAILURE() << "a tied head was accepted";
+    } catch (const Error& e) {
+        EXPECT_STREQ(e.what(),
+                     "qat.linears = lm_head: the head is the token embedding here "
+                     "(tie_word_embeddings); quantizing a tied head is not supported yet");
+    }
 }
 
 }  // namespace

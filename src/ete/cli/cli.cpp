@@ -70,6 +70,10 @@ void add_eval(CLI::App& app, EvalArgs& a, std::function<int()>& run) {
     c->add_flag("--pack", a.pack, "--jsonl: pack several examples per row (same loss)");
     c->add_option("--dump-logits", a.dump_logits, "write logits F32 [B, T, V] as safetensors");
     c->add_flag("--json", a.json, "print one JSON line");
+    c->add_option("--repeat", a.repeat,
+                  "--tokens/--text: run the forward N times; forward_s is the median")
+        ->check(positive())
+        ->capture_default_str();
     c->add_flag("--fake-quant", a.fake_quant,
                 "a QAT run's final model as it trained: fake quantization with its qat.json");
     c->callback([&] { run = [&] { return cmd_eval(a); }; });
@@ -145,6 +149,10 @@ void add_quantize(CLI::App& app, QuantizeArgs& q, ExportMergedArgs& e, ExportInt
     c->add_option("--observer", q.observer, "w8a8/w4a8: minmax or moving_average")
         ->capture_default_str();
     c->add_option("--skip-layers", q.skip_layers, "w8a8/w4a8: layers left in fp32, e.g. 0,-1");
+    c->add_option("--linears", q.linears,
+                  "w8a8/w4a8: linears in integers (PEFT names, all-linear; lm_head for an untied "
+                  "head)")
+        ->capture_default_str();
     c->add_option("--double-quant", q.double_quant, "8-bit quantize the block absmax values")
         ->capture_default_str();
     c->add_option("--blocksize", q.blocksize, "elements per NF4 block (power of two, 32..4096)")

@@ -22,6 +22,7 @@ struct EvalArgs {
     int batch = 1, seq = 0;  // seq 0: required for --tokens/--text; the model's context for --jsonl
     bool json = false, pack = false;
     bool fake_quant = false;  // a QAT run's final model as it trained (its qat.json)
+    int repeat = 1;           // forwards of the batch (--tokens/--text), for timing
 };
 int cmd_eval(const EvalArgs& a);
 
@@ -53,7 +54,7 @@ struct QuantizeArgs {
     int blocksize = 64;
     // w8a8 / w4a8 (post-training calibration into the integer model)
     std::string calib, weight_granularity = "channel", act_granularity = "tensor";
-    std::string observer = "minmax", skip_layers;
+    std::string observer = "minmax", skip_layers, linears = "all-linear";
     int calib_batches = 8, batch = 4, seq = 0, group_size = 128;
 };
 int cmd_quantize(const QuantizeArgs& a);

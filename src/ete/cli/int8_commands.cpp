@@ -12,6 +12,7 @@
 #include "ete/data/token_shard.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/int8_dir.h"
+#include "ete/model/lora_spec.h"
 #include "ete/train/inference_model.h"
 
 namespace ete {
@@ -113,6 +114,7 @@ int cmd_quantize_int8(const QuantizeArgs& a) {
     spec.group_size = a.group_size;
     spec.observer = observer_kind_from_name(a.observer, "--observer");
     spec.skip_layers = qat_layers_from_string(a.skip_layers);
+    spec.linears = split_comma_list(a.linears);
     spec.warmup_steps = std::numeric_limits<int32_t>::max();  // observe only, never fake-quantize
     auto be = make_cpu_backend();
     std::unique_ptr<Transformer> model = load_inference_model(*be, a.model_dir);

@@ -69,6 +69,7 @@ void check_int8_spec(const QatSpec& spec, const ModelConfig& c) {
 }
 
 bool int8_quantizes(const QatSpec& spec, const ModelConfig& c, const ParamSpec& s) {
+    if (s.role == ParamRole::LmHead) return spec.quantizes_head();
     if (!param_is_decoder_linear(s) || s.layer < 0) return false;
     if (!spec.quantizes_layer(s.layer, c.num_layers)) return false;
     return chosen(linear_roles(spec.linears, c.arch), s.role);

@@ -45,6 +45,7 @@ QatRuntime::QatRuntime(const QatSpec& spec, Backend& be, Arch arch, int layers, 
         linear_in_[kQatAtt] = any({R::AttnOut});
         linear_in_[kQatLn2] = any({R::Gate, R::Up, R::Fc});
         linear_in_[kQatAct] = any({R::Down});
+        linear_in_head_ = spec.quantizes_head();
     }
     points_.assign(size_t(layers + 1) * kQatSites,
                    Point{Observer(1, spec.observer, spec.averaging_constant), kInf, -kInf});
@@ -54,7 +55,7 @@ QatRuntime::QatRuntime(const QatSpec& spec, Backend& be, Arch arch, int layers, 
 
 bool QatRuntime::site_on(int s, int l) const {
     if (!spec_.enabled) return false;
-    if (s == kQatFinalNorm) return spec_.has(QatPoint::PostNorm);
+    if (s == kQatFinalNorm) return spec_.has(QatPoint::PostNorm) || linear_in_head_;
     if (!spec_.quantizes_layer(l, layers_) || s < 0 || s >= kQatSites) return false;
     switch (s) {
         case kQatAttnOut:

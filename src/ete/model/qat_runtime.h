@@ -100,7 +100,9 @@ class QatRuntime {
     // for good.
     void set_inference();
     // Whether qat.linears chooses a linear reading site s (kQatLn1..kQatAct) at linear_in.
+    // The final norm's site (kQatFinalNorm) is the LM head's input.
     bool linear_in(int s) const {
+        if (s == kQatFinalNorm) return linear_in_head_;
         return s >= 0 && s < kQatRecomputedSites && linear_in_[size_t(s)];
     }
     // A static point's observer has seen a step / its scale and zero point (site, global layer;
@@ -139,6 +141,7 @@ class QatRuntime {
     Backend& be_;
     // linear_in of each site: whether qat.linears chooses a linear reading it.
     std::array<bool, kQatSites> linear_in_{};
+    bool linear_in_head_ = false;
     int layers_;
     Communicator* tp_;
     bool fq_on_ = false, observe_ = false;

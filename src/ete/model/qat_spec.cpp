@@ -26,6 +26,10 @@ bool QatSpec::has(QatPoint p) const {
     return std::find(points.begin(), points.end(), p) != points.end();
 }
 
+bool QatSpec::quantizes_head() const {
+    return std::find(linears.begin(), linears.end(), "lm_head") != linears.end();
+}
+
 bool QatSpec::quantizes_layer(int l, int n) const {
     for (int s : skip_layers)
         if ((s < 0 ? n + s : s) == l) return false;
@@ -111,7 +115,12 @@ void check_qat_spec(const QatSpec& s, const ModelConfig& c) {
     ETE_CHECK(s.freeze_step >= 0 && (s.freeze_step == 0 || s.freeze_step > s.warmup_steps),
               "qat.freeze_step = {}: expected 0 (never) or a step after qat.warmup_steps = {}",
               s.freeze_step, s.warmup_steps);
-    check_linear_names(s.linears, c.arch, "qat.linears");
+    std::vector<std::string> decoder = s.linears;
+    std::erase(decoder, "lm_head");
+    if (!decoder.empty() || s.linears.empty()) check_linear_names(decoder, c.arch, "qat.linears");
+    ETE_CHECK(!s.quantizes_head() || (c.arch == Arch::Llama && !c.tie_word_embeddings),
+              "qat.linears = lm_head: the head is the token embedding here "
+              "(tie_word_embeddings); quantizing a tied head is not supported yet");
     for (int l : s.skip_layers)
         ETE_CHECK(l >= -c.num_layers && l < c.num_layers,
                   "qat.skip_layers: {} is not a layer of a {}-layer model (expected {}..{})", l,

@@ -3,8 +3,8 @@
 //
 // Points, by name (`qat.points`, comma-separated, several at once):
 //   weight     the weights of the chosen linears (`qat.linears`: PEFT module names or
-//              all-linear), on the symmetric `weight_bits` grid, per output channel, per tensor or
-//              per group of `group_size` input columns;
+//              all-linear, and lm_head for an untied head), on the symmetric `weight_bits` grid,
+//              per output channel, per tensor or per group of `group_size` input columns;
 //   linear_in  the input of every chosen linear (the W·A scheme a real integer model needs);
 //   attn_out   the attention block's output, after the output projection;
 //   ffn_out    the MLP's output, after the down projection;
@@ -48,6 +48,9 @@ struct QatSpec {
     std::vector<int> skip_layers;  // as written (negative = from the end)
 
     bool has(QatPoint p) const;
+    // qat.linears lists lm_head (all-linear does not include it, as in PEFT): the LM head's
+    // weight is quantized at `weight`, its input (the final norm's output) at `linear_in`.
+    bool quantizes_head() const;
     // Whether layer l (0-based) of n is quantized.
     bool quantizes_layer(int l, int n) const;
     QuantGrid weight_grid() const { return QuantGrid::of(weight_bits, QParamRule::Symmetric); }

@@ -364,6 +364,7 @@ class Transformer {
     bool qat_site(int site, int l) const { return qat_ && qat_->site_on(site, l); }
     CMat o_input(const LayerActs& s, int N) const;
     void qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode);
+    void qat_add_head();
     // The integer model's weights, and the scratch their products share.
     std::unique_ptr<Int8Scratch> int8_scratch_;
     std::vector<std::unique_ptr<Int8Weight>> int8_weights_;

@@ -75,6 +75,8 @@ void Transformer::enable_int8(const Int8Model& m) {
         group(L.fc, llama ? std::vector<R>{R::Gate, R::Up} : std::vector<R>{R::Fc}, kQatLn2);
         int8_add_linear(L.proj, {at(R::Down)}, m, kQatAct, l);
     }
+    if (m.spec.quantizes_head())
+        int8_add_linear(head_, {params_.find(R::LmHead)}, m, kQatFinalNorm, cfg_.num_layers);
     ETE_CHECK(!int8_weights_.empty(), "int8 model: no linear is quantized");
 }
 

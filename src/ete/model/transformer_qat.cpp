@@ -66,6 +66,22 @@ void Transformer::enable_qat(const QatSpec& spec) {
         group(L.fc, llama ? std::vector<R>{R::Gate, R::Up} : std::vector<R>{R::Fc});
         qat_add_linear(L.proj, {at(R::Down)}, TpMode::Row);
     }
+    if (spec.quantizes_head() && mp_.last_stage()) qat_add_head();
+}
+
+// The LM head reads fq(W) of its real rows (under tp: this rank's vocabulary columns, the
+// padding left out, so a per-tensor range reduced over tp is the whole head's).
+void Transformer::qat_add_head() {
+    ParamStore& ps = params_;
+    const int h = ps.find(ParamRole::LmHead);
+    const int64_t out = head_.out(), in = head_.in();
+    qat_weights_.emplace_back(be_, size_t(out * in) * dtype_size(act_));
+    const Mat buf{qat_weights_.back().data(), act_, out, in};
+    const bool trainable = ps.trainable(h);
+    const CMat src = (trainable ? CMat(ps.master(h)) : ps.value(h)).row_slice(0, out);
+    const Mat grad = trainable ? ps.grad(h).row_slice(0, out) : Mat{};
+    qat_->add_weight(ps.specs()[size_t(h)].name, src, buf, grad, true, false);
+    head_.set_weight(buf);
 }
 
 // Site `site` of global layer l (the final norm: l = num_layers) on x (N, cols) in place; mask:

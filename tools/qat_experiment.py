@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""The QAT insertion-point experiment (issue 11, docs/qat.md): on the bundled corpus and the demo
+model, fp32 training against QAT with each single activation point (attn_out, post_norm, ffn_out,
+residual — each with the weights fake-quantized too) and with linear_in (the W8A8 scheme an
+integer model runs), over several seeds, beside post-training quantization (PTQ W8A8) of the fp32
+model. Reported per configuration: steps to a target validation loss, the final validation
+perplexity of the model as trained (fake-quantized for QAT), the perplexity of the exported integer
+model (where one exists: linear_in, and PTQ), and the share of runs that diverged.
+
+usage: tools/qat_experiment.py [--ete build/ete] [--seeds 1,2,3] [--steps 900] [--out DIR]
+                               [--bits 8] [--json results.json]
+
+Only the Python standard library; every number comes from the `ete` binary (train, export int8,
+quantize --scheme w8a8, eval).
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import struct
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+POINTS = ["attn_out", "post_norm", "ffn_out", "residual", "linear_in"]
+
+
+def run(cmd, log):
+    with open(log, "w") as f:
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+    return r.returncode
+
+
+def read_shard(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+        assert head[:8] == b"ETETOK01", path
+        width, vocab, n = struct.unpack("<IIQ", head[8:])
+        data = f.read(n * width)
+    fmt = {1: "B", 2: "H", 4: "I"}[width]
+    return vocab, width, list(struct.unpack(f"<{n}{fmt}", data))
+
+
+def write_shard(path, vocab, width, ids):
+    fmt = {1: "B", 2: "H", 4: "I"}[width]
+    with open(path, "wb") as f:
+        f.write(b"ETETOK01" + struct.pack("<IIQ", width, vocab, len(ids)))
+        f.write(struct.pack(f"<{len(ids)}{fmt}", *ids))
+
+
+def val_shard(out, seq, frac):
+    """The trainer's validation windows (data/loader.h) of data/kjv.bin, as their own shard."""
+    vocab, width, ids = read_shard(os.path.join(ROOT, "data/kjv.bin"))
+    n = len(ids)
+    w = (n - 2) // seq
+    v = max(1, math.ceil(frac * w))
+    start = (w - v) * seq + 1
+    path = os.path.join(out, "val.bin")
+    write_shard(path, vocab, width, ids[start:start + v * seq + 1])
+    return path, (v * seq + 1) // (seq + 1)
+
+
+def eval_loss(ete, model, val, rows, seq, extra, log):
+    cmd = [ete, "eval", "--model", model, "--tokens", val, "--batch", str(rows), "--seq",
+           str(seq), "--json"] + extra
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    with open(log, "w") as f:
+        f.write(r.stdout + r.stderr)
+    if r.returncode != 0:
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])["loss"]
+
+
+def metrics(run_dir):
+    rows = []
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            rows.append(json.loads(line))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ete", default=os.path.join(ROOT, "build/ete"))
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--steps", type=int, default=900)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--bits", type=int, default=8, help="QAT weight bits (8 or 4)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "runs/qat_experiment"))
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    seq = 128  # the demo config's train.seq_len
+    val, rows = val_shard(a.out, seq, 0.02)
+    seeds = [int(s) for s in a.seeds.split(",")]
+    common = ["--set", f"train.steps={a.steps}", "--set", f"train.eval_every={a.eval_every}",
+              "--set", "train.log_every=100000"]
+    results = {}  # config -> list of per-seed dicts
+
+    def train(name, seed, sets):
+        out = os.path.join(a.out, f"{name}_s{seed}")
+        code = run([a.ete, "train", "--out", out, "--set", f"train.seed={seed}"] + common + sets,
+                   out + ".log")
+        m = metrics(out) if os.path.exists(os.path.join(out, "metrics.jsonl")) else []
+        vals = [(r["step"], r["val_loss"]) for r in m if "val_loss" in r]
+        diverged = code != 0 or any(not math.isfinite(r["loss"]) for r in m)
+        return out, vals, diverged
+
+    for seed in seeds:
+        out, vals, div = train("fp32", seed, [])
+        entry = {"seed": seed, "vals": vals, "diverged": div}
+        entry["model_loss"] = eval_loss(a.ete, out + "/final", val, rows, seq, [], out + ".eval")
+        ptq = out + "_ptq"
+        code = run([a.ete, "quantize", "--scheme", "w8a8" if a.bits == 8 else "w4a8", "--model",
+                    out + "/final", "--calib", os.path.join(ROOT, "data/kjv.bin"),
+                    "--calib-batches", "8", "--batch", "8", "--seq", str(seq), "--out", ptq],
+                   ptq + ".log")
+        entry["int8_loss"] = (eval_loss(a.ete, ptq, val, rows, seq, [], ptq + ".eval")
+                              if code == 0 else None)
+        results.setdefault("fp32 / PTQ", []).append(entry)
+        for p in POINTS:
+            sets = ["--set", "qat.enabled=true", "--set", f"qat.points=weight,{p}",
+                    "--set", f"qat.weight_bits={a.bits}"]
+            out, vals, div = train(p, seed, sets)
+            entry = {"seed": seed, "vals": vals, "diverged": div}
+            entry["model_loss"] = eval_loss(a.ete, out + "/final", val, rows, seq,
+                                            ["--fake-quant"], out + ".eval")
+            entry["int8_loss"] = None
+            if p == "linear_in" and not div:
+                code = run([a.ete, "export", "int8", "--run", out, "--out", out + "_int8"],
+                           out + "_int8.log")
+                if code == 0:
+                    entry["int8_loss"] = eval_loss(a.ete, out + "_int8", val, rows, seq, [],
+                                                   out + "_int8.eval")
+            results.setdefault(f"QAT {p}", []).append(entry)
+            print(f"seed {seed} {p}: {entry['model_loss']}", file=sys.stderr, flush=True)
+
+    # Target: 2% above the median final validation loss of fp32 training.
+    fp_final = [e["vals"][-1][1] for e in results["fp32 / PTQ"] if e["vals"]]
+    target = 1.02 * statistics.median(fp_final)
+
+    def steps_to(vals):
+        for step, v in vals:
+            if v <= target:
+                return step
+        return None
+
+    def med(xs, f=lambda x: x):
+        xs = [f(x) for x in xs if x is not None]
+        return (statistics.median(xs), min(xs), max(xs)) if xs else None
+
+    def cell(m, fmt):
+        if m is None:
+            return "—"
+        return f"{fmt.format(m[0])} ({fmt.format(m[1])}–{fmt.format(m[2])})"
+
+    print(f"Target validation loss {target:.4f} (1.02 × the fp32 median {target / 1.02:.4f}); "
+          f"{len(seeds)} seeds, {a.steps} steps, W{a.bits}A8; median (min–max).\n")
+    print("| configuration | steps to target | validation ppl (as trained) | integer-model ppl "
+          "| diverged |")
+    print("| --- | --- | --- | --- | --- |")
+    table = {}
+    for name, es in results.items():
+        st = [steps_to(e["vals"]) for e in es]
+        reached = [s for s in st if s is not None]
+        steps_cell = cell(med(reached), "{:.0f}") + (
+            f", {len(reached)}/{len(es)} reached" if len(reached) < len(es) else "")
+        ppl = cell(med([e["model_loss"] for e in es], math.exp), "{:.2f}")
+        ippl = cell(med([e["int8_loss"] for e in es], math.exp), "{:.2f}")
+        div = sum(e["diverged"] for e in es)
+        print(f"| {name} | {steps_cell} | {ppl} | {ippl} | {div}/{len(es)} |")
+        table[name] = es
+    # The issue's quality measures: the share of PTQ's perplexity loss that QAT (linear_in, its
+    # integer model) recovers, and the integer model's gap to fp32.
+    fp = med([e["model_loss"] for e in results["fp32 / PTQ"]], math.exp)
+    ptq = med([e["int8_loss"] for e in results["fp32 / PTQ"]], math.exp)
+    qat = med([e["int8_loss"] for e in results.get("QAT linear_in", [])], math.exp)
+    if fp and ptq and qat:
+        lost = ptq[0] - fp[0]
+        rec = (ptq[0] - qat[0]) / lost if lost > 0 else float("nan")
+        print(f"\nMedians: fp32 ppl {fp[0]:.3f}, PTQ integer {ptq[0]:.3f} "
+              f"({100 * (ptq[0] / fp[0] - 1):+.2f}%), QAT linear_in integer {qat[0]:.3f} "
+              f"({100 * (qat[0] / fp[0] - 1):+.2f}%); QAT recovers {100 * rec:.0f}% of the "
+              f"perplexity PTQ loses.")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"target": target, "seeds": seeds, "steps": a.steps, "bits": a.bits,
+                       "results": table}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
