@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # bench/int8_bench.sh — integer-model eval throughput against fp32 eval of the same model, same
 # threads (docs/benchmarks.md, Integer model): the bench model (≈32M-parameter Llama, untied head)
-# after STEPS training steps, quantized W8A8 (weights per channel, linear inputs per tensor from
-# a calibration on CALIB batches), evaluated on one B x T batch by `ete eval --repeat` (median of
-# REPEAT forwards, the first — which creates kernels and packs weights — included), fp32 and int8
-# interleaved over ROUNDS. Target: int8 / fp32 throughput >= 3 on a CPU with AVX512-VNNI or AMX.
+# after STEPS training steps, quantized W8A8 (every decoder linear and the LM head: weights per
+# channel, their inputs per tensor from a calibration on CALIB batches), evaluated on one B x T
+# batch by `ete eval --repeat` (median of REPEAT forwards, the first — which creates kernels and
+# packs weights — included), fp32 and int8 interleaved over ROUNDS. Target: int8 / fp32 throughput >= 3 on a CPU with AVX512-VNNI or AMX.
 #
 # Environment: BUILD_DIR (default build), B (8), T (256), STEPS (2), CALIB (4), REPEAT (5),
 # ROUNDS (3), THREADS (nproc).
@@ -27,8 +27,8 @@ python3 "$ROOT/bench/random_tokens.py" "$WORK/toks.bin" 400000 8192
   printf '[data]\ntrain = "%s"\ntokenizer = ""\nval_fraction = 0.0\n' "$WORK/toks.bin"
 } >"$WORK/bench.toml"
 "$ETE" train "$WORK/bench.toml" --out "$WORK/run" >/dev/null 2>&1
-"$ETE" quantize --scheme w8a8 --model "$WORK/run/final" --calib "$WORK/toks.bin" \
-    --calib-batches "$CALIB" --batch 4 --seq "$T" --out "$WORK/int8" >&2
+"$ETE" quantize --scheme w8a8 --linears all-linear,lm_head --model "$WORK/run/final" \
+    --calib "$WORK/toks.bin" --calib-batches "$CALIB" --batch 4 --seq "$T" --out "$WORK/int8" >&2
 forward_s() {
     "$ETE" eval --model "$1" --tokens "$WORK/toks.bin" --batch "$B" --seq "$T" \
         --repeat "$REPEAT" --json 2>/dev/null |

@@ -60,6 +60,11 @@ void run_shape(Backend& be, const Shape& s, int64_t M, int reps) {
     auto quant = [&] { be.quantize_s8(XQ, X, S, Z, g); };
     auto gemm = [&] { be.gemm_s8(XQ, *packed, A); };
     auto deq = [&] { be.dequantize_s32(Y8, A, S, Z, 128, WS, WSUM, 0.0f); };
+    std::vector<float> fused_scale(size_t(s.N), xs * ws), y9(y.size());
+    const Mat Y9{y9.data(), DType::F32, M, s.N};
+    auto fused = [&] {
+        be.gemm_s8_scaled(XQ, *packed, Y9, {fused_scale.data(), DType::F32, s.N}, 3 + 128, 0.0f);
+    };
     // Check: the integer path against fp32 on the fake-quantized input.
     quant();
     gemm();
@@ -73,17 +78,22 @@ void run_shape(Backend& be, const Shape& s, int64_t M, int reps) {
         mag = std::max(mag, double(std::fabs(y[i])));
     ETE_CHECK(err <= 1e-4 * mag, "[{}] the integer product is off by {} (max |y| {})", s.name, err,
               mag);
-    std::vector<double> tf, tq, tg, td;
+    fused();
+    for (size_t i = 0; i < y.size(); ++i) err = std::max(err, double(std::fabs(y[i] - y9[i])));
+    ETE_CHECK(err <= 1e-4 * mag, "[{}] the fused integer product is off by {} (max |y| {})", s.name,
+              err, mag);
+    std::vector<double> tf, tq, tg, td, tx;
     for (int r = 0; r < reps; ++r) {
         tf.push_back(seconds(fp32));
         tq.push_back(seconds(quant));
         tg.push_back(seconds(gemm));
         td.push_back(seconds(deq));
+        tx.push_back(seconds(fused));
     }
-    const double f = median(tf), q = median(tq), gm = median(tg), dq = median(td);
-    std::printf("| %s %lld × %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", s.name,
-                (long long)s.N, (long long)s.K, f * 1e3, gm * 1e3, q * 1e3, dq * 1e3,
-                f / (gm + q + dq), f / gm);
+    const double f = median(tf), q = median(tq), gm = median(tg), dq = median(td), fx = median(tx);
+    std::printf("| %s %lld × %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+                s.name, (long long)s.N, (long long)s.K, f * 1e3, gm * 1e3, q * 1e3, dq * 1e3,
+                fx * 1e3, f / (gm + q + dq), f / (fx + q), f / gm);
 }
 
 }  // namespace
@@ -102,8 +112,9 @@ int main(int argc, char** argv) {
     std::printf("%s, %d threads, M = %lld\n\n", be->describe().c_str(), omp_get_max_threads(),
                 (long long)rows);
     std::printf(
-        "| shape (N × K) | fp32 (ms) | int8 GEMM (ms) | quantize (ms) | dequantize (ms) | "
-        "fp32 / int8 (all) | fp32 / GEMM |\n|---|---|---|---|---|---|---|\n");
+        "| shape (N × K) | fp32 (ms) | int8 GEMM (ms) | quantize (ms) | dequantize (ms) | fused "
+        "GEMM + dequantize (ms) | fp32 / int8 | fp32 / int8 fused | fp32 / GEMM "
+        "|\n|---|---|---|---|---|---|---|---|---|\n");
     using ete::bench::Shape;
     for (const Shape& s :
          {Shape{"q|k|v", 1024, 512}, Shape{"o_proj", 512, 512}, Shape{"gate|up", 2816, 512},

@@ -158,6 +158,53 @@ TEST(Int8Ops, DequantizeIsTheExactBracketScaledOnce) {
             }
 }
 
+// The fused product (oneDNN's output scales and source zero point where it has them): the exact
+// bracket scaled once, within fp32 rounding of the reference and of the computation in double.
+TEST(Int8Ops, ScaledProductIsTheBracketScaledOnce) {
+    auto ref = make_ref_backend();
+    auto cpu = make_cpu_backend();
+    std::mt19937 gen(3);
+    std::uniform_int_distribution<int> d(-128, 127);
+    struct Shape {
+        int64_t M, N, K;
+    };
+    for (const Shape sh :
+         {Shape{1, 1, 1}, Shape{33, 67, 129}, Shape{256, 96, 512}, Shape{7, 512, 1408}})
+        for (const DType at : {DType::U8, DType::I8})
+            for (const float beta : {0.0f, 1.0f}) {
+                SCOPED_TRACE(
+                    fmt::format("{}x{}x{} {} beta {}", sh.M, sh.N, sh.K, dtype_name(at), beta));
+                const bool u8 = at == DType::U8;
+                const int32_t zero = u8 ? 131 : -5;
+                std::vector<uint8_t> a(size_t(sh.M * sh.K));
+                for (auto& v : a) v = uint8_t(d(gen) + (u8 ? 128 : 0));
+                std::vector<int8_t> w(size_t(sh.N * sh.K));
+                for (auto& v : w) v = int8_t(d(gen));
+                std::vector<float> sc(static_cast<size_t>(sh.N));
+                for (size_t i = 0; i < sc.size(); ++i) sc[i] = 1e-4f * float(i % 13 + 1);
+                std::vector<float> y0(size_t(sh.M * sh.N), 0.5f), y1 = y0;
+                const CMat A{a.data(), at, sh.M, sh.K}, W{w.data(), DType::I8, sh.N, sh.K};
+                auto pr = ref->prepare_s8(W);
+                auto pc = cpu->prepare_s8(W);
+                const CVec S{sc.data(), DType::F32, sh.N};
+                ref->gemm_s8_scaled(A, *pr, {y0.data(), DType::F32, sh.M, sh.N}, S, zero, beta);
+                cpu->gemm_s8_scaled(A, *pc, {y1.data(), DType::F32, sh.M, sh.N}, S, zero, beta);
+                for (int64_t m = 0; m < sh.M; ++m)
+                    for (int64_t n = 0; n < sh.N; ++n) {
+                        double acc = 0;
+                        for (int64_t k = 0; k < sh.K; ++k) {
+                            const double x = u8 ? double(a[size_t(m * sh.K + k)])
+                                                : double(int8_t(a[size_t(m * sh.K + k)]));
+                            acc += (x - zero) * double(w[size_t(n * sh.K + k)]);
+                        }
+                        const double want = acc * double(sc[size_t(n)]) + (beta != 0 ? 0.5 : 0.0);
+                        const size_t i = size_t(m * sh.N + n);
+                        ASSERT_NEAR(y0[i], want, 1e-6 * std::fabs(want) + 1e-6) << m << "," << n;
+                        ASSERT_NEAR(y1[i], y0[i], 4e-7 * std::fabs(y0[i]) + 1e-6) << m << "," << n;
+                    }
+            }
+}
+
 TEST(Int8Ops, BadArgumentsAreNamed) {
     auto cpu = make_cpu_backend();
     std::vector<float> x(12), s(1, 1.0f), z(1, 0.0f);

@@ -102,6 +102,22 @@ void check_dequantize_s32_args(CMat y, CMat acc, CVec a_scale, CVec a_zero, int 
               a_offset);
 }
 
+void check_gemm_s8_scaled_args(CMat a, CMat w, Mat y, CVec scale, int32_t zero, float beta) {
+    ETE_CHECK((a.dtype == DType::U8 || a.dtype == DType::I8) && a.cols == w.cols &&
+                  y.dtype == DType::F32 && y.rows == a.rows && y.cols == w.rows,
+              "gemm_s8_scaled: a ({}, {}) {} times w ({}, {}) transposed does not give y ({}, {}) "
+              "{} (expected I8 or U8 times I8 into F32)",
+              a.rows, a.cols, dtype_name(a.dtype), w.rows, w.cols, y.rows, y.cols,
+              dtype_name(y.dtype));
+    ETE_CHECK(scale.dtype == DType::F32 && scale.n == w.rows,
+              "gemm_s8_scaled: scale must be F32 of {} (rows of w), got {} {}", w.rows, scale.n,
+              dtype_name(scale.dtype));
+    const bool u8 = a.dtype == DType::U8;
+    ETE_CHECK(zero >= (u8 ? 0 : -128) && zero <= (u8 ? 255 : 127) && (beta == 0.0f || beta == 1.0f),
+              "gemm_s8_scaled: zero point {} outside the {} range or beta {} (expected 0 or 1)",
+              zero, dtype_name(a.dtype), beta);
+}
+
 std::unique_ptr<S8Weight> Backend::prepare_s8(CMat w) {
     ETE_CHECK(w.dtype == DType::I8, "prepare_s8: w is {}, expected I8", dtype_name(w.dtype));
     return std::make_unique<S8Weight>(w);

@@ -59,6 +59,7 @@ int64_t check_fake_quant_args(CMat y, CMat x, CVec scale, CVec zero, CVec mask, 
 void check_quantize_s8_args(CMat q, CMat x, CVec scale, CVec zero, const QuantGrid& g);
 void check_dequantize_s32_args(CMat y, CMat acc, CVec a_scale, CVec a_zero, int a_offset,
                                CVec w_scale, CVec w_sum);
+void check_gemm_s8_scaled_args(CMat a, CMat w, Mat y, CVec scale, int32_t zero, float beta);
 
 // A gemm_s8 weight prepared by a backend (Backend::prepare_s8): the view it was made from, and
 // whatever layout the backend keeps beside it.
@@ -150,6 +151,14 @@ class Backend : public DeviceMemory {
     virtual std::unique_ptr<S8Weight> prepare_s8(CMat w);
     // gemm_s8 with a prepared weight: the same exact integers.
     virtual void gemm_s8(CMat a, const S8Weight& w, Mat c);
+    // The product and dequantization of a per-tensor quantized input in one pass: y (M, N) F32 =
+    // scale[n] · Σ_k (a[m, k] − zero) · w[n, k] + beta · y (beta 0 or 1), a U8 or I8 as gemm_s8
+    // takes it, zero its stored zero point (z + 128 for U8 from quantize_s8), scale (F32, N) =
+    // s_x · s_w[n]. The bracket is exact; the scaling is one fp32 product, which the CPU backend
+    // fuses into oneDNN's int8 matmul (output scales, a source zero point) where it has such a
+    // kernel, so y may differ from the reference's by fp32 rounding.
+    virtual void gemm_s8_scaled(CMat a, const S8Weight& w, Mat y, CVec scale, int32_t zero,
+                                float beta) = 0;
     // q (rows, cols) I8 or U8 = the integers of x (float) on grid g (core/fake_quant.h
     // quantize_value: nearbyint(x · (1/s)) + z, clamped), with one scale and zero point (F32)
     // for the tensor (n = 1) or one per row (n = rows). U8 stores q + 128, the unsigned operand

@@ -55,6 +55,12 @@ Int8Weight::Int8Weight(Backend& be, const std::vector<int8_t>& q, int64_t out, i
     const float act[2] = {input.scale, input.zero};
     act_ = DeviceBuffer(be, sizeof(act));
     be.upload(act_.data(), act, sizeof(act));
+    if (!input.per_token()) {  // the fused product's scales: s_x · s_w, rounded as dequantize's
+        std::vector<float> xs(s.size());
+        for (size_t i = 0; i < s.size(); ++i) xs[i] = input.scale * s[i];
+        xscale_ = DeviceBuffer(be, xs.size() * sizeof(float));
+        be.upload(xscale_.data(), xs.data(), xs.size() * sizeof(float));
+    }
     const CMat w{q_.data(), DType::I8, out, in};
     for (int64_t g = 0; g < groups; ++g)
         packed_.push_back(be.prepare_s8(w.col_slice(g * group, group)));
@@ -81,8 +87,17 @@ void Int8Weight::product(Backend& be, Mat y, CMat x, float beta) const {
     }
     const Mat xq = scratch_.xq(N, in_);
     be.quantize_s8(xq, x, a_scale, a_zero, input_.grid);
-    const Mat acc = scratch_.acc(N, out_);
     const int64_t groups = in_ / group_;
+    if (!input_.per_token() && y.dtype == DType::F32) {  // one fused pass per group
+        const int32_t zero = int32_t(input_.zero) + 128;
+        for (int64_t g = 0; g < groups; ++g) {
+            const CVec s{static_cast<float*>(xscale_.data()) + g * out_, DType::F32, out_};
+            be.gemm_s8_scaled(xq.col_slice(g * group_, group_), *packed_[size_t(g)], y, s, zero,
+                              g == 0 ? beta : 1.0f);
+        }
+        return;
+    }
+    const Mat acc = scratch_.acc(N, out_);
     for (int64_t g = 0; g < groups; ++g) {
         be.gemm_s8(xq.col_slice(g * group_, group_), *packed_[size_t(g)], acc);
         const CVec ws{static_cast<float*>(scale_.data()) + g * out_, DType::F32, out_};

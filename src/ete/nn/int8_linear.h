@@ -8,7 +8,9 @@
 // is one group, a per-tensor one repeats its scale), and q_x, s_x, z_x the input's integers on the
 // affine activation grid — one scale and zero point for the tensor (frozen from an observer) or
 // per row (dynamic, per token). Each group is one int8 GEMM (backend gemm_s8 on a weight prepared
-// once) whose exact I32 sums dequantize_s32 scales (adding the groups after the first).
+// once) whose exact I32 sums dequantize_s32 scales (adding the groups after the first); with a
+// static input scale the two are one pass (gemm_s8_scaled: oneDNN's output scales and source
+// zero point on CPU).
 //
 // These are the numbers fake quantization trained with: fq(x)·fq(W)ᵀ up to fp32 rounding (the
 // integer sums are exact here, summed in fp32 there).
@@ -60,7 +62,8 @@ class Int8Weight {
     int64_t out_, in_, group_;
     Int8Input input_;
     Int8Scratch& scratch_;
-    DeviceBuffer q_, scale_, sum_, act_;             // scale_ and sum_ group-major: (groups, out)
+    DeviceBuffer q_, scale_, sum_, act_;  // scale_ and sum_ group-major: (groups, out)
+    DeviceBuffer xscale_;  // a static input's s_x · s_w, group-major (gemm_s8_scaled)
     std::vector<std::unique_ptr<S8Weight>> packed_;  // one per group: q's (out, group) block
 };
 

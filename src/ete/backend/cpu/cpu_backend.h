@@ -67,6 +67,8 @@ class CpuBackend final : public Backend {
     // int8.cpp
     std::unique_ptr<S8Weight> prepare_s8(CMat w) override;
     void gemm_s8(CMat a, const S8Weight& w, Mat c) override;
+    void gemm_s8_scaled(CMat a, const S8Weight& w, Mat y, CVec scale, int32_t zero,
+                        float beta) override;
     void quantize_s8(Mat q, CMat x, CVec scale, CVec zero, const QuantGrid& g) override;
     void dequantize_s32(Mat y, CMat acc, CVec a_scale, CVec a_zero, int a_offset, CVec w_scale,
                         CVec w_sum, float beta) override;

@@ -46,6 +46,8 @@ class PackedS8 {
   private:
     friend void dnnl_gemm_s8_packed(int64_t, const void*, int64_t, DType, const PackedS8&, int32_t*,
                                     int64_t);
+    friend bool dnnl_gemm_s8_scaled(int64_t, const void*, int64_t, DType, const PackedS8&,
+                                    const float*, int32_t, float, float*, int64_t);
     const int8_t* w_;
     int64_t n_, k_, ldw_;
     std::unique_ptr<Layouts> layouts_;
@@ -53,6 +55,12 @@ class PackedS8 {
 // dnnl_gemm_s8 with a packed W: the same exact integers, without a reorder of W per call.
 void dnnl_gemm_s8_packed(int64_t M, const void* A, int64_t lda, DType a_dtype, const PackedS8& W,
                          int32_t* C, int64_t ldc);
+
+// Y (M, N) F32 = scale[n] · Σ_k (A[m, k] − zero) · W[n, k] + beta · Y (beta 0 or 1) through
+// oneDNN's int8 matmul with output scales and a source zero point; false (Y untouched) where
+// oneDNN has no such kernel (or the build has no oneDNN).
+bool dnnl_gemm_s8_scaled(int64_t M, const void* A, int64_t lda, DType a_dtype, const PackedS8& W,
+                         const float* scale, int32_t zero, float beta, float* Y, int64_t ldy);
 
 // The implementation dnnl_gemm_s8 runs for a shape (e.g. "brg:avx512_core_vnni", or "loops").
 std::string dnnl_gemm_s8_impl(int64_t M, int64_t N, int64_t K, int64_t lda, DType a_dtype,

@@ -5,6 +5,7 @@
 // product), so results are identical.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "ete/backend/cpu/cpu_backend.h"
 #include "ete/backend/cpu/dnnl_gemm.h"
@@ -20,11 +21,18 @@ class CpuS8Weight final : public S8Weight {
   public:
     CpuS8Weight(CMat w, CMat host)
         : S8Weight(w),
-          packed_(static_cast<const int8_t*>(host.data), host.rows, host.cols, host.ld) {}
+          packed_(static_cast<const int8_t*>(host.data), host.rows, host.cols, host.ld),
+          sums_(size_t(host.rows), 0) {
+        const auto* q = static_cast<const int8_t*>(host.data);
+        for (int64_t n = 0; n < host.rows; ++n)
+            for (int64_t k = 0; k < host.cols; ++k) sums_[size_t(n)] += q[n * host.ld + k];
+    }
     const PackedS8& packed() const { return packed_; }
+    const int32_t* row_sums() const { return sums_.data(); }
 
   private:
     PackedS8 packed_;
+    std::vector<int32_t> sums_;  // Σ_k w[n, k]: the zero point's correction without oneDNN's
 };
 
 template <typename Q, typename X>
@@ -87,6 +95,27 @@ void CpuBackend::gemm_s8(CMat a, const S8Weight& w, Mat c) {
     c = h(c);
     dnnl_gemm_s8_packed(a.rows, a.data, a.ld, a.dtype, cw->packed(), static_cast<int32_t*>(c.data),
                         c.ld);
+}
+
+void CpuBackend::gemm_s8_scaled(CMat a, const S8Weight& w, Mat y, CVec scale, int32_t zero,
+                                float beta) {
+    check_gemm_s8_scaled_args(a, w.plain(), y, scale, zero, beta);
+    const auto* cw = dynamic_cast<const CpuS8Weight*>(&w);
+    ETE_CHECK(cw, "gemm_s8_scaled: the weight was prepared by another backend");
+    Scope h(*this, "gemm_s8", 2.0 * double(a.rows) * double(y.cols) * double(a.cols));
+    a = h(a);
+    y = h(y);
+    const float* s = elems<float>(h(scale));
+    auto* out = static_cast<float*>(y.data);
+    if (dnnl_gemm_s8_scaled(a.rows, a.data, a.ld, a.dtype, cw->packed(), s, zero, beta, out, y.ld))
+        return;
+    // Without a fused kernel: the exact sums, then the bracket and its scale.
+    thread_local std::vector<int32_t> acc;
+    acc.resize(size_t(a.rows * y.cols));
+    dnnl_gemm_s8_packed(a.rows, a.data, a.ld, a.dtype, cw->packed(), acc.data(), y.cols);
+    const float one = 1.0f, z = float(zero);
+    dequantize_rows(out, y.ld, acc.data(), y.cols, a.rows, y.cols, &one, &z, true, 0, s,
+                    cw->row_sums(), beta);
 }
 
 void CpuBackend::quantize_s8(Mat q, CMat x, CVec scale, CVec zero, const QuantGrid& g) {

@@ -282,6 +282,8 @@ struct KeyS8 {
     int64_t M, N, K, lda, ldw, ldc;
     DType a;
     int threads;
+    // 0: I32 dst; 1: F32 dst with output scales and a source zero point; 2: that plus sum (β = 1)
+    int scaled = 0;
     auto operator<=>(const KeyS8&) const = default;
 };
 
@@ -298,9 +300,20 @@ Entry make_entry_s8(const KeyS8& k) {
                      ? dnnl::memory::desc({k.K, k.N}, dnnl::memory::data_type::s8,
                                           dnnl::memory::format_tag::any)
                      : dnnl::memory::desc({k.K, k.N}, dnnl::memory::data_type::s8, dims{1, k.ldw});
-        e.c_md = dnnl::memory::desc({k.M, k.N}, dnnl::memory::data_type::s32, dims{k.ldc, 1});
+        e.c_md = dnnl::memory::desc(
+            {k.M, k.N}, k.scaled ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::s32,
+            dims{k.ldc, 1});
         dnnl::primitive_attr attr;
         attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        if (k.scaled) {
+            attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // per column n
+            attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+            if (k.scaled == 2) {
+                dnnl::post_ops ops;
+                ops.append_sum(1.0f);
+                attr.set_post_ops(ops);
+            }
+        }
         dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a_md, e.b_md, e.c_md), attr,
                                         cpu_engine());
         const std::string impl = pd.impl_info_str();
@@ -405,6 +418,40 @@ void dnnl_gemm_s8_packed(int64_t M, const void* A, int64_t lda, DType a_dtype, c
                         "failed: {}",
                         M, N, K, err.what()));
     }
+}
+
+bool dnnl_gemm_s8_scaled(int64_t M, const void* A, int64_t lda, DType a_dtype, const PackedS8& W,
+                         const float* scale, int32_t zero, float beta, float* Y, int64_t ldy) {
+    const int64_t N = W.N(), K = W.K();
+    dnnl_gemm_s8_check_args(M, N, K, A, lda, a_dtype, W.plain(), W.ldw(),
+                            reinterpret_cast<const int32_t*>(Y), ldy);
+    if (M == 0 || N == 0 || K == 0) return false;
+    const Entry& e = cached_entry_s8(
+        {M, N, K, lda, 0, ldy, a_dtype, omp_get_max_threads(), beta == 0.0f ? 1 : 2});
+    if (!e.prim) return false;
+    thread_local dnnl::stream stream(cpu_engine());
+    thread_local Scratchpad scratchpad;
+    dnnl::engine& eng = cpu_engine();
+    const dnnl::memory::desc scale_md({N}, dnnl::memory::data_type::f32, dims{1});
+    const dnnl::memory::desc zero_md({1}, dnnl::memory::data_type::s32, dims{1});
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, dnnl::memory(e.a_md, eng, const_cast<void*>(A))},
+        {DNNL_ARG_WEIGHTS,
+         dnnl::memory(e.b_md, eng, const_cast<int8_t*>(W.layouts_->get(W, e.b_md)))},
+        {DNNL_ARG_DST, dnnl::memory(e.c_md, eng, Y)},
+        {DNNL_ARG_ATTR_OUTPUT_SCALES, dnnl::memory(scale_md, eng, const_cast<float*>(scale))},
+        {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, dnnl::memory(zero_md, eng, &zero)}};
+    if (size_t bytes = e.scratch_md.get_size(); bytes > 0)
+        args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e.scratch_md, eng, scratchpad.get(bytes)));
+    try {
+        e.prim->execute(stream, args);
+        stream.wait();
+    } catch (const dnnl::error& err) {
+        throw_error(
+            fmt::format("[gemm_s8] oneDNN scaled int8 matmul {}x{}x{}: execution failed: {}", M, N,
+                        K, err.what()));
+    }
+    return true;
 }
 
 std::string dnnl_gemm_s8_impl(int64_t M, int64_t N, int64_t K, int64_t lda, DType a_dtype,

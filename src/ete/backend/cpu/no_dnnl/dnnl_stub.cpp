@@ -39,6 +39,11 @@ void dnnl_gemm_s8_packed(int64_t M, const void* A, int64_t lda, DType a_dtype, c
     gemm_s8_loops(M, W.N(), W.K(), A, lda, a_dtype, W.plain(), W.ldw(), C, ldc);
 }
 
+bool dnnl_gemm_s8_scaled(int64_t, const void*, int64_t, DType, const PackedS8&, const float*,
+                         int32_t, float, float*, int64_t) {
+    return false;
+}
+
 std::string dnnl_gemm_s8_impl(int64_t, int64_t, int64_t, int64_t, DType, int64_t, int64_t) {
     return "loops";
 }

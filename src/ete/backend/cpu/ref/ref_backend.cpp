@@ -539,6 +539,24 @@ class RefBackend final : public Backend {
             }
         }
     }
+    void gemm_s8_scaled(CMat a, const S8Weight& pw, Mat y, CVec scale, int32_t zero,
+                        float beta) override {
+        const CMat w = pw.plain();
+        check_gemm_s8_scaled_args(a, w, y, scale, zero, beta);
+        const auto* s = static_cast<const float*>(scale.data);
+        for (int64_t m = 0; m < a.rows; ++m)
+            for (int64_t n = 0; n < w.rows; ++n) {
+                int64_t acc = 0;
+                for (int64_t k = 0; k < a.cols; ++k) {
+                    const int64_t x = a.dtype == DType::U8
+                                          ? static_cast<const uint8_t*>(a.data)[m * a.ld + k]
+                                          : static_cast<const int8_t*>(a.data)[m * a.ld + k];
+                    acc += (x - zero) * static_cast<const int8_t*>(w.data)[n * w.ld + k];
+                }
+                float& out = static_cast<float*>(y.data)[m * y.ld + n];
+                out = dequant_value(int32_t(acc), 1.0f, s[n], beta, beta == 0.0f ? 0.0f : out);
+            }
+    }
     void dequantize_s32(Mat y, CMat acc, CVec a_scale, CVec a_zero, int a_offset, CVec w_scale,
                         CVec w_sum, float beta) override {
         check_dequantize_s32_args(y, acc, a_scale, a_zero, a_offset, w_scale, w_sum);
