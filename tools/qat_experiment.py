@@ -8,7 +8,8 @@ perplexity of the model as trained (fake-quantized for QAT), the perplexity of t
 model (where one exists: linear_in, and PTQ), and the share of runs that diverged.
 
 usage: tools/qat_experiment.py [--ete build/ete] [--seeds 1,2,3] [--steps 900] [--out DIR]
-                               [--bits 8] [--json results.json]
+                               [--bits 8] [--points attn_out,...] [--fp32-from DIR]
+                               [--json results.json]
 
 Only the Python standard library; every number comes from the `ete` binary (train, export int8,
 quantize --scheme w8a8, eval).
@@ -88,6 +89,9 @@ def main():
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--bits", type=int, default=8, help="QAT weight bits (8 or 4)")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs/qat_experiment"))
+    ap.add_argument("--points", default=",".join(POINTS), help="QAT configurations to run")
+    ap.add_argument("--fp32-from", default="",
+                    help="reuse the fp32 runs of an earlier --out (same seeds and steps)")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -107,11 +111,17 @@ def main():
         diverged = code != 0 or any(not math.isfinite(r["loss"]) for r in m)
         return out, vals, diverged
 
+    points = [p for p in a.points.split(",") if p]
     for seed in seeds:
-        out, vals, div = train("fp32", seed, [])
+        prior = os.path.join(a.fp32_from, f"fp32_s{seed}") if a.fp32_from else ""
+        if prior and os.path.exists(os.path.join(prior, "final")):
+            out, div = prior, False
+            vals = [(r["step"], r["val_loss"]) for r in metrics(out) if "val_loss" in r]
+        else:
+            out, vals, div = train("fp32", seed, [])
         entry = {"seed": seed, "vals": vals, "diverged": div}
         entry["model_loss"] = eval_loss(a.ete, out + "/final", val, rows, seq, [], out + ".eval")
-        ptq = out + "_ptq"
+        ptq = os.path.join(a.out, f"fp32_s{seed}_ptq")
         code = run([a.ete, "quantize", "--scheme", "w8a8" if a.bits == 8 else "w4a8", "--model",
                     out + "/final", "--calib", os.path.join(ROOT, "data/kjv.bin"),
                     "--calib-batches", "8", "--batch", "8", "--seq", str(seq), "--out", ptq],
@@ -119,7 +129,7 @@ def main():
         entry["int8_loss"] = (eval_loss(a.ete, ptq, val, rows, seq, [], ptq + ".eval")
                               if code == 0 else None)
         results.setdefault("fp32 / PTQ", []).append(entry)
-        for p in POINTS:
+        for p in points:
             sets = ["--set", "qat.enabled=true", "--set", f"qat.points=weight,{p}",
                     "--set", f"qat.weight_bits={a.bits}"]
             out, vals, div = train(p, seed, sets)

@@ -446,16 +446,8 @@ class RefBackend final : public Backend {
                       c.cols == w.rows && a.cols <= 65536,
                   "gemm_s8: shapes or dtypes do not fit");
         for (int64_t m = 0; m < a.rows; ++m)
-            for (int64_t n = 0; n < w.rows; ++n) {
-                int64_t acc = 0;
-                for (int64_t k = 0; k < a.cols; ++k) {
-                    const int64_t x = a.dtype == DType::U8
-                                          ? static_cast<const uint8_t*>(a.data)[m * a.ld + k]
-                                          : static_cast<const int8_t*>(a.data)[m * a.ld + k];
-                    acc += x * static_cast<const int8_t*>(w.data)[n * w.ld + k];
-                }
-                static_cast<int32_t*>(c.data)[m * c.ld + n] = int32_t(acc);
-            }
+            for (int64_t n = 0; n < w.rows; ++n)
+                static_cast<int32_t*>(c.data)[m * c.ld + n] = int32_t(s8_dot(a, m, w, n, 0));
     }
     // QAT: plain loops over the definitions of core/fake_quant.h, in fp32 whatever the dtypes
     // (fake quantization is defined by fp32 arithmetic, as in PyTorch).
@@ -546,15 +538,9 @@ class RefBackend final : public Backend {
         const auto* s = static_cast<const float*>(scale.data);
         for (int64_t m = 0; m < a.rows; ++m)
             for (int64_t n = 0; n < w.rows; ++n) {
-                int64_t acc = 0;
-                for (int64_t k = 0; k < a.cols; ++k) {
-                    const int64_t x = a.dtype == DType::U8
-                                          ? static_cast<const uint8_t*>(a.data)[m * a.ld + k]
-                                          : static_cast<const int8_t*>(a.data)[m * a.ld + k];
-                    acc += (x - zero) * static_cast<const int8_t*>(w.data)[n * w.ld + k];
-                }
                 float& out = static_cast<float*>(y.data)[m * y.ld + n];
-                out = dequant_value(int32_t(acc), 1.0f, s[n], beta, beta == 0.0f ? 0.0f : out);
+                out = dequant_value(int32_t(s8_dot(a, m, w, n, zero)), 1.0f, s[n], beta,
+                                    beta == 0.0f ? 0.0f : out);
             }
     }
     void dequantize_s32(Mat y, CMat acc, CVec a_scale, CVec a_zero, int a_offset, CVec w_scale,
@@ -590,6 +576,17 @@ class RefBackend final : public Backend {
     }
 
   private:
+    // Σ_k (a[m, k] − zero) · w[n, k] of an I8 or U8 a and an I8 w, exactly.
+    static int64_t s8_dot(CMat a, int64_t m, CMat w, int64_t n, int32_t zero) {
+        int64_t acc = 0;
+        for (int64_t k = 0; k < a.cols; ++k) {
+            const int64_t x = a.dtype == DType::U8
+                                  ? static_cast<const uint8_t*>(a.data)[m * a.ld + k]
+                                  : static_cast<const int8_t*>(a.data)[m * a.ld + k];
+            acc += (x - zero) * static_cast<const int8_t*>(w.data)[n * w.ld + k];
+        }
+        return acc;
+    }
     void rope(Mat x, CMat cos, CMat sin, AttnDims d, int sign) {
         std::vector<int32_t> doc;
         AttnDims hd = host_dims(d, doc);
