@@ -76,7 +76,8 @@ bool QatRuntime::site_on(int s, int l) const {
 void QatRuntime::add_weight(const std::string& name, CMat src, Mat dst, Mat grad, bool quantize,
                             bool split_cols) {
     ETE_ASSERT(src.rows == dst.rows && src.cols == dst.cols);
-    Weight w{name, src, dst, grad, quantize, split_cols, src.cols, false, -1, {}, {}, {}, {}, {}};
+    Weight w{name, src, dst, grad, quantize, split_cols, src.cols, false,
+             -1,   {},  {},  {},   {},       {},         nullptr,  {}};
     if (quantize) {
         switch (spec_.weight_granularity) {
             case QatGranularity::Tensor:
@@ -104,10 +105,32 @@ void QatRuntime::add_weight(const std::string& name, CMat src, Mat dst, Mat grad
     weights_.push_back(std::move(w));
 }
 
+void QatRuntime::add_nf4_weight(const std::string& name, const Nf4View& w, Mat dst, bool quantize,
+                                bool split_cols) {
+    ETE_ASSERT(w.rows == dst.rows && w.cols == dst.cols);
+    DeviceBuffer dense(be_, size_t(w.rows * w.cols) * dtype_size(dst.dtype));
+    const CMat src{dense.data(), dst.dtype, w.rows, w.cols};
+    add_weight(name, src, dst, Mat{}, quantize, split_cols);
+    weights_.back().nf4 = &w;
+    weights_.back().dense = std::move(dense);
+}
+
+size_t QatRuntime::weight_bytes() const {
+    size_t bytes = 0;
+    for (const Weight& w : weights_)
+        for (const DeviceBuffer* b : {&w.lo, &w.hi, &w.scale, &w.zero, &w.mask, &w.dense})
+            bytes += b->bytes();
+    return bytes;
+}
+
 void QatRuntime::update_weight(Weight& w) {
     // A frozen weight's buffer changes only with the phase.
     if (w.grad.empty() && w.phase == int(fq_on_)) return;
     w.phase = int(fq_on_);
+    if (w.nf4) {
+        ETE_CHECK(!w.nf4->empty(), "qat: NF4 weight '{}' used before it was loaded", w.name);
+        be_.dequantize_nf4({w.dense.data(), w.src.dtype, w.src.rows, w.src.cols}, *w.nf4, 0);
+    }
     if (!w.quantize || !fq_on_) {
         be_.copy(w.dst, w.src);
         return;

@@ -69,6 +69,13 @@ class QatRuntime {
     // split_cols: the columns are split over tp (a row-parallel linear).
     void add_weight(const std::string& name, CMat src, Mat dst, Mat grad, bool quantize,
                     bool split_cols);
+    // The same for a frozen NF4 weight (QAT over a QLoRA base: fq(dequant(W))): it is
+    // dequantized into a dense buffer of dst's dtype whenever dst is rewritten (the view is read
+    // then, so weights loaded after this call are seen).
+    void add_nf4_weight(const std::string& name, const Nf4View& w, Mat dst, bool quantize,
+                        bool split_cols);
+    // Backend bytes the runtime holds for weights (an NF4 weight's dense copy, scales, masks).
+    size_t weight_bytes() const;
     // Sets the phase of a step (0-based) and rewrites every fq(W) buffer.
     void begin_step(int64_t step);
     // Masks each quantized trainable weight's gradient (after the step's backward and sync).
@@ -122,6 +129,8 @@ class QatRuntime {
         bool per_tensor;  // one scale for the tensor
         int phase;        // fq_on_ when dst was last written (-1: never)
         DeviceBuffer lo, hi, scale, zero, mask;
+        const Nf4View* nf4 = nullptr;  // src is its dequantized copy, in `dense`
+        DeviceBuffer dense;
     };
     // A static activation point: its observer and this step's range.
     struct Point {

@@ -127,7 +127,8 @@ class Transformer {
     void enable_qat(const QatSpec& spec);
     QatRuntime* qat() { return qat_.get(); }
     const QatRuntime* qat() const { return qat_.get(); }
-    // The fake-quantized weight buffers enable_qat allocated (the weights' masks: an 8th more).
+    // The weight buffers enable_qat allocated: the fake-quantized copies, and the runtime's
+    // masks, ranges, scales and (QLoRA) dense copies of NF4 weights.
     size_t qat_weight_bytes() const;
     // The integer model (model/int8_model.h; docs/qat.md): its quantized linears multiply
     // integer weights by their quantized inputs (nn/int8_linear.h), its other activation points

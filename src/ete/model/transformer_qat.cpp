@@ -16,17 +16,18 @@ void Transformer::qat_add_linear(Linear& lin, const std::vector<int>& params, Tp
         return std::find(chosen.begin(), chosen.end(), ps.specs()[size_t(p)].role) != chosen.end();
     };
     if (std::none_of(params.begin(), params.end(), is_chosen)) return;
-    for (int p : params)
-        ETE_CHECK(!ps.is_nf4(p),
-                  "qat.points = weight: '{}' is an NF4 weight (lora.base_format = nf4); fake "
-                  "quantization of an NF4 base is not supported yet (use lora.base_format = f32 "
-                  "or bf16, or leave weight out of qat.points)",
-                  ps.specs()[size_t(p)].name);
     const int64_t out = lin.out(), in = lin.in();
     qat_weights_.emplace_back(be_, size_t(out * in) * dtype_size(act_));
     const Mat buf{qat_weights_.back().data(), act_, out, in};
     int64_t row = 0;
     for (int p : params) {
+        if (ps.is_nf4(p)) {  // a QLoRA base: fq(dequant(W)), frozen
+            const Nf4View& w = ps.nf4(p);
+            qat_->add_nf4_weight(ps.specs()[size_t(p)].name, w, buf.row_slice(row, w.rows),
+                                 is_chosen(p), mode == TpMode::Row);
+            row += w.rows;
+            continue;
+        }
         const bool trainable = ps.trainable(p);
         CMat src = trainable ? CMat(ps.master(p)) : ps.value(p);
         qat_->add_weight(ps.specs()[size_t(p)].name, src, buf.row_slice(row, src.rows),
@@ -102,9 +103,8 @@ void Transformer::qat_backward(int site, int l, Mat d_x, Vec mask, CMat d_y) {
 
 size_t Transformer::qat_weight_bytes() const {
     size_t bytes = 0;
-    for (const DeviceBuffer& b : qat_weights_)
-        bytes += b.bytes() + b.bytes() / dtype_size(act_) / 8;
-    return bytes;
+    for (const DeviceBuffer& b : qat_weights_) bytes += b.bytes();
+    return bytes + (qat_ ? qat_->weight_bytes() : 0);
 }
 
 CMat Transformer::o_input(const LayerActs& s, int N) const {

@@ -30,9 +30,10 @@ Linear::Linear(LinearParams p, TpMode mode, Communicator* tp)
 }
 
 void Linear::set_weight(CMat w) {
-    ETE_CHECK(!nf4() && w.rows == p_.w.rows && w.cols == p_.w.cols,
-              "linear: a ({}, {}) weight for a ({}, {}) dense linear", w.rows, w.cols, out(), in());
+    ETE_CHECK(w.rows == out() && w.cols == in(), "linear: a ({}, {}) weight for a ({}, {}) linear",
+              w.rows, w.cols, out(), in());
     p_.w = w;
+    p_.nf4 = nullptr;  // an NF4 base's fake-quantized dense copy (QAT) replaces it
 }
 
 void Linear::set_adapter(const LoraParams& lora) {

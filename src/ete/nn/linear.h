@@ -57,7 +57,8 @@ class Linear {
     const LinearParams& params() const { return p_; }
     TpMode mode() const { return mode_; }
 
-    // Replaces the dense weight the products read (QAT's fake-quantized copy; same shape).
+    // Replaces the weight the products read by a dense one of the same shape (QAT's
+    // fake-quantized copy; for an NF4 weight, of its dequantized values).
     void set_weight(CMat w);
     // Computes forward products with an integer weight (nn/int8_linear.h, the int8 model; same
     // shape, kept by the caller) instead of the dense one; null restores it. Inference only.
