@@ -197,6 +197,12 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
     };
     const std::string exported = ok("export int8 --run " + run + " --out " + run + "/int8");
     EXPECT_NE(exported.find("28 weights in 8-bit integers"), std::string::npos) << exported;
+    const std::string shown = ok("inspect " + run + "/int8 --summary");
+    EXPECT_NE(shown.find("quantization: ete_int8 (integer model) | W8A8 | weights per channel | "
+                         "inputs per tensor | linears all-linear | 17 frozen activation scales | "
+                         "from qat"),
+              std::string::npos)
+        << shown;
     const double fake = eval_loss(run + "/final --fake-quant"), plain = eval_loss(run + "/final");
     const double integer = eval_loss(run + "/int8");
     EXPECT_NEAR(integer, fake, 1e-3 * fake);

@@ -50,6 +50,27 @@ std::pair<int64_t, uint64_t> print_tensors(const std::string& path, bool list) {
     return {elems, bytes};
 }
 
+// A quantized dir's quantization_config, in one line.
+void print_quantization(const fs::path& dir) {
+    const json j = json::parse(read_file((dir / "config.json").string()), nullptr, false);
+    if (!j.is_object() || !j.contains("quantization_config")) return;
+    const json& q = j["quantization_config"];
+    if (!q.is_object()) return;
+    if (q.value("quant_method", "") == "ete_int8") {
+        std::printf(
+            "quantization: ete_int8 (integer model) | W%dA%d | weights per %s | inputs per %s | "
+            "linears %s | %zu frozen activation scales | from %s\n",
+            q.value("weight_bits", 0), q.value("act_bits", 0),
+            q.value("weight_granularity", std::string("?")).c_str(),
+            q.value("act_granularity", std::string("?")).c_str(),
+            q.value("linears", std::string("?")).c_str(),
+            q.value("activation_scales", json::object()).size(),
+            q.value("source", json::object()).value("from", std::string("?")).c_str());
+        return;
+    }
+    std::printf("quantization: %s\n", q.value("quant_method", std::string("?")).c_str());
+}
+
 void print_model_config(const ModelConfig& c) {
     std::printf(
         "model: %s | layers %d | hidden %d | heads %d (kv %d, head_dim %d) | mlp %d | "
@@ -109,10 +130,13 @@ int inspect_dir(const fs::path& dir, bool list) {
               "(config.json) or an ETE checkpoint (state.json)",
               dir.string());
     print_model_config(load_hf_config(dir.string()));
+    print_quantization(dir);
     for (const auto& f : weight_files(dir)) add(print_tensors(f, list));
     print_totals(elems, bytes);
     for (const char* extra : {"tokenizer.json", "generation_config.json"})
         std::printf("%s: %s\n", extra, fs::exists(dir / extra) ? "present" : "absent");
+    if (fs::exists(dir / "qat.json"))
+        std::printf("qat.json: present (the QAT spec and observers: ete export int8)\n");
     return 0;
 }
 
