@@ -253,6 +253,11 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
                     " --batch 1 --seq 4")
                   .find("is an integer model: --adapter applies to"),
               std::string::npos);
+    EXPECT_NE(error("train " + (dir_ / "job.toml").string() + " --out " + run + "/again" +
+                    " --set model.init_from=" + run + "/int8")
+                  .find("is an integer model (quant_method ete_int8): ete eval and ete generate "
+                        "run it"),
+              std::string::npos);
 }
 
 }  // namespace
