@@ -9,7 +9,12 @@ model (where one exists: linear_in, and PTQ), and the share of runs that diverge
 
 usage: tools/qat_experiment.py [--ete build/ete] [--seeds 1,2,3] [--steps 900] [--out DIR]
                                [--bits 8] [--points attn_out,...] [--fp32-from DIR]
-                               [--json results.json]
+                               [--finetune-steps M [--finetune-lr LR]] [--json results.json]
+
+With --finetune-steps, QAT is fine-tuning (as torchao applies it): every configuration, fp32
+included, continues the seed's trained fp32 model (model.init_from) for M more steps at
+--finetune-lr; PTQ then quantizes the fp32-fine-tuned model, so QAT and PTQ start from the same
+weights and spend the same steps.
 
 Only the Python standard library; every number comes from the `ete` binary (train, export int8,
 quantize --scheme w8a8, eval).
@@ -92,6 +97,9 @@ def main():
     ap.add_argument("--points", default=",".join(POINTS), help="QAT configurations to run")
     ap.add_argument("--fp32-from", default="",
                     help="reuse the fp32 runs of an earlier --out (same seeds and steps)")
+    ap.add_argument("--granularity", default="channel", help="weights: channel or tensor")
+    ap.add_argument("--finetune-steps", type=int, default=0)
+    ap.add_argument("--finetune-lr", type=float, default=3e-4)
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -119,11 +127,17 @@ def main():
             vals = [(r["step"], r["val_loss"]) for r in metrics(out) if "val_loss" in r]
         else:
             out, vals, div = train("fp32", seed, [])
+        ft = []
+        if a.finetune_steps:
+            ft = ["--set", f"model.init_from={out}/final", "--set",
+                  f"train.steps={a.finetune_steps}", "--set", f"train.lr={a.finetune_lr}",
+                  "--set", f"train.min_lr={a.finetune_lr / 10}", "--set", "train.warmup_steps=10"]
+            out, vals, div = train("fp32ft", seed, ft)
         entry = {"seed": seed, "vals": vals, "diverged": div}
         entry["model_loss"] = eval_loss(a.ete, out + "/final", val, rows, seq, [], out + ".eval")
         ptq = os.path.join(a.out, f"fp32_s{seed}_ptq")
-        code = run([a.ete, "quantize", "--scheme", "w8a8" if a.bits == 8 else "w4a8", "--model",
-                    out + "/final", "--calib", os.path.join(ROOT, "data/kjv.bin"),
+        code = run([a.ete, "quantize", "--scheme", "w8a8" if a.bits == 8 else "w4a8",
+                    "--weight-granularity", a.granularity, "--model", out + "/final", "--calib", os.path.join(ROOT, "data/kjv.bin"),
                     "--calib-batches", "8", "--batch", "8", "--seq", str(seq), "--out", ptq],
                    ptq + ".log")
         entry["int8_loss"] = (eval_loss(a.ete, ptq, val, rows, seq, [], ptq + ".eval")
@@ -131,8 +145,9 @@ def main():
         results.setdefault("fp32 / PTQ", []).append(entry)
         for p in points:
             sets = ["--set", "qat.enabled=true", "--set", f"qat.points=weight,{p}",
-                    "--set", f"qat.weight_bits={a.bits}"]
-            out, vals, div = train(p, seed, sets)
+                    "--set", f"qat.weight_bits={a.bits}",
+                    "--set", f"qat.weight_granularity={a.granularity}"]
+            out, vals, div = train(p, seed, ft + sets)
             entry = {"seed": seed, "vals": vals, "diverged": div}
             entry["model_loss"] = eval_loss(a.ete, out + "/final", val, rows, seq,
                                             ["--fake-quant"], out + ".eval")
@@ -165,8 +180,11 @@ def main():
             return "—"
         return f"{fmt.format(m[0])} ({fmt.format(m[1])}–{fmt.format(m[2])})"
 
+    how = (f"{a.steps} fp32 steps, then {a.finetune_steps} fine-tuning steps at lr "
+           f"{a.finetune_lr:g}" if a.finetune_steps else f"{a.steps} steps")
     print(f"Target validation loss {target:.4f} (1.02 × the fp32 median {target / 1.02:.4f}); "
-          f"{len(seeds)} seeds, {a.steps} steps, W{a.bits}A8; median (min–max).\n")
+          f"{len(seeds)} seeds, {how}, W{a.bits}A8 (weights per {a.granularity}); "
+          f"median (min–max).\n")
     print("| configuration | steps to target | validation ppl (as trained) | integer-model ppl "
           "| diverged |")
     print("| --- | --- | --- | --- | --- |")
