@@ -74,8 +74,8 @@ int cmd_export_int8(const ExportInt8Args& a) {
     ETE_CHECK(fs::absolute(dir) != fs::absolute(a.out),
               "ete export int8: --out must differ from the model");
     ETE_CHECK(!fs::exists(fs::path(dir) / "adapter_config.json"),
-              "ete export int8: '{}' is a LoRA adapter; merge it first (ete export merged) — QAT "
-              "over LoRA exports are not supported yet",
+              "ete export int8: '{}' is a LoRA adapter: exporting QAT over LoRA or QLoRA to "
+              "integers is not supported yet (train QAT as a full fine-tune to export it)",
               dir);
     auto be = make_cpu_backend();
     const QatState st = read_qat_state(dir);
