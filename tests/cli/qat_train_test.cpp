@@ -242,6 +242,11 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
                   .find("/final' has no qat.json: expected the final model of a QAT run"),
               std::string::npos);
     EXPECT_FALSE(fs::exists(last_out_ + "/int8"));
+    train(1, qat + " --set lora.enabled=true --set lora.targets=all-linear");
+    EXPECT_NE(error("export int8 --run " + last_out_ + " --out " + last_out_ + "/int8")
+                  .find("is a LoRA adapter: exporting QAT over LoRA or QLoRA to integers is not "
+                        "supported yet"),
+              std::string::npos);
     train(1, " --set qat.enabled=true --set qat.points=weight,post_norm");
     EXPECT_NE(error("export int8 --run " + last_out_ + " --out " + last_out_ + "/int8")
                   .find("the integer model needs qat.points to include weight and linear_in"),
