@@ -49,7 +49,8 @@ TEST(QatQlora, TrainsLikeADenseBaseOfTheDequantizedWeights) {
         }
     const int B = 2, T = 16;
     std::vector<int32_t> in(size_t(B * T)), tgt(in.size());
-    for (int i = 0; i < B * T; ++i) in[size_t(i)] = (i * 37 + 11) % 67, tgt[size_t(i)] = (i * 53 + 5) % 67;
+    for (int i = 0; i < B * T; ++i)
+        in[size_t(i)] = (i * 37 + 11) % 67, tgt[size_t(i)] = (i * 53 + 5) % 67;
     double loss[2];
     std::vector<float> grads[2];
     Transformer* models[2] = {&q, &d};

@@ -26,14 +26,22 @@ std::string file_in(const std::string& dir, const char* name) {
     return fs::exists(p) ? p.string() : "";
 }
 
-// Mean loss of a model on B rows of T + 1 tokens of ids (inputs and shifted targets).
-double mean_loss(Transformer& m, const std::vector<int32_t>& ids, int B, int T) {
-    std::vector<int32_t> in(size_t(B) * T), tgt(in.size());
+// B rows of T + 1 tokens of ids as inputs (the first T of each) and targets (the last T).
+void split_rows(const std::vector<int32_t>& ids, int B, int T, std::vector<int32_t>& in,
+                std::vector<int32_t>& tgt) {
+    in.resize(size_t(B) * T);
+    tgt.resize(in.size());
     for (int b = 0; b < B; ++b)
         for (int t = 0; t < T; ++t) {
             in[size_t(b) * T + t] = ids[size_t(b) * (T + 1) + t];
             tgt[size_t(b) * T + t] = ids[size_t(b) * (T + 1) + t + 1];
         }
+}
+
+// Mean loss of a model on B rows of T + 1 tokens of ids.
+double mean_loss(Transformer& m, const std::vector<int32_t>& ids, int B, int T) {
+    std::vector<int32_t> in, tgt;
+    split_rows(ids, B, T, in, tgt);
     m.setup(B, T);
     return m.forward_loss(in.data(), tgt.data(), B, T) / double(B * T);
 }
@@ -128,18 +136,14 @@ int cmd_quantize_int8(const QuantizeArgs& a) {
     ETE_CHECK(shard.size() >= need, "--calib '{}': holds {} tokens, {} batches of {}x{} need {}",
               a.calib, shard.size(), a.calib_batches, B, T + 1, need);
     // Calibration: each batch's ranges fold into the observers, as a training step's would.
-    std::vector<int32_t> ids(size_t(B) * row), in(size_t(B) * T), tgt(in.size());
+    std::vector<int32_t> ids(size_t(B) * row), in, tgt;
     model->setup(B, T);
     model->set_qat_calibration(true);
     QatRuntime& qat = *model->qat();
     for (int k = 0; k < a.calib_batches; ++k) {
         qat.begin_step(k);
         shard.read(uint64_t(k) * ids.size(), ids.size(), ids.data());
-        for (int b = 0; b < B; ++b)
-            for (int t = 0; t < T; ++t) {
-                in[size_t(b) * T + t] = ids[size_t(b) * row + t];
-                tgt[size_t(b) * T + t] = ids[size_t(b) * row + t + 1];
-            }
+        split_rows(ids, B, T, in, tgt);
         model->forward_loss(in.data(), tgt.data(), B, T);
         qat.end_step(qat.step_ranges());
     }

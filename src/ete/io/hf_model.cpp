@@ -42,6 +42,16 @@ ModelConfig load_hf_config(const std::string& dir) {
     return config_from_hf_json(j, path);
 }
 
+bool is_int8_model_dir(const std::string& dir) {
+    const fs::path config = fs::path(dir) / "config.json";
+    if (!fs::exists(config)) return false;
+    // Leniently: an unreadable config.json is reported by whoever loads it.
+    const json j = json::parse(read_file(config.string()), nullptr, false);
+    return j.is_object() && j.contains("quantization_config") &&
+           j["quantization_config"].is_object() &&
+           j["quantization_config"].value("quant_method", "") == kInt8QuantMethod;
+}
+
 namespace {
 
 // The ETE name for a tensor name found in a file, or "" for names to ignore.
@@ -184,18 +194,11 @@ void load_hf_weights(const std::string& dir, ParamStore& store) {
 void load_hf_tensors(const std::string& dir, const ParamTable& store, const TensorSink& take,
                      const Nf4Sink& take_nf4) {
     // An integer model's weights are not a full-precision model's (io/int8_dir.h reads them).
-    const fs::path config = fs::path(dir) / "config.json";
-    if (fs::exists(config)) {
-        const json j = json::parse(read_file(config.string()), nullptr, false);
-        const bool int8 = j.is_object() && j.contains("quantization_config") &&
-                          j["quantization_config"].is_object() &&
-                          j["quantization_config"].value("quant_method", "") == "ete_int8";
-        ETE_CHECK(!int8,
-                  "model dir '{}' is an integer model (quant_method ete_int8): ete eval and ete "
-                  "generate run it; training, quantizing and merging need the full-precision "
-                  "model it came from",
-                  dir);
-    }
+    ETE_CHECK(!is_int8_model_dir(dir),
+              "model dir '{}' is an integer model (quant_method ete_int8): ete eval and ete "
+              "generate run it; training, quantizing and merging need the full-precision "
+              "model it came from",
+              dir);
     std::string single = (fs::path(dir) / kSingleFile).string();
     std::string index = (fs::path(dir) / kIndexFile).string();
     std::unordered_set<std::string> loaded;

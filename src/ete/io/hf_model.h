@@ -22,6 +22,11 @@ namespace ete {
 // Reads DIR/config.json.
 ModelConfig load_hf_config(const std::string& dir);
 
+// Whether DIR/config.json says quantization_config.quant_method = ete_int8: an integer model
+// (io/int8_dir.h), whose weights no full-precision loader reads.
+inline constexpr const char* kInt8QuantMethod = "ete_int8";
+bool is_int8_model_dir(const std::string& dir);
+
 // HF's default max_shard_size ("5GB", decimal).
 inline constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000;
 

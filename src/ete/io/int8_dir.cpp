@@ -76,14 +76,6 @@ Int8Tensor read_int8_weight(const SafetensorsFile& f, const ParamSpec& s, const 
 
 }  // namespace
 
-bool is_int8_model_dir(const std::string& dir) {
-    const fs::path p = fs::path(dir) / "config.json";
-    if (!fs::exists(p)) return false;
-    const json j = read_config_json(dir);
-    return j.contains("quantization_config") && j["quantization_config"].is_object() &&
-           j["quantization_config"].value("quant_method", "") == kInt8QuantMethod;
-}
-
 void save_int8_model(const std::string& dir, const ModelConfig& c, const HostParams& params,
                      const Int8Model& m, const json& source, const std::string& tokenizer_json,
                      const std::string& generation_config) {

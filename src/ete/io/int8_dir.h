@@ -11,15 +11,11 @@
 #include <string>
 
 #include "ete/backend/backend.h"
+#include "ete/io/hf_model.h"  // is_int8_model_dir, kInt8QuantMethod
 #include "ete/model/int8_model.h"
 #include "ete/model/transformer.h"
 
 namespace ete {
-
-inline constexpr const char* kInt8QuantMethod = "ete_int8";
-
-// Whether dir/config.json says quant_method ete_int8.
-bool is_int8_model_dir(const std::string& dir);
 
 // Writes the dir atomically (a temporary sibling renamed over `dir`). params: the whole model's
 // fp32 weights (those m quantizes are written as its integers); source: what to record of where
