@@ -3,7 +3,8 @@
 // strided views, groups that do not fill whole mask bytes and in-place calls; each element
 // against the definition of core/fake_quant.h; non-finite inputs (never a NaN scale, a NaN stays
 // a NaN with a zero mask bit); the straight-through mask against finite differences of the
-// unrounded surrogate (clamp(x/s + z) - z) · s away from its kinks; bad arguments.
+// unrounded surrogate (clamp(x/s + z) - z) · s away from its kinks; LSQ's scale gradient; bad
+// arguments.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -167,6 +168,74 @@ TEST(FakeQuantKernel, TheMaskIsTheSurrogatesDerivative) {
     EXPECT_GT(outside, 500);
 }
 
+// LSQ's scale gradient: the CPU backend's block sums equal the reference's bit for bit (strided,
+// bf16 operands, per block and per tensor), and each equals Σ d_y · slope with the slope of the
+// definition: round(x/s) − x/s inside the grid, the clamped end outside. Where every element is
+// clamped the slope is the true derivative of y = (q − z)·s in s: central differences agree.
+TEST(FakeQuantKernel, LsqScaleGradientMatchesReferenceAndDefinition) {
+    auto ref = make_ref_backend();
+    auto cpu = make_cpu_backend();
+    const int64_t rows = 13;
+    for (const DType dt : {DType::F32, DType::BF16})
+        for (const auto& [cols, group] : {std::pair<int64_t, int64_t>{36, 12}, {257, 257}}) {
+            SCOPED_TRACE(std::string(dname(dt)) + " " + std::to_string(cols));
+            const Buf x =
+                Buf::of(dt, random_vec(size_t(rows * cols), 3, -2.0, 2.0), rows, cols, cols + 1);
+            const Buf dy =
+                Buf::of(DType::F32, random_vec(size_t(rows * cols), 4), rows, cols, cols + 5);
+            const int64_t blocks = rows * (cols / group);
+            const QuantGrid g = QuantGrid::of(4, QParamRule::Symmetric);
+            // Scales small enough that some elements clamp (|x| up to 2, grid ±7 steps).
+            FVec s = random_vec(size_t(blocks), 5, 0.1, 0.4), z(size_t(blocks), 0.0f);
+            for (const bool per_tensor : {false, true}) {
+                const FVec ss = per_tensor ? FVec{0.2f} : s, zz = per_tensor ? FVec{0.0f} : z;
+                FVec gr(static_cast<size_t>(blocks)), gc(static_cast<size_t>(blocks));
+                ref->fake_quant_scale_grad(host_vec(gr), x.cmat(), dy.cmat(), host_cvec(ss),
+                                           host_cvec(zz), group, g);
+                cpu->fake_quant_scale_grad(host_vec(gc), x.cmat(), dy.cmat(), host_cvec(ss),
+                                           host_cvec(zz), group, g);
+                ASSERT_EQ(gr, gc) << "per tensor " << per_tensor;
+                int clamped = 0;
+                for (int64_t r = 0; r < rows; ++r)
+                    for (int64_t b = 0; b < cols / group; ++b) {
+                        const float sc = ss[per_tensor ? 0 : size_t(r * (cols / group) + b)];
+                        double want = 0;
+                        for (int64_t c = b * group; c < (b + 1) * group; ++c) {
+                            // In fp32 with inv_s, as the definition (core/fake_quant.h).
+                            const float xv = float(x.at(r, c)), inv = 1.0f / sc;
+                            const float q = std::nearbyint(xv * inv);
+                            const double slope = q > g.qmax   ? g.qmax
+                                                 : q < g.qmin ? g.qmin
+                                                              : q - xv * inv;
+                            clamped += q > g.qmax || q < g.qmin;
+                            want += dy.at(r, c) * slope;
+                        }
+                        ASSERT_NEAR(gc[size_t(r * (cols / group) + b)], want, 1e-4)
+                            << r << "," << b;
+                    }
+                EXPECT_GT(clamped, 20);
+            }
+        }
+    // All clamped: y = ±qmax·s or qmin·s, whose derivative in s is the end itself.
+    const QuantGrid g = QuantGrid::of(8, QParamRule::Affine);
+    const FVec x = {9.0f, -9.0f, 7.5f, -8.25f}, dy = {1.0f, 2.0f, -0.5f, 3.0f};
+    const float s = 0.01f, z = 5.0f, h = 1e-5f;
+    FVec d(1);
+    cpu->fake_quant_scale_grad(host_vec(d), host_cmat(x, 1, 4), host_cmat(dy, 1, 4),
+                               host_cvec(FVec{s}), host_cvec(FVec{z}), 4, g);
+    auto loss = [&](float sc) {
+        FVec y(4);
+        cpu->fake_quant(host_mat(y, 1, 4), host_cmat(x, 1, 4), host_cvec(FVec{sc}),
+                        host_cvec(FVec{z}), {}, 4, g);
+        double l = 0;
+        for (size_t i = 0; i < 4; ++i) l += double(dy[i]) * y[i];
+        return l;
+    };
+    const double fd = (loss(s + h) - loss(s - h)) / (2.0 * h);
+    EXPECT_NEAR(d[0], fd, 1e-2 * std::fabs(fd));
+    EXPECT_EQ(d[0], (127 - 5) * 1.0f + (-128 - 5) * 2.0f + (127 - 5) * -0.5f + (-128 - 5) * 3.0f);
+}
+
 TEST(FakeQuantKernel, BadArgumentsAreNamed) {
     auto be = make_cpu_backend();
     FVec x(12), y(12), s(3), z(3);
@@ -183,6 +252,16 @@ TEST(FakeQuantKernel, BadArgumentsAreNamed) {
               "fake_quant: scale and zero must be F32 of 1 or 4 blocks, got 3 and 3");
     EXPECT_EQ(error_of([&] { be->min_max(host_vec(s), host_vec(z), host_cmat(x, 2, 6), 6); }),
               "min_max: lo, hi must be F32 of 2 blocks, got 3 and 3");
+    EXPECT_EQ(error_of([&] {
+                  be->fake_quant_scale_grad(host_vec(s), host_cmat(x, 2, 6), host_cmat(y, 2, 6),
+                                            host_cvec(s), host_cvec(z), 6, g);
+              }),
+              "fake_quant: scale and zero must be F32 of 1 or 2 blocks, got 3 and 3");
+    EXPECT_EQ(error_of([&] {
+                  be->fake_quant_scale_grad(host_vec(s), host_cmat(x, 2, 6), host_cmat(y, 2, 6),
+                                            host_cvec(FVec{1.0f}), host_cvec(FVec{0.0f}), 6, g);
+              }),
+              "fake_quant_scale_grad: d_scale must be F32 of 2 blocks, got 3");
 }
 
 }  // namespace

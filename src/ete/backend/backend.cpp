@@ -69,6 +69,18 @@ int64_t check_fake_quant_args(CMat y, CMat x, CVec scale, CVec zero, CVec mask, 
     return per_row;
 }
 
+int64_t check_fake_quant_scale_grad_args(CVec d_scale, CMat x, CMat d_y, CVec scale, CVec zero,
+                                         int64_t group, const QuantGrid& g) {
+    const int64_t per_row = check_fake_quant_args(x, x, scale, zero, CVec{}, group, g);
+    ETE_CHECK(d_y.rows == x.rows && d_y.cols == x.cols,
+              "fake_quant_scale_grad: d_y ({}, {}) for x ({}, {})", d_y.rows, d_y.cols, x.rows,
+              x.cols);
+    ETE_CHECK(d_scale.dtype == DType::F32 && d_scale.n == x.rows * per_row,
+              "fake_quant_scale_grad: d_scale must be F32 of {} blocks, got {}", x.rows * per_row,
+              d_scale.n);
+    return per_row;
+}
+
 void check_quantize_s8_args(CMat q, CMat x, CVec scale, CVec zero, const QuantGrid& g) {
     ETE_CHECK(
         q.rows == x.rows && q.cols == x.cols && (q.dtype == DType::I8 || q.dtype == DType::U8),

@@ -53,6 +53,9 @@ void check_doc_start(const int32_t* doc_start, int B, int T);
 int64_t check_min_max_args(CVec lo, CVec hi, CMat x, int64_t group);
 int64_t check_fake_quant_args(CMat y, CMat x, CVec scale, CVec zero, CVec mask, int64_t group,
                               const QuantGrid& g);
+// ... and of fake_quant_scale_grad (returns the blocks per row).
+int64_t check_fake_quant_scale_grad_args(CVec d_scale, CMat x, CMat d_y, CVec scale, CVec zero,
+                                         int64_t group, const QuantGrid& g);
 
 // The argument checks of quantize_s8 and dequantize_s32 every backend shares (ete::Error naming
 // the op and what was expected).
@@ -255,6 +258,11 @@ class Backend : public DeviceMemory {
                             const QuantGrid& g) = 0;
     // d_x = d_y where mask's bit is set, else 0 (written; d_x may be d_y).
     virtual void fake_quant_backward(Mat d_x, CMat d_y, CVec mask) = 0;
+    // LSQ's scale gradient: d_scale (F32, rows · cols/group, one per block even when scale.n ==
+    // 1) = Σ over the block of d_y · lsq_scale_slope(x) with the scale and zero point fake_quant
+    // uses for that element; summed in double in column order (every backend the same sums).
+    virtual void fake_quant_scale_grad(Vec d_scale, CMat x, CMat d_y, CVec scale, CVec zero,
+                                       int64_t group, const QuantGrid& g) = 0;
 
     // --- optimizer ---
     // AdamW over n F32 elements; decoupled weight decay p -= lr * wd * p. When p_compute is not

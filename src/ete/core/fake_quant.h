@@ -83,6 +83,17 @@ inline float fake_quant_value(float x, float s, float inv_s, float z, float qmin
     return (q - z) * s;
 }
 
+// LSQ's slope of fake_quant_value in its scale (Esser et al., "Learned Step Size Quantization"):
+// y = (clamp(round(x / s) + z) - z) · s with round passed straight through, so ∂y/∂s is
+// round(x / s) - x / s where the value lay inside the grid and the clamped end (q - z) outside.
+// A NaN x gives NaN.
+inline float lsq_scale_slope(float x, float inv_s, float z, float qmin, float qmax) {
+    float q = std::nearbyint(x * inv_s) + z;
+    const bool inside = q >= qmin && q <= qmax;
+    q = q < qmin ? qmin : (q > qmax ? qmax : q);
+    return inside ? (q - z) - x * inv_s : q - z;
+}
+
 // The integer an element quantizes to (quantize_s8, the integer model): the q of
 // fake_quant_value, clamped; a NaN (which no integer can hold) gives the zero point, i.e. 0.
 inline float quantize_value(float x, float inv_s, float z, float qmin, float qmax) {

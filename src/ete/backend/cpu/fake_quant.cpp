@@ -128,6 +128,26 @@ void fake_quant_backward_rows(D* dx, int64_t lddx, const G* dy, int64_t lddy, in
     }
 }
 
+// Each block's Σ d_y · slope in double, in column order (the reference's sums); rows in parallel.
+template <typename X, typename G>
+void scale_grad_rows(float* d_scale, const X* x, int64_t ldx, const G* dy, int64_t lddy,
+                     int64_t rows, int64_t cols, const float* scale, const float* zero,
+                     bool per_tensor, int64_t group, const QuantGrid& g) {
+    const int64_t per_row = cols / group;
+    const float qmin = float(g.qmin), qmax = float(g.qmax);
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t b = 0; b < per_row; ++b) {
+            const int64_t k = per_tensor ? 0 : r * per_row + b;
+            const float inv_s = 1.0f / scale[k], z = zero[k];
+            double sum = 0;
+            for (int64_t c = b * group; c < (b + 1) * group; ++c)
+                sum += double(load(dy[r * lddy + c])) *
+                       double(lsq_scale_slope(load(x[r * ldx + c]), inv_s, z, qmin, qmax));
+            d_scale[r * per_row + b] = float(sum);
+        }
+}
+
 }  // namespace
 
 void CpuBackend::min_max(Vec lo, Vec hi, CMat x, int64_t group) {
@@ -192,6 +212,25 @@ void CpuBackend::fake_quant_backward(Mat d_x, CMat d_y, CVec mask) {
             using G = decltype(tg);
             fake_quant_backward_rows(elems<D>(d_x), d_x.ld, elems<G>(d_y), d_y.ld, d_y.rows,
                                      d_y.cols, m);
+        });
+    });
+}
+
+void CpuBackend::fake_quant_scale_grad(Vec d_scale, CMat x, CMat d_y, CVec scale, CVec zero,
+                                       int64_t group, const QuantGrid& g) {
+    Scope h(*this, "fake_quant_scale_grad");
+    check_fake_quant_scale_grad_args(d_scale, x, d_y, scale, zero, group, g);
+    x = h(x);
+    d_y = h(d_y);
+    float* out = elems<float>(h(d_scale));
+    const float* s = elems<float>(h(scale));
+    const float* z = elems<float>(h(zero));
+    with_float_type(x.dtype, "fake_quant_scale_grad", [&](auto tx) {
+        with_float_type(d_y.dtype, "fake_quant_scale_grad", [&](auto tg) {
+            using X = decltype(tx);
+            using G = decltype(tg);
+            scale_grad_rows(out, elems<X>(x), x.ld, elems<G>(d_y), d_y.ld, x.rows, x.cols, s, z,
+                            scale.n == 1, group, g);
         });
     });
 }

@@ -511,6 +511,23 @@ class RefBackend final : public Backend {
                     keep ? get(d_y.data, d_y.dtype, r * d_y.ld + c) : 0.0);
             }
     }
+    void fake_quant_scale_grad(Vec d_scale, CMat x, CMat d_y, CVec scale, CVec zero, int64_t group,
+                               const QuantGrid& g) override {
+        const int64_t per_row =
+            check_fake_quant_scale_grad_args(d_scale, x, d_y, scale, zero, group, g);
+        const auto* s = static_cast<const float*>(scale.data);
+        const auto* z = static_cast<const float*>(zero.data);
+        for (int64_t r = 0; r < x.rows; ++r)
+            for (int64_t b = 0; b < per_row; ++b) {
+                const int64_t k = scale.n == 1 ? 0 : r * per_row + b;
+                double sum = 0;
+                for (int64_t c = b * group; c < (b + 1) * group; ++c)
+                    sum += double(get(d_y.data, d_y.dtype, r * d_y.ld + c)) *
+                           double(lsq_scale_slope(float(get(x.data, x.dtype, r * x.ld + c)),
+                                                  1.0f / s[k], z[k], float(g.qmin), float(g.qmax)));
+                static_cast<float*>(d_scale.data)[r * per_row + b] = float(sum);
+            }
+    }
     // The integer model: quantize_value per element; the dequantization in int64 then one
     // fp32 product per element.
     using Backend::gemm_s8;
