@@ -3,8 +3,10 @@
 // the [qat] options and what cannot apply.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -17,7 +19,17 @@ namespace {
 
 using namespace parallel_test;
 
-class QatTrain : public ParallelTrain {};
+class QatTrain : public ParallelTrain {
+  protected:
+    // The output of a training run that must fail (a non-zero exit).
+    std::string train_error(const std::string& sets) {
+        const ShellResult r = run_shell(ete_cmd("train " + (dir_ / "job.toml").string() +
+                                                " --out " + (dir_ / "bad").string() + sets) +
+                                        " 2>&1");
+        EXPECT_NE(r.code, 0) << r.out;
+        return r.out;
+    }
+};
 
 // QAT (W8A8: weights per channel, every linear's input and every norm's output per tensor). While
 // qat.warmup_steps last, the observers only watch: the run is bit-identical to plain training.
@@ -153,22 +165,136 @@ TEST_F(QatTrain, OptionsTrainOrSayWhyNot) {
     const std::string zero1 = all + " --set parallel.dp=2 --set parallel.zero1=true";
     expect_same(train(2, zero1), train(2, zero1 + " --set train.backend=guarded"),
                 "qat zero1 guarded", 0.0f, 0.0);
-    auto error = [&](const std::string& sets) {
-        const ShellResult r = run_shell(ete_cmd("train " + (dir_ / "job.toml").string() +
-                                                " --out " + (dir_ / "bad").string() + sets) +
-                                        " 2>&1");
-        EXPECT_NE(r.code, 0) << r.out;
-        return r.out;
-    };
-    EXPECT_NE(error(qat + " --set qat.points=weight,mlp_out")
+    EXPECT_NE(train_error(qat + " --set qat.points=weight,mlp_out")
                   .find("ete: error: qat.points: 'mlp_out' is not a point"),
               std::string::npos);
-    EXPECT_NE(error(qat + " --set qat.weight_bits=3")
+    EXPECT_NE(train_error(qat + " --set qat.weight_bits=3")
                   .find("ete: error: qat.weight_bits = 3: "
                         "expected 4 or 8"),
               std::string::npos);
-    EXPECT_NE(error(qat + " --set qat.group_size=12 --set qat.weight_granularity=group")
+    EXPECT_NE(train_error(qat + " --set qat.group_size=12 --set qat.weight_granularity=group")
                   .find("ete: error: qat.group_size = 12: expected a multiple of 8"),
+              std::string::npos);
+}
+
+// The learned scale factors a run's final/qat.json holds (qat.learnable_scale).
+std::map<std::string, std::vector<float>> learned_factors(const std::string& run) {
+    return nlohmann::json::parse(read_file(run + "/final/qat.json"))["weight_scale_factors"]
+        .get<std::map<std::string, std::vector<float>>>();
+}
+
+void expect_near_factors(const std::map<std::string, std::vector<float>>& want,
+                         const std::map<std::string, std::vector<float>>& got,
+                         const std::string& what, float tol) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (const auto& [name, w] : want) {
+        ASSERT_EQ(got.at(name).size(), w.size()) << what << " " << name;
+        for (size_t i = 0; i < w.size(); ++i)
+            ASSERT_NEAR(got.at(name)[i], w[i], tol) << what << " " << name << "[" << i << "]";
+    }
+}
+
+// LSQ (qat.learnable_scale): each quantized weight's scales are its range's times a trained
+// factor that starts at 1, so until the first fake-quantized step has trained — the warm-up and
+// that step's loss — the run is min/max QAT's bit for bit; then the optimizer moves the factors
+// (every one, here) and the losses with them. They are in checkpoints (a resume from the warm-up
+// or after it is bit exact) and in final/qat.json, not among the HF model's tensors; every layout
+// learns the same factors; the integer export uses them and evaluates like the fake-quantized
+// model.
+TEST_F(QatTrain, LearnsTheWeightScales) {
+    const std::string qat =
+        " --set qat.enabled=true --set qat.points=weight,linear_in --set qat.warmup_steps=2";
+    const std::string lsq = qat + " --set qat.learnable_scale=true";
+    const RunResult minmax = train(1, qat), q = train(1, lsq + " --set train.checkpoint_every=2");
+    const std::string run = last_out_;
+    ASSERT_EQ(q.losses.size(), 5u) << q.log;
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(q.losses[i], minmax.losses[i]) << "step " << i + 1;
+    for (size_t i = 3; i < 5; ++i) {
+        EXPECT_NE(q.losses[i], minmax.losses[i]) << "step " << i + 1;
+        EXPECT_NEAR(q.losses[i], minmax.losses[i], 0.02 * minmax.losses[i]) << "step " << i + 1;
+    }
+    for (const auto& [name, w] : q.weights)
+        EXPECT_EQ(name.find("_scale"), std::string::npos) << name << " in model.safetensors";
+    const auto factors = learned_factors(run);
+    ASSERT_EQ(factors.size(), 28u);  // 7 linears in each of 4 layers
+    int moved = 0, total = 0;
+    for (const auto& [name, f] : factors) {
+        const size_t in = name.find("down_proj") != std::string::npos ? 45 : 32;
+        ASSERT_EQ(f.size(), q.weights.at(name).size() / in) << name;  // one per output channel
+        for (float v : f) {
+            EXPECT_GT(v, 0.5f) << name;  // 3 steps of lr 1e-2 from 1
+            EXPECT_LT(v, 1.5f) << name;
+            moved += v != 1.0f;
+            ++total;
+        }
+    }
+    EXPECT_GT(moved, total * 9 / 10) << moved << " of " << total;
+    for (const char* step : {"2", "4"}) {
+        const std::string ckpt = run + "/checkpoints/step_0000000" + step;
+        const RunResult resumed = train(1, lsq + " --resume " + ckpt);
+        EXPECT_EQ(resumed.losses,
+                  std::vector<double>(q.losses.begin() + (step[0] - '0'), q.losses.end()))
+            << step;
+        EXPECT_EQ(resumed.weights, q.weights) << step;
+        EXPECT_EQ(learned_factors(last_out_), factors) << step;
+    }
+    // Every layout: fp32 noise in a scale's gradient moves its factor, and so the grid of every
+    // weight it scales, a little; an element near a rounding tie or the clamp then lands one
+    // step away or changes its mask bit, and its gradient changes (AdamW's first steps are about
+    // lr whatever the gradient's size). The losses and factors stay within QAT's tolerances;
+    // 99% of the weights within fp32 noise, the others within lr / 10. (Measured: tp = 2 all
+    // within 6.2e-6, pp bit for bit; dp = 2 0.17% off, by 1.2e-4 at most; per tensor at tp = 4
+    // 0.08%, by 2.6e-5.)
+    auto expect_close = [&](const RunResult& want, const RunResult& got, const std::string& what) {
+        ASSERT_EQ(got.losses.size(), want.losses.size()) << what << "\n" << got.log;
+        for (size_t i = 0; i < got.losses.size(); ++i)
+            EXPECT_NEAR(got.losses[i], want.losses[i], 5e-5 * want.losses[i]) << what << i;
+        ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+        size_t off = 0, n = 0;
+        double worst = 0;
+        for (const auto& [name, w] : want.weights)
+            for (size_t i = 0; i < w.size(); ++i, ++n) {
+                const double d = std::fabs(got.weights.at(name)[i] - w[i]);
+                off += d > 1e-5 + 1e-5 * std::fabs(w[i]);
+                worst = std::max(worst, d);
+            }
+        EXPECT_LT(off, n / 100) << what << ": " << off << " of " << n << ", worst " << worst;
+        EXPECT_LT(worst, 1e-3) << what;
+    };
+    for (const auto& l : {std::array<int, 3>{2, 1, 1}, {1, 2, 1}, {1, 1, 2}}) {
+        const std::string what = fmt::format("lsq ({},{},{})", l[0], l[1], l[2]);
+        expect_close(q, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + lsq), what);
+        expect_near_factors(factors, learned_factors(last_out_), what, 1e-4f);
+    }
+    // Per tensor at tp = 4 over 2 kv heads: the k and v shards of a head on two ranks each, and
+    // one scale summed over all four, each head counted once.
+    const std::string tensor = lsq + " --set qat.weight_granularity=tensor";
+    const RunResult t1 = train(1, tensor);
+    const auto t1_factors = learned_factors(last_out_);
+    expect_close(t1, train(4, mesh(1, 4, 1) + tensor), "lsq tensor tp=4");
+    expect_near_factors(t1_factors, learned_factors(last_out_), "lsq tensor tp=4", 1e-4f);
+    // The integer model of the learned scales evaluates like the fake-quantized model.
+    auto ok = [](const std::string& args) {
+        const ShellResult r = run_shell(ete_cmd(args) + " 2>&1");
+        EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
+        return r.out;
+    };
+    const std::string toks = (dir_ / "toks.bin").string();
+    auto eval_loss = [&](const std::string& model) {
+        const std::string out =
+            ok("eval --model " + model + " --tokens " + toks + " --batch 4 --seq 16 --json");
+        return nlohmann::json::parse(out.substr(out.rfind('{')))["loss"].get<double>();
+    };
+    ok("export int8 --run " + run + " --out " + run + "/int8");
+    const double fake = eval_loss(run + "/final --fake-quant");
+    EXPECT_NEAR(eval_loss(run + "/int8"), fake, 1e-3 * fake);
+    EXPECT_NE(train_error(lsq + " --set lora.enabled=true")
+                  .find("ete: error: qat.learnable_scale = true: a LoRA run's base weights are "
+                        "frozen"),
+              std::string::npos);
+    EXPECT_NE(train_error(lsq + " --set qat.points=linear_in")
+                  .find("ete: error: qat.learnable_scale = true: expected qat.points to include "
+                        "weight"),
               std::string::npos);
 }
 

@@ -214,7 +214,7 @@ void load_hf_tensors(const std::string& dir, const ParamTable& store, const Tens
         where = index;
     }
     for (const ParamSpec& s : store.specs()) {
-        if (s.role == ParamRole::LoraA || s.role == ParamRole::LoraB) continue;  // not the base's
+        if (!param_in_hf_model(s)) continue;  // adapters, QAT's scales: not the base's
         ETE_CHECK(loaded.count(s.name), "{}: tensor '{}' is missing", where, s.name);
     }
 }
@@ -228,6 +228,7 @@ std::vector<std::vector<int>> plan_shards(const HostParams& store, uint64_t max_
     std::vector<std::vector<int>> shards;
     uint64_t current = 0;
     for (size_t i = 0; i < store.specs().size(); ++i) {
+        if (!param_in_hf_model(store.specs()[i])) continue;  // QAT's scales go to qat.json
         uint64_t bytes = uint64_t(shape_numel(hf_shape(store.specs()[i]))) * elem;
         if (shards.empty() || (!shards.back().empty() && current + bytes > max_bytes)) {
             shards.emplace_back();

@@ -75,7 +75,8 @@ bool int8_quantizes(const QatSpec& spec, const ModelConfig& c, const ParamSpec& 
     return chosen(linear_roles(spec.linears, c.arch), s.role);
 }
 
-Int8Tensor quantize_weight_int8(const QatSpec& spec, const float* w, int64_t rows, int64_t cols) {
+Int8Tensor quantize_weight_int8(const QatSpec& spec, const float* w, int64_t rows, int64_t cols,
+                                const std::vector<float>* scales) {
     Int8Tensor t;
     t.rows = rows;
     t.cols = cols;
@@ -108,6 +109,13 @@ Int8Tensor quantize_weight_int8(const QatSpec& spec, const float* w, int64_t row
         const bool empty = !(lo[b] <= hi[b]);
         quant_params(empty ? 0.0f : lo[b], empty ? 0.0f : hi[b], g, &t.scale[b], &z);
     }
+    if (scales) {
+        const bool one = spec.weight_granularity == QatGranularity::Tensor;
+        ETE_CHECK(scales->size() == (one ? 1 : t.scale.size()),
+                  "int8 model: {} scales for a weight of {} blocks", scales->size(),
+                  t.scale.size());
+        for (size_t b = 0; b < t.scale.size(); ++b) t.scale[b] = (*scales)[one ? 0 : b];
+    }
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t k = 0; k < cols; ++k) {
             const float s = t.scale[size_t(r * per_row + k / t.group)];
@@ -125,8 +133,10 @@ Int8Model make_int8_model(const QatSpec& spec, const ModelConfig& c, const HostP
     for (int i = 0; i < params.size(); ++i) {
         const ParamSpec& s = params.specs()[size_t(i)];
         if (!int8_quantizes(spec, c, s)) continue;
+        const std::vector<float> learned = qat.weight_scales(s.name);
         m.weights.emplace(s.name,
-                          quantize_weight_int8(spec, params.param(i), s.shape[0], s.shape[1]));
+                          quantize_weight_int8(spec, params.param(i), s.shape[0], s.shape[1],
+                                               learned.empty() ? nullptr : &learned));
     }
     if (spec.act_granularity != QatGranularity::Tensor) return m;  // dynamic: nothing frozen
     for (int l = 0; l <= c.num_layers; ++l)

@@ -47,11 +47,14 @@ void check_int8_spec(const QatSpec& spec, const ModelConfig& c);
 bool int8_quantizes(const QatSpec& spec, const ModelConfig& c, const ParamSpec& s);
 
 // The integer model of fp32 weights `params` (a whole model, one process) and the activation
-// points of `qat` (observed: every static point that is on must have seen a step).
+// points of `qat` (observed: every static point that is on must have seen a step), with the
+// weight scales of `qat` where it was given learned factors (QatRuntime::weight_scales).
 Int8Model make_int8_model(const QatSpec& spec, const ModelConfig& c, const HostParams& params,
                           const QatRuntime& qat);
 
-// One weight (rows, cols) on the spec's weight grid and granularity.
-Int8Tensor quantize_weight_int8(const QatSpec& spec, const float* w, int64_t rows, int64_t cols);
+// One weight (rows, cols) on the spec's weight grid and granularity, with the scales of its
+// range, or the given ones (learned: one per block, or one for a per-tensor weight).
+Int8Tensor quantize_weight_int8(const QatSpec& spec, const float* w, int64_t rows, int64_t cols,
+                                const std::vector<float>* scales = nullptr);
 
 }  // namespace ete

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ete/model/lora_spec.h"
+#include "ete/model/qat_spec.h"
 #include "ete/model/shard.h"
 
 namespace ete {
@@ -194,6 +195,54 @@ std::vector<ParamSpec> with_lora(std::vector<ParamSpec> base, const ModelConfig&
     return t;
 }
 
+// The QatScale parameter of weight w (global shapes; qat_spec.h's learnable_scale).
+ParamSpec scale_spec(const ParamSpec& w, const QatSpec& q) {
+    const int64_t out = w.shape[0], in = w.shape[1];
+    ParamSpec s;
+    switch (q.weight_granularity) {
+        case QatGranularity::Tensor:
+            s = spec(qat_scale_name(w.name), {1}, ParamKind::QuantScale, ParamInit::Ones, 0,
+                     kReplicated);
+            break;
+        case QatGranularity::Group:  // blocks of columns: split like the weight
+            s = spec(qat_scale_name(w.name), {out, in / q.group_size}, ParamKind::QuantScale,
+                     ParamInit::Zeros, 0, w.shard);
+            break;
+        default:  // per output channel: split with the rows
+            s = spec(qat_scale_name(w.name), {out}, ParamKind::QuantScale, ParamInit::Ones, 0,
+                     w.shard.dim == 0 ? w.shard : kReplicated);
+            break;
+    }
+    s.role = ParamRole::QatScale;
+    s.layer = w.layer;
+    s.lora_base = w.role;
+    return s;
+}
+
+// Appends the scales of the weights QAT quantizes after each layer's last parameter (and after
+// the LM head), so a layer's gradients stay one contiguous range.
+std::vector<ParamSpec> with_qat_scales(std::vector<ParamSpec> base, const ModelConfig& c,
+                                       const QatSpec& q) {
+    const std::vector<ParamRole> chosen = linear_roles(q.linears, c.arch);
+    auto learns = [&](const ParamSpec& s) {
+        if (s.role == ParamRole::LmHead) return q.quantizes_head();
+        return param_is_decoder_linear(s) && q.quantizes_layer(s.layer, c.num_layers) &&
+               std::find(chosen.begin(), chosen.end(), s.role) != chosen.end();
+    };
+    std::vector<ParamSpec> t, pending;
+    for (size_t i = 0; i < base.size(); ++i) {
+        t.push_back(base[i]);
+        if (learns(base[i])) pending.push_back(scale_spec(base[i], q));
+        const bool block_ends = i + 1 == base.size() || base[i + 1].layer != base[i].layer ||
+                                base[i].role == ParamRole::LmHead;
+        if (block_ends) {
+            for (ParamSpec& s : pending) t.push_back(std::move(s));
+            pending.clear();
+        }
+    }
+    return t;
+}
+
 }  // namespace
 
 std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp) {
@@ -202,7 +251,24 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
 
 std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp,
                                    const LoraSpec& lora) {
+    return param_specs(c, mp, lora, QatSpec{});
+}
+
+std::string qat_scale_name(const std::string& weight) {
+    return weight + "_scale_factor";
+}
+
+bool param_in_hf_model(const ParamSpec& s) {
+    return s.role != ParamRole::LoraA && s.role != ParamRole::LoraB &&
+           s.role != ParamRole::QatScale;
+}
+
+std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp,
+                                   const LoraSpec& lora, const QatSpec& qat) {
     check_lora_spec(lora, c);
+    ETE_CHECK(!(qat.enabled && qat.learnable_scale && lora.enabled),
+              "qat.learnable_scale: a LoRA run's weights are frozen (expected lora.enabled = "
+              "false)");
     const ModelParallel m = mp.resolved(c);
     std::vector<ParamSpec> t;
     const int64_t V = c.vocab_size, C = c.hidden_size;
@@ -237,6 +303,8 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
         }
     }
     if (lora.enabled) t = with_lora(std::move(t), c, lora);
+    if (qat.enabled && qat.learnable_scale && qat.has(QatPoint::Weight))
+        t = with_qat_scales(std::move(t), c, qat);
     for (ParamSpec& s : t) {
         s.global_shape = s.shape;
         s.shape = shard_shape(s.shard, s.global_shape, m.tp_size);

@@ -19,7 +19,8 @@
 
 namespace ete {
 
-enum class ParamKind { Matrix, Embedding, Norm, Bias };
+// QuantScale: QAT's learned weight scale factors (qat.learnable_scale), F32, never decayed.
+enum class ParamKind { Matrix, Embedding, Norm, Bias, QuantScale };
 // Uniform: U(-init_std, init_std) (LoRA's A: PEFT's Kaiming-uniform with a = √5, bound 1/√in).
 enum class ParamInit { Normal, Zeros, Ones, Uniform };
 
@@ -56,6 +57,10 @@ enum class ParamRole : uint8_t {
     LmHead,
     LoraA,  // a LoRA adapter's A (r_max, in) of the base weight ParamSpec::lora_base names
     LoraB,  // its B (out, r_max)
+    // QAT's learned scale factors (qat.learnable_scale; model/qat_runtime.h) of the weight of
+    // role lora_base: (out) per channel, (out, in / group) per group, (1) per tensor; 1 at
+    // first. Checkpoints hold them; HF model dirs do not (final/qat.json does).
+    QatScale,
 };
 
 // How tensor parallelism splits a parameter (Megatron): column-parallel linears split their
@@ -91,7 +96,8 @@ struct ParamSpec {
     // A frozen matrix stored in NF4 (core/nf4.h) with this block size; 0 = not quantized.
     int nf4_block = 0;
     bool nf4_double_quant = true;
-    // LoraA / LoraB: the role of the base weight the adapter belongs to (Q, K, ..., Down).
+    // LoraA / LoraB / QatScale: the role of the base weight the parameter belongs to (Q, K, ...,
+    // Down; LmHead for a scale).
     ParamRole lora_base = ParamRole::TokenEmbed;
 };
 
@@ -104,10 +110,22 @@ struct ParamSpec {
 // lora (model/lora_spec.h) enabled: every base parameter is frozen, the decoder's linears are NF4
 // or in the compute dtype by lora.base_format, and each targeted linear's weight is followed by
 // its adapter's A and B (the only trainable parameters).
+// qat enabled with learnable_scale: each weight QAT quantizes has a QatScale parameter (named
+// qat_scale_name of it, sharded with its rows, or its columns per group), at the end of its
+// layer (after the LM head for the head).
 struct LoraSpec;
+struct QatSpec;
 std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp = {});
 std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp,
                                    const LoraSpec& lora);
+std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp,
+                                   const LoraSpec& lora, const QatSpec& qat);
+
+// The name of a weight's learned QAT scale factors: "P.weight" -> "P.weight_scale_factor".
+std::string qat_scale_name(const std::string& weight);
+
+// Whether a parameter is a tensor of the HF model (not a LoRA adapter's, not QAT's scales).
+bool param_in_hf_model(const ParamSpec& s);
 
 // A weight of a decoder layer's linear (q/k/v/o, gate/up/down, GPT-2's Conv1Ds): what NF4
 // quantizes; embeddings, norms, biases, the LM head and adapters are not.

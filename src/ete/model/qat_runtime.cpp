@@ -74,10 +74,17 @@ bool QatRuntime::site_on(int s, int l) const {
 // --- weights ---
 
 void QatRuntime::add_weight(const std::string& name, CMat src, Mat dst, Mat grad, bool quantize,
-                            bool split_cols) {
+                            bool split_cols, const LearnedScale& learned) {
     ETE_ASSERT(src.rows == dst.rows && src.cols == dst.cols);
-    Weight w{name, src, dst, grad, quantize, split_cols, src.cols, false,
-             -1,   {},  {},  {},   {},       {},         nullptr,  {}};
+    ETE_ASSERT(learned.empty() || (quantize && !grad.empty()));
+    Weight w;
+    w.name = name;
+    w.src = src;
+    w.dst = dst;
+    w.grad = grad;
+    w.quantize = quantize;
+    w.split_cols = split_cols;
+    w.group = src.cols;
     if (quantize) {
         switch (spec_.weight_granularity) {
             case QatGranularity::Tensor:
@@ -99,6 +106,16 @@ void QatRuntime::add_weight(const std::string& name, CMat src, Mat dst, Mat grad
         const int64_t params = w.per_tensor ? 1 : blocks;
         for (DeviceBuffer* b : {&w.scale, &w.zero})
             *b = DeviceBuffer(be_, size_t(params) * sizeof(float));
+        be_.fill(as_mat(f32_vec(w.zero, params)), 0.0f);  // the weight grid is symmetric
+        if (!learned.empty()) {
+            ETE_CHECK(learned.value.n >= params && learned.elements > 0,
+                      "qat.learnable_scale: '{}' holds {} scales on this rank, its {} rows of {} "
+                      "columns need {} (the layout splits its scales differently from it)",
+                      name, learned.value.n, src.rows, src.cols, params);
+            w.learned = learned;
+            w.learned.value = learned.value.slice(0, params);  // an LM head's padding rows: none
+            w.learned.grad = learned.grad.slice(0, params);
+        }
         if (!grad.empty())
             w.mask = DeviceBuffer(be_, size_t(fake_quant_mask_bytes(src.rows, src.cols)));
     }
@@ -135,6 +152,23 @@ void QatRuntime::update_weight(Weight& w) {
         be_.copy(w.dst, w.src);
         return;
     }
+    const int64_t n = w.scale_count();
+    if (!w.learned.empty() || !w.factors.empty()) {
+        factor_scales(w);
+    } else {
+        ETE_CHECK(!spec_.learnable_scale,
+                  "qat: '{}' has learned scales (qat.learnable_scale) but no factors were given",
+                  w.name);
+        range_scales(w);
+    }
+    Vec mask;
+    if (!w.grad.empty())
+        mask = {w.mask.data(), DType::U8, fake_quant_mask_bytes(w.src.rows, w.src.cols)};
+    be_.fake_quant(w.dst, w.src, f32_vec(w.scale, n), f32_vec(w.zero, n), mask, w.group,
+                   spec_.weight_grid());
+}
+
+void QatRuntime::range_scales(Weight& w) {
     const int64_t blocks = w.src.rows * (w.src.cols / w.group);
     Vec lo = f32_vec(w.lo, blocks), hi = f32_vec(w.hi, blocks);
     be_.min_max(lo, hi, w.src, w.group);
@@ -142,8 +176,7 @@ void QatRuntime::update_weight(Weight& w) {
     // reduced there; a column-parallel channel or a group lies on one rank.
     const bool per_channel = spec_.weight_granularity == QatGranularity::Channel;
     const bool reduce_tp = tp_ && (w.per_tensor || (w.split_cols && per_channel));
-    const int64_t n = w.per_tensor ? 1 : blocks;
-    Vec scale = f32_vec(w.scale, n), zero = f32_vec(w.zero, n);
+    const int64_t n = w.scale_count();
     if (w.per_tensor || reduce_tp) {
         std::vector<float> l(static_cast<size_t>(blocks)), h(static_cast<size_t>(blocks));
         be_.download(l.data(), lo.data, lo.bytes());
@@ -156,11 +189,54 @@ void QatRuntime::update_weight(Weight& w) {
         be_.upload(lo.data, l.data(), l.size() * sizeof(float));
         be_.upload(hi.data, h.data(), h.size() * sizeof(float));
     }
-    be_.quant_params(scale, zero, lo.slice(0, n), hi.slice(0, n), spec_.weight_grid());
-    Vec mask;
-    if (!w.grad.empty())
-        mask = {w.mask.data(), DType::U8, fake_quant_mask_bytes(w.src.rows, w.src.cols)};
-    be_.fake_quant(w.dst, w.src, scale, zero, mask, w.group, spec_.weight_grid());
+    be_.quant_params(f32_vec(w.scale, n), f32_vec(w.zero, n), lo.slice(0, n), hi.slice(0, n),
+                     spec_.weight_grid());
+}
+
+// The factors (learned: clamped to kMinScaleFactor in place, the same on every rank) times the
+// range's scales (reduced as min/max QAT reduces them), each at least kMinScale.
+void QatRuntime::factor_scales(Weight& w) {
+    const size_t n = size_t(w.scale_count());
+    range_scales(w);
+    w.range.resize(n);
+    be_.download(w.range.data(), w.scale.data(), n * sizeof(float));
+    std::vector<float> m = w.factors;
+    if (!w.learned.empty()) {
+        m.resize(n);
+        be_.download(m.data(), w.learned.value.data, n * sizeof(float));
+        bool clamped = false;
+        for (float& v : m)
+            if (!(v >= kMinScaleFactor)) v = kMinScaleFactor, clamped = true;
+        if (clamped) be_.upload(w.learned.value.data, m.data(), n * sizeof(float));
+    }
+    std::vector<float> s(n);
+    for (size_t i = 0; i < n; ++i) s[i] = std::max(m[i] * w.range[i], kMinScale);
+    be_.upload(w.scale.data(), s.data(), n * sizeof(float));
+}
+
+// LSQ's gradient of the scale factors from the gradient of fq(W) (summed over data parallelism
+// already): Σ d(fq(W)) · slope per block, summed per tensor and over tp where a scale spans
+// ranks, times 1/√(elements · qmax), times the range's scale (ds/dm).
+void QatRuntime::learned_grad(Weight& w) {
+    const int64_t blocks = w.src.rows * (w.src.cols / w.group), n = w.scale_count();
+    Vec d = f32_vec(w.lo, blocks);  // scratch
+    be_.fake_quant_scale_grad(d, w.src, w.grad, f32_vec(w.scale, n), f32_vec(w.zero, n), w.group,
+                              spec_.weight_grid());
+    std::vector<float> g(static_cast<size_t>(blocks));
+    be_.download(g.data(), d.data, d.bytes());
+    if (w.per_tensor) {
+        double sum = 0;
+        for (float v : g) sum += v;
+        g = {float(sum)};
+    }
+    const bool per_channel = spec_.weight_granularity == QatGranularity::Channel;
+    if (tp_ && tp_->size() > 1 && (w.per_tensor || (w.split_cols && per_channel))) {
+        tp_->all_reduce(g.data(), g.size(), DType::F32, ReduceOp::Sum);
+        for (float& v : g) v /= float(w.learned.replicas);
+    }
+    const float gs = 1.0f / std::sqrt(float(w.learned.elements) * float(spec_.weight_grid().qmax));
+    for (size_t i = 0; i < g.size(); ++i) g[i] *= gs * w.range[i];
+    be_.upload(w.learned.grad.data, g.data(), g.size() * sizeof(float));
 }
 
 void QatRuntime::begin_step(int64_t step) {
@@ -171,12 +247,41 @@ void QatRuntime::begin_step(int64_t step) {
 
 void QatRuntime::finish_grads() {
     if (!fq_on_) return;
-    for (const Weight& w : weights_) {
+    for (Weight& w : weights_) {
         if (!w.quantize || w.grad.empty()) continue;
+        if (!w.learned.empty()) learned_grad(w);
         be_.fake_quant_backward(
             w.grad, w.grad,
             CVec{w.mask.data(), DType::U8, fake_quant_mask_bytes(w.src.rows, w.src.cols)});
     }
+}
+
+void QatRuntime::set_weight_scale_factors(const std::string& name, std::vector<float> factors) {
+    for (Weight& w : weights_) {
+        if (w.name != name || !w.quantize) continue;
+        ETE_CHECK(int64_t(factors.size()) == w.scale_count(),
+                  "qat: {} scale factors given for '{}', whose {} rows of {} columns have {}",
+                  factors.size(), name, w.src.rows, w.src.cols, w.scale_count());
+        ETE_CHECK(std::all_of(factors.begin(), factors.end(),
+                              [](float v) { return std::isfinite(v) && v >= kMinScaleFactor; }),
+                  "qat: a scale factor given for '{}' is not finite and at least {}", name,
+                  kMinScaleFactor);
+        w.factors = std::move(factors);
+        w.phase = -1;  // rewritten at the next step
+        return;
+    }
+    throw_error(
+        fmt::format("qat: scale factors given for '{}', which is not a quantized weight", name));
+}
+
+std::vector<float> QatRuntime::weight_scales(const std::string& name) const {
+    for (const Weight& w : weights_) {
+        if (w.name != name || w.factors.empty()) continue;
+        std::vector<float> s(static_cast<size_t>(w.scale_count()));
+        be_.download(s.data(), w.scale.data(), s.size() * sizeof(float));
+        return s;
+    }
+    return {};
 }
 
 // --- activations ---

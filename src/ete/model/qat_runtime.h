@@ -52,6 +52,23 @@ enum QatSite {
     kQatFinalNorm = kQatSites,  // the final norm's output (post_norm), one per model
 };
 
+// A weight's learned scales (qat.learnable_scale). Each scale is s = m · r, r the scale of the
+// weight's current range (what min/max QAT uses) and m a trained factor starting at 1: LSQ's
+// gradient (core/fake_quant.h's lsq_scale_slope, times 1/√(elements · qmax)) reaches m through r.
+// Learning the factor rather than s itself keeps the step scale-free (AdamW moves a parameter
+// by about lr a step whatever its size: a factor by lr relative, a scale of 1e-4 by far more than
+// itself), as OmniQuant's learnable weight clipping does.
+// The view: its QatScale parameter's master and gradient (this rank's rows of it), the elements
+// each scale covers in the whole tensor, and how many tp ranks hold each row (a kv head
+// replicated when tp exceeds the kv heads: a sum over tp counts it that often).
+inline constexpr float kMinScaleFactor = 1e-3f;  // a scale 1000x below its range's, at least
+struct LearnedScale {
+    Vec value, grad;
+    int64_t elements = 0;
+    int replicas = 1;
+    bool empty() const { return value.empty(); }
+};
+
 class QatRuntime {
   public:
     // layers: the model's global layer count; tp: the tp group (host buffers) or null.
@@ -67,8 +84,10 @@ class QatRuntime {
     // linear's fq(W) buffer it fills, grad its gradient rows (empty = frozen). quantize = false:
     // dst is a plain copy (a member of a fused group that qat.linears does not choose).
     // split_cols: the columns are split over tp (a row-parallel linear).
+    // learned: its scales are trained (LSQ; grad must not be empty): finish_grads writes their
+    // factors' gradient; each factor is kept at least kMinScaleFactor.
     void add_weight(const std::string& name, CMat src, Mat dst, Mat grad, bool quantize,
-                    bool split_cols);
+                    bool split_cols, const LearnedScale& learned = {});
     // The same for a frozen NF4 weight (QAT over a QLoRA base: fq(dequant(W))): it is
     // dequantized into a dense buffer of dst's dtype whenever dst is rewritten (the view is read
     // then, so weights loaded after this call are seen).
@@ -78,8 +97,15 @@ class QatRuntime {
     size_t weight_bytes() const;
     // Sets the phase of a step (0-based) and rewrites every fq(W) buffer.
     void begin_step(int64_t step);
-    // Masks each quantized trainable weight's gradient (after the step's backward and sync).
+    // Masks each quantized trainable weight's gradient (after the step's backward and sync),
+    // first writing its learned scales' gradient from it (summed over tp where a scale spans
+    // ranks).
     void finish_grads();
+    // A weight's learned scale factors as given (a finished run's, global = local on one
+    // process: what evaluating or exporting its final model uses).
+    void set_weight_scale_factors(const std::string& name, std::vector<float> factors);
+    // The scales a weight with given factors was last rewritten with (empty if it has none).
+    std::vector<float> weight_scales(const std::string& name) const;
 
     // --- activations ---
     // x (N, cols) in place at site s of global layer l. train: observe and keep the mask (mask:
@@ -124,13 +150,17 @@ class QatRuntime {
         std::string name;
         CMat src;
         Mat dst, grad;
-        bool quantize, split_cols;
-        int64_t group;    // columns per block
-        bool per_tensor;  // one scale for the tensor
-        int phase;        // fq_on_ when dst was last written (-1: never)
+        bool quantize = false, split_cols = false;
+        int64_t group = 0;        // columns per block
+        bool per_tensor = false;  // one scale for the tensor
+        int phase = -1;           // fq_on_ when dst was last written (-1: never)
         DeviceBuffer lo, hi, scale, zero, mask;
         const Nf4View* nf4 = nullptr;  // src is its dequantized copy, in `dense`
         DeviceBuffer dense;
+        LearnedScale learned;        // trained scale factors (qat.learnable_scale), or empty
+        std::vector<float> factors;  // set_weight_scale_factors, or empty
+        std::vector<float> range;    // the range's scales of the last rewrite (with factors)
+        int64_t scale_count() const { return per_tensor ? 1 : src.rows * (src.cols / group); }
     };
     // A static activation point: its observer and this step's range.
     struct Point {
@@ -143,6 +173,11 @@ class QatRuntime {
         return s == kQatFinalNorm ? layers_ * kQatSites : l * kQatSites + s;
     }
     void update_weight(Weight& w);
+    // The range's scales of w into w.scale (reduced over tp where they span ranks).
+    void range_scales(Weight& w);
+    // w.scale = factor · range's scale (at least kMinScale), the factors learned or given.
+    void factor_scales(Weight& w);
+    void learned_grad(Weight& w);
     void ensure_scratch(int64_t n);
     void upload_scales();
 

@@ -115,6 +115,9 @@ void check_qat_spec(const QatSpec& s, const ModelConfig& c) {
     ETE_CHECK(s.freeze_step >= 0 && (s.freeze_step == 0 || s.freeze_step > s.warmup_steps),
               "qat.freeze_step = {}: expected 0 (never) or a step after qat.warmup_steps = {}",
               s.freeze_step, s.warmup_steps);
+    ETE_CHECK(!s.learnable_scale || s.has(QatPoint::Weight),
+              "qat.learnable_scale = true: expected qat.points to include weight (the scales "
+              "it learns are the weights')");
     std::vector<std::string> decoder = s.linears;
     std::erase(decoder, "lm_head");
     if (!decoder.empty() || s.linears.empty()) check_linear_names(decoder, c.arch, "qat.linears");
@@ -150,7 +153,8 @@ nlohmann::json qat_spec_to_json(const QatSpec& s) {
             {"averaging_constant", s.averaging_constant},
             {"warmup_steps", s.warmup_steps},
             {"freeze_step", s.freeze_step},
-            {"skip_layers", skip}};
+            {"skip_layers", skip},
+            {"learnable_scale", s.learnable_scale}};
 }
 
 QatSpec qat_spec_from_json(const nlohmann::json& j, const std::string& what) {
@@ -176,6 +180,7 @@ QatSpec qat_spec_from_json(const nlohmann::json& j, const std::string& what) {
         s.warmup_steps = get("warmup_steps").get<int64_t>();
         s.freeze_step = get("freeze_step").get<int64_t>();
         s.skip_layers = qat_layers_from_string(get("skip_layers").get<std::string>());
+        s.learnable_scale = j.value("learnable_scale", false);  // absent before LSQ
         return s;
     } catch (const nlohmann::json::exception& e) {
         throw_error(fmt::format("{}: a QAT spec value has the wrong type ({})", what, e.what()));

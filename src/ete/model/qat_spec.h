@@ -13,6 +13,9 @@
 // activations on the affine `act_bits` grid, per tensor from an observer, or per token
 // (dynamic, torchao's int8 per-token asymmetric).
 //
+// learnable_scale (LSQ, Esser et al. 2020): the weights' scales are parameters, trained with the
+// gradient of core/fake_quant.h's lsq_scale_slope times 1/√(elements per scale · qmax).
+//
 // Schedule: for steps < warmup_steps the observers watch and nothing is fake-quantized; from
 // then on every point is; from freeze_step on (0 = never) the observers stop and the scales stay.
 // Layers listed in skip_layers (indices; negative ones count from the end, so "0,-1" is the first
@@ -46,6 +49,9 @@ struct QatSpec {
     float averaging_constant = 0.01f;
     int64_t warmup_steps = 0, freeze_step = 0;
     std::vector<int> skip_layers;  // as written (negative = from the end)
+    // LSQ: each quantized weight's scales are trainable parameters (model/param_spec.h), set
+    // from the weight's range at the first fake-quantized step, then trained by the optimizer.
+    bool learnable_scale = false;
 
     bool has(QatPoint p) const;
     // qat.linears lists lm_head (all-linear does not include it, as in PEFT): the LM head's

@@ -23,13 +23,13 @@ constexpr ShardRule kPaddedRows{0, 1, true};  // the MLP width and vocabulary sp
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& config, Backend& backend, const ModelParallel& mp,
-                         DType compute, const LoraSpec& lora)
+                         DType compute, const LoraSpec& lora, const QatSpec& qat)
     : cfg_(config),
       be_(backend),
       mp_((config.validate(), mp.resolved(config))),
       lora_(lora),
       act_(compute),
-      params_(param_specs(config, mp_, lora), backend, mp_.tp_rank, mp_.tp_size, compute) {
+      params_(param_specs(config, mp_, lora, qat), backend, mp_.tp_rank, mp_.tp_size, compute) {
     ETE_CHECK(mp_.tp_size == 1 || mp_.tp,
               "tensor parallelism over parallel.tp = {} ranks needs the tp communicator",
               mp_.tp_size);

@@ -104,9 +104,11 @@ class Transformer {
 
     // mp = {}: the whole model on one process. compute: the compute dtype (train.precision).
     // lora enabled: a frozen base with adapters (model/lora_spec.h), the adapters the only
-    // trainable parameters. Throws ete::Error on an invalid ModelParallel or LoRA spec.
+    // trainable parameters. qat: the spec enable_qat will be given when it learns the weights'
+    // scales (qat.learnable_scale: they are parameters, model/param_spec.h). Throws ete::Error
+    // on an invalid ModelParallel or LoRA spec.
     Transformer(const ModelConfig& config, Backend& backend, const ModelParallel& mp = {},
-                DType compute = DType::F32, const LoraSpec& lora = {});
+                DType compute = DType::F32, const LoraSpec& lora = {}, const QatSpec& qat = {});
     ~Transformer();
 
     const ModelConfig& config() const { return cfg_; }
@@ -366,6 +368,7 @@ class Transformer {
     CMat o_input(const LayerActs& s, int N) const;
     void qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode);
     void qat_add_head();
+    LearnedScale qat_learned_scale(int p);
     // The integer model's weights, and the scratch their products share.
     std::unique_ptr<Int8Scratch> int8_scratch_;
     std::vector<std::unique_ptr<Int8Weight>> int8_weights_;

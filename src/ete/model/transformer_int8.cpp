@@ -44,6 +44,7 @@ void Transformer::enable_int8(const Int8Model& m) {
     // The activation points, without fake-quantized weights: the integers replace them.
     QatSpec acts = m.spec;
     std::erase(acts.points, QatPoint::Weight);
+    acts.learnable_scale = false;  // the weights' scales are in the integer weights
     enable_qat(acts);
     for (const auto& [key, sz] : m.act_scales) {
         int site = 0, l = 0;

@@ -7,6 +7,27 @@
 
 namespace ete {
 
+// The learned scale factors of parameter p (qat.learnable_scale: its QatScale parameter), or
+// none.
+LearnedScale Transformer::qat_learned_scale(int p) {
+    ParamStore& ps = params_;
+    const ParamSpec& w = ps.specs()[size_t(p)];
+    const std::string name = qat_scale_name(w.name);
+    if (!ps.has(name)) return {};
+    const int k = ps.index(name);
+    const QatSpec& q = qat_->spec();
+    const int64_t out = w.global_shape[0], in = w.global_shape[1];
+    LearnedScale s;
+    s.value = ps.master(k).flat();
+    s.grad = ps.grad(k).flat();
+    s.elements = q.weight_granularity == QatGranularity::Tensor  ? out * in
+                 : q.weight_granularity == QatGranularity::Group ? q.group_size
+                                                                 : in;
+    const int P = mp_.tp_size, parts = w.shard.max_parts;
+    s.replicas = w.shard.dim == 0 && parts > 0 && P > parts ? P / parts : 1;
+    return s;
+}
+
 // lin reads a buffer of its own holding fq(W) of the given parameters (its rows, in order):
 // those whose role qat.linears chooses are quantized, the others copied.
 void Transformer::qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode) {
@@ -31,7 +52,8 @@ void Transformer::qat_add_linear(Linear& lin, const std::vector<int>& params, Tp
         const bool trainable = ps.trainable(p);
         CMat src = trainable ? CMat(ps.master(p)) : ps.value(p);
         qat_->add_weight(ps.specs()[size_t(p)].name, src, buf.row_slice(row, src.rows),
-                         trainable ? ps.grad(p) : Mat{}, is_chosen(p), mode == TpMode::Row);
+                         trainable ? ps.grad(p) : Mat{}, is_chosen(p), mode == TpMode::Row,
+                         qat_learned_scale(p));
         row += src.rows;
     }
     ETE_ASSERT(row == out);
@@ -81,7 +103,7 @@ void Transformer::qat_add_head() {
     const bool trainable = ps.trainable(h);
     const CMat src = (trainable ? CMat(ps.master(h)) : ps.value(h)).row_slice(0, out);
     const Mat grad = trainable ? ps.grad(h).row_slice(0, out) : Mat{};
-    qat_->add_weight(ps.specs()[size_t(h)].name, src, buf, grad, true, false);
+    qat_->add_weight(ps.specs()[size_t(h)].name, src, buf, grad, true, false, qat_learned_scale(h));
     head_.set_weight(buf);
 }
 

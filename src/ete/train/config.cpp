@@ -269,6 +269,8 @@ const std::vector<Key>& keys() {
                           "step from which the observers stop (0 = never)"));
         t.push_back(field("qat.skip_layers", &R::qat_skip_layers,
                           "layers left in full precision, e.g. \"0,-1\" (first and last)"));
+        t.push_back(field("qat.learnable_scale", &R::qat_learnable_scale,
+                          "train the weights' scales (LSQ), starting from their ranges"));
         return t;
     }();
     return table;
@@ -471,6 +473,9 @@ void validate(const RunConfig& c) {
     if (c.qat_enabled) {
         const QatSpec q = qat_spec(c);  // parses every qat.* string
         if (c.model_init_from.empty()) check_qat_spec(q, c.model);
+        ETE_CHECK(!q.learnable_scale || !c.lora_enabled,
+                  "qat.learnable_scale = true: a LoRA run's base weights are frozen, so their "
+                  "scales cannot be trained (expected lora.enabled = false)");
     }
     ETE_CHECK(c.monitor_prometheus_port >= 0 && c.monitor_prometheus_port <= 65535,
               "monitor.prometheus_port = {}: expected 0 (off) or a TCP port 1..65535",
@@ -549,7 +554,8 @@ LoraSpec lora_spec(const RunConfig& c) {
 
 QatSpec qat_spec(const RunConfig& c) {
     QatSpec s;
-    s.enabled = c.qat_enabled;
+    if (!c.qat_enabled) return s;  // disabled: the other keys are not read
+    s.enabled = true;
     s.points = qat_points_from_string(c.qat_points);
     s.linears = split_comma_list(c.qat_linears);
     s.weight_bits = c.qat_weight_bits;
@@ -563,6 +569,7 @@ QatSpec qat_spec(const RunConfig& c) {
     s.warmup_steps = c.qat_warmup_steps;
     s.freeze_step = c.qat_freeze_step;
     s.skip_layers = qat_layers_from_string(c.qat_skip_layers);
+    s.learnable_scale = c.qat_learnable_scale;
     return s;
 }
 

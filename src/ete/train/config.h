@@ -113,8 +113,9 @@ struct RunConfig {
     std::string qat_observer = "moving_average";  // moving_average | minmax
     double qat_averaging_constant = 0.01;
     int64_t qat_warmup_steps = 0;
-    int64_t qat_freeze_step = 0;  // 0 = never
-    std::string qat_skip_layers;  // e.g. "0,-1"
+    int64_t qat_freeze_step = 0;       // 0 = never
+    std::string qat_skip_layers;       // e.g. "0,-1"
+    bool qat_learnable_scale = false;  // LSQ: the weights' scales are trained
 };
 
 // The embedded default: a small Llama on the bundled KJV corpus (see README quickstart).
@@ -139,7 +140,8 @@ struct LoraSpec;
 LoraSpec lora_spec(const RunConfig& cfg);
 struct AnomalyConfig;
 AnomalyConfig anomaly_config(const RunConfig& cfg);
-// The [qat] section as the model sees it; throws naming a qat.* key whose value does not parse.
+// The [qat] section as the model sees it (a disabled default spec when qat.enabled = false);
+// throws naming a qat.* key whose value does not parse.
 struct QatSpec;
 QatSpec qat_spec(const RunConfig& cfg);
 

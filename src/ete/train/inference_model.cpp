@@ -39,11 +39,13 @@ std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string
     return m;
 }
 
-std::string qat_state_json(const QatSpec& spec, const nlohmann::json& observers) {
-    const nlohmann::json j = {{"format", "ete-qat"},
-                              {"format_version", 1},
-                              {"spec", qat_spec_to_json(spec)},
-                              {"observers", observers}};
+std::string qat_state_json(const QatSpec& spec, const nlohmann::json& observers,
+                           const ScaleFactors& scale_factors) {
+    nlohmann::json j = {{"format", "ete-qat"},
+                        {"format_version", 1},
+                        {"spec", qat_spec_to_json(spec)},
+                        {"observers", observers}};
+    if (!scale_factors.empty()) j["weight_scale_factors"] = scale_factors;
     return j.dump(1) + "\n";
 }
 
@@ -63,7 +65,20 @@ QatState read_qat_state(const std::string& dir) {
                   j.value("format_version", 0) == 1 && j.contains("spec") &&
                   j.contains("observers") && j["observers"].is_object(),
               "{}: expected an ete-qat format_version 1 object with spec and observers", path);
-    return {qat_spec_from_json(j["spec"], path), j["observers"]};
+    QatState st{qat_spec_from_json(j["spec"], path), j["observers"], {}};
+    if (j.contains("weight_scale_factors")) {
+        try {
+            st.scale_factors = j["weight_scale_factors"].get<ScaleFactors>();
+        } catch (const nlohmann::json::exception& e) {
+            throw_error(
+                fmt::format("{}: weight_scale_factors: expected weight names mapped to "
+                            "arrays of numbers ({})",
+                            path, e.what()));
+        }
+    }
+    ETE_CHECK(!st.spec.learnable_scale || !st.scale_factors.empty(),
+              "{}: the spec has learnable_scale but the file holds no weight_scale_factors", path);
+    return st;
 }
 
 std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::string& dir) {
@@ -72,6 +87,7 @@ std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::strin
     ETE_CHECK(!m->int8(), "'{}' is already an integer model", dir);
     m->enable_qat(st.spec);
     m->qat()->restore(st.observers, (std::filesystem::path(dir) / kQatStateFile).string());
+    for (const auto& [name, f] : st.scale_factors) m->qat()->set_weight_scale_factors(name, f);
     m->qat()->set_inference();
     return m;
 }

@@ -2,9 +2,11 @@
 // for evaluation, generation and export (one process, no training state).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "ete/backend/backend.h"
 #include "ete/model/transformer.h"
@@ -18,17 +20,22 @@ namespace ete {
 std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string& dir,
                                                   const std::string& adapter = "");
 
-// The final model of a QAT run (dir/qat.json beside the weights: the spec and the observers) as
-// it trained: fake quantization at every point with the observers' scales, frozen.
+// The final model of a QAT run (dir/qat.json beside the weights: the spec, the observers and any
+// learned weight scale factors) as it trained: fake quantization at every point with those scales,
+// frozen.
 std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::string& dir);
 
-// final/qat.json: the QAT spec and observers a run ends with (what `ete export int8` reads).
+// final/qat.json: the QAT spec, observers and learned weight scale factors (qat.learnable_scale)
+// a run ends with (what `ete export int8` reads).
 inline constexpr const char* kQatStateFile = "qat.json";
+using ScaleFactors = std::map<std::string, std::vector<float>>;  // weight name -> its factors
 struct QatState {
     QatSpec spec;
     nlohmann::json observers;  // QatRuntime::state()
+    ScaleFactors scale_factors;
 };
-std::string qat_state_json(const QatSpec& spec, const nlohmann::json& observers);
+std::string qat_state_json(const QatSpec& spec, const nlohmann::json& observers,
+                           const ScaleFactors& scale_factors = {});
 QatState read_qat_state(const std::string& dir);
 
 }  // namespace ete

@@ -50,8 +50,9 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
       rows_(replica_rows(cfg_.micro_batch, dist_.shape().dp, dist_.groups.dp_rank,
                          cfg_.parallel_uneven_batch)),
       loader_(open_data(cfg_, mc_, tok_, shard_)),
-      model_(mc_, *backend_, model_parallel(), compute_dtype(cfg_), lora_spec(cfg_)),
-      layout_(model_.params(), param_specs(mc_, {}, lora_spec(cfg_))),
+      model_(mc_, *backend_, model_parallel(), compute_dtype(cfg_), lora_spec(cfg_),
+             qat_spec(cfg_)),
+      layout_(model_.params(), param_specs(mc_, {}, lora_spec(cfg_), qat_spec(cfg_))),
       opt_(make_optimizer()),
       sched_(lr_schedule_from_name(cfg_.lr_schedule)) {
     if (cfg_.qat_enabled) model_.enable_qat(qat_spec(cfg_));  // before activations are planned

@@ -89,7 +89,7 @@ void Trainer::load_weights() {
     if (!sharded()) return load_hf_weights(cfg_.model_init_from, local);
     // Tensor by tensor: each logical tensor is cut to this rank's slice and uploaded, so no rank
     // holds more than one whole tensor on the host.
-    const ParamTable global(param_specs(mc_, {}, lora_spec(cfg_)));
+    const ParamTable global(param_specs(mc_, {}, lora_spec(cfg_), qat_spec(cfg_)));
     auto take = [&](int g, const float* values) {
         const std::string& name = global.specs()[size_t(g)].name;
         if (!local.has(name)) return;                    // another stage's
@@ -328,9 +328,18 @@ void Trainer::write_final(const HostParams& whole) const {
     if (!cfg_.lora_enabled) {
         // A QAT run's model keeps its spec and observers beside it (`ete export int8` reads them).
         ExtraFiles extra;
-        if (model_.qat())
-            extra.emplace_back(kQatStateFile,
-                               qat_state_json(model_.qat()->spec(), model_.qat()->state()));
+        if (model_.qat()) {
+            ScaleFactors factors;  // the learned ones (qat.learnable_scale), whole
+            for (int i = 0; i < whole.size(); ++i) {
+                const ParamSpec& s = whole.specs()[size_t(i)];
+                if (s.role != ParamRole::QatScale) continue;
+                const std::string weight =
+                    s.name.substr(0, s.name.size() - qat_scale_name("").size());
+                factors[weight].assign(whole.param(i), whole.param(i) + whole.numel(i));
+            }
+            extra.emplace_back(kQatStateFile, qat_state_json(model_.qat()->spec(),
+                                                             model_.qat()->state(), factors));
+        }
         return save_hf_model(out_ + "/final", mc_, whole, tok_ ? cfg_.data_tokenizer : "",
                              kDefaultMaxShardBytes, save_dtype(cfg_), extra);
     }
