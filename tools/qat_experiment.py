@@ -8,7 +8,7 @@ perplexity of the model as trained (fake-quantized for QAT), the perplexity of t
 model (where one exists: linear_in, and PTQ), and the share of runs that diverged.
 
 usage: tools/qat_experiment.py [--ete build/ete] [--seeds 1,2,3] [--steps 900] [--out DIR]
-                               [--bits 8] [--points attn_out,...] [--fp32-from DIR]
+                               [--bits 8] [--points attn_out,...,linear_in_lsq] [--fp32-from DIR]
                                [--finetune-steps M [--finetune-lr LR]] [--json results.json]
 
 With --finetune-steps, QAT is fine-tuning (as torchao applies it): every configuration, fp32
@@ -94,7 +94,9 @@ def main():
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--bits", type=int, default=8, help="QAT weight bits (8 or 4)")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs/qat_experiment"))
-    ap.add_argument("--points", default=",".join(POINTS), help="QAT configurations to run")
+    ap.add_argument("--points", default=",".join(POINTS),
+                    help="QAT configurations to run (also linear_in_lsq: linear_in with "
+                         "qat.learnable_scale)")
     ap.add_argument("--fp32-from", default="",
                     help="reuse the fp32 runs of an earlier --out (same seeds and steps)")
     ap.add_argument("--granularity", default="channel", help="weights: channel or tensor")
@@ -144,15 +146,19 @@ def main():
                               if code == 0 else None)
         results.setdefault("fp32 / PTQ", []).append(entry)
         for p in points:
-            sets = ["--set", "qat.enabled=true", "--set", f"qat.points=weight,{p}",
+            # linear_in_lsq: linear_in with learned weight scales (qat.learnable_scale).
+            point = "linear_in" if p == "linear_in_lsq" else p
+            sets = ["--set", "qat.enabled=true", "--set", f"qat.points=weight,{point}",
                     "--set", f"qat.weight_bits={a.bits}",
                     "--set", f"qat.weight_granularity={a.granularity}"]
+            if p == "linear_in_lsq":
+                sets += ["--set", "qat.learnable_scale=true"]
             out, vals, div = train(p, seed, ft + sets)
             entry = {"seed": seed, "vals": vals, "diverged": div}
             entry["model_loss"] = eval_loss(a.ete, out + "/final", val, rows, seq,
                                             ["--fake-quant"], out + ".eval")
             entry["int8_loss"] = None
-            if p == "linear_in" and not div:
+            if point == "linear_in" and not div:
                 code = run([a.ete, "export", "int8", "--run", out, "--out", out + "_int8"],
                            out + "_int8.log")
                 if code == 0:
@@ -203,14 +209,15 @@ def main():
     # integer model) recovers, and the integer model's gap to fp32.
     fp = med([e["model_loss"] for e in results["fp32 / PTQ"]], math.exp)
     ptq = med([e["int8_loss"] for e in results["fp32 / PTQ"]], math.exp)
-    qat = med([e["int8_loss"] for e in results.get("QAT linear_in", [])], math.exp)
-    if fp and ptq and qat:
-        lost = ptq[0] - fp[0]
-        rec = (ptq[0] - qat[0]) / lost if lost > 0 else float("nan")
-        print(f"\nMedians: fp32 ppl {fp[0]:.3f}, PTQ integer {ptq[0]:.3f} "
-              f"({100 * (ptq[0] / fp[0] - 1):+.2f}%), QAT linear_in integer {qat[0]:.3f} "
-              f"({100 * (qat[0] / fp[0] - 1):+.2f}%); QAT recovers {100 * rec:.0f}% of the "
-              f"perplexity PTQ loses.")
+    for name in ("linear_in", "linear_in_lsq"):
+        qat = med([e["int8_loss"] for e in results.get("QAT " + name, [])], math.exp)
+        if fp and ptq and qat:
+            lost = ptq[0] - fp[0]
+            rec = (ptq[0] - qat[0]) / lost if lost > 0 else float("nan")
+            print(f"\nMedians: fp32 ppl {fp[0]:.3f}, PTQ integer {ptq[0]:.3f} "
+                  f"({100 * (ptq[0] / fp[0] - 1):+.2f}%), QAT {name} integer {qat[0]:.3f} "
+                  f"({100 * (qat[0] / fp[0] - 1):+.2f}%); QAT recovers {100 * rec:.0f}% of the "
+                  f"perplexity PTQ loses.")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"target": target, "seeds": seeds, "steps": a.steps, "bits": a.bits,

@@ -159,7 +159,8 @@ TEST(Int8Ops, DequantizeIsTheExactBracketScaledOnce) {
 }
 
 // The fused product (oneDNN's output scales and source zero point where it has them): the exact
-// bracket scaled once, within fp32 rounding of the reference and of the computation in double.
+// bracket scaled once, within fp32 rounding of the reference and of the computation in double;
+// repeated calls (the weight's primitive with its scales fixed) give the same numbers.
 TEST(Int8Ops, ScaledProductIsTheBracketScaledOnce) {
     auto ref = make_ref_backend();
     auto cpu = make_cpu_backend();
@@ -189,6 +190,23 @@ TEST(Int8Ops, ScaledProductIsTheBracketScaledOnce) {
                 const CVec S{sc.data(), DType::F32, sh.N};
                 ref->gemm_s8_scaled(A, *pr, {y0.data(), DType::F32, sh.M, sh.N}, S, zero, beta);
                 cpu->gemm_s8_scaled(A, *pc, {y1.data(), DType::F32, sh.M, sh.N}, S, zero, beta);
+                // The second and third calls in a row run the weight's own primitive with these
+                // scales fixed (brgemm where oneDNN has it): the same numbers. Other scales then
+                // run their own, never the fixed one.
+                for (int rep = 0; rep < 2; ++rep) {
+                    std::vector<float> again(y1.size(), 0.5f);
+                    cpu->gemm_s8_scaled(A, *pc, {again.data(), DType::F32, sh.M, sh.N}, S, zero,
+                                        beta);
+                    ASSERT_EQ(again, y1) << "call " << rep + 2;
+                }
+                std::vector<float> sc2(sc), y_other(y1.size(), 0.5f), y_ref(y1.size(), 0.5f);
+                sc2[0] *= 2.0f;
+                const CVec S2{sc2.data(), DType::F32, sh.N};
+                cpu->gemm_s8_scaled(A, *pc, {y_other.data(), DType::F32, sh.M, sh.N}, S2, zero,
+                                    beta);
+                ref->gemm_s8_scaled(A, *pr, {y_ref.data(), DType::F32, sh.M, sh.N}, S2, zero, beta);
+                for (size_t i = 0; i < y_ref.size(); ++i)
+                    ASSERT_NEAR(y_other[i], y_ref[i], 4e-7 * std::fabs(y_ref[i]) + 1e-6) << i;
                 for (int64_t m = 0; m < sh.M; ++m)
                     for (int64_t n = 0; n < sh.N; ++n) {
                         double acc = 0;

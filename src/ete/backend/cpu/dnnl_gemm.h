@@ -58,7 +58,9 @@ void dnnl_gemm_s8_packed(int64_t M, const void* A, int64_t lda, DType a_dtype, c
 
 // Y (M, N) F32 = scale[n] · Σ_k (A[m, k] − zero) · W[n, k] + beta · Y (beta 0 or 1) through
 // oneDNN's int8 matmul with output scales and a source zero point; false (Y untouched) where
-// oneDNN has no such kernel (or the build has no oneDNN).
+// oneDNN has no such kernel (or the build has no oneDNN). From the second call in a row with the
+// same rows and scales, W's own primitive with those scales fixed runs (brgemm; oneDNN 2.6 runs
+// run-time scales as gemm:jit): the same results.
 bool dnnl_gemm_s8_scaled(int64_t M, const void* A, int64_t lda, DType a_dtype, const PackedS8& W,
                          const float* scale, int32_t zero, float beta, float* Y, int64_t ldy);
 

@@ -284,6 +284,10 @@ struct KeyS8 {
     int threads;
     // 0: I32 dst; 1: F32 dst with output scales and a source zero point; 2: that plus sum (β = 1)
     int scaled = 0;
+    // scaled: the output scales (N) fixed in the primitive, or empty for scales given at run
+    // time. oneDNN 2.6 runs an int8 matmul with run-time scales only as gemm:jit, with fixed
+    // ones as brgemm (brg:avx512_core_vnni, faster on the model's products; static_entry).
+    std::vector<float> scales = {};
     auto operator<=>(const KeyS8&) const = default;
 };
 
@@ -306,7 +310,10 @@ Entry make_entry_s8(const KeyS8& k) {
         dnnl::primitive_attr attr;
         attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
         if (k.scaled) {
-            attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // per column n
+            if (k.scales.empty())
+                attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // per column n
+            else
+                attr.set_output_scales(1 << 1, k.scales);
             attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
             if (k.scaled == 2) {
                 dnnl::post_ops ops;
@@ -341,6 +348,47 @@ const Entry& cached_entry_s8(const KeyS8& k) {
     auto it = cache.find(k);
     if (it == cache.end()) it = cache.emplace(k, make_entry_s8(k)).first;
     return it->second;
+}
+
+// A weight's scaled product with its own output scales fixed in the primitive (KeyS8::scales),
+// one per weight: built for a key the weight was given twice in a row — every batch of an
+// evaluation, but not `ete generate`'s growing prompt, whose row count changes every token and
+// would build one per weight per token. Keyed by the PackedS8, which forgets its slot when it
+// goes (forget_static_entry), so a later weight at the same address never finds it.
+struct StaticSlot {
+    KeyS8 last;                // the key of the weight's last call
+    std::optional<KeyS8> key;  // the key `entry` was built for
+    Entry entry;
+};
+
+std::mutex& slots_mutex() {
+    static std::mutex m;
+    return m;
+}
+
+std::map<const void*, StaticSlot>& static_slots() {
+    static std::map<const void*, StaticSlot> slots;
+    return slots;
+}
+
+// The entry to run key k (scales set) on weight w with, or none (run the shared one).
+std::optional<Entry> static_entry(const void* w, const KeyS8& k) {
+    std::lock_guard<std::mutex> lock(slots_mutex());
+    StaticSlot& s = static_slots()[w];
+    if (!(s.key && *s.key == k)) {
+        const bool again = s.last == k;
+        s.last = k;
+        if (!again) return std::nullopt;
+        s.entry = make_entry_s8(k);
+        s.key = k;
+    }
+    if (!s.entry.prim) return std::nullopt;
+    return s.entry;
+}
+
+void forget_static_entry(const void* w) {
+    std::lock_guard<std::mutex> lock(slots_mutex());
+    static_slots().erase(w);
 }
 
 }  // namespace
@@ -397,7 +445,9 @@ PackedS8::PackedS8(const int8_t* W, int64_t N, int64_t K, int64_t ldw)
     dnnl_gemm_s8_check_args(0, N, K, W, std::max<int64_t>(1, K), DType::U8, W, ldw, nullptr,
                             std::max<int64_t>(1, N));
 }
-PackedS8::~PackedS8() = default;
+PackedS8::~PackedS8() {
+    forget_static_entry(this);
+}
 
 void dnnl_gemm_s8_packed(int64_t M, const void* A, int64_t lda, DType a_dtype, const PackedS8& W,
                          int32_t* C, int64_t ldc) {
@@ -426,21 +476,34 @@ bool dnnl_gemm_s8_scaled(int64_t M, const void* A, int64_t lda, DType a_dtype, c
     dnnl_gemm_s8_check_args(M, N, K, A, lda, a_dtype, W.plain(), W.ldw(),
                             reinterpret_cast<const int32_t*>(Y), ldy);
     if (M == 0 || N == 0 || K == 0) return false;
-    const Entry& e = cached_entry_s8(
-        {M, N, K, lda, 0, ldy, a_dtype, omp_get_max_threads(), beta == 0.0f ? 1 : 2});
+    KeyS8 key{M,
+              N,
+              K,
+              lda,
+              0,
+              ldy,
+              a_dtype,
+              omp_get_max_threads(),
+              beta == 0.0f ? 1 : 2,
+              std::vector<float>(scale, scale + N)};
+    const std::optional<Entry> fixed = static_entry(&W, key);
+    key.scales.clear();
+    const Entry& e = fixed ? *fixed : cached_entry_s8(key);
     if (!e.prim) return false;
     thread_local dnnl::stream stream(cpu_engine());
     thread_local Scratchpad scratchpad;
     dnnl::engine& eng = cpu_engine();
-    const dnnl::memory::desc scale_md({N}, dnnl::memory::data_type::f32, dims{1});
     const dnnl::memory::desc zero_md({1}, dnnl::memory::data_type::s32, dims{1});
     std::unordered_map<int, dnnl::memory> args = {
         {DNNL_ARG_SRC, dnnl::memory(e.a_md, eng, const_cast<void*>(A))},
         {DNNL_ARG_WEIGHTS,
          dnnl::memory(e.b_md, eng, const_cast<int8_t*>(W.layouts_->get(W, e.b_md)))},
         {DNNL_ARG_DST, dnnl::memory(e.c_md, eng, Y)},
-        {DNNL_ARG_ATTR_OUTPUT_SCALES, dnnl::memory(scale_md, eng, const_cast<float*>(scale))},
         {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, dnnl::memory(zero_md, eng, &zero)}};
+    const dnnl::memory::desc scale_md({N}, dnnl::memory::data_type::f32, dims{1});
+    if (!fixed)
+        args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES,
+                     dnnl::memory(scale_md, eng, const_cast<float*>(scale)));
     if (size_t bytes = e.scratch_md.get_size(); bytes > 0)
         args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e.scratch_md, eng, scratchpad.get(bytes)));
     try {
