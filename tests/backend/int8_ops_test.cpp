@@ -2,7 +2,8 @@
 // reference and against fake_quant's integers (values planted on rounding ties, on and beyond the
 // grid's ends, NaN), per tensor and per row, I8 and U8; gemm_s8 on a prepared (packed) weight
 // equal to the plain product on awkward shapes and repeated row counts; dequantize_s32 against the
-// reference and an exact double computation, with zero points, offsets and beta.
+// reference and an exact double computation, with zero points, offsets and beta; swiglu_quantize
+// against its two ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -62,6 +63,39 @@ TEST(Int8Ops, QuantizeMatchesTheReferenceAndFakeQuantsIntegers) {
                     << r << "," << c;
             }
     }
+}
+
+// swiglu_quantize is quantize_s8 of swiglu_forward's output: the CPU's one pass equals its two
+// ops bit for bit (F32 and BF16 activations, per tensor and per row, U8 and I8, strided), and the
+// reference's default (the two ops) equals the reference's two ops.
+TEST(Int8Ops, SwigluQuantizeIsQuantizeOfSwiglu) {
+    auto ref = make_ref_backend();
+    auto cpu = make_cpu_backend();
+    const QuantGrid g = QuantGrid::of(8, QParamRule::Affine);
+    const int64_t R = 29, F = 173, ld = 2 * F + 5;
+    for (const DType at : {DType::F32, DType::BF16})
+        for (const bool per_row : {false, true})
+            for (const DType qt : {DType::U8, DType::I8}) {
+                SCOPED_TRACE(
+                    fmt::format("{} per row {} {}", dtype_name(at), per_row, dtype_name(qt)));
+                const Buf gu = Buf::of(at, random_vec(size_t(R * ld), 9, -6.0, 6.0), R, 2 * F, ld);
+                std::vector<float> s(per_row ? R : 1), z(s.size());
+                for (size_t i = 0; i < s.size(); ++i)
+                    s[i] = 0.1f * (1 + 0.03f * float(i)), z[i] = float(int(i % 7) - 3);
+                const CVec S{s.data(), DType::F32, int64_t(s.size())},
+                    Z{z.data(), DType::F32, int64_t(z.size())};
+                for (Backend* be : {cpu.get(), ref.get()}) {
+                    Buf act(at, R, F);
+                    std::vector<uint8_t> fused(size_t(R * F)), two(fused.size());
+                    be->swiglu_quantize({fused.data(), qt, R, F}, gu.cmat(), S, Z, g);
+                    be->swiglu_forward(act.mat(), gu.cmat());
+                    be->quantize_s8({two.data(), qt, R, F}, act.cmat(), S, Z, g);
+                    ASSERT_EQ(fused, two) << be->name();
+                    int spread = 0;
+                    for (uint8_t v : fused) spread += v != fused[0];
+                    EXPECT_GT(spread, R * F / 2) << "the values span the grid";
+                }
+            }
 }
 
 TEST(Int8Ops, QuantizeReadsBf16) {

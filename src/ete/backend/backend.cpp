@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ete/core/device_memory.h"
 #include "ete/core/error.h"
 
 namespace ete {
@@ -137,6 +138,16 @@ std::unique_ptr<S8Weight> Backend::prepare_s8(CMat w) {
 
 void Backend::gemm_s8(CMat a, const S8Weight& w, Mat c) {
     gemm_s8(a, w.plain(), c);
+}
+
+void Backend::swiglu_quantize(Mat q, CMat gate_up, CVec scale, CVec zero, const QuantGrid& g) {
+    ETE_CHECK(gate_up.rows == q.rows && gate_up.cols == 2 * q.cols,
+              "swiglu_quantize: gate_up ({}, {}) for q ({}, {})", gate_up.rows, gate_up.cols,
+              q.rows, q.cols);
+    DeviceBuffer out(*this, size_t(q.rows * q.cols) * dtype_size(gate_up.dtype));
+    const Mat o{out.data(), gate_up.dtype, q.rows, q.cols};
+    swiglu_forward(o, gate_up);
+    quantize_s8(q, o, scale, zero, g);
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {

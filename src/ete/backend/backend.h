@@ -220,6 +220,9 @@ class Backend : public DeviceMemory {
     // SwiGLU: gate_up (N, 2F) holds gate | up; out (N, F) = silu(gate) * up.  d_gate_up written.
     virtual void swiglu_forward(Mat out, CMat gate_up) = 0;
     virtual void swiglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) = 0;
+    // q (N, F) I8 or U8 = quantize_s8 of swiglu_forward's out (rounded to gate_up's dtype), in
+    // one pass: the integer model's input of its down projection. This default runs the two ops.
+    virtual void swiglu_quantize(Mat q, CMat gate_up, CVec scale, CVec zero, const QuantGrid& g);
     // GELU, tanh approximation (gelu_new), elementwise.  d_x written.
     virtual void gelu_forward(Mat out, CMat x) = 0;
     virtual void gelu_backward(Mat d_x, CMat d_out, CMat x) = 0;

@@ -503,7 +503,17 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
     L.ln2.forward(be_, ln2, rows(s.ln2_mean, N), rows(s.ln2_rstd, N), mid);
     qat_forward(kQatLn2, l, ln2, s.qat_mask[kQatLn2]);
     L.fc.forward(be_, fc, ln2, lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc));
-    if (llama) {
+    // The integer model's down projection with a static input scale reads its integers straight
+    // from SwiGLU (one pass: swiglu_quantize), not from the fp32 activation.
+    const Int8Weight* down8 = L.proj.int8_weight();
+    const bool fused8 =
+        llama && down8 && !down8->input().per_token() && !out.empty() && !L.proj.has_adapter();
+    CMat proj_in = act;
+    if (fused8) {
+        const Mat q = int8_scratch_->xq(N, act.cols);
+        be_.swiglu_quantize(q, fc, down8->input_scale(), down8->input_zero(), down8->input().grid);
+        proj_in = q;
+    } else if (llama) {
         be_.swiglu_forward(act, fc);
     } else {
         be_.gelu_forward(act, fc);
@@ -511,7 +521,7 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
     qat_forward(kQatAct, l, act, s.qat_mask[kQatAct]);
     const LoraActs* pa = lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj);
     if (!out.empty()) {
-        row_parallel_forward(L.proj, out, mid, act, pa, kQatFfnOut, l, kept[kQatFfnOut]);
+        row_parallel_forward(L.proj, out, mid, proj_in, pa, kQatFfnOut, l, kept[kQatFfnOut]);
         qat_forward(kQatResidOut, l, out, kept[kQatResidOut]);
     } else {  // a recompute: the kept masks of ffn_out and residual are still those of the forward
         L.proj.forward_saved(be_, act, pa);  // its adapter's u, which backward reads

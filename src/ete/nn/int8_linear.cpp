@@ -66,6 +66,16 @@ Int8Weight::Int8Weight(Backend& be, const std::vector<int8_t>& q, int64_t out, i
         packed_.push_back(be.prepare_s8(w.col_slice(g * group, group)));
 }
 
+CVec Int8Weight::input_scale() const {
+    if (input_.per_token()) return {};
+    return {act_.data(), DType::F32, 1};
+}
+
+CVec Int8Weight::input_zero() const {
+    if (input_.per_token()) return {};
+    return {static_cast<const float*>(act_.data()) + 1, DType::F32, 1};
+}
+
 size_t Int8Weight::bytes() const {
     return q_.bytes() + scale_.bytes() + sum_.bytes();
 }
@@ -77,6 +87,9 @@ void Int8Weight::product(Backend& be, Mat y, CMat x, float beta) const {
     const int64_t N = x.rows;
     CVec a_scale{act_.data(), DType::F32, 1};
     CVec a_zero{static_cast<float*>(act_.data()) + 1, DType::F32, 1};
+    const bool quantized = x.dtype == DType::U8;
+    ETE_CHECK(!quantized || !input_.per_token(),
+              "int8 linear ({}, {}): a quantized input needs a static input scale", out_, in_);
     if (input_.per_token()) {  // each row its own parameters, as fake quantization computed them
         Vec lo = scratch_.row_f32(0, N), hi = scratch_.row_f32(1, N);
         Vec s = scratch_.row_f32(2, N), z = scratch_.row_f32(3, N);
@@ -85,8 +98,8 @@ void Int8Weight::product(Backend& be, Mat y, CMat x, float beta) const {
         a_scale = s;
         a_zero = z;
     }
-    const Mat xq = scratch_.xq(N, in_);
-    be.quantize_s8(xq, x, a_scale, a_zero, input_.grid);
+    const CMat xq = quantized ? x : scratch_.xq(N, in_);
+    if (!quantized) be.quantize_s8(scratch_.xq(N, in_), x, a_scale, a_zero, input_.grid);
     const int64_t groups = in_ / group_;
     if (!input_.per_token() && y.dtype == DType::F32) {  // one fused pass per group
         const int32_t zero = int32_t(input_.zero) + 128;

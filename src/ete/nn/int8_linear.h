@@ -55,8 +55,14 @@ class Int8Weight {
     int64_t in() const { return in_; }
     size_t bytes() const;  // the weight's backend memory (integers, scales, sums)
 
-    // y (N, out) = x (N, in) · Wᵀ + beta · y.
+    // y (N, out) = x (N, in) · Wᵀ + beta · y. x U8: already this weight's quantized input
+    // (q + 128, from its static scale and zero point: a fused producer, swiglu_quantize).
     void product(Backend& be, Mat y, CMat x, float beta) const;
+    // A static input's frozen scale and zero point (F32, one each, backend memory) — what a
+    // producer quantizing for this weight uses — or empty views for a per-token input.
+    CVec input_scale() const;
+    CVec input_zero() const;
+    const Int8Input& input() const { return input_; }
 
   private:
     int64_t out_, in_, group_;

@@ -64,6 +64,7 @@ class Linear {
     // shape, kept by the caller) instead of the dense one; null restores it. Inference only.
     void set_int8(const Int8Weight* w);
     bool int8() const { return i8_ != nullptr; }
+    const Int8Weight* int8_weight() const { return i8_; }
 
     // Attaches (or with empty params removes) the adapter; shapes must match the base.
     void set_adapter(const LoraParams& lora);

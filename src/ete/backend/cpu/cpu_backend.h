@@ -86,6 +86,7 @@ class CpuBackend final : public Backend {
     void pos_embedding_backward(Mat d_wpe, CMat d_out, CVec doc_start, int B, int T) override;
     void swiglu_forward(Mat out, CMat gate_up) override;
     void swiglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) override;
+    void swiglu_quantize(Mat q, CMat gate_up, CVec scale, CVec zero, const QuantGrid& g) override;
     void gelu_forward(Mat out, CMat x) override;
     void gelu_backward(Mat d_x, CMat d_out, CMat x) override;
 

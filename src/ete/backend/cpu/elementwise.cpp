@@ -164,8 +164,7 @@ void swiglu_fwd(A* out, int64_t ldo, const A* gu, int64_t ldg, int64_t N, int64_
         A* o = out + n * ldo;
 #pragma omp simd
         for (int64_t f = 0; f < F; ++f) {
-            const float gv = load(g[f]);
-            store(o[f], gv * sigmoid_fast(gv) * load(u[f]));
+            store(o[f], swiglu_value(load(g[f]), load(u[f])));
         }
     }
 }

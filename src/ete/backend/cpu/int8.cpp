@@ -10,6 +10,7 @@
 #include "ete/backend/cpu/cpu_backend.h"
 #include "ete/backend/cpu/dnnl_gemm.h"
 #include "ete/backend/cpu/elem.h"
+#include "ete/backend/cpu/simd_math.h"
 
 namespace ete::cpu {
 namespace {
@@ -49,6 +50,29 @@ void quantize_rows(Q* q, int64_t ldq, const X* x, int64_t ldx, int64_t rows, int
 #pragma omp simd
         for (int64_t c = 0; c < cols; ++c)
             out[c] = Q(int(quantize_value(load(in[c]), inv_s, z, qmin, qmax) + offset));
+    }
+}
+
+// quantize_rows of swiglu_value (rounded to A, as swiglu_forward stores it), one pass.
+template <typename Q, typename A>
+void swiglu_quantize_rows(Q* q, int64_t ldq, const A* gu, int64_t ldg, int64_t rows, int64_t F,
+                          const float* scale, const float* zero, bool per_tensor,
+                          const QuantGrid& g) {
+    const float qmin = float(g.qmin), qmax = float(g.qmax);
+    const float offset = std::is_same_v<Q, uint8_t> ? 128.0f : 0.0f;
+#pragma omp parallel for schedule(static) if (rows * F >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t k = per_tensor ? 0 : r;
+        const float inv_s = 1.0f / scale[k], z = zero[k];
+        const A* gate = gu + r * ldg;
+        const A* up = gate + F;
+        Q* out = q + r * ldq;
+#pragma omp simd
+        for (int64_t c = 0; c < F; ++c) {
+            A v;
+            store(v, swiglu_value(load(gate[c]), load(up[c])));
+            out[c] = Q(int(quantize_value(load(v), inv_s, z, qmin, qmax) + offset));
+        }
     }
 }
 
@@ -133,6 +157,28 @@ void CpuBackend::quantize_s8(Mat q, CMat x, CVec scale, CVec zero, const QuantGr
         } else {
             quantize_rows(static_cast<int8_t*>(q.data), q.ld, elems<X>(x), x.ld, x.rows, x.cols, s,
                           z, scale.n == 1, g);
+        }
+    });
+}
+
+void CpuBackend::swiglu_quantize(Mat q, CMat gate_up, CVec scale, CVec zero, const QuantGrid& g) {
+    Scope h(*this, "swiglu_quantize");
+    ETE_CHECK(gate_up.rows == q.rows && gate_up.cols == 2 * q.cols,
+              "swiglu_quantize: gate_up ({}, {}) for q ({}, {})", gate_up.rows, gate_up.cols,
+              q.rows, q.cols);
+    check_quantize_s8_args(q, gate_up.col_slice(0, q.cols), scale, zero, g);
+    q = h(q);
+    gate_up = h(gate_up);
+    const float* s = elems<float>(h(scale));
+    const float* z = elems<float>(h(zero));
+    with_float_type(gate_up.dtype, "swiglu_quantize", [&](auto ta) {
+        using A = decltype(ta);
+        if (q.dtype == DType::U8) {
+            swiglu_quantize_rows(static_cast<uint8_t*>(q.data), q.ld, elems<A>(gate_up), gate_up.ld,
+                                 q.rows, q.cols, s, z, scale.n == 1, g);
+        } else {
+            swiglu_quantize_rows(static_cast<int8_t*>(q.data), q.ld, elems<A>(gate_up), gate_up.ld,
+                                 q.rows, q.cols, s, z, scale.n == 1, g);
         }
     });
 }

@@ -47,4 +47,9 @@ constexpr float kExpMax = 88.0f;   // above: clamped
     return 1.0f / (1.0f + exp_fast(-x));
 }
 
+// SwiGLU's value silu(g) · u, the one expression swiglu_forward and swiglu_quantize share.
+[[gnu::always_inline]] inline float swiglu_value(float g, float u) {
+    return g * sigmoid_fast(g) * u;
+}
+
 }  // namespace ete::cpu
