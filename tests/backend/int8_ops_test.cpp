@@ -3,7 +3,7 @@
 // grid's ends, NaN), per tensor and per row, I8 and U8; gemm_s8 on a prepared (packed) weight
 // equal to the plain product on awkward shapes and repeated row counts; dequantize_s32 against the
 // reference and an exact double computation, with zero points, offsets and beta; swiglu_quantize
-// against its two ops.
+// and rmsnorm_quantize against their two ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,6 +94,42 @@ TEST(Int8Ops, SwigluQuantizeIsQuantizeOfSwiglu) {
                     int spread = 0;
                     for (uint8_t v : fused) spread += v != fused[0];
                     EXPECT_GT(spread, R * F / 2) << "the values span the grid";
+                }
+            }
+}
+
+// rmsnorm_quantize is quantize_s8 of rmsnorm_forward's F32 output: bit for bit on the CPU (F32
+// and BF16 inputs, per tensor and per row, U8 and I8, strided) and on the reference's default.
+TEST(Int8Ops, RmsnormQuantizeIsQuantizeOfTheNorm) {
+    auto ref = make_ref_backend();
+    auto cpu = make_cpu_backend();
+    const QuantGrid g = QuantGrid::of(8, QParamRule::Affine);
+    const int64_t R = 31, C = 200, ld = C + 9;
+    const FVec w = random_vec(size_t(C), 4, 0.5, 1.5);
+    for (const DType xt : {DType::F32, DType::BF16})
+        for (const bool per_row : {false, true})
+            for (const DType qt : {DType::U8, DType::I8}) {
+                SCOPED_TRACE(
+                    fmt::format("{} per row {} {}", dtype_name(xt), per_row, dtype_name(qt)));
+                const Buf x = Buf::of(xt, random_vec(size_t(R * ld), 5, -3.0, 3.0), R, C, ld);
+                std::vector<float> s(per_row ? R : 1), z(s.size());
+                for (size_t i = 0; i < s.size(); ++i)
+                    s[i] = 0.02f * (1 + 0.03f * float(i)), z[i] = float(int(i % 5) - 2);
+                const CVec S{s.data(), DType::F32, int64_t(s.size())},
+                    Z{z.data(), DType::F32, int64_t(z.size())};
+                for (Backend* be : {cpu.get(), ref.get()}) {
+                    std::vector<float> out(static_cast<size_t>(R * C)),
+                        rstd(static_cast<size_t>(R));
+                    std::vector<uint8_t> fused(size_t(R * C)), two(fused.size());
+                    be->rmsnorm_quantize({fused.data(), qt, R, C}, x.cmat(), host_cvec(w), 1e-5f, S,
+                                         Z, g);
+                    be->rmsnorm_forward(host_mat(out, R, C), host_vec(rstd), x.cmat(), host_cvec(w),
+                                        1e-5f);
+                    be->quantize_s8({two.data(), qt, R, C}, host_cmat(out, R, C), S, Z, g);
+                    ASSERT_EQ(fused, two) << be->name();
+                    int spread = 0;
+                    for (uint8_t v : fused) spread += v != fused[0];
+                    EXPECT_GT(spread, R * C / 2) << "the values span the grid";
                 }
             }
 }

@@ -140,6 +140,15 @@ void Backend::gemm_s8(CMat a, const S8Weight& w, Mat c) {
     gemm_s8(a, w.plain(), c);
 }
 
+void Backend::rmsnorm_quantize(Mat q, CMat x, CVec w, float eps, CVec scale, CVec zero,
+                               const QuantGrid& g) {
+    DeviceBuffer out(*this, size_t(x.rows * x.cols) * sizeof(float));
+    DeviceBuffer rstd(*this, size_t(x.rows) * sizeof(float));
+    const Mat o{out.data(), DType::F32, x.rows, x.cols};
+    rmsnorm_forward(o, {rstd.data(), DType::F32, x.rows}, x, w, eps);
+    quantize_s8(q, o, scale, zero, g);
+}
+
 void Backend::swiglu_quantize(Mat q, CMat gate_up, CVec scale, CVec zero, const QuantGrid& g) {
     ETE_CHECK(gate_up.rows == q.rows && gate_up.cols == 2 * q.cols,
               "swiglu_quantize: gate_up ({}, {}) for q ({}, {})", gate_up.rows, gate_up.cols,

@@ -195,6 +195,10 @@ class Backend : public DeviceMemory {
     // RMSNorm over rows: out = x * rstd * w.  d_x += (residual stream), d_w += (an empty d_w or
     // d_b: a frozen norm, no weight gradient).
     virtual void rmsnorm_forward(Mat out, Vec rstd, CMat x, CVec w, float eps) = 0;
+    // q (N, C) I8 or U8 = quantize_s8 of rmsnorm_forward's F32 out, in one pass: the integer
+    // model's input of the linears after a norm. This default runs the two ops.
+    virtual void rmsnorm_quantize(Mat q, CMat x, CVec w, float eps, CVec scale, CVec zero,
+                                  const QuantGrid& g);
     virtual void rmsnorm_backward(Mat d_x, Vec d_w, CMat d_out, CMat x, CVec w, CVec rstd) = 0;
     // LayerNorm over rows with weight and bias.  d_x, d_w, d_b +=.
     virtual void layernorm_forward(Mat out, Vec mean, Vec rstd, CMat x, CVec w, CVec b,

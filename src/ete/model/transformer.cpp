@@ -474,6 +474,23 @@ CMat Transformer::row_parallel_grad(Mat d_resid, int site, int l, Vec mask) {
     return g;
 }
 
+// What the linears after a norm read: the norm of x in `out` (with its QAT site), or for integer
+// linears with a static input scale their integers straight from the norm (one pass,
+// rmsnorm_quantize) in the int8 scratch.
+CMat Transformer::norm_input(const Norm& norm, const FusedLinear& next, Mat out, Vec mean, Vec rstd,
+                             CMat x, int site, int l, Vec mask) {
+    const int N = int(x.rows);
+    const Int8Weight* w8 = next.part(0).int8_weight();
+    if (w8 && !w8->input().per_token() && !norm.layernorm() && !next.part(0).has_adapter()) {
+        const Mat q = int8_scratch_->xq(N, x.cols);
+        norm.forward_quantized(be_, q, x, w8->input_scale(), w8->input_zero(), w8->input().grid);
+        return q;
+    }
+    norm.forward(be_, rows(out, N), rows(mean, N), rows(rstd, N), x);
+    qat_forward(site, l, rows(out, N), mask);
+    return rows(out, N);
+}
+
 // x (N, C) -> out (N, C). out empty (a recompute in backward): everything the backward reads
 // is saved, but the layer output itself is neither computed nor written.
 void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, AttnDims d,
@@ -486,9 +503,10 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
     Mat act = rows(s.act, N);
     const int l = mp_.layer_begin + i;
     LoraActs la[kLoraSites];
-    L.ln1.forward(be_, ln1, rows(s.ln1_mean, N), rows(s.ln1_rstd, N), x);
-    qat_forward(kQatLn1, l, ln1, s.qat_mask[kQatLn1]);
-    L.qkv.forward(be_, qkv, ln1, lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la));
+    L.qkv.forward(
+        be_, qkv,
+        norm_input(L.ln1, L.qkv, ln1, s.ln1_mean, s.ln1_rstd, x, kQatLn1, l, s.qat_mask[kQatLn1]),
+        lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la));
     if (llama) be_.rope_forward(qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
     be_.attention_forward(att, s.lse.slice(0, int64_t(d.B) * d.H * d.T), qkv, d,
                           1.0f / std::sqrt(float(d.D)));
@@ -500,9 +518,10 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
     row_parallel_forward(L.o, mid, x, o_input(s, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO),
                          kQatAttnOut, l, kept[kQatAttnOut]);
     qat_forward(kQatResidMid, l, mid, kept[kQatResidMid]);
-    L.ln2.forward(be_, ln2, rows(s.ln2_mean, N), rows(s.ln2_rstd, N), mid);
-    qat_forward(kQatLn2, l, ln2, s.qat_mask[kQatLn2]);
-    L.fc.forward(be_, fc, ln2, lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc));
+    L.fc.forward(
+        be_, fc,
+        norm_input(L.ln2, L.fc, ln2, s.ln2_mean, s.ln2_rstd, mid, kQatLn2, l, s.qat_mask[kQatLn2]),
+        lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc));
     // The integer model's down projection with a static input scale reads its integers straight
     // from SwiGLU (one pass: swiglu_quantize), not from the fp32 activation.
     const Int8Weight* down8 = L.proj.int8_weight();

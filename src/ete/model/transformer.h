@@ -265,6 +265,10 @@ class Transformer {
     // Views of the (N, ·) buffers for a batch of N rows.
     static Mat rows(const Mat& m, int N) { return m.empty() ? m : m.row_slice(0, N); }
     static Vec rows(const Vec& v, int64_t n) { return v.empty() ? v : v.slice(0, n); }
+    // The input of the linears after a norm (layer_forward): norm(x) in out, or an integer
+    // model's quantized input straight from the norm.
+    CMat norm_input(const Norm& norm, const FusedLinear& next, Mat out, Vec mean, Vec rstd, CMat x,
+                    int site, int l, Vec mask);
     // x in the compute dtype: itself, or converted into `scratch` (N, C).
     CMat in_compute(CMat x, Mat scratch);
     // Layers, by local index i (global layer layer_begin + i).

@@ -1,6 +1,8 @@
 // ete/nn/norm.cpp
 #include "ete/nn/norm.h"
 
+#include "ete/core/error.h"
+
 namespace ete {
 
 void Norm::forward(Backend& be, Mat out, Vec mean, Vec rstd, CMat x) const {
@@ -9,6 +11,12 @@ void Norm::forward(Backend& be, Mat out, Vec mean, Vec rstd, CMat x) const {
     } else {
         be.rmsnorm_forward(out, rstd, x, p_.w, eps_);
     }
+}
+
+void Norm::forward_quantized(Backend& be, Mat q, CMat x, CVec scale, CVec zero,
+                             const QuantGrid& g) const {
+    ETE_CHECK(!layernorm_, "norm: a quantized output is fused for RMSNorm only");
+    be.rmsnorm_quantize(q, x, p_.w, eps_, scale, zero, g);
 }
 
 void Norm::backward(Backend& be, Mat d_x, CMat d_out, CMat x, CVec mean, CVec rstd) const {

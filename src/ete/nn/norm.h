@@ -23,6 +23,10 @@ class Norm {
 
     // out (N, C) = norm(x); mean (N) is used by LayerNorm only.
     void forward(Backend& be, Mat out, Vec mean, Vec rstd, CMat x) const;
+    // q (N, C) = quantize_s8 of forward's F32 output, in one pass (RMSNorm; the integer model's
+    // inputs). LayerNorm: not fused (throws).
+    void forward_quantized(Backend& be, Mat q, CMat x, CVec scale, CVec zero,
+                           const QuantGrid& g) const;
     // d_x (N, C) += the gradient through the norm (residual stream); d_w, d_b +=.
     void backward(Backend& be, Mat d_x, CMat d_out, CMat x, CVec mean, CVec rstd) const;
 

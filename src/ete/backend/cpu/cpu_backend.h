@@ -87,6 +87,8 @@ class CpuBackend final : public Backend {
     void swiglu_forward(Mat out, CMat gate_up) override;
     void swiglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) override;
     void swiglu_quantize(Mat q, CMat gate_up, CVec scale, CVec zero, const QuantGrid& g) override;
+    void rmsnorm_quantize(Mat q, CMat x, CVec w, float eps, CVec scale, CVec zero,
+                          const QuantGrid& g) override;
     void gelu_forward(Mat out, CMat x) override;
     void gelu_backward(Mat d_x, CMat d_out, CMat x) override;
 

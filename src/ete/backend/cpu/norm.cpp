@@ -13,6 +13,7 @@
 
 #include "ete/backend/cpu/cpu_backend.h"
 #include "ete/backend/cpu/elem.h"
+#include "ete/core/fake_quant.h"
 
 namespace ete::cpu {
 namespace {
@@ -42,6 +43,18 @@ void add_partials(float* dst, const std::vector<float>& part, int nblk, int C) {
     }
 }
 
+// A row's 1 / rms (x read as float whatever its dtype, summed in double).
+template <typename X>
+[[gnu::always_inline]] inline float rms_rstd(const X* xr, int64_t C, float eps) {
+    double ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < C; ++c) {
+        const double v = load(xr[c]);
+        ss += v * v;
+    }
+    return float(1.0 / std::sqrt(ss / double(C) + eps));
+}
+
 // Row statistics read x as float whatever its dtype; outputs round once.
 template <typename O, typename X>
 void rmsnorm_fwd(O* out, int64_t ldo, float* rstd, const X* x, int64_t ldx, const float* w,
@@ -50,16 +63,30 @@ void rmsnorm_fwd(O* out, int64_t ldo, float* rstd, const X* x, int64_t ldx, cons
     for (int64_t n = 0; n < N; ++n) {
         const X* xr = x + n * ldx;  // (C)
         O* o = out + n * ldo;
-        double ss = 0;
-#pragma omp simd reduction(+ : ss)
-        for (int64_t c = 0; c < C; ++c) {
-            const double v = load(xr[c]);
-            ss += v * v;
-        }
-        float r = float(1.0 / std::sqrt(ss / double(C) + eps));
+        const float r = rms_rstd(xr, C, eps);
         rstd[n] = r;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) store(o[c], load(xr[c]) * r * w[c]);
+    }
+}
+
+// quantize_s8 of rmsnorm_fwd's F32 output (rmsnorm_quantize), one pass.
+template <typename Q, typename X>
+void rmsnorm_quantize_rows(Q* q, int64_t ldq, const X* x, int64_t ldx, const float* w, int64_t N,
+                           int64_t C, float eps, const float* scale, const float* zero,
+                           bool per_tensor, const QuantGrid& g) {
+    const float qmin = float(g.qmin), qmax = float(g.qmax);
+    const float offset = std::is_same_v<Q, uint8_t> ? 128.0f : 0.0f;
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+    for (int64_t n = 0; n < N; ++n) {
+        const X* xr = x + n * ldx;
+        Q* o = q + n * ldq;
+        const float r = rms_rstd(xr, C, eps);
+        const int64_t k = per_tensor ? 0 : n;
+        const float inv_s = 1.0f / scale[k], z = zero[k];
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c)
+            o[c] = Q(int(quantize_value(load(xr[c]) * r * w[c], inv_s, z, qmin, qmax) + offset));
     }
 }
 
@@ -190,6 +217,29 @@ void CpuBackend::rmsnorm_forward(Mat out, Vec rstd, CMat x, CVec w, float eps) {
             rmsnorm_fwd(elems<O>(out), out.ld, elems<float>(rstd), elems<X>(x), x.ld,
                         elems<float>(w), x.rows, x.cols, eps);
         });
+    });
+}
+
+void CpuBackend::rmsnorm_quantize(Mat q, CMat x, CVec w, float eps, CVec scale, CVec zero,
+                                  const QuantGrid& g) {
+    Scope h(*this, "rmsnorm_quantize");
+    check_quantize_s8_args(q, x, scale, zero, g);
+    ETE_CHECK(w.n == x.cols && w.dtype == DType::F32, "rmsnorm_quantize: w must be F32 of {}",
+              x.cols);
+    q = h(q);
+    x = h(x);
+    w = h(w);
+    const float* s = elems<float>(h(scale));
+    const float* z = elems<float>(h(zero));
+    with_float_type(x.dtype, "rmsnorm_quantize", [&](auto xt) {
+        using X = decltype(xt);
+        if (q.dtype == DType::U8) {
+            rmsnorm_quantize_rows(static_cast<uint8_t*>(q.data), q.ld, elems<X>(x), x.ld,
+                                  elems<float>(w), x.rows, x.cols, eps, s, z, scale.n == 1, g);
+        } else {
+            rmsnorm_quantize_rows(static_cast<int8_t*>(q.data), q.ld, elems<X>(x), x.ld,
+                                  elems<float>(w), x.rows, x.cols, eps, s, z, scale.n == 1, g);
+        }
     });
 }
 
