@@ -91,6 +91,20 @@ decltype(auto) with_float_type(DType t, const char* op, F&& f) {
     }
 }
 
+// f(T{}) for the integer element type of an int8 model's activation: uint8_t (U8, q + 128) or
+// int8_t (I8); other dtypes throw naming op.
+template <typename F>
+decltype(auto) with_s8_type(DType t, const char* op, F&& f) {
+    switch (t) {
+        case DType::U8:
+            return f(uint8_t{});
+        case DType::I8:
+            return f(int8_t{});
+        default:
+            throw_error(fmt::format("{}: dtype {} is not I8 or U8", op, dtype_name(t)));
+    }
+}
+
 // Typed element pointers of host views; the dtype must match (an internal invariant: ops
 // dispatch on it first).
 template <typename T, typename P>

@@ -10,6 +10,7 @@
 #include "ete/backend/cpu/cpu_backend.h"
 #include "ete/backend/cpu/dnnl_gemm.h"
 #include "ete/backend/cpu/elem.h"
+#include "ete/backend/cpu/row_quantizer.h"
 #include "ete/backend/cpu/simd_math.h"
 
 namespace ete::cpu {
@@ -39,17 +40,13 @@ class CpuS8Weight final : public S8Weight {
 template <typename Q, typename X>
 void quantize_rows(Q* q, int64_t ldq, const X* x, int64_t ldx, int64_t rows, int64_t cols,
                    const float* scale, const float* zero, bool per_tensor, const QuantGrid& g) {
-    const float qmin = float(g.qmin), qmax = float(g.qmax);
-    const float offset = std::is_same_v<Q, uint8_t> ? 128.0f : 0.0f;
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
-        const int64_t k = per_tensor ? 0 : r;
-        const float inv_s = 1.0f / scale[k], z = zero[k];
+        const RowQuantizer<Q> quant(scale, zero, per_tensor, r, g);
         const X* in = x + r * ldx;
         Q* out = q + r * ldq;
 #pragma omp simd
-        for (int64_t c = 0; c < cols; ++c)
-            out[c] = Q(int(quantize_value(load(in[c]), inv_s, z, qmin, qmax) + offset));
+        for (int64_t c = 0; c < cols; ++c) out[c] = quant(load(in[c]));
     }
 }
 
@@ -58,26 +55,21 @@ template <typename Q, typename A>
 void swiglu_quantize_rows(Q* q, int64_t ldq, const A* gu, int64_t ldg, int64_t rows, int64_t F,
                           const float* scale, const float* zero, bool per_tensor,
                           const QuantGrid& g) {
-    const float qmin = float(g.qmin), qmax = float(g.qmax);
-    const float offset = std::is_same_v<Q, uint8_t> ? 128.0f : 0.0f;
 #pragma omp parallel for schedule(static) if (rows * F >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
-        const int64_t k = per_tensor ? 0 : r;
-        const float inv_s = 1.0f / scale[k], z = zero[k];
+        const RowQuantizer<Q> quant(scale, zero, per_tensor, r, g);
         const A* gate = gu + r * ldg;
         const A* up = gate + F;
         Q* out = q + r * ldq;
         if constexpr (std::is_same_v<A, float>) {
 #pragma omp simd
-            for (int64_t c = 0; c < F; ++c)
-                out[c] = Q(int(quantize_value(swiglu_value(gate[c], up[c]), inv_s, z, qmin, qmax) +
-                               offset));
+            for (int64_t c = 0; c < F; ++c) out[c] = quant(swiglu_value(gate[c], up[c]));
         } else {
 #pragma omp simd
             for (int64_t c = 0; c < F; ++c) {
                 A v;  // rounded as swiglu_forward stores it
                 store(v, swiglu_value(load(gate[c]), load(up[c])));
-                out[c] = Q(int(quantize_value(load(v), inv_s, z, qmin, qmax) + offset));
+                out[c] = quant(load(v));
             }
         }
     }
@@ -157,14 +149,12 @@ void CpuBackend::quantize_s8(Mat q, CMat x, CVec scale, CVec zero, const QuantGr
     const float* s = elems<float>(h(scale));
     const float* z = elems<float>(h(zero));
     with_float_type(x.dtype, "quantize_s8", [&](auto tx) {
-        using X = decltype(tx);
-        if (q.dtype == DType::U8) {
-            quantize_rows(static_cast<uint8_t*>(q.data), q.ld, elems<X>(x), x.ld, x.rows, x.cols, s,
-                          z, scale.n == 1, g);
-        } else {
-            quantize_rows(static_cast<int8_t*>(q.data), q.ld, elems<X>(x), x.ld, x.rows, x.cols, s,
-                          z, scale.n == 1, g);
-        }
+        with_s8_type(q.dtype, "quantize_s8", [&](auto tq) {
+            using X = decltype(tx);
+            using Q = decltype(tq);
+            quantize_rows(static_cast<Q*>(q.data), q.ld, elems<X>(x), x.ld, x.rows, x.cols, s, z,
+                          scale.n == 1, g);
+        });
     });
 }
 
@@ -179,14 +169,12 @@ void CpuBackend::swiglu_quantize(Mat q, CMat gate_up, CVec scale, CVec zero, con
     const float* s = elems<float>(h(scale));
     const float* z = elems<float>(h(zero));
     with_float_type(gate_up.dtype, "swiglu_quantize", [&](auto ta) {
-        using A = decltype(ta);
-        if (q.dtype == DType::U8) {
-            swiglu_quantize_rows(static_cast<uint8_t*>(q.data), q.ld, elems<A>(gate_up), gate_up.ld,
+        with_s8_type(q.dtype, "swiglu_quantize", [&](auto tq) {
+            using A = decltype(ta);
+            using Q = decltype(tq);
+            swiglu_quantize_rows(static_cast<Q*>(q.data), q.ld, elems<A>(gate_up), gate_up.ld,
                                  q.rows, q.cols, s, z, scale.n == 1, g);
-        } else {
-            swiglu_quantize_rows(static_cast<int8_t*>(q.data), q.ld, elems<A>(gate_up), gate_up.ld,
-                                 q.rows, q.cols, s, z, scale.n == 1, g);
-        }
+        });
     });
 }
 

@@ -13,7 +13,7 @@
 
 #include "ete/backend/cpu/cpu_backend.h"
 #include "ete/backend/cpu/elem.h"
-#include "ete/core/fake_quant.h"
+#include "ete/backend/cpu/row_quantizer.h"
 
 namespace ete::cpu {
 namespace {
@@ -75,18 +75,14 @@ template <typename Q, typename X>
 void rmsnorm_quantize_rows(Q* q, int64_t ldq, const X* x, int64_t ldx, const float* w, int64_t N,
                            int64_t C, float eps, const float* scale, const float* zero,
                            bool per_tensor, const QuantGrid& g) {
-    const float qmin = float(g.qmin), qmax = float(g.qmax);
-    const float offset = std::is_same_v<Q, uint8_t> ? 128.0f : 0.0f;
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
         const X* xr = x + n * ldx;
         Q* o = q + n * ldq;
         const float r = rms_rstd(xr, C, eps);
-        const int64_t k = per_tensor ? 0 : n;
-        const float inv_s = 1.0f / scale[k], z = zero[k];
+        const RowQuantizer<Q> quant(scale, zero, per_tensor, n, g);
 #pragma omp simd
-        for (int64_t c = 0; c < C; ++c)
-            o[c] = Q(int(quantize_value(load(xr[c]) * r * w[c], inv_s, z, qmin, qmax) + offset));
+        for (int64_t c = 0; c < C; ++c) o[c] = quant(load(xr[c]) * r * w[c]);
     }
 }
 
@@ -232,14 +228,12 @@ void CpuBackend::rmsnorm_quantize(Mat q, CMat x, CVec w, float eps, CVec scale, 
     const float* s = elems<float>(h(scale));
     const float* z = elems<float>(h(zero));
     with_float_type(x.dtype, "rmsnorm_quantize", [&](auto xt) {
-        using X = decltype(xt);
-        if (q.dtype == DType::U8) {
-            rmsnorm_quantize_rows(static_cast<uint8_t*>(q.data), q.ld, elems<X>(x), x.ld,
-                                  elems<float>(w), x.rows, x.cols, eps, s, z, scale.n == 1, g);
-        } else {
-            rmsnorm_quantize_rows(static_cast<int8_t*>(q.data), q.ld, elems<X>(x), x.ld,
-                                  elems<float>(w), x.rows, x.cols, eps, s, z, scale.n == 1, g);
-        }
+        with_s8_type(q.dtype, "rmsnorm_quantize", [&](auto tq) {
+            using X = decltype(xt);
+            using Q = decltype(tq);
+            rmsnorm_quantize_rows(static_cast<Q*>(q.data), q.ld, elems<X>(x), x.ld, elems<float>(w),
+                                  x.rows, x.cols, eps, s, z, scale.n == 1, g);
+        });
     });
 }
 
