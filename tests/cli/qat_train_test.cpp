@@ -215,6 +215,15 @@ TEST_F(QatTrain, LearnsTheWeightScales) {
     }
     for (const auto& [name, w] : q.weights)
         EXPECT_EQ(name.find("_scale"), std::string::npos) << name << " in model.safetensors";
+    // Fine-tuning a trained model (model.init_from): the factors, which its HF dir does not
+    // hold, start at 1 there too.
+    train(1, "");
+    const std::string from = " --set model.init_from=" + last_out_ + "/final";
+    const RunResult ft_minmax = train(1, qat + from), ft = train(1, lsq + from);
+    ASSERT_EQ(ft.losses.size(), 5u) << ft.log;
+    for (size_t i = 0; i < 3; ++i)
+        EXPECT_EQ(ft.losses[i], ft_minmax.losses[i]) << "fine-tuning step " << i + 1;
+    EXPECT_NE(ft.losses[4], ft_minmax.losses[4]);
     const auto factors = learned_factors(run);
     ASSERT_EQ(factors.size(), 28u);  // 7 linears in each of 4 layers
     int moved = 0, total = 0;

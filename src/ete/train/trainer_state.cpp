@@ -84,8 +84,9 @@ void Trainer::load_weights() {
         return;
     }
     // LoRA: the adapters from the seed, the frozen base from the dir (NF4 quantized tensor by
-    // tensor as it is uploaded, so the host never holds more than one f32 tensor).
-    if (cfg_.lora_enabled) local.init_trainable(cfg_.seed);
+    // tensor as it is uploaded, so the host never holds more than one f32 tensor). Learned QAT
+    // scale factors (qat.learnable_scale) are not in the dir either: they start at their init, 1.
+    if (cfg_.lora_enabled || qat_spec(cfg_).learnable_scale) local.init_trainable(cfg_.seed);
     if (!sharded()) return load_hf_weights(cfg_.model_init_from, local);
     // Tensor by tensor: each logical tensor is cut to this rank's slice and uploaded, so no rank
     // holds more than one whole tensor on the host.
