@@ -224,6 +224,17 @@ TEST_F(QatTrain, LearnsTheWeightScales) {
     for (size_t i = 0; i < 3; ++i)
         EXPECT_EQ(ft.losses[i], ft_minmax.losses[i]) << "fine-tuning step " << i + 1;
     EXPECT_NE(ft.losses[4], ft_minmax.losses[4]);
+    // Per group of input columns (4-bit): the same start, then learning.
+    const std::string group =
+        " --set model.intermediate_size=48 --set qat.weight_bits=4 "
+        "--set qat.weight_granularity=group --set qat.group_size=16";
+    const RunResult g_minmax = train(1, qat + group), g = train(1, lsq + group);
+    ASSERT_EQ(g.losses.size(), 5u) << g.log;
+    for (size_t i = 0; i < 3; ++i)
+        EXPECT_EQ(g.losses[i], g_minmax.losses[i]) << "per group, step " << i + 1;
+    EXPECT_NE(g.losses[4], g_minmax.losses[4]);
+    for (const auto& [name, f] : learned_factors(last_out_))
+        for (float v : f) ASSERT_NEAR(v, 1.0f, 0.5f) << name;
     const auto factors = learned_factors(run);
     ASSERT_EQ(factors.size(), 28u);  // 7 linears in each of 4 layers
     int moved = 0, total = 0;

@@ -206,7 +206,7 @@ ParamSpec scale_spec(const ParamSpec& w, const QatSpec& q) {
             break;
         case QatGranularity::Group:  // blocks of columns: split like the weight
             s = spec(qat_scale_name(w.name), {out, in / q.group_size}, ParamKind::QuantScale,
-                     ParamInit::Zeros, 0, w.shard);
+                     ParamInit::Ones, 0, w.shard);
             break;
         default:  // per output channel: split with the rows
             s = spec(qat_scale_name(w.name), {out}, ParamKind::QuantScale, ParamInit::Ones, 0,
