@@ -474,14 +474,25 @@ CMat Transformer::row_parallel_grad(Mat d_resid, int site, int l, Vec mask) {
     return g;
 }
 
+namespace {
+
+// The integer weight of lin when its input has a static scale, so that the op before it can
+// write its integers (rmsnorm_quantize, swiglu_quantize); null otherwise.
+const Int8Weight* static_int8_input(const Linear& lin) {
+    const Int8Weight* w = lin.int8_weight();
+    return w && !w->input().per_token() && !lin.has_adapter() ? w : nullptr;
+}
+
+}  // namespace
+
 // What the linears after a norm read: the norm of x in `out` (with its QAT site), or for integer
 // linears with a static input scale their integers straight from the norm (one pass,
 // rmsnorm_quantize) in the int8 scratch.
 CMat Transformer::norm_input(const Norm& norm, const FusedLinear& next, Mat out, Vec mean, Vec rstd,
                              CMat x, int site, int l, Vec mask) {
     const int N = int(x.rows);
-    const Int8Weight* w8 = next.part(0).int8_weight();
-    if (w8 && !w8->input().per_token() && !norm.layernorm() && !next.part(0).has_adapter()) {
+    const Int8Weight* w8 = static_int8_input(next.part(0));
+    if (w8 && !norm.layernorm()) {
         const Mat q = int8_scratch_->xq(N, x.cols);
         norm.forward_quantized(be_, q, x, w8->input_scale(), w8->input_zero(), w8->input().grid);
         return q;
@@ -524,11 +535,9 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
         lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc));
     // The integer model's down projection with a static input scale reads its integers straight
     // from SwiGLU (one pass: swiglu_quantize), not from the fp32 activation.
-    const Int8Weight* down8 = L.proj.int8_weight();
-    const bool fused8 =
-        llama && down8 && !down8->input().per_token() && !out.empty() && !L.proj.has_adapter();
+    const Int8Weight* down8 = llama && !out.empty() ? static_int8_input(L.proj) : nullptr;
     CMat proj_in = act;
-    if (fused8) {
+    if (down8) {
         const Mat q = int8_scratch_->xq(N, act.cols);
         be_.swiglu_quantize(q, fc, down8->input_scale(), down8->input_zero(), down8->input().grid);
         proj_in = q;

@@ -98,8 +98,12 @@ void Int8Weight::product(Backend& be, Mat y, CMat x, float beta) const {
         a_scale = s;
         a_zero = z;
     }
-    const CMat xq = quantized ? x : scratch_.xq(N, in_);
-    if (!quantized) be.quantize_s8(scratch_.xq(N, in_), x, a_scale, a_zero, input_.grid);
+    CMat xq = x;
+    if (!quantized) {
+        const Mat q = scratch_.xq(N, in_);
+        be.quantize_s8(q, x, a_scale, a_zero, input_.grid);
+        xq = q;
+    }
     const int64_t groups = in_ / group_;
     if (!input_.per_token() && y.dtype == DType::F32) {  // one fused pass per group
         const int32_t zero = int32_t(input_.zero) + 128;
