@@ -187,14 +187,19 @@ TEST(Llama2Tokenizer, SaveLoadRoundTrip) {
 
 TEST(Llama2Tokenizer, ErrorsNameTheProblem) {
     nlohmann::json j = llama2_json();
-    j["normalizer"] = {{"type", "NFC"}};
-    std::string e = error_of([&] { Tokenizer::from_json(j.dump(), "nfc.json"); });
-    EXPECT_NE(e.find("nfc.json: normalizer"), std::string::npos) << e;
-    EXPECT_NE(e.find("not supported"), std::string::npos) << e;
+    j["normalizer"] = {{"type", "Sequence"},
+                       {"normalizers", {{{"type", "NFC"}}, {{"type", "Precompiled"}}}}};
+    std::string e = error_of([&] { Tokenizer::from_json(j.dump(), "pc.json"); });
+    EXPECT_NE(e.find("pc.json: normalizer.normalizers[1] has type 'Precompiled', which ETE does "
+                     "not support"),
+              std::string::npos)
+        << e;
 
-    j = metaspace_json({{"replacement", "_"}});
+    j = metaspace_json({{"replacement", "__"}});
     e = error_of([&] { Tokenizer::from_json(j.dump(), "ms.json"); });
-    EXPECT_NE(e.find("Metaspace.replacement must be"), std::string::npos) << e;
+    EXPECT_NE(e.find("ms.json: pre_tokenizer.replacement must be one character"),
+              std::string::npos)
+        << e;
 
     j = llama2_json();
     j["model"]["unk_token"] = "<missing>";
@@ -202,9 +207,9 @@ TEST(Llama2Tokenizer, ErrorsNameTheProblem) {
     EXPECT_NE(e.find("unk_token '<missing>' is not in the vocab"), std::string::npos) << e;
 
     j = llama2_json();
-    j["decoder"] = {{"type", "ByteLevel"}};
+    j["decoder"] = {{"type", "CTC"}};
     e = error_of([&] { Tokenizer::from_json(j.dump(), "dec.json"); });
-    EXPECT_NE(e.find("dec.json: decoder"), std::string::npos) << e;
+    EXPECT_NE(e.find("dec.json: decoder has type 'CTC'"), std::string::npos) << e;
 }
 
 }  // namespace

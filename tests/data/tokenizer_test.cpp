@@ -14,6 +14,7 @@
 #include "ete/core/error.h"
 #include "ete/data/byte_level.h"
 #include "ete/data/pretokenize.h"
+#include "ete/data/utf8.h"
 #include "ete/data/tokenizer.h"
 
 namespace ete {
@@ -211,7 +212,19 @@ TEST(Tokenizer, RoundTripIsByteExact) {
         "<|endoftext|>",
         "a<|endoftext|><|endoftext|>b <|endoftext",
     };
-    for (const std::string& s : samples) EXPECT_EQ(t.decode(t.encode(s)), s) << s;
+    for (const std::string& s : samples) {
+        // Valid UTF-8 comes back byte for byte; invalid stretches are encoded as U+FFFD, one per
+        // maximal invalid subpart (as Rust's from_utf8_lossy counts them, and HF sees the text).
+        EXPECT_EQ(t.decode_bytes(t.encode(s)), utf8::repair(s)) << s;
+        EXPECT_EQ(t.decode(t.encode(s)), utf8::repair(s)) << s;
+    }
+    EXPECT_EQ(utf8::repair(samples[3]), "invalid utf-8: \uFFFD\uFFFD\uFFFD \uFFFD end \uFFFD");
+    EXPECT_EQ(utf8::repair(samples[0]), samples[0]);
+    // decode() is HF's ByteLevel decoder: ids that do not spell UTF-8 decode to U+FFFD, while
+    // decode_bytes() gives the raw bytes.
+    const std::vector<int32_t> bytes = {*t.token_to_id("\u00e2"), *t.token_to_id("\u0124")};
+    EXPECT_EQ(t.decode(bytes), "\uFFFD");
+    EXPECT_EQ(t.decode_bytes(bytes), "\xe2\x82");
 }
 
 TEST(Tokenizer, SpecialTokenMatchedInRawText) {
@@ -339,7 +352,8 @@ TEST(Tokenizer, LoadsLlama3StyleSplitSequenceAndKeepsIt) {
            {"invert", false}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
     Tokenizer t = Tokenizer::from_json(j.dump(), "llama3-like");
-    EXPECT_EQ(t.pretokenize("I'M 12345"), (Pieces{"I", "'M", " ", "123", "45"}));
+    EXPECT_EQ(t.pretokenize("I'M 12345"),
+              (std::vector<std::string>{"I", "'M", " ", "123", "45"}));
     Tokenizer u = Tokenizer::from_json(t.to_json(), "resaved");
     EXPECT_EQ(u.split_pattern(), llama3);
     EXPECT_EQ(nlohmann::json::parse(u.to_json())["pre_tokenizer"]["type"], "Sequence");

@@ -146,7 +146,7 @@ void check_train_args(int vocab_size, const std::vector<std::string>& specials) 
 
 void Tokenizer::count_words(std::string_view text, WordCounts& counts) const {
     std::vector<std::string_view> chunks;
-    for (const Segment& s : split_added(text)) {
+    for (const Segment& s : split_added(text, false)) {
         if (s.id >= 0) continue;  // special tokens are not training text
         for (std::string_view c : split_at_line_starts(s.text, kCountChunkBytes)) {
             chunks.push_back(c);
@@ -216,7 +216,7 @@ Tokenizer Tokenizer::from_word_counts(const std::vector<std::pair<std::string, i
         t.bytes_.push_back(sp);
         t.kind_.push_back(TokenKind::Added);
     }
-    t.set_pre_tokenizer(PreTokForm::ByteLevelRegex, std::string(kGpt2SplitPattern));
+    t.use_gpt2_pipeline();
     t.finalize("tokenizer train");
     return t;
 }

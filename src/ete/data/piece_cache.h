@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "ete/data/tok_pipeline.h"
 #include "ete/data/tokenizer.h"
 
 namespace ete {
@@ -18,8 +19,8 @@ inline constexpr size_t kCacheMaxIds = size_t{1} << 22;
 // Per-thread scratch: piece views, memoized piece encodings, and BPE working arrays.
 class Tokenizer::PieceCache {
   public:
-    std::vector<std::string_view> pieces;
-    std::string normalized;                // metaspace mode: the stretch after normalization
+    tok::Pieces pieces;
+    std::string normalized;                // the stretch after normalization
     std::vector<int32_t> sym, prev, next;  // BPE symbols (bytes or code points), linked list
     std::vector<std::pair<int32_t, int32_t>> heap;  // (rank, position) of mergeable pairs
 

@@ -23,36 +23,6 @@ bool is_graphic_ascii(char c) {
     return c >= 0x21 && c <= 0x7E;
 }
 
-// PCRE2 10.42 counts U+180E MONGOLIAN VOWEL SEPARATOR as \s (it was a space before Unicode 6.3),
-// while GPT-2's `regex` module, HF tokenizers (Oniguruma), tiktoken and Rust's regex all use the
-// Unicode White_Space property. So \s and \S compile as that property (inside classes too), and
-// pre-tokens match theirs. \Q...\E quotes and escaped backslashes are copied unchanged.
-std::string with_unicode_white_space(std::string_view pattern) {
-    std::string out;
-    out.reserve(pattern.size() + 32);
-    for (size_t i = 0; i < pattern.size(); ++i) {
-        if (pattern[i] != '\\' || i + 1 == pattern.size()) {
-            out += pattern[i];
-            continue;
-        }
-        const char next = pattern[++i];
-        if (next == 's') {
-            out += "\\p{White_Space}";
-        } else if (next == 'S') {
-            out += "\\P{White_Space}";
-        } else if (next == 'Q') {
-            const size_t end = std::min(pattern.find("\\E", i + 1), pattern.size());
-            out.append(pattern.substr(i - 1, end - (i - 1)));
-            i = end + 1;  // past the "\E" (or the end)
-            if (end < pattern.size()) out += "\\E";
-        } else {
-            out += '\\';
-            out += next;
-        }
-    }
-    return out;
-}
-
 // Frees the per-call match data even when split() throws.
 struct MatchData {
     pcre2_match_data* md;
@@ -71,12 +41,13 @@ RegexSplitter::RegexSplitter(std::string pattern) : pattern_(std::move(pattern))
     // UCP makes \s, \p{L}, \w Unicode-aware; MATCH_INVALID_UTF lets invalid bytes sit between
     // matches instead of failing the whole subject.
     const uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
-    const std::string compiled = with_unicode_white_space(pattern_);
+    const std::string compiled = pcre2_pattern(pattern_);
     pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
                                      opts, &err, &err_off, nullptr);
-    ETE_CHECK(code != nullptr, "pre-tokenizer regex '{}': does not compile at offset {}{}: {}",
-              pattern_, err_off, compiled == pattern_ ? "" : fmt::format(" of '{}'", compiled),
-              pcre2_message(err));
+    ETE_CHECK(code != nullptr,
+              "pre-tokenizer regex '{}': does not compile ({} at offset {} of "
+              "its PCRE2 form)",
+              pattern_, pcre2_message(err), err_off);
     code_ = code;
     jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;  // interpreter fallback otherwise
 }
@@ -105,6 +76,29 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
         if (begin > pos) out.push_back(text.substr(pos, begin - pos));
         out.push_back(text.substr(begin, end - begin));
         pos = end;
+    }
+}
+
+void RegexSplitter::matches(std::string_view text,
+                            std::vector<std::pair<size_t, size_t>>& out) const {
+    const pcre2_code* code = as_code(code_);
+    MatchData m(code);
+    auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t pos = 0;
+    while (pos < text.size()) {
+        int rc = pcre2_match(code, subject, text.size(), pos, 0, m.md, nullptr);
+        if (rc == PCRE2_ERROR_NOMATCH) return;
+        ETE_CHECK(rc >= 0, "pre-tokenizer regex '{}': match failed at byte {}: {}", pattern_, pos,
+                  pcre2_message(rc));
+        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
+        const size_t begin = ov[0], end = ov[1];
+        if (end > begin) {
+            out.emplace_back(begin, end);
+            pos = end;
+            continue;
+        }
+        pos = begin + 1;  // an empty match: step over one character
+        while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) ++pos;
     }
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ete {
@@ -16,6 +17,12 @@ namespace ete {
 // GPT-2's pattern (also the one HF's ByteLevel pre-tokenizer applies with use_regex: true).
 inline constexpr std::string_view kGpt2SplitPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// `pattern` (a tokenizer.json regex, as Oniguruma reads it) as PCRE2 must compile it to match
+// the same text: \s and \S become the White_Space property (PCRE2 also counts U+180E), and the
+// general categories (\p{L}, \p{Lu}, \p{N}, ...) follow Unicode 16.0 instead of PCRE2's own
+// Unicode 14.0 tables. \Q...\E quotes are copied unchanged.
+std::string pcre2_pattern(std::string_view pattern);
 
 class RegexSplitter {
   public:
@@ -28,6 +35,9 @@ class RegexSplitter {
     // Appends the pieces of `text` (views into it) to `out`. Thread-safe.
     void split(std::string_view text, std::vector<std::string_view>& out) const;
     std::vector<std::string_view> split(std::string_view text) const;
+    // Appends the [begin, end) byte spans of the pattern's non-empty, non-overlapping matches
+    // (after an empty match the search moves on one character, as Oniguruma's does).
+    void matches(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
 
     const std::string& pattern() const { return pattern_; }
     bool jit() const { return jit_; }

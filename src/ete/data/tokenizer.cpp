@@ -1,4 +1,4 @@
-// ete/data/tokenizer.cpp — tokenizer tables, encode (added tokens, regex split, BPE) and decode.
+// ete/data/tokenizer.cpp — tokenizer tables, encode (added tokens, pipeline, BPE) and decode.
 #include "ete/data/tokenizer.h"
 
 #include <omp.h>
@@ -6,17 +6,16 @@
 #include <algorithm>
 
 #include "ete/core/error.h"
+#include "ete/data/added_matcher.h"
 #include "ete/data/byte_level.h"
 #include "ete/data/piece_cache.h"
 #include "ete/data/pretokenize.h"
+#include "ete/data/tok_pipeline.h"
+#include "ete/data/unicode.h"
+#include "ete/data/utf8.h"
 
 namespace ete {
 namespace {
-
-// Llama-3's split pattern; like GPT-2's, it is safe to cut at split_at_line_starts' points.
-constexpr std::string_view kLlama3SplitPattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|)"
-    R"( ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // Encoding splits texts above this size into line-aligned chunks encoded in parallel.
 constexpr size_t kParallelChunkBytes = 256 * 1024;
@@ -27,27 +26,40 @@ uint64_t pair_key(int32_t a, int32_t b) {
 
 }  // namespace
 
-void Tokenizer::set_pre_tokenizer(PreTokForm form, std::string pattern) {
-    pre_form_ = form;
-    chunkable_ = pattern == kGpt2SplitPattern || pattern == kLlama3SplitPattern;
-    splitter_ = pattern.empty() ? nullptr : std::make_shared<const RegexSplitter>(pattern);
+void Tokenizer::use_gpt2_pipeline() {
+    pipe_ = tok::gpt2_pipeline();
+    splitter_ = std::make_shared<const RegexSplitter>(std::string(kGpt2SplitPattern));
+}
+
+bool Tokenizer::is_byte_level() const {
+    return pipe_->byte_level;
 }
 
 const std::string& Tokenizer::split_pattern() const {
-    static const std::string kEmpty;
-    return splitter_ ? splitter_->pattern() : kEmpty;
+    return pipe_->split_pattern;
+}
+
+const std::vector<int32_t>& Tokenizer::special_prefix() const {
+    return pipe_->post.prefix;
+}
+
+const std::vector<int32_t>& Tokenizer::special_suffix() const {
+    return pipe_->post.suffix;
 }
 
 void Tokenizer::finalize(std::string_view source) {
-    ETE_ASSERT(bytes_.size() == kind_.size());
+    ETE_ASSERT(bytes_.size() == kind_.size() && pipe_ != nullptr);
+    in_model_.resize(bytes_.size(), false);
+    special_.assign(bytes_.size(), false);
     for (const AddedToken& t : added_) {
         ETE_CHECK(!t.content.empty(), "{}: added token {} has empty content", source, t.id);
         ETE_ASSERT(t.id >= 0 && t.id < vocab_size() && kind_[t.id] == TokenKind::Added);
+        special_[t.id] = t.special;
     }
-    if (sp_) {
-        finalize_metaspace(source);
-    } else {
+    if (pipe_->byte_level) {
         finalize_byte_level(source);
+    } else {
+        finalize_chars(source);
     }
     merge_rule_.clear();
     for (size_t r = 0; r < merges_.size(); ++r) {
@@ -55,13 +67,30 @@ void Tokenizer::finalize(std::string_view source) {
         auto it = bytes_id_.find(bytes_[a] + bytes_[b]);
         ETE_CHECK(it != bytes_id_.end(), "{}: merge {} '{} {}' makes a token missing from vocab",
                   source, r, id_to_token(a), id_to_token(b));
-        merge_rule_.emplace(pair_key(a, b), MergeRule{static_cast<int32_t>(r), it->second});
+        // A pair listed twice keeps its last rank, as HF's merge map does.
+        merge_rule_.insert_or_assign(pair_key(a, b),
+                                     MergeRule{static_cast<int32_t>(r), it->second});
     }
-    added_by_length_.resize(added_.size());
-    for (size_t i = 0; i < added_.size(); ++i) added_by_length_[i] = i;
-    std::stable_sort(added_by_length_.begin(), added_by_length_.end(), [&](size_t x, size_t y) {
-        return added_[x].content.size() > added_[y].content.size();
-    });
+    std::vector<std::string_view> raw, norm;
+    has_normalized_added_ = false;
+    for (const AddedToken& t : added_) {
+        const bool n = t.normalized && pipe_->normalizer != nullptr;
+        (n ? norm : raw).push_back(t.content);
+        (n ? raw : norm).push_back({});  // keeps indices aligned with added_
+        has_normalized_added_ = has_normalized_added_ || n;
+    }
+    raw_added_ = std::make_shared<const AddedMatcher>(raw);
+    norm_added_ = std::make_shared<const AddedMatcher>(norm);
+}
+
+// A token's entry in token_id_: an added token wins over a model token of the same text.
+static void add_token_form(StringIdMap& map, std::string form, int32_t id, bool added,
+                           std::string_view source) {
+    auto [it, fresh] = map.emplace(std::move(form), id);
+    if (fresh || it->second == id) return;
+    ETE_CHECK(added, "{}: token '{}' appears twice (ids {} and {})", source, it->first, it->second,
+              id);
+    it->second = id;
 }
 
 void Tokenizer::finalize_byte_level(std::string_view source) {
@@ -69,15 +98,16 @@ void Tokenizer::finalize_byte_level(std::string_view source) {
     token_id_.clear();
     bytes_id_.clear();
     for (int32_t id = 0; id < vocab_size(); ++id) {
-        if (kind_[id] == TokenKind::Unused) continue;
-        std::string form =
-            kind_[id] == TokenKind::Added ? bytes_[id] : data::bytes_to_byte_level(bytes_[id]);
-        auto [it, fresh] = token_id_.emplace(std::move(form), id);
-        ETE_CHECK(fresh, "{}: token '{}' appears twice (ids {} and {})", source, it->first,
-                  it->second, id);
         if (kind_[id] != TokenKind::Model) continue;
+        add_token_form(token_id_, data::bytes_to_byte_level(bytes_[id]), id, false, source);
         bytes_id_.emplace(bytes_[id], id);
         if (bytes_[id].size() == 1) byte_id_[static_cast<unsigned char>(bytes_[id][0])] = id;
+    }
+    for (const AddedToken& t : added_) {
+        add_token_form(token_id_, t.content, t.id, true, source);
+        std::string raw;
+        if (in_model_[t.id] && data::byte_level_to_bytes(t.content, raw))
+            bytes_id_.emplace(raw, t.id);
     }
     for (int b = 0; b < 256; ++b) {
         ETE_CHECK(byte_id_[b] >= 0,
@@ -86,35 +116,121 @@ void Tokenizer::finalize_byte_level(std::string_view source) {
     }
 }
 
-std::vector<Tokenizer::Segment> Tokenizer::split_added(std::string_view text) const {
-    std::vector<Segment> segs;
-    const size_t k = added_by_length_.size();
-    std::vector<size_t> next(k, 0);  // next occurrence of each added token at or after `pos`
-    auto content = [&](size_t i) -> const std::string& {
-        return added_[added_by_length_[i]].content;
-    };
-    for (size_t i = 0; i < k; ++i) next[i] = text.find(content(i));
-    size_t pos = 0;
-    while (true) {
-        size_t best = std::string_view::npos, best_i = 0;
-        for (size_t i = 0; i < k; ++i) {
-            if (next[i] != std::string_view::npos && next[i] < pos) {
-                next[i] = text.find(content(i), pos);
-            }
-            if (next[i] < best) best = next[i], best_i = i;  // strict: longest wins a tie
-        }
-        if (best == std::string_view::npos) break;
-        if (best > pos) segs.push_back({text.substr(pos, best - pos), -1, true});
-        segs.push_back({{}, added_[added_by_length_[best_i]].id, false});
-        pos = best + content(best_i).size();
+void Tokenizer::finalize_chars(std::string_view source) {
+    byte_id_.fill(-1);
+    fallback_id_.fill(-1);
+    token_id_.clear();
+    bytes_id_.clear();
+    for (int32_t id = 0; id < vocab_size(); ++id) {
+        if (kind_[id] != TokenKind::Model) continue;
+        add_token_form(token_id_, bytes_[id], id, false, source);
+        bytes_id_.emplace(bytes_[id], id);
     }
-    if (pos < text.size() || segs.empty()) segs.push_back({text.substr(pos), -1, true});
+    for (const AddedToken& t : added_) {
+        add_token_form(token_id_, t.content, t.id, true, source);
+        if (in_model_[t.id]) bytes_id_.emplace(t.content, t.id);
+    }
+    // The encoder emits HF's exact spelling "<0x0A>"; other spellings only decode.
+    for (int b = 0; b < 256; ++b) {
+        auto it = bytes_id_.find(fmt::format("<0x{:02X}>", b));
+        if (it != bytes_id_.end()) fallback_id_[b] = it->second;
+    }
+    unk_id_ = -1;
+    if (!pipe_->unk_token.empty()) {
+        auto id = token_to_id(pipe_->unk_token);
+        ETE_CHECK(id.has_value(), "{}: model.unk_token '{}' is not in the vocab", source,
+                  pipe_->unk_token);
+        unk_id_ = *id;
+    }
+}
+
+namespace {
+
+bool white_at(std::string_view s, size_t i, size_t n) {
+    return utf8::char_len(s, i) == n && unicode::is_white_space(utf8::decode(s, i, n));
+}
+
+// The start of the whitespace run that ends at `end` (HF's lstrip).
+size_t white_run_before(std::string_view s, size_t end, size_t floor) {
+    while (end > floor) {
+        size_t b = end - 1;
+        while (b > floor && utf8::is_cont(static_cast<unsigned char>(s[b]))) --b;
+        if (!white_at(s, b, end - b)) break;
+        end = b;
+    }
+    return end;
+}
+
+size_t white_run_after(std::string_view s, size_t begin) {
+    while (begin < s.size()) {
+        const size_t n = std::max<size_t>(1, utf8::char_len(s, begin));
+        if (!white_at(s, begin, n)) break;
+        begin += n;
+    }
+    return begin;
+}
+
+// Rust's char::is_alphanumeric or '_' on the character before `end` / at `begin`.
+bool word_char(std::string_view s, size_t i, size_t n) {
+    if (utf8::char_len(s, i) != n) return false;
+    const char32_t c = utf8::decode(s, i, n);
+    if (c == '_') return true;
+    using unicode::Category;
+    switch (unicode::category(c)) {
+        case Category::Lu:
+        case Category::Ll:
+        case Category::Lt:
+        case Category::Lm:
+        case Category::Lo:
+        case Category::Nd:
+        case Category::Nl:
+        case Category::No:
+            return true;
+        default:
+            return false;
+    }
+}
+
+bool word_before(std::string_view s, size_t end) {
+    if (end == 0) return false;
+    size_t b = end - 1;
+    while (b > 0 && utf8::is_cont(static_cast<unsigned char>(s[b]))) --b;
+    return word_char(s, b, end - b);
+}
+
+bool word_after(std::string_view s, size_t begin) {
+    return begin < s.size() && word_char(s, begin, std::max<size_t>(1, utf8::char_len(s, begin)));
+}
+
+}  // namespace
+
+std::vector<Tokenizer::Segment> Tokenizer::split_added(std::string_view text,
+                                                       bool normalized) const {
+    std::vector<Segment> segs;
+    const AddedMatcher& m = normalized ? *norm_added_ : *raw_added_;
+    size_t pos = 0;  // end of the last match
+    for (AddedMatcher::Match hit = m.find(text, 0); hit.index >= 0; hit = m.find(text, hit.end)) {
+        const AddedToken& t = added_[hit.index];
+        size_t begin = hit.begin, end = hit.end;
+        if (t.single_word && (word_before(text, begin) || word_after(text, end))) continue;
+        if (t.lstrip) begin = std::max(white_run_before(text, begin, 0), pos);
+        if (t.rstrip) end = white_run_after(text, end);
+        if (begin > pos) segs.push_back({text.substr(pos, begin - pos), -1, pos == 0});
+        segs.push_back({{}, t.id, false});
+        pos = end;
+        hit.end = end;
+    }
+    if (pos < text.size() || segs.empty()) segs.push_back({text.substr(pos), -1, pos == 0});
     return segs;
 }
 
-std::vector<std::string_view> Tokenizer::pretokenize(std::string_view text) const {
-    if (!splitter_) return {text};
-    return splitter_->split(text);
+std::vector<std::string> Tokenizer::pretokenize(std::string_view text) const {
+    std::string s(text);
+    if (pipe_->normalizer) pipe_->normalizer->normalize(s);
+    tok::Pieces p;
+    if (!s.empty()) p.list.push_back(s);
+    if (pipe_->pre) pipe_->pre->split(p, true);
+    return {p.list.begin(), p.list.end()};
 }
 
 void Tokenizer::bpe_piece(std::string_view piece, PieceCache& c, std::vector<int32_t>& out) const {
@@ -172,22 +288,47 @@ void Tokenizer::merge_symbols(int32_t n, PieceCache& c, std::vector<int32_t>& ou
     for (int32_t i = 0; i >= 0; i = c.next[i]) out.push_back(c.sym[i]);
 }
 
-void Tokenizer::encode_segment(std::string_view text, bool at_start, PieceCache& cache,
-                               std::vector<int32_t>& out) const {
-    ETE_ASSERT(!sp_);
-    std::string prefixed;
-    if (add_prefix_space_ && at_start && !text.empty() && text[0] != ' ') {
-        prefixed = " " + std::string(text);
-        text = prefixed;
+void Tokenizer::char_piece(std::string_view piece, PieceCache& c, std::vector<int32_t>& out) const {
+    if (ignore_merges_) {
+        auto it = bytes_id_.find(piece);
+        if (it != bytes_id_.end()) return out.push_back(it->second);
     }
-    cache.pieces.clear();
-    if (splitter_) {
-        splitter_->split(text, cache.pieces);
-    } else {
-        cache.pieces.push_back(text);
+    // One symbol per code point (an invalid byte counts as one); a code point missing from the
+    // vocab becomes its <0xNN> tokens (byte_fallback) or the unk token, which HF adds only when
+    // the next known symbol (or the end) comes, fusing a run of them with fuse_unk.
+    c.sym.clear();
+    bool pending_unk = false;
+    for (size_t i = 0; i < piece.size();) {
+        const size_t len = std::max<size_t>(1, utf8::char_len(piece, i));
+        const std::string_view ch = piece.substr(i, len);
+        i += len;
+        if (auto it = bytes_id_.find(ch); it != bytes_id_.end()) {
+            if (pending_unk) c.sym.push_back(unk_id_);
+            pending_unk = false;
+            c.sym.push_back(it->second);
+            continue;
+        }
+        bool have_bytes = pipe_->byte_fallback;
+        for (char b : ch)
+            have_bytes = have_bytes && fallback_id_[static_cast<unsigned char>(b)] >= 0;
+        if (have_bytes) {
+            for (char b : ch) c.sym.push_back(fallback_id_[static_cast<unsigned char>(b)]);
+            continue;
+        }
+        if (unk_id_ < 0) continue;  // no unk_token: HF drops the character
+        if (pending_unk && !pipe_->fuse_unk) c.sym.push_back(unk_id_);
+        pending_unk = true;
     }
-    for (std::string_view piece : cache.pieces) {
-        if (piece.size() == 1) {
+    if (pending_unk) c.sym.push_back(unk_id_);
+    if (c.sym.empty()) return;
+    merge_symbols(static_cast<int32_t>(c.sym.size()), c, out);
+}
+
+void Tokenizer::encode_pieces(bool at_start, PieceCache& cache, std::vector<int32_t>& out) const {
+    if (pipe_->pre) pipe_->pre->split(cache.pieces, at_start);
+    const bool bytes = pipe_->byte_level;
+    for (std::string_view piece : cache.pieces.list) {
+        if (bytes && piece.size() == 1) {
             out.push_back(byte_id_[static_cast<unsigned char>(piece[0])]);
             continue;
         }
@@ -197,37 +338,62 @@ void Tokenizer::encode_segment(std::string_view text, bool at_start, PieceCache&
             continue;
         }
         size_t first = out.size();
-        bpe_piece(piece, cache, out);
+        if (bytes) {
+            bpe_piece(piece, cache, out);
+        } else {
+            char_piece(piece, cache, out);
+        }
         cache.insert(piece, std::span<const int32_t>(out.data() + first, out.size() - first));
     }
 }
 
+void Tokenizer::encode_stretch(std::string_view text, bool at_start, PieceCache& cache,
+                               std::vector<int32_t>& out) const {
+    if (text.empty()) return;
+    std::string_view s = text;
+    if (pipe_->normalizer) {
+        cache.normalized.assign(text);
+        pipe_->normalizer->normalize(cache.normalized);
+        s = cache.normalized;
+    }
+    if (!has_normalized_added_) {
+        cache.pieces.clear();
+        if (!s.empty()) cache.pieces.list.push_back(s);
+        return encode_pieces(at_start, cache, out);
+    }
+    // Added tokens with "normalized": true are matched in the normalized text.
+    const std::string normalized(s);  // cache.normalized is reused below
+    for (const Segment& seg : split_added(normalized, true)) {
+        if (seg.id >= 0) {
+            out.push_back(seg.id);
+            continue;
+        }
+        cache.pieces.clear();
+        if (!seg.text.empty()) cache.pieces.list.push_back(seg.text);
+        encode_pieces(at_start && seg.at_start, cache, out);
+    }
+}
+
 void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
+    if (!utf8::valid(text)) {
+        // HF's text pipeline only ever sees valid UTF-8: each invalid stretch is one U+FFFD.
+        const std::string repaired = utf8::repair(text);
+        return encode_append(repaired, out);
+    }
     // Work items: added tokens, and plain stretches cut into line-aligned chunks when the split
     // pattern allows it, so that large texts encode in parallel with the same result.
     std::vector<Segment> items;
-    for (const Segment& s : split_added(text)) {
-        if (s.id >= 0 || !chunkable_ || s.text.size() <= 2 * kParallelChunkBytes) {
+    const bool chunkable = pipe_->line_start_safe && !has_normalized_added_;
+    for (const Segment& s : split_added(text, false)) {
+        if (s.id >= 0 || !chunkable || s.text.size() <= 2 * kParallelChunkBytes) {
             items.push_back(s);
             continue;
         }
-        bool first = true;
+        bool first = s.at_start;
         for (std::string_view chunk : split_at_line_starts(s.text, kParallelChunkBytes)) {
             items.push_back({chunk, -1, first});
             first = false;
         }
-    }
-    if (sp_) {
-        // Metaspace mode: no chunking (a stretch's normalization depends on its whole text).
-        PieceCache cache;
-        for (const Segment& s : items) {
-            if (s.id >= 0) {
-                out.push_back(s.id);
-            } else {
-                encode_metaspace(s.text, s.text.data() == text.data(), cache, out);
-            }
-        }
-        return;
     }
     if (items.size() < 2 || omp_get_max_threads() < 2 || omp_in_parallel()) {
         PieceCache cache;
@@ -235,7 +401,7 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) 
             if (s.id >= 0) {
                 out.push_back(s.id);
             } else {
-                encode_segment(s.text, s.at_start, cache, out);
+                encode_stretch(s.text, s.at_start, cache, out);
             }
         }
         return;
@@ -250,22 +416,45 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) 
             if (items[i].id >= 0) {
                 parts[i].push_back(items[i].id);
             } else {
-                encode_segment(items[i].text, items[i].at_start, cache, parts[i]);
+                encode_stretch(items[i].text, items[i].at_start, cache, parts[i]);
             }
         }
     }
     for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 16);
+    if (add_special_tokens) out = pipe_->post.prefix;
     encode_append(text, out);
+    if (add_special_tokens)
+        out.insert(out.end(), pipe_->post.suffix.begin(), pipe_->post.suffix.end());
     return out;
 }
 
-std::string Tokenizer::decode(std::span<const int32_t> ids) const {
-    if (sp_) return decode_metaspace(ids);
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+    return encode(text, false);
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (int32_t id : ids) {
+        std::string t = id_to_token(id);
+        if (!(skip_special && special_[id])) tokens.push_back(std::move(t));
+    }
+    std::string out;
+    if (!pipe_->decoder) {
+        for (size_t k = 0; k < tokens.size(); ++k) out += (k ? " " : "") + tokens[k];
+        return out;
+    }
+    pipe_->decoder->decode(tokens);
+    for (const std::string& t : tokens) out += t;
+    return out;
+}
+
+std::string Tokenizer::decode_bytes(std::span<const int32_t> ids) const {
     std::string out;
     for (int32_t id : ids) out += id_to_bytes(id);
     return out;
@@ -279,7 +468,7 @@ const std::string& Tokenizer::id_to_bytes(int32_t id) const {
 
 std::string Tokenizer::id_to_token(int32_t id) const {
     const std::string& b = id_to_bytes(id);
-    return kind_[id] == TokenKind::Added || sp_ ? b : data::bytes_to_byte_level(b);
+    return kind_[id] == TokenKind::Added || !pipe_->byte_level ? b : data::bytes_to_byte_level(b);
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {

@@ -1,25 +1,19 @@
-// ete/data/tokenizer.h — BPE tokenizer stored as HF tokenizer.json: byte-level (GPT-2, Llama-3)
-// or SentencePiece-style "metaspace" (Llama-2: '▁' marks a space, <0xNN> byte fallback).
+// ete/data/tokenizer.h — BPE tokenizer stored as HF tokenizer.json, encoding and decoding as
+// Hugging Face's `tokenizers` does.
 //
-// Pipeline of encode(): (1) added/special tokens are matched in the raw text first (leftmost
-// match, longest on ties) and emit their ids; (2) each stretch between them is split by the
-// pre-tokenizer regex (GPT-2's by default); (3) each piece starts as one token per byte and BPE
-// merges are applied lowest rank first (leftmost on ties). decode() concatenates token bytes, so
-// decode(encode(x)) == x for any byte string, valid UTF-8 or not (with add_prefix_space off).
+// Pipeline of encode(): (1) added tokens are cut out of the raw text (leftmost match, longest on
+// ties; those with "normalized": true are matched after normalization); (2) each stretch between
+// them is normalized (NFC, Replace, Prepend, ...) and (3) pre-tokenized into pieces (Split with a
+// regex, ByteLevel, Metaspace, ...; tok_pipeline.h); (4) BPE runs on each piece, merges lowest
+// rank first (leftmost on ties). A byte-level model (the pre-tokenizer ends in ByteLevel: GPT-2,
+// Llama-3, Qwen, ...) runs BPE on the piece's bytes; any other (SentencePiece-style: Llama-2,
+// Gemma) on its code points, with <0xNN> byte fallback or the unk token for the ones missing from
+// the vocab. decode() runs the file's decoder chain over the tokens.
 //
 // Ids: a trained tokenizer has ids 0..255 = the single bytes 0x00..0xFF, then one id per merge in
-// merge order, then the special tokens; a loaded tokenizer keeps the file's ids. Tokens are shown
-// in their tokenizer.json ("byte-level") form: raw bytes mapped by byte_level.h ("Ġthe").
-//
-// Metaspace mode (loaded only; see tokenizer_metaspace.cpp): each plain stretch is normalized as
-// the file says (Prepend "▁" normalizer: always; Metaspace prepend_scheme "first": only at text
-// offset 0, "always": every stretch, both only when it does not already start with "▁"; spaces
-// become "▁"), optionally split before each "▁" (Metaspace split), then BPE runs over UTF-8 code
-// points. A code point missing from the vocab becomes the <0xNN> tokens of its bytes
-// (byte_fallback), else unk_token (consecutive ones fused with fuse_unk), else it is dropped, as
-// in HF. decode() maps "▁" to space, joins <0xNN> runs into bytes (U+FFFD per byte when a run is
-// not valid UTF-8) and strips one leading space when the decoder says so. Tokens are kept in
-// their vocab form ("▁the", "<0xE9>") and id_to_bytes() returns that form too.
+// merge order, then the special tokens (GPT-2's pipeline); a loaded tokenizer keeps the file's
+// ids. Byte-level tokens are shown in their tokenizer.json form: raw bytes mapped by
+// byte_level.h ("Ġthe"); other models' tokens are kept in their vocab form ("▁the", "<0xE9>").
 #pragma once
 
 #include <array>
@@ -37,6 +31,10 @@
 namespace ete {
 
 class RegexSplitter;
+class AddedMatcher;
+namespace tok {
+struct Pipeline;
+}
 
 // Hash for string-keyed maps that allows lookups by string_view without a copy.
 struct StringHash {
@@ -50,6 +48,10 @@ struct AddedToken {
     int32_t id = -1;
     std::string content;  // matched verbatim in raw text
     bool special = true;
+    bool lstrip = false;       // the match takes the whitespace before it
+    bool rstrip = false;       // ... and after it
+    bool single_word = false;  // matches only between non-word characters
+    bool normalized = false;   // matched in the normalized text
 };
 
 class Tokenizer {
@@ -63,44 +65,38 @@ class Tokenizer {
     static Tokenizer train_files(const std::vector<std::string>& paths, int vocab_size,
                                  const std::vector<std::string>& special_tokens = {});
 
-    // HF tokenizer.json. load() accepts a BPE model with a ByteLevel pre-tokenizer (or a
-    // Sequence of one regex Split then ByteLevel), or Llama-2's SentencePiece-style files (a
-    // Sequence [Prepend "▁", Replace " " -> "▁"] normalizer and/or a Metaspace pre-tokenizer,
-    // byte_fallback); merges as "a b" or ["a", "b"].
+    // HF tokenizer.json with a BPE model; an unsupported component is named with its place.
     static Tokenizer load(const std::string& path);
     static Tokenizer from_json(std::string_view json, std::string_view source_name);
     void save(const std::string& path) const;  // atomic (temporary file + rename)
     std::string to_json() const;
 
+    // Text that is not valid UTF-8 is encoded as HF would see it, each maximal invalid stretch
+    // replaced by U+FFFD (utf8::repair); callers that must warn or refuse check it first.
     std::vector<int32_t> encode(std::string_view text) const;
+    // With add_special_tokens, the post-processor's template around the ids (BOS and the like).
+    std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
     void encode_append(std::string_view text, std::vector<int32_t>& out) const;
-    std::string decode(std::span<const int32_t> ids) const;
-    std::vector<std::string_view> pretokenize(std::string_view text) const;  // step (2) alone
-    bool is_byte_level() const { return !sp_; }  // false: metaspace (Llama-2) mode
+    // The decoder chain over the tokens of `ids` (HF's decode); skip_special drops special added
+    // tokens first. Byte-level output that is not UTF-8 gets U+FFFD, as in HF.
+    std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+    // The tokens' raw bytes, concatenated (byte-level models: exactly the encoded bytes).
+    std::string decode_bytes(std::span<const int32_t> ids) const;
+    // Steps (2) and (3) alone, on the whole text (no added tokens cut out). Byte-level pieces
+    // are raw bytes.
+    std::vector<std::string> pretokenize(std::string_view text) const;
+    bool is_byte_level() const;  // false: BPE over code points (SentencePiece style)
 
     int32_t vocab_size() const { return static_cast<int32_t>(bytes_.size()); }  // max id + 1
     // Tokens in their vocab form: "Ġthe" (byte-level) or "▁the" (metaspace).
     std::optional<int32_t> token_to_id(std::string_view token) const;
     std::string id_to_token(int32_t id) const;
-    const std::string& id_to_bytes(int32_t id) const;  // raw bytes (metaspace: vocab form)
+    const std::string& id_to_bytes(int32_t id) const;  // raw bytes (non byte-level: vocab form)
     int32_t eos_id() const;  // "<|endoftext|>", "<|end_of_text|>" or "</s>"; -1 if none
     int32_t bos_id() const;  // "<|begin_of_text|>" or "<s>"; else eos_id() (GPT-2 convention)
-
-    // Metaspace (SentencePiece-style) settings as read from tokenizer.json.
-    enum class Prepend : uint8_t { Never, First, Always };
-    struct Metaspace {
-        bool prepend_normalizer = false;  // normalizer Prepend "▁" (non-empty stretches)
-        bool replace_normalizer = false;  // normalizer Replace " " -> "▁"
-        bool pre_tokenizer = false;       // a Metaspace pre-tokenizer follows
-        Prepend scheme = Prepend::First;  // its prepend_scheme
-        bool split = false;               // its split (cut before each "▁")
-        bool strip_space = true;          // decoder Strip(" ", start 1)
-        bool byte_fallback = false;
-        bool fuse_unk = false;
-        std::string unk_token;       // empty: none
-        std::string post_processor;  // JSON text, written back verbatim by save()
-    };
-    const Metaspace* metaspace() const { return sp_.get(); }  // null: byte-level
+    // What the post-processor puts before and after a sequence.
+    const std::vector<int32_t>& special_prefix() const;
+    const std::vector<int32_t>& special_suffix() const;
 
     size_t num_merges() const { return merges_.size(); }
     std::pair<int32_t, int32_t> merge(size_t rank) const { return merges_.at(rank); }
@@ -113,12 +109,10 @@ class Tokenizer {
         int32_t id;
     };
     enum class TokenKind : uint8_t { Unused, Model, Added };
-    // How the pre-tokenizer is written to tokenizer.json.
-    enum class PreTokForm : uint8_t { ByteLevelRegex, SplitThenByteLevel, ByteLevelNoRegex };
     struct Segment {
         std::string_view text;  // plain text when id < 0
         int32_t id;             // added token id
-        bool at_start;          // first stretch of a text (add_prefix_space applies)
+        bool at_start;          // starts at byte 0 of the input
     };
     class PieceCache;
     friend class TokenizerJson;
@@ -127,19 +121,17 @@ class Tokenizer {
     // Builds the lookup tables; `source` names the file in error messages.
     void finalize(std::string_view source);
     void finalize_byte_level(std::string_view source);
-    void set_pre_tokenizer(PreTokForm form, std::string pattern);
-    std::vector<Segment> split_added(std::string_view text) const;
-    void encode_segment(std::string_view text, bool at_start, PieceCache& cache,
+    void finalize_chars(std::string_view source);
+    void use_gpt2_pipeline();
+    // Cuts the added tokens with normalized == `normalized` out of `text`.
+    std::vector<Segment> split_added(std::string_view text, bool normalized) const;
+    void encode_stretch(std::string_view text, bool at_start, PieceCache& cache,
                         std::vector<int32_t>& out) const;
+    void encode_pieces(bool at_start, PieceCache& cache, std::vector<int32_t>& out) const;
     void bpe_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& out) const;
+    void char_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& out) const;
     // Applies the merges to the c.sym[0..n) symbols and appends the result to `out`.
     void merge_symbols(int32_t n, PieceCache& c, std::vector<int32_t>& out) const;
-    // Metaspace mode (tokenizer_metaspace.cpp).
-    void finalize_metaspace(std::string_view source);
-    void encode_metaspace(std::string_view text, bool text_start, PieceCache& cache,
-                          std::vector<int32_t>& out) const;
-    void sp_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& out) const;
-    std::string decode_metaspace(std::span<const int32_t> ids) const;
     void count_words(std::string_view text, WordCounts& counts) const;  // training, step (1)
     static Tokenizer from_word_counts(const std::vector<std::pair<std::string, int64_t>>& words,
                                       int vocab_size,
@@ -150,21 +142,21 @@ class Tokenizer {
     std::vector<TokenKind> kind_;
     std::vector<std::pair<int32_t, int32_t>> merges_;  // rank -> (left id, right id)
     std::vector<AddedToken> added_;
-    PreTokForm pre_form_ = PreTokForm::ByteLevelRegex;
-    bool add_prefix_space_ = false;
     bool ignore_merges_ = false;  // a whole piece found in the vocab is taken as is (Llama-3)
-    std::shared_ptr<const RegexSplitter> splitter_;
-    std::shared_ptr<const Metaspace> sp_;  // set: metaspace mode (immutable)
-    bool chunkable_ = false;  // splitter_ ends a match at every line start (parallel encode)
+    std::vector<bool> in_model_;  // an added token that model.vocab lists too (merges may make it)
+    std::vector<bool> special_;   // a special added token (decode's skip_special drops it)
+    std::shared_ptr<const tok::Pipeline> pipe_;
+    std::shared_ptr<const RegexSplitter> splitter_;  // training: GPT-2's regex
 
     // Derived by finalize().
     std::array<int32_t, 256> byte_id_{};
     std::unordered_map<uint64_t, MergeRule> merge_rule_;  // key (left << 32) | right
-    StringIdMap token_id_;                    // byte-level form (an added token's content) -> id
-    StringIdMap bytes_id_;                    // raw bytes -> model token id
-    std::vector<size_t> added_by_length_;     // indices into added_, longest content first
-    std::array<int32_t, 256> fallback_id_{};  // metaspace: id of "<0xNN>", -1 if absent
-    int32_t unk_id_ = -1;                     // metaspace: id of unk_token, -1 if none
+    StringIdMap token_id_;  // byte-level form (an added token's content) -> id
+    StringIdMap bytes_id_;  // raw bytes -> model token id
+    std::shared_ptr<const AddedMatcher> raw_added_, norm_added_;  // by `normalized`
+    std::array<int32_t, 256> fallback_id_{};  // code-point BPE: id of "<0xNN>", -1 if absent
+    int32_t unk_id_ = -1;                     // code-point BPE: id of unk_token, -1 if none
+    bool has_normalized_added_ = false;
 };
 
 }  // namespace ete

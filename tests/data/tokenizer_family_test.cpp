@@ -1,0 +1,94 @@
+// tests/data/tokenizer_family_test.cpp — every family's real tokenizer.json against Hugging Face's
+// own `tokenizers` 0.23.2: the ids of the shared text set (torture cases included) with and
+// without special tokens, the decoded text, and a slice of each vocabulary (each token's decoded
+// text encoded again). Goldens: tools/gen_hf_tokenizer_goldens.mjs, files in
+// tests/golden/tokenizers/families/ (the tokenizer.json files are stored xz-compressed).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ete/core/error.h"
+#include "ete/core/file_util.h"
+#include "ete/data/tokenizer.h"
+
+namespace ete {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Ids = std::vector<int32_t>;
+
+const std::string kDir = ETE_SOURCE_DIR "/tests/golden/tokenizers/families/";
+
+// Decompresses <family>.tokenizer.json.xz into a temporary file (xz is in every Debian) and loads
+// it.
+Tokenizer load_family(const std::string& family) {
+    const fs::path tmp =
+        fs::temp_directory_path() / fmt::format("ete_family_{}_{}.json", family, ::getpid());
+    const std::string cmd =
+        fmt::format("xz -dc '{}{}.tokenizer.json.xz' > '{}'", kDir, family, tmp.string());
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    Tokenizer t = Tokenizer::load(tmp.string());
+    fs::remove(tmp);
+    return t;
+}
+
+std::string show(const Ids& ids) {
+    std::string s;
+    for (size_t k = 0; k < ids.size() && k < 40; ++k) s += fmt::format("{} ", ids[k]);
+    return ids.size() > 40 ? s + "..." : s;
+}
+
+class Family : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Family, MatchesHuggingFaceIdForId) {
+    const std::string family = GetParam();
+    const json golden = json::parse(read_file(kDir + family + ".golden.json"));
+    const Tokenizer t = load_family(family);
+    size_t checked = 0, bad = 0;
+    auto report = [&](bool ok, const std::string& what) {
+        ++checked;
+        if (ok) return;
+        if (++bad <= 8) ADD_FAILURE() << family << ": " << what;
+    };
+    for (const json& c : golden["cases"]) {
+        const std::string text = c["text"], name = c["name"];
+        const Ids want = c["ids"], want_special = c["ids_special"];
+        const Ids ids = t.encode(text), special = t.encode(text, true);
+        report(ids == want,
+               fmt::format("case '{}' ids\n  ete: {}\n  hf:  {}", name, show(ids), show(want)));
+        report(special == want_special,
+               fmt::format("case '{}' ids with special tokens\n  ete: {}\n  hf:  {}", name,
+                           show(special), show(want_special)));
+        const std::string decoded = t.decode(want);
+        report(decoded == c["decoded"].get<std::string>(),
+               fmt::format("case '{}' decode: '{}'", name, decoded));
+        const std::string skipped = t.decode(want_special, true);
+        report(skipped == c["decoded_special_skipped"].get<std::string>(),
+               fmt::format("case '{}' decode skipping specials: '{}'", name, skipped));
+    }
+    for (const json& v : golden["vocab_slice"]) {
+        if (v.contains("error") || v.value("hole", false)) continue;
+        const Ids want = v["ids"];
+        const Ids ids = t.encode(v["text"].get<std::string>());
+        report(ids == want,
+               fmt::format("vocab id {} ('{}')\n  ete: {}\n  hf:  {}", v["id"].get<int>(),
+                           v["text"].get<std::string>(), show(ids), show(want)));
+    }
+    EXPECT_EQ(bad, 0u) << family << ": " << bad << " of " << checked << " checks differ";
+    EXPECT_GT(checked, 1000u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hf, Family,
+                         ::testing::Values("gpt2", "llama2", "mistral_nemo", "llama3", "llama3_1",
+                                           "llama3_2", "qwen2_5", "qwen3", "gemma2", "gemma3",
+                                           "gpt4o", "gpt4", "deepseek_v3"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace ete
