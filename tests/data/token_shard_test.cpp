@@ -177,8 +177,8 @@ TEST(TokenShard, TokenizeTextFileMatchesEncodePlusEos) {
         text += "In the beginning was the word, line " + std::to_string(i) + ".\n";
     write_bytes(dir / "c.txt", text);
     Tokenizer tok = Tokenizer::train(text, 300, {"<|endoftext|>"});
-    TokenizeStats st =
-        tokenize_text_file_to_shard((dir / "c.txt").string(), tok, (dir / "c.tok").string(), true);
+    TokenizeStats st = tokenize_text_file_to_shard((dir / "c.txt").string(), tok,
+                                                   (dir / "c.tok").string(), {.append_eos = true});
     std::vector<int32_t> expect = tok.encode(text);
     expect.push_back(tok.eos_id());
     TokenShard s((dir / "c.tok").string());
@@ -189,7 +189,7 @@ TEST(TokenShard, TokenizeTextFileMatchesEncodePlusEos) {
     Tokenizer no_eos = Tokenizer::train(text, 300);
     std::string e = error_of([&] {
         tokenize_text_file_to_shard((dir / "c.txt").string(), no_eos, (dir / "d.tok").string(),
-                                    true);
+                                    {.append_eos = true});
     });
     EXPECT_NE(e.find("end-of-text"), std::string::npos) << e;
     fs::remove_all(dir);

@@ -101,7 +101,30 @@ void add_generate(CLI::App& app, GenerateArgs& a, std::function<int()>& run) {
     c->callback([&] { run = [&] { return cmd_generate(a); }; });
 }
 
-void add_data(CLI::App& app, TokenizerTrainArgs& t, TokenizeArgs& k, std::function<int()>& run) {
+void add_codec(CLI::App& tok, TokenizerCodecArgs& c, std::function<int()>& run) {
+    auto* en = tok.add_subcommand("encode", "Text -> token ids (HF's encode)");
+    en->add_option("file", c.file, "text file to encode (\"-\": stdin)");
+    en->add_option("--text", c.text, "the text to encode");
+    en->add_option("--tokenizer", c.tokenizer, "tokenizer.json")
+        ->required()
+        ->check(CLI::ExistingFile);
+    en->add_flag("--add-special-tokens", c.add_special_tokens,
+                 "apply the post-processor's template (BOS and the like)");
+    en->add_flag("--strict-utf8", c.strict_utf8, "invalid UTF-8 is an error (else U+FFFD)");
+    en->add_flag("--json", c.json, "print {\"ids\": [...], \"tokens\": [...]}");
+    en->callback([&] { run = [&] { return cmd_tokenizer_encode(c); }; });
+    auto* de = tok.add_subcommand("decode", "Token ids -> text (HF's decode)");
+    de->add_option("ids", c.ids, "token ids (none: read them from stdin)");
+    de->add_option("--tokenizer", c.tokenizer, "tokenizer.json")
+        ->required()
+        ->check(CLI::ExistingFile);
+    de->add_flag("--skip-special-tokens", c.skip_special_tokens, "leave special tokens out");
+    de->add_flag("--json", c.json, "print {\"text\": ...}");
+    de->callback([&] { run = [&] { return cmd_tokenizer_decode(c); }; });
+}
+
+void add_data(CLI::App& app, TokenizerTrainArgs& t, TokenizeArgs& k, TokenizerCodecArgs& c,
+              std::function<int()>& run) {
     auto* tok = app.add_subcommand("tokenizer", "Tokenizer tools");
     tok->require_subcommand(1);
     auto* tr = tok->add_subcommand("train", "Train a byte-level BPE tokenizer on text files");
@@ -111,13 +134,19 @@ void add_data(CLI::App& app, TokenizerTrainArgs& t, TokenizeArgs& k, std::functi
         ->capture_default_str();
     tr->add_option("--out", t.out, "tokenizer.json to write")->required();
     tr->callback([&] { run = [&] { return cmd_tokenizer_train(t); }; });
+    add_codec(*tok, c, run);
     auto* tz = app.add_subcommand("tokenize", "Encode a text file into a token shard");
     tz->add_option("input", k.input, "UTF-8 text file")->required()->check(CLI::ExistingFile);
     tz->add_option("--tokenizer", k.tokenizer, "tokenizer.json")
         ->required()
         ->check(CLI::ExistingFile);
     tz->add_option("--out", k.out, "token shard to write (ETETOK01)")->required();
-    tz->add_flag("--append-eos", k.append_eos, "end the shard with the tokenizer's eos token");
+    tz->add_flag("--append-eos", k.append_eos,
+                 "end the shard with the model's eos token (tokenizer_config.json, "
+                 "generation_config.json)");
+    tz->add_flag("--add-special-tokens", k.add_special_tokens,
+                 "apply the post-processor's template (BOS and the like) to the document");
+    tz->add_flag("--strict-utf8", k.strict_utf8, "invalid UTF-8 is an error (else U+FFFD)");
     tz->callback([&] { run = [&] { return cmd_tokenize(k); }; });
 }
 
@@ -201,6 +230,7 @@ int cli_main(int argc, char** argv) {
     GenerateArgs gen;
     TokenizerTrainArgs tok_train;
     TokenizeArgs tokenize;
+    TokenizerCodecArgs codec;
     InspectArgs inspect;
     QuantizeArgs quantize;
     ExportMergedArgs merged;
@@ -208,7 +238,7 @@ int cli_main(int argc, char** argv) {
     add_train(app, train, run);
     add_eval(app, eval, run);
     add_generate(app, gen, run);
-    add_data(app, tok_train, tokenize, run);
+    add_data(app, tok_train, tokenize, codec, run);
     add_inspect(app, inspect, run);
     add_quantize(app, quantize, merged, int8, run);
     LaunchArgs launch;

@@ -11,6 +11,7 @@
 #include "ete/core/file_util.h"
 #include "ete/core/log.h"
 #include "ete/data/corpus.h"
+#include "ete/data/decode_stream.h"
 #include "ete/data/loader.h"
 #include "ete/data/sft.h"
 #include "ete/data/token_shard.h"
@@ -193,47 +194,26 @@ int cmd_generate(const GenerateArgs& a) {
               tok.vocab_size(), m.model->config().vocab_size);
     std::vector<int32_t> prompt = tok.encode(a.prompt);
     if (prompt.empty()) {
-        ETE_CHECK(tok.bos_id() >= 0, "an empty --prompt needs a bos/eos token in the tokenizer");
-        prompt.push_back(tok.bos_id());
+        const int32_t start = tok.bos_id() >= 0 ? tok.bos_id() : tok.eos_id();
+        ETE_CHECK(start >= 0, "an empty --prompt needs a bos/eos token in the tokenizer");
+        prompt.push_back(start);
     }
     m.model->setup(1, std::min(m.model->config().max_position_embeddings, 1024));
-    SampleOptions opt{a.max_new_tokens, a.temperature, a.top_k, a.top_p, a.seed, tok.eos_id()};
+    SampleOptions opt{a.max_new_tokens, a.temperature, a.top_k, a.top_p, a.seed, tok.stop_ids()};
     std::fputs(a.prompt.c_str(), stdout);
-    // Decode everything generated so far and print what is new: a token alone may be half a
-    // UTF-8 character or lose its leading space (SentencePiece-style "▁" tokens).
-    std::vector<int32_t> generated;
-    std::string printed;
-    auto flush = [&](bool final) {
-        std::string text = tok.decode(generated);
-        bool torn = text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0;
-        if ((torn && !final) || text.compare(0, printed.size(), printed) != 0) return;
-        std::fputs(text.c_str() + printed.size(), stdout);
+    // Each token prints the text it completes, decoded after the prompt's last tokens (so a
+    // SentencePiece "▁world" keeps its space); an incomplete character waits for its bytes.
+    DecodeStream stream(tok, prompt, true);
+    auto print = [](const std::string& s) {
+        std::fputs(s.c_str(), stdout);
         std::fflush(stdout);
-        printed = std::move(text);
     };
     generate(*m.model, prompt, opt, [&](int32_t id) {
-        if (id == tok.eos_id()) return;
-        generated.push_back(id);
-        flush(false);
+        if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), id) != opt.stop_ids.end()) return;
+        print(stream.step(id));
     });
-    flush(true);
+    print(stream.finish());
     std::fputc('\n', stdout);
-    return 0;
-}
-
-int cmd_tokenizer_train(const TokenizerTrainArgs& a) {
-    auto t0 = std::chrono::steady_clock::now();
-    Tokenizer tok = Tokenizer::train_files(a.inputs, a.vocab_size, {"<|endoftext|>"});
-    tok.save(a.out);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    log_info("tokenizer: {} tokens ({} merges) trained in {:.1f}s -> {}", tok.vocab_size(),
-             tok.num_merges(), s, a.out);
-    return 0;
-}
-
-int cmd_tokenize(const TokenizeArgs& a) {
-    Tokenizer tok = Tokenizer::load(a.tokenizer);
-    tokenize_text_file_to_shard(a.input, tok, a.out, a.append_eos);  // logs its own summary
     return 0;
 }
 

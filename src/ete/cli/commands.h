@@ -44,9 +44,18 @@ int cmd_tokenizer_train(const TokenizerTrainArgs& a);
 
 struct TokenizeArgs {
     std::string input, tokenizer, out;
-    bool append_eos = false;
+    bool append_eos = false, add_special_tokens = false, strict_utf8 = false;
 };
 int cmd_tokenize(const TokenizeArgs& a);
+
+// `ete tokenizer encode` / `decode`: text <-> ids, as HF's encode and decode give them.
+struct TokenizerCodecArgs {
+    std::string tokenizer, text, file;  // encode: --text or FILE ("-" = stdin)
+    std::vector<std::string> ids;       // decode: ids as arguments (none: read stdin)
+    bool add_special_tokens = false, skip_special_tokens = false, json = false, strict_utf8 = false;
+};
+int cmd_tokenizer_encode(const TokenizerCodecArgs& a);
+int cmd_tokenizer_decode(const TokenizerCodecArgs& a);
 
 struct QuantizeArgs {
     std::string scheme = "nf4", model_dir, out;

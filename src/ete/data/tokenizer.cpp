@@ -81,6 +81,7 @@ void Tokenizer::finalize(std::string_view source) {
     }
     raw_added_ = std::make_shared<const AddedMatcher>(raw);
     norm_added_ = std::make_shared<const AddedMatcher>(norm);
+    set_default_specials();
 }
 
 // A token's entry in token_id_: an added token wins over a model token of the same text.
@@ -478,17 +479,29 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 }
 
 int32_t Tokenizer::eos_id() const {
-    for (std::string_view name : {"<|endoftext|>", "<|end_of_text|>", "</s>"}) {
-        if (auto id = token_to_id(name)) return *id;
-    }
-    return -1;
+    return eos_;
 }
 
 int32_t Tokenizer::bos_id() const {
-    for (std::string_view name : {"<|begin_of_text|>", "<s>"}) {
-        if (auto id = token_to_id(name)) return *id;
+    return bos_;
+}
+
+int32_t Tokenizer::pad_id() const {
+    return pad_;
+}
+
+void Tokenizer::set_default_specials() {
+    eos_ = bos_ = pad_ = -1;
+    for (std::string_view name : {"<|endoftext|>", "<|end_of_text|>", "</s>"}) {
+        if (auto id = token_to_id(name); id && eos_ < 0) eos_ = *id;
     }
-    return eos_id();
+    for (std::string_view name : {"<|begin_of_text|>", "<s>"}) {
+        if (auto id = token_to_id(name); id && bos_ < 0) bos_ = *id;
+    }
+    if (bos_ < 0) bos_ = eos_;
+    stop_ids_.clear();
+    if (eos_ >= 0) stop_ids_.push_back(eos_);
+    eos_source_ = "names";
 }
 
 }  // namespace ete

@@ -92,8 +92,18 @@ class Tokenizer {
     std::optional<int32_t> token_to_id(std::string_view token) const;
     std::string id_to_token(int32_t id) const;
     const std::string& id_to_bytes(int32_t id) const;  // raw bytes (non byte-level: vocab form)
-    int32_t eos_id() const;  // "<|endoftext|>", "<|end_of_text|>" or "</s>"; -1 if none
-    int32_t bos_id() const;  // "<|begin_of_text|>" or "<s>"; else eos_id() (GPT-2 convention)
+    // BOS, EOS and pad as transformers reads them: load() takes them from tokenizer_config.json
+    // (bos_token, eos_token, pad_token) and then generation_config.json (bos/eos/pad_token_id)
+    // next to the file; without either, from the token names: eos "<|endoftext|>",
+    // "<|end_of_text|>" or "</s>" (-1 if none), bos "<|begin_of_text|>" or "<s>", else eos (GPT-2
+    // convention), no pad.
+    int32_t eos_id() const;
+    int32_t bos_id() const;
+    int32_t pad_id() const;
+    // The ids that end generation: eos_id() and every eos_token_id of generation_config.json.
+    const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+    // Where eos_id() came from ("tokenizer_config.json", "generation_config.json" or "names").
+    const std::string& eos_source() const { return eos_source_; }
     // What the post-processor puts before and after a sequence.
     const std::vector<int32_t>& special_prefix() const;
     const std::vector<int32_t>& special_suffix() const;
@@ -123,6 +133,8 @@ class Tokenizer {
     void finalize_byte_level(std::string_view source);
     void finalize_chars(std::string_view source);
     void use_gpt2_pipeline();
+    void read_model_configs(const std::string& dir);  // special_tokens.cpp
+    void set_default_specials();
     // Cuts the added tokens with normalized == `normalized` out of `text`.
     std::vector<Segment> split_added(std::string_view text, bool normalized) const;
     void encode_stretch(std::string_view text, bool at_start, PieceCache& cache,
@@ -157,6 +169,9 @@ class Tokenizer {
     std::array<int32_t, 256> fallback_id_{};  // code-point BPE: id of "<0xNN>", -1 if absent
     int32_t unk_id_ = -1;                     // code-point BPE: id of unk_token, -1 if none
     bool has_normalized_added_ = false;
+    int32_t bos_ = -1, eos_ = -1, pad_ = -1;
+    std::vector<int32_t> stop_ids_;
+    std::string eos_source_ = "names";
 };
 
 }  // namespace ete

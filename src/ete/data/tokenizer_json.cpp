@@ -8,6 +8,7 @@
 // as in GPT-2's file.
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <unordered_set>
 
 #include "ete/core/error.h"
@@ -266,7 +267,9 @@ void Tokenizer::save(const std::string& path) const {
 
 Tokenizer Tokenizer::load(const std::string& path) {
     std::string text = read_file(path);
-    return from_json(text, fmt::format("tokenizer.json '{}'", path));
+    Tokenizer t = from_json(text, fmt::format("tokenizer.json '{}'", path));
+    t.read_model_configs(std::filesystem::path(path).parent_path().string());
+    return t;
 }
 
 }  // namespace ete

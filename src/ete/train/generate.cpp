@@ -60,7 +60,7 @@ std::vector<int32_t> generate(Transformer& model, std::vector<int32_t> tokens,
         int32_t next = sample_token(std::move(last), opt, uint64_t(i));
         tokens.push_back(next);
         if (on_token) on_token(next);
-        if (next == opt.stop_id) break;
+        if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), next) != opt.stop_ids.end()) break;
     }
     return tokens;
 }

@@ -15,7 +15,7 @@ struct SampleOptions {
     int top_k = 0;             // 0 = off
     double top_p = 1.0;        // 1 = off
     uint64_t seed = 0;
-    int32_t stop_id = -1;  // stop after emitting this id (e.g. eos); -1 = never
+    std::vector<int32_t> stop_ids;  // stop after emitting one of these (eos and the like)
 };
 
 // Picks the next token from one row of logits (V). `draw` is the index of this draw in the
