@@ -9,6 +9,7 @@
 
 #include "ete/core/file_util.h"
 #include "ete/data/decode_stream.h"
+#include "ete/data/sft.h"
 #include "ete/data/tokenizer.h"
 #include "test_util.h"
 
@@ -110,6 +111,20 @@ TEST(DecodeStream, KeepsTheSpaceAtThePromptAndHoldsIncompleteCharacters) {
     }
     printed += s.finish();
     EXPECT_EQ("Hello" + printed, t.decode(all));
+    fs::remove_all(dir);
+}
+
+TEST(TokenizerSpecials, SftExamplesStartWithTheTemplatePrefixAndEndWithTheConfigEos) {
+    const fs::path dir = family_dir("llama3_1", true);
+    const Tokenizer t = Tokenizer::load((dir / "tokenizer.json").string());
+    const std::string path = (dir / "sft.jsonl").string();
+    write_file_atomic(path, "{\"prompt\": \"Hello\", \"completion\": \" world\"}\n");
+    SftDataset d(path, t, 8, {}, 1, 0.0);
+    std::vector<int32_t> in(8), tg(8);
+    d.fill_example(0, in.data(), tg.data());
+    // <|begin_of_text|> Hello | world <|eot_id|>: the prefix and the prompt are context only.
+    EXPECT_EQ(Ids(in.begin(), in.begin() + 3), (Ids{128000, 9906, 1917}));
+    EXPECT_EQ(Ids(tg.begin(), tg.begin() + 3), (Ids{kSftIgnoreIndex, 1917, 128009}));
     fs::remove_all(dir);
 }
 

@@ -230,8 +230,10 @@ void SftDataset::read_jsonl(const Tokenizer& tokenizer, const SftOptions& option
                 log_warn("data.sft: {}:{}: skipped: {}", path_, line_no, r.error);
             continue;
         }
-        ids.clear();
-        trained.clear();
+        // The post-processor's prefix first (Llama's <s>, Llama-3's <|begin_of_text|>), as HF's
+        // tokenizer(text) adds it; it is context, not a target.
+        ids.assign(tokenizer.special_prefix().begin(), tokenizer.special_prefix().end());
+        trained.assign(ids.size(), 0);
         for (const Segment& seg : r.segments) {
             tokenizer.encode_append(seg.text, ids);
             trained.resize(ids.size(), seg.trained ? 1 : 0);

@@ -8,8 +8,10 @@
 // A record renders to text segments, each trained on or not: Alpaca fills
 // SftOptions::prompt_template (or prompt_template_no_input when the input is empty) and trains on
 // the output; Plain uses the prompt as is and trains on the completion; Chat renders each message
-// as "<|{role}|>\n{content}\n" and trains only on assistant contents. The tokenizer's eos (if it
-// has one) follows and is trained on. Segments are encoded separately, so token boundaries fall
+// as "<|{role}|>\n{content}\n" and trains only on assistant contents. The tokenizer's template
+// prefix (its BOS, as HF's tokenizer(text) adds it) comes first, not trained on; the model's eos
+// (tokenizer_config.json, else generation_config.json, else by name; if it has one) follows and
+// is trained on. Segments are encoded separately, so token boundaries fall
 // on segment boundaries and the mask is exact.
 //
 // Rows: with T = seq_len and an example of n tokens x[0..n) (truncated to n <= T + 1), row
