@@ -56,50 +56,49 @@ RegexSplitter::~RegexSplitter() {
     pcre2_code_free(as_code(code_));
 }
 
-void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& out) const {
+// Calls f(begin, end) for each match of the regex in `text`, as Oniguruma's find_iter (HF's
+// regex engine) yields them: leftmost, non-overlapping, empty matches included except one right
+// at the end of the previous match (the search then moves on one character).
+template <class F>
+void RegexSplitter::each_match(std::string_view text, F&& f) const {
     const pcre2_code* code = as_code(code_);
     MatchData m(code);
     auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t pos = 0;
-    while (pos < text.size()) {
-        int rc = pcre2_match(code, subject, text.size(), pos, 0, m.md, nullptr);
-        if (rc == PCRE2_ERROR_NOMATCH) {
-            out.push_back(text.substr(pos));  // only unmatchable (invalid UTF-8) bytes remain
-            return;
-        }
-        ETE_CHECK(rc >= 0, "pre-tokenizer regex '{}': match failed at byte {}: {}", pattern_, pos,
-                  pcre2_message(rc));
-        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
-        size_t begin = ov[0], end = ov[1];
-        ETE_CHECK(end > begin, "pre-tokenizer regex '{}': matched an empty string at byte {}",
-                  pattern_, begin);
-        if (begin > pos) out.push_back(text.substr(pos, begin - pos));
-        out.push_back(text.substr(begin, end - begin));
-        pos = end;
-    }
-}
-
-void RegexSplitter::matches(std::string_view text,
-                            std::vector<std::pair<size_t, size_t>>& out) const {
-    const pcre2_code* code = as_code(code_);
-    MatchData m(code);
-    auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t pos = 0;
-    while (pos < text.size()) {
+    size_t pos = 0, last_end = std::string_view::npos;
+    while (pos <= text.size()) {
         int rc = pcre2_match(code, subject, text.size(), pos, 0, m.md, nullptr);
         if (rc == PCRE2_ERROR_NOMATCH) return;
         ETE_CHECK(rc >= 0, "pre-tokenizer regex '{}': match failed at byte {}: {}", pattern_, pos,
                   pcre2_message(rc));
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
         const size_t begin = ov[0], end = ov[1];
-        if (end > begin) {
-            out.emplace_back(begin, end);
-            pos = end;
+        if (begin == end && end == last_end) {
+            if (pos == text.size()) return;
+            ++pos;
+            while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) {
+                ++pos;
+            }
             continue;
         }
-        pos = begin + 1;  // an empty match: step over one character
-        while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) ++pos;
+        f(begin, end);
+        pos = last_end = end;
     }
+}
+
+void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& out) const {
+    // The text between matches, and the matches, as pieces; an empty match is only a boundary.
+    size_t prev = 0;
+    each_match(text, [&](size_t begin, size_t end) {
+        if (begin > prev) out.push_back(text.substr(prev, begin - prev));
+        if (end > begin) out.push_back(text.substr(begin, end - begin));
+        prev = end;
+    });
+    if (prev < text.size()) out.push_back(text.substr(prev));  // also unmatchable invalid bytes
+}
+
+void RegexSplitter::matches(std::string_view text,
+                            std::vector<std::pair<size_t, size_t>>& out) const {
+    each_match(text, [&](size_t begin, size_t end) { out.emplace_back(begin, end); });
 }
 
 std::vector<std::string_view> RegexSplitter::split(std::string_view text) const {

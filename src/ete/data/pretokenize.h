@@ -35,14 +35,18 @@ class RegexSplitter {
     // Appends the pieces of `text` (views into it) to `out`. Thread-safe.
     void split(std::string_view text, std::vector<std::string_view>& out) const;
     std::vector<std::string_view> split(std::string_view text) const;
-    // Appends the [begin, end) byte spans of the pattern's non-empty, non-overlapping matches
-    // (after an empty match the search moves on one character, as Oniguruma's does).
+    // Appends the [begin, end) byte spans of the pattern's non-overlapping matches, as
+    // Oniguruma's find_iter gives them: an empty match counts, unless it sits right at the end
+    // of the previous match (the search then moves on one character).
     void matches(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
 
     const std::string& pattern() const { return pattern_; }
     bool jit() const { return jit_; }
 
   private:
+    template <class F>
+    void each_match(std::string_view text, F&& f) const;
+
     std::string pattern_;
     void* code_ = nullptr;  // pcre2_code_8*; kept opaque so PCRE2 stays out of this header
     bool jit_ = false;

@@ -188,9 +188,7 @@ std::unique_ptr<Decoder> make_decoder(const json& j, std::string_view src,
                                          string_field(j, "content", src, where));
     }
     if (type == "Metaspace") {
-        const json* scheme = field(j, "prepend_scheme");
-        const bool strip =
-            scheme ? *scheme != "never" : bool_field(j, "add_prefix_space", true, src, where);
+        const bool strip = make_prepend_scheme(j, src, where) != PrependScheme::Never;
         return std::make_unique<Metaspace>(char_field(j, "replacement", src, where), strip);
     }
     ETE_CHECK(type == "Sequence",

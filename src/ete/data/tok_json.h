@@ -58,6 +58,35 @@ inline const json& sequence_items(const json& obj, const char* key, std::string_
     return *seq;
 }
 
+// `s` with its line breaks and other control characters written as JSON escapes ("\n",
+// "\u001b"; also U+0085, U+2028 and U+2029), so that a message quoting a token, a pattern or a
+// type name from the file stays on one line.
+inline std::string one_line(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size(); ++i) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        const bool nel = c == 0xC2 && i + 1 < s.size() && s[i + 1] == '\x85';
+        const bool sep = c == 0xE2 && i + 2 < s.size() && s[i + 1] == '\x80' &&
+                         (s[i + 2] == '\xA8' || s[i + 2] == '\xA9');
+        if (nel || sep) {
+            out += nel ? "\\u0085" : s[i + 2] == '\xA8' ? "\\u2028" : "\\u2029";
+            i += nel ? 1 : 2;
+        } else if (c == '\n') {
+            out += "\\n";
+        } else if (c == '\r') {
+            out += "\\r";
+        } else if (c == '\t') {
+            out += "\\t";
+        } else if (c < 0x20 || c == 0x7F) {
+            out += fmt::format("\\u{:04x}", c);
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+
 // One character (a UTF-8 string of one code point), as HF's char fields are written.
 std::string char_field(const json& obj, const char* key, std::string_view src,
                        std::string_view where);

@@ -101,7 +101,11 @@ struct Pattern {
 void split_matches(std::string_view piece, const std::vector<std::pair<size_t, size_t>>& matches,
                    Behavior behavior, bool invert, std::vector<std::string_view>& out);
 
+// Metaspace's prepend_scheme (pre-tokenizer and decoder alike), or the legacy add_prefix_space.
+enum class PrependScheme { Never, First, Always };
+
 using json = nlohmann::json;
+PrependScheme make_prepend_scheme(const json& j, std::string_view src, const std::string& where);
 std::unique_ptr<Normalizer> make_normalizer(const json& j, std::string_view src,
                                             const std::string& where);
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, std::string_view src,
@@ -111,6 +115,11 @@ std::unique_ptr<Decoder> make_decoder(const json& j, std::string_view src,
 PostProcessor make_post_processor(const json& j, std::string_view src, const std::string& where);
 Pattern make_pattern(const json& j, std::string_view src, const std::string& where);
 Behavior make_behavior(const json& j, std::string_view src, const std::string& where);
+
+// \w as HF's regex engines read it (Oniguruma in Whitespace, Rust's regex in added tokens'
+// single_word): UTS #18's word characters, Alphabetic + Mark + Decimal_Number +
+// Connector_Punctuation + Join_Control.
+bool is_word_char(char32_t c);
 
 // GPT-2's byte-level decoding of one token: the bytes its characters stand for, or the
 // token's own bytes when one character is outside the alphabet (HF's ByteLevel decoder).

@@ -64,13 +64,21 @@ PostProcessor make_post_processor(const json& j, std::string_view src, const std
               "{}: {} has type '{}', which ETE does not support (supported: TemplateProcessing, "
               "RobertaProcessing, BertProcessing, ByteLevel, Sequence)",
               src, where, type);
+    // HF passes each piece of a template's output (a special token, the sequence) to the next
+    // processor as an encoding of its own, so a second template would see them as a pair: ETE
+    // takes one processor besides ByteLevel, whose ids are unchanged.
     const json& arr = sequence_items(j, "processors", src, where);
     PostProcessor all;
+    std::string first;  // the place of the processor that is not ByteLevel
     for (size_t k = 0; k < arr.size(); ++k) {
-        PostProcessor p =
-            make_post_processor(arr[k], src, fmt::format("{}.processors[{}]", where, k));
-        all.prefix.insert(all.prefix.begin(), p.prefix.begin(), p.prefix.end());
-        all.suffix.insert(all.suffix.end(), p.suffix.begin(), p.suffix.end());
+        const std::string at = fmt::format("{}.processors[{}]", where, k);
+        PostProcessor p = make_post_processor(arr[k], src, at);
+        if (type_of(arr[k], src, at) == "ByteLevel") continue;
+        ETE_CHECK(first.empty(),
+                  "{}: {} and {} are both post-processors besides ByteLevel; ETE supports one", src,
+                  first, at);
+        first = at;
+        all = std::move(p);
     }
     return all;
 }

@@ -62,26 +62,6 @@ bool is_numeric(char32_t c) {
     return g == Category::Nd || g == Category::Nl || g == Category::No;
 }
 
-// Oniguruma's \w: letters, marks, decimal digits and connector punctuation.
-bool is_word(char32_t c) {
-    using unicode::Category;
-    switch (unicode::category(c)) {
-        case Category::Lu:
-        case Category::Ll:
-        case Category::Lt:
-        case Category::Lm:
-        case Category::Lo:
-        case Category::Mn:
-        case Category::Mc:
-        case Category::Me:
-        case Category::Nd:
-        case Category::Pc:
-            return true;
-        default:
-            return false;
-    }
-}
-
 class Split final : public PreTokenizer {
   public:
     Split(Pattern pattern, Behavior behavior, bool invert)
@@ -125,11 +105,9 @@ class ByteLevel final : public PreTokenizer {
     std::shared_ptr<const RegexSplitter> regex_;
 };
 
-enum class Prepend { Never, First, Always };
-
 class Metaspace final : public PreTokenizer {
   public:
-    Metaspace(std::string replacement, Prepend scheme, bool split)
+    Metaspace(std::string replacement, PrependScheme scheme, bool split)
         : rep_(std::move(replacement)), scheme_(scheme), split_(split) {}
     void split(Pieces& p, bool origin) const override {
         std::vector<std::string_view> out;
@@ -144,7 +122,7 @@ class Metaspace final : public PreTokenizer {
             }
             const bool first = origin && k == 0;
             if (!s.starts_with(rep_) &&
-                (scheme_ == Prepend::Always || (scheme_ == Prepend::First && first))) {
+                (scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && first))) {
                 s.insert(0, rep_);
             }
             std::string_view owned = p.own(std::move(s));
@@ -161,7 +139,7 @@ class Metaspace final : public PreTokenizer {
 
   private:
     std::string rep_;
-    Prepend scheme_;
+    PrependScheme scheme_;
     bool split_;
 };
 
@@ -185,7 +163,7 @@ class Whitespace final : public PreTokenizer {
             for (size_t i = 0; i < piece.size();) {
                 const size_t n = std::max<size_t>(1, utf8::char_len(piece, i));
                 const char32_t c = utf8::decode(piece, i, n);
-                const int kind = unicode::is_white_space(c) ? 0 : is_word(c) ? 1 : 2;
+                const int kind = unicode::is_white_space(c) ? 0 : is_word_char(c) ? 1 : 2;
                 if (kind != run) {
                     if (run != 0) out.push_back(piece.substr(begin, i - begin));
                     begin = i;
@@ -213,20 +191,48 @@ class Sequence final : public PreTokenizer {
     std::vector<std::unique_ptr<PreTokenizer>> items_;
 };
 
-Prepend prepend_scheme(const json& j, std::string_view src, const std::string& where) {
-    const json* scheme = field(j, "prepend_scheme");
-    if (scheme == nullptr) {
-        return bool_field(j, "add_prefix_space", true, src, where) ? Prepend::Always
-                                                                   : Prepend::Never;
+}  // namespace
+
+bool is_word_char(char32_t c) {
+    using unicode::Category;
+    switch (unicode::category(c)) {
+        case Category::Lu:
+        case Category::Ll:
+        case Category::Lt:
+        case Category::Lm:
+        case Category::Lo:
+        case Category::Mn:
+        case Category::Mc:
+        case Category::Me:
+        case Category::Nd:
+        case Category::Nl:
+        case Category::Pc:
+            return true;
+        default:
+            break;
     }
-    if (*scheme == "first") return Prepend::First;
-    if (*scheme == "always") return Prepend::Always;
-    ETE_CHECK(*scheme == "never",
-              "{}: {}.prepend_scheme must be \"first\", \"always\" or \"never\"", src, where);
-    return Prepend::Never;
+    // Join_Control, and the Other_Alphabetic symbols (circled and squared Latin letters).
+    return c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9) ||
+           (c >= 0x1F130 && c <= 0x1F149) || (c >= 0x1F150 && c <= 0x1F169) ||
+           (c >= 0x1F170 && c <= 0x1F189);
 }
 
-}  // namespace
+PrependScheme make_prepend_scheme(const json& j, std::string_view src, const std::string& where) {
+    const json* scheme = field(j, "prepend_scheme");
+    const bool add_prefix_space = bool_field(j, "add_prefix_space", true, src, where);
+    PrependScheme p = PrependScheme::Always;  // the legacy form: add_prefix_space alone
+    if (scheme != nullptr && *scheme == "first") {
+        p = PrependScheme::First;
+    } else if (scheme != nullptr && *scheme != "always") {
+        ETE_CHECK(*scheme == "never",
+                  "{}: {}.prepend_scheme must be \"first\", \"always\" or \"never\"", src, where);
+        p = PrependScheme::Never;
+    }
+    // HF refuses the file otherwise ("add_prefix_space does not match declared prepend_scheme").
+    ETE_CHECK(add_prefix_space || p == PrependScheme::Never,
+              "{}: {}.add_prefix_space is false but prepend_scheme is not \"never\"", src, where);
+    return p;
+}
 
 std::string char_field(const json& obj, const char* key, std::string_view src,
                        std::string_view where) {
@@ -254,7 +260,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, std::string_view
     }
     if (type == "Metaspace") {
         return std::make_unique<Metaspace>(char_field(j, "replacement", src, where),
-                                           prepend_scheme(j, src, where),
+                                           make_prepend_scheme(j, src, where),
                                            bool_field(j, "split", true, src, where));
     }
     if (type == "Digits") {

@@ -9,6 +9,7 @@
 namespace ete::tok {
 
 void Pattern::find(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const {
+    if (s.empty()) return;  // HF: an empty text has no matches, not even an empty one
     if (regex) return regex->matches(s, out);
     if (literal.empty()) return;
     for (size_t p = s.find(literal); p != std::string_view::npos;

@@ -54,7 +54,12 @@ void Tokenizer::finalize(std::string_view source) {
     for (const AddedToken& t : added_) {
         ETE_CHECK(!t.content.empty(), "{}: added token {} has empty content", source, t.id);
         ETE_ASSERT(t.id >= 0 && t.id < vocab_size() && kind_[t.id] == TokenKind::Added);
-        special_[t.id] = t.special;
+        // HF matches a normalized token by its normalized content, and that is also the token's
+        // text when decoding; decode's skip_special compares that text with the specials'
+        // contents, so a special token that normalizes to another text is never skipped.
+        bytes_[t.id] = t.content;
+        if (t.normalized && pipe_->normalizer) pipe_->normalizer->normalize(bytes_[t.id]);
+        special_[t.id] = t.special && bytes_[t.id] == t.content;
     }
     if (pipe_->byte_level) {
         finalize_byte_level(source);
@@ -65,8 +70,9 @@ void Tokenizer::finalize(std::string_view source) {
     for (size_t r = 0; r < merges_.size(); ++r) {
         auto [a, b] = merges_[r];
         auto it = bytes_id_.find(bytes_[a] + bytes_[b]);
-        ETE_CHECK(it != bytes_id_.end(), "{}: merge {} '{} {}' makes a token missing from vocab",
-                  source, r, id_to_token(a), id_to_token(b));
+        ETE_CHECK(it != bytes_id_.end(),
+                  "{}: model.merges[{}] ('{} {}') makes a token missing from model.vocab", source,
+                  r, id_to_token(a), id_to_token(b));
         // A pair listed twice keeps its last rank, as HF's merge map does.
         merge_rule_.insert_or_assign(pair_key(a, b),
                                      MergeRule{static_cast<int32_t>(r), it->second});
@@ -75,7 +81,7 @@ void Tokenizer::finalize(std::string_view source) {
     has_normalized_added_ = false;
     for (const AddedToken& t : added_) {
         const bool n = t.normalized && pipe_->normalizer != nullptr;
-        (n ? norm : raw).push_back(t.content);
+        (n ? norm : raw).push_back(bytes_[t.id]);
         (n ? raw : norm).push_back({});  // keeps indices aligned with added_
         has_normalized_added_ = has_normalized_added_ || n;
     }
@@ -171,25 +177,9 @@ size_t white_run_after(std::string_view s, size_t begin) {
     return begin;
 }
 
-// Rust's char::is_alphanumeric or '_' on the character before `end` / at `begin`.
+// Rust regex's \w on the character before `end` / at `begin` (HF's single_word test).
 bool word_char(std::string_view s, size_t i, size_t n) {
-    if (utf8::char_len(s, i) != n) return false;
-    const char32_t c = utf8::decode(s, i, n);
-    if (c == '_') return true;
-    using unicode::Category;
-    switch (unicode::category(c)) {
-        case Category::Lu:
-        case Category::Ll:
-        case Category::Lt:
-        case Category::Lm:
-        case Category::Lo:
-        case Category::Nd:
-        case Category::Nl:
-        case Category::No:
-            return true;
-        default:
-            return false;
-    }
+    return utf8::char_len(s, i) == n && tok::is_word_char(utf8::decode(s, i, n));
 }
 
 bool word_before(std::string_view s, size_t end) {
@@ -209,7 +199,10 @@ std::vector<Tokenizer::Segment> Tokenizer::split_added(std::string_view text,
                                                        bool normalized) const {
     std::vector<Segment> segs;
     const AddedMatcher& m = normalized ? *norm_added_ : *raw_added_;
-    size_t pos = 0;  // end of the last match
+    // As HF's find_matches: the search goes on after each match's own end, even when rstrip
+    // took whitespace beyond it; a later match may start inside that whitespace, and `pos`
+    // then steps back to its end.
+    size_t pos = 0;  // end of the last match, stripped whitespace included
     for (AddedMatcher::Match hit = m.find(text, 0); hit.index >= 0; hit = m.find(text, hit.end)) {
         const AddedToken& t = added_[hit.index];
         size_t begin = hit.begin, end = hit.end;
@@ -219,7 +212,6 @@ std::vector<Tokenizer::Segment> Tokenizer::split_added(std::string_view text,
         if (begin > pos) segs.push_back({text.substr(pos, begin - pos), -1, pos == 0});
         segs.push_back({{}, t.id, false});
         pos = end;
-        hit.end = end;
     }
     if (pos < text.size() || segs.empty()) segs.push_back({text.substr(pos), -1, pos == 0});
     return segs;
@@ -396,7 +388,9 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) 
             first = false;
         }
     }
-    if (items.size() < 2 || omp_get_max_threads() < 2 || omp_in_parallel()) {
+    // A short text stays serial: starting the threads costs more than its encoding.
+    if (items.size() < 2 || text.size() < kParallelChunkBytes || omp_get_max_threads() < 2 ||
+        omp_in_parallel()) {
         PieceCache cache;
         for (const Segment& s : items) {
             if (s.id >= 0) {

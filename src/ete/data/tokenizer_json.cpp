@@ -45,6 +45,7 @@ class TokenizerJson {
     static Tokenizer read(std::string_view text, std::string_view src);
 
   private:
+    static Tokenizer read_unescaped(std::string_view text, std::string_view src);
     static ordered_json model_json(const Tokenizer& t);
     static void read_added(const json& root, Tokenizer& t, std::string_view src);
     static StringIdMap read_vocab(const json& model, Tokenizer& t, std::string_view src);
@@ -164,6 +165,14 @@ StringIdMap TokenizerJson::read_vocab(const json& model, Tokenizer& t, std::stri
         ids.emplace(it.key(), id);
         max_id = std::max(max_id, id);
     }
+    // HF gives an added token whose content is in the vocab that vocab id, whatever the file says.
+    for (size_t k = 0; k < t.added_.size(); ++k) {
+        const AddedToken& a = t.added_[k];
+        auto it = ids.find(a.content);
+        ETE_CHECK(it == ids.end() || it->second == a.id,
+                  "{}: added_tokens[{}] '{}' has id {}, but model.vocab gives it id {}", src, k,
+                  a.content, a.id, it->second);
+    }
     t.bytes_.assign(static_cast<size_t>(max_id + 1), std::string());
     t.kind_.assign(static_cast<size_t>(max_id + 1), Tokenizer::TokenKind::Unused);
     t.in_model_.assign(static_cast<size_t>(max_id + 1), false);
@@ -174,14 +183,14 @@ StringIdMap TokenizerJson::read_vocab(const json& model, Tokenizer& t, std::stri
     for (const auto& [token, id] : ids) {
         if (t.kind_[id] == Tokenizer::TokenKind::Added) {
             ETE_CHECK(t.bytes_[id] == token,
-                      "{}: id {} is '{}' in model.vocab but '{}' in "
-                      "added_tokens",
-                      src, id, token, t.bytes_[id]);
+                      "{}: id {} is '{}' in model.vocab but '{}' in added_tokens", src, id, token,
+                      t.bytes_[id]);
             t.in_model_[id] = true;
             continue;
         }
-        ETE_CHECK(t.kind_[id] == Tokenizer::TokenKind::Unused, "{}: model.vocab uses id {} twice",
-                  src, id);
+        ETE_CHECK(t.kind_[id] == Tokenizer::TokenKind::Unused,
+                  "{}: model.vocab uses id {} twice ('{}' and '{}')", src, id, token,
+                  t.pipe_->byte_level ? data::bytes_to_byte_level(t.bytes_[id]) : t.bytes_[id]);
         if (!t.pipe_->byte_level) {
             ETE_CHECK(!token.empty(), "{}: model.vocab has an empty token (id {})", src, id);
             t.bytes_[id] = token;
@@ -203,8 +212,8 @@ void TokenizerJson::read_merges(const json& model, const StringIdMap& vocab, Tok
     ETE_CHECK(merges != nullptr && merges->is_array(), "{}: model.merges must be an array", src);
     auto id_of = [&](std::string_view tok, size_t rank) {
         auto it = vocab.find(tok);
-        ETE_CHECK(it != vocab.end(), "{}: merge {} uses '{}', which is not in model.vocab", src,
-                  rank, tok);
+        ETE_CHECK(it != vocab.end(), "{}: model.merges[{}] uses '{}', which is not in model.vocab",
+                  src, rank, tok);
         return it->second;
     };
     for (size_t r = 0; r < merges->size(); ++r) {
@@ -214,12 +223,14 @@ void TokenizerJson::read_merges(const json& model, const StringIdMap& vocab, Tok
             const std::string& s = m.get_ref<const std::string&>();
             size_t sp = s.find(' ');
             ETE_CHECK(sp != std::string::npos && sp > 0 && s.find(' ', sp + 1) == std::string::npos,
-                      "{}: merge {} '{}' must be two tokens separated by one space", src, r, s);
+                      "{}: model.merges[{}] is '{}', expected two tokens separated by one space",
+                      src, r, s);
             a = s.substr(0, sp);
             b = s.substr(sp + 1);
         } else {
             ETE_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
-                      "{}: merge {} must be a string \"a b\" or a pair [\"a\", \"b\"]", src, r);
+                      "{}: model.merges[{}] must be a string \"a b\" or a pair [\"a\", \"b\"]", src,
+                      r);
             a = m[0].get<std::string>();
             b = m[1].get<std::string>();
         }
@@ -227,7 +238,19 @@ void TokenizerJson::read_merges(const json& model, const StringIdMap& vocab, Tok
     }
 }
 
+// Errors quote the file's own strings (tokens, patterns, type names), which may hold newlines:
+// the message is made one line here, in one place for every check.
 Tokenizer TokenizerJson::read(std::string_view text, std::string_view src) {
+    try {
+        return read_unescaped(text, src);
+    } catch (const Error& e) {
+        std::string msg = tok::one_line(e.what());
+        if (msg == e.what()) throw;
+        throw_error(msg);
+    }
+}
+
+Tokenizer TokenizerJson::read_unescaped(std::string_view text, std::string_view src) {
     json root;
     try {
         root = json::parse(text);
