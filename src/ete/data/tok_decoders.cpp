@@ -103,21 +103,7 @@ class Replace final : public Decoder {
     Replace(Pattern pattern, std::string content)
         : pattern_(std::move(pattern)), content_(std::move(content)) {}
     void decode(Tokens& tokens) const override {
-        std::vector<std::pair<size_t, size_t>> m;
-        for (std::string& t : tokens) {
-            m.clear();
-            pattern_.find(t, m);
-            if (m.empty()) continue;
-            std::string out;
-            size_t prev = 0;
-            for (auto [b, e] : m) {
-                out.append(t, prev, b - prev);
-                out += content_;
-                prev = e;
-            }
-            out.append(t, prev);
-            t.swap(out);
-        }
+        for (std::string& t : tokens) pattern_.replace(t, content_);
     }
 
   private:

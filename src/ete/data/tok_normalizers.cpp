@@ -57,20 +57,7 @@ class Replace final : public Normalizer {
   public:
     Replace(Pattern pattern, std::string content)
         : pattern_(std::move(pattern)), content_(std::move(content)) {}
-    void normalize(std::string& s) const override {
-        std::vector<std::pair<size_t, size_t>> m;
-        pattern_.find(s, m);
-        if (m.empty()) return;
-        std::string out;
-        size_t prev = 0;
-        for (auto [b, e] : m) {
-            out.append(s, prev, b - prev);
-            out += content_;
-            prev = e;
-        }
-        out.append(s, prev);
-        s.swap(out);
-    }
+    void normalize(std::string& s) const override { pattern_.replace(s, content_); }
 
   private:
     Pattern pattern_;

@@ -95,6 +95,8 @@ struct Pattern {
     std::shared_ptr<const RegexSplitter> regex;  // set: regex
     // Appends the [begin, end) spans of the non-overlapping matches in `s`.
     void find(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const;
+    // Every match in `s` replaced by `content` (HF's Replace normalizer and decoder).
+    void replace(std::string& s, const std::string& content) const;
 };
 
 // Splits `piece` into the pieces HF's NormalizedString::split gives for these matches.

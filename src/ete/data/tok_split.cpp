@@ -18,6 +18,21 @@ void Pattern::find(std::string_view s, std::vector<std::pair<size_t, size_t>>& o
     }
 }
 
+void Pattern::replace(std::string& s, const std::string& content) const {
+    std::vector<std::pair<size_t, size_t>> m;
+    find(s, m);
+    if (m.empty()) return;
+    std::string out;
+    size_t prev = 0;
+    for (auto [b, e] : m) {
+        out.append(s, prev, b - prev);
+        out += content;
+        prev = e;
+    }
+    out.append(s, prev);
+    s.swap(out);
+}
+
 void split_matches(std::string_view piece, const std::vector<std::pair<size_t, size_t>>& matches,
                    Behavior behavior, bool invert, std::vector<std::string_view>& out) {
     // The tiling of `piece` into (span, is_match), as HF's Pattern::find_matches returns it.
