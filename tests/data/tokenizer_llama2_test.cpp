@@ -197,8 +197,7 @@ TEST(Llama2Tokenizer, ErrorsNameTheProblem) {
 
     j = metaspace_json({{"replacement", "__"}});
     e = error_of([&] { Tokenizer::from_json(j.dump(), "ms.json"); });
-    EXPECT_NE(e.find("ms.json: pre_tokenizer.replacement must be one character"),
-              std::string::npos)
+    EXPECT_NE(e.find("ms.json: pre_tokenizer.replacement must be one character"), std::string::npos)
         << e;
 
     j = llama2_json();

@@ -14,8 +14,8 @@
 #include "ete/core/error.h"
 #include "ete/data/byte_level.h"
 #include "ete/data/pretokenize.h"
-#include "ete/data/utf8.h"
 #include "ete/data/tokenizer.h"
+#include "ete/data/utf8.h"
 
 namespace ete {
 namespace {
@@ -352,8 +352,7 @@ TEST(Tokenizer, LoadsLlama3StyleSplitSequenceAndKeepsIt) {
            {"invert", false}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
     Tokenizer t = Tokenizer::from_json(j.dump(), "llama3-like");
-    EXPECT_EQ(t.pretokenize("I'M 12345"),
-              (std::vector<std::string>{"I", "'M", " ", "123", "45"}));
+    EXPECT_EQ(t.pretokenize("I'M 12345"), (std::vector<std::string>{"I", "'M", " ", "123", "45"}));
     Tokenizer u = Tokenizer::from_json(t.to_json(), "resaved");
     EXPECT_EQ(u.split_pattern(), llama3);
     EXPECT_EQ(nlohmann::json::parse(u.to_json())["pre_tokenizer"]["type"], "Sequence");

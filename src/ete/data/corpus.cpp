@@ -15,8 +15,9 @@ size_t check_utf8_input(std::string_view text, const std::string& source, bool s
     if (utf8::valid(text)) return 0;
     utf8::Repair r;
     (void)utf8::repair(text, &r);
-    ETE_CHECK(!strict, "{}: invalid UTF-8 at byte {} ({} invalid sequence(s); --strict-utf8 is set)",
-              source, r.first_offset, r.replaced);
+    ETE_CHECK(!strict,
+              "{}: invalid UTF-8 at byte {} ({} invalid sequence(s); --strict-utf8 is set)", source,
+              r.first_offset, r.replaced);
     log_warn("{}: {} invalid UTF-8 sequence(s), the first at byte {}; each encoded as U+FFFD",
              source, r.replaced, r.first_offset);
     return r.replaced;

@@ -17,6 +17,7 @@
 #include "ete/core/error.h"
 #include "ete/data/unicode.h"
 #include "ete/data/unicode_tables.h"
+#include "ete/data/utf8.h"
 
 namespace ete::unicode {
 
@@ -32,32 +33,11 @@ struct Decoded {
     uint32_t len;  // 0: not valid UTF-8
 };
 
-bool is_cont(unsigned char c) {
-    return (c & 0xC0) == 0x80;
-}
-
-// The code point at s[i]; rejects overlong forms, surrogates and values above U+10FFFF.
+// The code point at s[i] (utf8.h's checks: no overlong forms, surrogates or values above
+// U+10FFFF).
 Decoded decode(std::string_view s, size_t i) {
-    const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + i;
-    const size_t left = s.size() - i;
-    const char32_t c = p[0];
-    if (c < 0x80) return {c, 1};
-    if (c < 0xC2 || c > 0xF4) return {0, 0};
-    if (c < 0xE0) {
-        if (left < 2 || !is_cont(p[1])) return {0, 0};
-        return {((c & 0x1F) << 6) | (p[1] & 0x3F), 2};
-    }
-    if (c < 0xF0) {
-        if (left < 3 || !is_cont(p[1]) || !is_cont(p[2])) return {0, 0};
-        const char32_t cp = ((c & 0x0F) << 12) | ((p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-        if (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0};
-        return {cp, 3};
-    }
-    if (left < 4 || !is_cont(p[1]) || !is_cont(p[2]) || !is_cont(p[3])) return {0, 0};
-    const char32_t cp =
-        ((c & 0x07) << 18) | ((p[1] & 0x3F) << 12) | ((p[2] & 0x3F) << 6) | (p[3] & 0x3F);
-    if (cp < 0x10000 || cp > detail::kMaxCodePoint) return {0, 0};
-    return {cp, 4};
+    const size_t n = utf8::char_len(s, i);
+    return {n == 0 ? 0 : utf8::decode(s, i, n), static_cast<uint32_t>(n)};
 }
 
 Decoded decode_checked(std::string_view s, size_t i, const char* what) {
@@ -67,28 +47,7 @@ Decoded decode_checked(std::string_view s, size_t i, const char* what) {
 }
 
 void append_utf8(std::string& out, char32_t cp) {
-    char b[4];
-    size_t n;
-    if (cp < 0x80) {
-        b[0] = static_cast<char>(cp);
-        n = 1;
-    } else if (cp < 0x800) {
-        b[0] = static_cast<char>(0xC0 | (cp >> 6));
-        b[1] = static_cast<char>(0x80 | (cp & 0x3F));
-        n = 2;
-    } else if (cp < 0x10000) {
-        b[0] = static_cast<char>(0xE0 | (cp >> 12));
-        b[1] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        b[2] = static_cast<char>(0x80 | (cp & 0x3F));
-        n = 3;
-    } else {
-        b[0] = static_cast<char>(0xF0 | (cp >> 18));
-        b[1] = static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        b[2] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        b[3] = static_cast<char>(0x80 | (cp & 0x3F));
-        n = 4;
-    }
-    out.append(b, n);
+    utf8::append(out, cp);
 }
 
 // The end of the run of ASCII bytes that starts at s[i].
