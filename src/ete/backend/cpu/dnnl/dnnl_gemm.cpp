@@ -198,7 +198,6 @@ const Entry& cached_entry(const Key& k) {
     static std::map<Key, Entry> cache;
     auto it = cache.find(k);
     if (it == cache.end()) it = cache.emplace(k, make_entry(k)).first;
-    if (!it->second.prim) log_fallback_once(k.ab, it->second.why);
     return it->second;
 }
 
@@ -250,7 +249,8 @@ void dnnl_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
     }
     Key k = make_key(trans_a, trans_b, M, N, K, alpha, lda, ldb, ab_dtype, beta, ldc, c_dtype);
     const Entry& e = cached_entry(k);
-    if (!e.prim) {
+    if (!e.prim) {  // logged when a GEMM runs it, not when dnnl_gemm_impl or dnnl_native asks
+        log_fallback_once(k.ab, e.why);
         dnnl_gemm_fallback(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, ab_dtype, beta, C, ldc,
                            c_dtype);
         return;
