@@ -149,6 +149,26 @@ TEST(Llama2Tokenizer, UnkTokenWithoutByteFallback) {
     EXPECT_EQ(none.encode("éé a"), (Ids{259, 268}));
 }
 
+// The encoder cuts a piece before each "▁" that follows another character, which is exact only
+// where no merge joins such a pair: with the merge "e ▁" (ranked first) there is no cut after an
+// "e", "▁the▁cat" -> ▁t h e▁ c at, not ▁the | ▁c at.
+TEST(Llama2Tokenizer, AMergeAcrossASpaceMarkIsHonoured) {
+    nlohmann::json j = llama2_json();
+    j["model"]["vocab"]["e▁"] = 300;
+    j["model"]["merges"].insert(j["model"]["merges"].begin(), "e ▁");
+    Tokenizer t = Tokenizer::from_json(j.dump(), "e-space");
+    auto id = [&](const char* s) { return t.token_to_id(s).value_or(-1); };
+    EXPECT_EQ(t.encode("the cat"), (Ids{id("▁t"), id("h"), 300, id("c"), id("at")}));
+    EXPECT_EQ(llama2().encode("the cat"), (Ids{265, 264, 263}));  // the cut form, same answer
+    // A byte-fallback token stands for any character: "<0x48> ▁" turns cutting off altogether
+    // ("▁H▁i": ▁ <0x48> ▁ i -> ▁ <0x48>▁ i).
+    j = llama2_json();
+    j["model"]["vocab"]["<0x48>▁"] = 300;
+    j["model"]["merges"].insert(j["model"]["merges"].begin(), "<0x48> ▁");
+    Tokenizer b = Tokenizer::from_json(j.dump(), "byte-space");
+    EXPECT_EQ(b.encode("H i"), (Ids{267, 300, 276}));
+}
+
 TEST(Llama2Tokenizer, SaveLoadRoundTrip) {
     fs::path dir = fs::temp_directory_path() / ("ete_llama2_tok_" + std::to_string(::getpid()));
     fs::create_directories(dir);

@@ -20,8 +20,16 @@ namespace {
 // Encoding splits texts above this size into line-aligned chunks encoded in parallel.
 constexpr size_t kParallelChunkBytes = 256 * 1024;
 
-uint64_t pair_key(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+constexpr int32_t kSpaceMarkCode = 0x2581;
+
+// The code point that ends at `end` (the character starting at or after `floor`), or -1 when the
+// bytes there are not one whole UTF-8 character.
+int32_t char_before(std::string_view s, size_t floor, size_t end) {
+    size_t b = end - 1;
+    while (b > floor && end - b < 4 && utf8::is_cont(static_cast<unsigned char>(s[b]))) --b;
+    const size_t n = end - b;
+    return utf8::char_len(s, b) == n ? static_cast<int32_t>(utf8::decode(s, b, n)) : -1;
 }
 
 }  // namespace
@@ -66,7 +74,11 @@ void Tokenizer::finalize(std::string_view source) {
     } else {
         finalize_chars(source);
     }
-    merge_rule_.clear();
+    merge_rule_.reset(merges_.size());
+    no_cut_after_.clear();
+    // Without an unk token HF drops unknown characters, so a '▁' may end up next to another.
+    cut_at_space_ = !pipe_->byte_level && !ignore_merges_ && bytes_id_.contains(kSpaceMark) &&
+                    unk_id_ >= 0 && !bytes_[unk_id_].ends_with(kSpaceMark);
     for (size_t r = 0; r < merges_.size(); ++r) {
         auto [a, b] = merges_[r];
         auto it = bytes_id_.find(bytes_[a] + bytes_[b]);
@@ -74,9 +86,19 @@ void Tokenizer::finalize(std::string_view source) {
                   "{}: model.merges[{}] ('{} {}') makes a token missing from model.vocab", source,
                   r, id_to_token(a), id_to_token(b));
         // A pair listed twice keeps its last rank, as HF's merge map does.
-        merge_rule_.insert_or_assign(pair_key(a, b),
-                                     MergeRule{static_cast<int32_t>(r), it->second});
+        merge_rule_.insert_or_assign(a, b, {static_cast<int32_t>(r), it->second});
+        if (bytes_[b].starts_with(kSpaceMark) && !bytes_[a].ends_with(kSpaceMark)) {
+            // No cut after the last character of `a` (Gemma's '>' of "> ▁</"); a byte or unk
+            // token stands for other characters: no cut at all.
+            const int32_t c = char_before(bytes_[a], 0, bytes_[a].size());
+            const bool stands_for_others =
+                a == unk_id_ ||
+                std::find(fallback_id_.begin(), fallback_id_.end(), a) != fallback_id_.end();
+            if (c < 0 || stands_for_others) cut_at_space_ = false;
+            no_cut_after_.push_back(c);
+        }
     }
+    std::sort(no_cut_after_.begin(), no_cut_after_.end());
     std::vector<std::string_view> raw, norm;
     has_normalized_added_ = false;
     for (const AddedToken& t : added_) {
@@ -243,10 +265,7 @@ void Tokenizer::merge_symbols(int32_t n, PieceCache& c, std::vector<int32_t>& ou
     c.prev.resize(n);
     c.next.resize(n);
     c.heap.clear();
-    auto rule = [&](int32_t i, int32_t j) -> const MergeRule* {
-        auto it = merge_rule_.find(pair_key(c.sym[i], c.sym[j]));
-        return it == merge_rule_.end() ? nullptr : &it->second;
-    };
+    auto rule = [&](int32_t i, int32_t j) { return merge_rule_.find(c.sym[i], c.sym[j]); };
     // Min-heap on (rank, position): lowest rank first, leftmost on ties.
     auto push = [&](int32_t i, int32_t rank) {
         c.heap.emplace_back(rank, i);
@@ -257,7 +276,7 @@ void Tokenizer::merge_symbols(int32_t n, PieceCache& c, std::vector<int32_t>& ou
         c.next[i] = i + 1 < n ? i + 1 : -1;
     }
     for (int32_t i = 0; i + 1 < n; ++i) {
-        if (const MergeRule* r = rule(i, i + 1)) push(i, r->rank);
+        if (const MergeTable::Rule* r = rule(i, i + 1)) push(i, r->rank);
     }
     while (!c.heap.empty()) {
         std::pop_heap(c.heap.begin(), c.heap.end(), std::greater<>());
@@ -265,17 +284,17 @@ void Tokenizer::merge_symbols(int32_t n, PieceCache& c, std::vector<int32_t>& ou
         c.heap.pop_back();
         int32_t j = c.sym[i] < 0 ? -1 : c.next[i];
         if (j < 0) continue;
-        const MergeRule* r = rule(i, j);
+        const MergeTable::Rule* r = rule(i, j);
         if (r == nullptr || r->rank != rank) continue;  // stale: a neighbour merged first
         c.sym[i] = r->id;
         c.sym[j] = -1;
         c.next[i] = c.next[j];
         if (c.next[i] >= 0) c.prev[c.next[i]] = i;
         if (c.prev[i] >= 0) {
-            if (const MergeRule* rp = rule(c.prev[i], i)) push(c.prev[i], rp->rank);
+            if (const MergeTable::Rule* rp = rule(c.prev[i], i)) push(c.prev[i], rp->rank);
         }
         if (c.next[i] >= 0) {
-            if (const MergeRule* rn = rule(i, c.next[i])) push(i, rn->rank);
+            if (const MergeTable::Rule* rn = rule(i, c.next[i])) push(i, rn->rank);
         }
     }
     for (int32_t i = 0; i >= 0; i = c.next[i]) out.push_back(c.sym[i]);
@@ -325,19 +344,42 @@ void Tokenizer::encode_pieces(bool at_start, PieceCache& cache, std::vector<int3
             out.push_back(byte_id_[static_cast<unsigned char>(piece[0])]);
             continue;
         }
-        std::span<const int32_t> hit = cache.find(piece);
-        if (!hit.empty()) {
-            out.insert(out.end(), hit.begin(), hit.end());
+        if (!cut_at_space_) {
+            encode_piece(piece, cache, out);
             continue;
         }
-        size_t first = out.size();
-        if (bytes) {
-            bpe_piece(piece, cache, out);
-        } else {
-            char_piece(piece, cache, out);
+        for (size_t begin = 0, end; begin < piece.size(); begin = end) {
+            end = next_cut(piece, begin);
+            encode_piece(piece.substr(begin, end - begin), cache, out);
         }
-        cache.insert(piece, std::span<const int32_t>(out.data() + first, out.size() - first));
     }
+}
+
+size_t Tokenizer::next_cut(std::string_view piece, size_t begin) const {
+    for (size_t at = piece.find(kSpaceMark, begin + 1); at != std::string_view::npos;
+         at = piece.find(kSpaceMark, at + 1)) {
+        const int32_t c = char_before(piece, begin, at);
+        if (c >= 0 && c != kSpaceMarkCode &&
+            !std::binary_search(no_cut_after_.begin(), no_cut_after_.end(), c))
+            return at;
+    }
+    return piece.size();
+}
+
+void Tokenizer::encode_piece(std::string_view piece, PieceCache& cache,
+                             std::vector<int32_t>& out) const {
+    std::span<const int32_t> hit = cache.find(piece);
+    if (!hit.empty()) {
+        out.insert(out.end(), hit.begin(), hit.end());
+        return;
+    }
+    const size_t first = out.size();
+    if (pipe_->byte_level) {
+        bpe_piece(piece, cache, out);
+    } else {
+        char_piece(piece, cache, out);
+    }
+    cache.insert(piece, std::span<const int32_t>(out.data() + first, out.size() - first));
 }
 
 void Tokenizer::encode_stretch(std::string_view text, bool at_start, PieceCache& cache,

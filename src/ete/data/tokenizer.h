@@ -28,6 +28,8 @@
 #include <utility>
 #include <vector>
 
+#include "ete/data/merge_table.h"
+
 namespace ete {
 
 class RegexSplitter;
@@ -114,10 +116,6 @@ class Tokenizer {
     const std::string& split_pattern() const;  // empty when no regex split
 
   private:
-    struct MergeRule {
-        int32_t rank;
-        int32_t id;
-    };
     enum class TokenKind : uint8_t { Unused, Model, Added };
     struct Segment {
         std::string_view text;  // plain text when id < 0
@@ -142,6 +140,10 @@ class Tokenizer {
     void encode_pieces(bool at_start, PieceCache& cache, std::vector<int32_t>& out) const;
     void bpe_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& out) const;
     void char_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& out) const;
+    // Where the part of a code-point piece that starts at `begin` ends (see cut_at_space_).
+    size_t next_cut(std::string_view piece, size_t begin) const;
+    // A piece from the memo, or encoded by bpe_piece / char_piece and memoized.
+    void encode_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& out) const;
     // Applies the merges to the c.sym[0..n) symbols and appends the result to `out`.
     void merge_symbols(int32_t n, PieceCache& c, std::vector<int32_t>& out) const;
     void count_words(std::string_view text, WordCounts& counts) const;  // training, step (1)
@@ -162,7 +164,13 @@ class Tokenizer {
 
     // Derived by finalize().
     std::array<int32_t, 256> byte_id_{};
-    std::unordered_map<uint64_t, MergeRule> merge_rule_;  // key (left << 32) | right
+    MergeTable merge_rule_;
+    // Code-point BPE with an unk token (no character is dropped): a piece is cut before each
+    // U+2581 '▁' that follows a character c other than '▁' when no merge joins a token ending in
+    // c to one starting with '▁' (no_cut_after_: the sorted c that some merge does join); the
+    // parts encode (and are memoized) separately with the same result.
+    bool cut_at_space_ = false;
+    std::vector<int32_t> no_cut_after_;
     StringIdMap token_id_;  // byte-level form (an added token's content) -> id
     StringIdMap bytes_id_;  // raw bytes -> model token id
     std::shared_ptr<const AddedMatcher> raw_added_, norm_added_;  // by `normalized`
