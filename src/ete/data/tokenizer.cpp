@@ -205,10 +205,8 @@ bool word_char(std::string_view s, size_t i, size_t n) {
 }
 
 bool word_before(std::string_view s, size_t end) {
-    if (end == 0) return false;
-    size_t b = end - 1;
-    while (b > 0 && utf8::is_cont(static_cast<unsigned char>(s[b]))) --b;
-    return word_char(s, b, end - b);
+    const int32_t c = end == 0 ? -1 : char_before(s, 0, end);
+    return c >= 0 && tok::is_word_char(static_cast<char32_t>(c));
 }
 
 bool word_after(std::string_view s, size_t begin) {
