@@ -124,8 +124,8 @@ void call(const Shape& s, const Variant& v, void* C) {
             s.N, s.K, 1.0f, static_cast<const float*>(v.A.data()), lda,
             static_cast<const float*>(v.B.data()), ldb, s.beta, static_cast<float*>(C), s.N);
     } else {
-        cpu::dnnl_gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, v.A.data(), lda, v.B.data(), ldb, v.spec.ab,
-                       s.beta, C, s.N, v.spec.c);
+        cpu::dnnl_gemm_onednn(s.ta, s.tb, s.M, s.N, s.K, 1.0f, v.A.data(), lda, v.B.data(), ldb,
+                              v.spec.ab, s.beta, C, s.N, v.spec.c);
     }
 }
 

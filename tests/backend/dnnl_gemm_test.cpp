@@ -178,11 +178,51 @@ void check_every_layout(GemmFn gemm) {
 TEST(DnnlGemm, MatchesReferenceForEveryLayout) {
     if (!cpu::dnnl_available()) GTEST_SKIP() << cpu::dnnl_info();
     std::printf("%s\n", cpu::dnnl_info().c_str());
+    check_every_layout(&cpu::dnnl_gemm_onednn);
+}
+
+// The entry point the backend calls, through whichever engine this CPU chose.
+TEST(DnnlGemm, ChosenEngineMatchesReferenceForEveryLayout) {
+    if (!cpu::dnnl_available()) GTEST_SKIP() << cpu::dnnl_info();
     check_every_layout(&cpu::dnnl_gemm);
 }
 
 TEST(DnnlGemmFallback, MatchesReferenceForEveryLayout) {
     check_every_layout(&cpu::dnnl_gemm_fallback);
+}
+
+// Blocks far smaller than the products: the fallback converts and multiplies a few rows of M and
+// N at a time (one to nine rows at a time at these sizes).
+void fallback_in_tiny_blocks(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                             const void* A, int64_t lda, const void* B, int64_t ldb, DType ab,
+                             float beta, void* C, int64_t ldc, DType c) {
+    cpu::dnnl_gemm_fallback_blocked(ta, tb, M, N, K, alpha, A, lda, B, ldb, ab, beta, C, ldc, c,
+                                    300);
+}
+
+TEST(DnnlGemmFallback, MatchesReferenceInBlocks) {
+    check_every_layout(&fallback_in_tiny_blocks);
+}
+
+// The engine rule (dnnl_gemm_internal.h): oneDNN where its native kernels beat sgemm, sgemm on
+// Intel's AVX512-BF16 without AMX and wherever oneDNN would emulate; ETE_GEMM16 overrides.
+TEST(Gemm16Engine, ChoosesTheFasterEngine) {
+    using cpu::Gemm16Engine;
+    auto engine = [](DType t, const char* env, bool native, bool amx, bool amd) {
+        return cpu::choose_gemm16_engine(t, env, {native, amx, amd}).engine;
+    };
+    EXPECT_EQ(engine(DType::BF16, nullptr, true, true, false), Gemm16Engine::OneDnn);  // AMX
+    EXPECT_EQ(engine(DType::BF16, nullptr, true, false, true), Gemm16Engine::OneDnn);  // Zen 4
+    EXPECT_EQ(engine(DType::BF16, "auto", true, false, false), Gemm16Engine::Sgemm);   // Intel
+    EXPECT_EQ(engine(DType::BF16, nullptr, false, false, true), Gemm16Engine::Sgemm);  // emulated
+    EXPECT_EQ(engine(DType::F16, nullptr, true, false, false), Gemm16Engine::OneDnn);  // FP16
+    EXPECT_EQ(engine(DType::F16, nullptr, false, true, false), Gemm16Engine::Sgemm);
+    EXPECT_EQ(engine(DType::BF16, "onednn", false, false, false), Gemm16Engine::OneDnn);
+    EXPECT_EQ(engine(DType::BF16, "sgemm", true, true, false), Gemm16Engine::Sgemm);
+    EXPECT_EQ(cpu::choose_gemm16_engine(DType::BF16, nullptr, {true, false, false}).why,
+              "AVX512-BF16 without AMX on an Intel CPU is slower than sgemm");
+    EXPECT_EQ(error_of([] { cpu::choose_gemm16_engine(DType::BF16, "fast\n", {}); }),
+              "ETE_GEMM16=\"fast\\n\": expected auto, onednn or sgemm");
 }
 
 // K = 0 is C = beta·C (beta 0: zeros); M = 0 or N = 0 touches nothing.
@@ -207,6 +247,7 @@ void check_empty_products(GemmFn gemm) {
 
 TEST(DnnlGemm, EmptyProducts) {
     if (!cpu::dnnl_available()) GTEST_SKIP() << cpu::dnnl_info();
+    check_empty_products(&cpu::dnnl_gemm_onednn);
     check_empty_products(&cpu::dnnl_gemm);
 }
 
@@ -220,17 +261,17 @@ TEST(DnnlGemm, ReusesTheCachedPrimitive) {
     Problem p{false, true, 37, 41, 43, 43, 43, 41, DType::BF16, DType::F32, 0.375f, 0.0f};
     std::mt19937 rng(11);
     size_t before = cpu::dnnl_cached_primitives();
-    EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm, p, rng), 1.0);
+    EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm_onednn, p, rng), 1.0);
     EXPECT_EQ(cpu::dnnl_cached_primitives(), before + 1);
-    EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm, p, rng), 1.0);
+    EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm_onednn, p, rng), 1.0);
     EXPECT_EQ(cpu::dnnl_cached_primitives(), before + 1) << "same key: no new primitive";
     p.ldc = 48;  // a different key
-    EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm, p, rng), 1.0);
+    EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm_onednn, p, rng), 1.0);
     EXPECT_EQ(cpu::dnnl_cached_primitives(), before + 2);
     // oneDNN fixes a primitive's thread count at creation: another OpenMP setting, another one.
     int threads = omp_get_max_threads();
     omp_set_num_threads(threads + 1);
-    EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm, p, rng), 1.0);
+    EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm_onednn, p, rng), 1.0);
     omp_set_num_threads(threads);
     EXPECT_EQ(cpu::dnnl_cached_primitives(), before + 3);
 }
@@ -244,7 +285,7 @@ TEST(DnnlGemm, ConcurrentCallsFromTwoThreads) {
     auto work = [&](int t) {
         std::mt19937 rng(100 + t);
         for (int i = 0; i < 8; ++i)
-            worst[t] = std::max(worst[t], worst_error_ratio(&cpu::dnnl_gemm, p, rng));
+            worst[t] = std::max(worst[t], worst_error_ratio(&cpu::dnnl_gemm_onednn, p, rng));
     };
     std::thread t0(work, 0), t1(work, 1);
     t0.join();

@@ -191,17 +191,18 @@ TEST_F(ParallelTrain, EveryTransportCarriesBackendMemory) {
 // bf16: every layout against one process, within tolerances derived from bf16 itself (not bit
 // for bit: the layouts sum the same fp32 products in other orders, and a result near the midpoint
 // of two bf16 values can then round the other way).
-// - Losses: within a quarter of the distance between the bf16 and the fp32 run. A layout only
-//   reorders sums, whose effect through bf16 rounding is a small part of what rounding to bf16
-//   does at all. (Measured: layouts <= 3.1e-5 relative; the bf16-fp32 gap 3.5e-4.)
+// - Losses: within the distance between the bf16 and the fp32 run. A layout only reorders sums,
+//   whose effect through bf16 rounding is smaller than what rounding to bf16 does at all; a layout
+//   bug (a missing or doubled reduction) moves the loss by far more. (Measured, largest layout
+//   over the gap: 0.15 with oneDNN's bf16 GEMMs, 0.45 with the sgemm engine, Emerald Rapids.)
 // - Final weights (saved as bf16): at least 99% within max(2 bf16 units of the value, lr / 100) —
 //   the fp32 masters mostly differ by far less than one unit, so their roundings differ by at most
-//   one step — and every one within lr / 10 = 1e-3. AdamW moves an element by about lr per step
-//   whatever the size of its gradient, so where a gradient is tiny, rounding noise in it can
-//   redirect part of a step; how often depends on the summation orders the compiler leaves, so
-//   the absolute floor keeps those few-1e-5 moves of small weights from counting. (Measured on
-//   tp = 2, AMD EPYC Zen 4: beyond 2 units 1.0% at -O2 and 2.2% in the -O1 sanitizer build;
-//   beyond the floor too 0.02% and 0.15%; worst 1.8e-4 and 4.9e-4. pp alone is exact.)
+//   one step — and every one within max(lr / 10, 1 unit): AdamW moves an element by about lr per
+//   step whatever the size of its gradient, so where a gradient is tiny, rounding noise in it can
+//   redirect part of a step (how often depends on the summation orders); and masters apart by any
+//   amount across a bf16 midpoint save one unit apart (a norm weight near 1: 2^-7). (Measured:
+//   beyond 2 units and the floor 0.02% (oneDNN, Zen 4 and Emerald Rapids) and 0.26% (sgemm
+//   engine); the rest within 4.9e-4 or one unit. pp alone is exact.)
 TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
     const std::string bf16 = " --set train.precision=bf16";
     RunResult fp32 = train(1, ""), one = train(1, bf16);
@@ -214,7 +215,7 @@ TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
         RunResult got = train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + bf16);
         ASSERT_EQ(got.losses.size(), one.losses.size()) << what;
         for (size_t i = 0; i < got.losses.size(); ++i)
-            EXPECT_LE(std::abs(got.losses[i] - one.losses[i]) / one.losses[i], gap / 4)
+            EXPECT_LE(std::abs(got.losses[i] - one.losses[i]) / one.losses[i], gap)
                 << what << " step " << i + 1;
         size_t far = 0, total = 0;
         double worst = 0;
@@ -225,10 +226,10 @@ TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
                 const float unit = std::ldexp(1.0f, std::ilogb(big) - 7);
                 ++total;
                 if (std::fabs(g[i] - w[i]) > std::max(2 * unit, 1e-4f)) ++far;
-                worst = std::max(worst, double(std::fabs(g[i] - w[i])));
+                worst = std::max(worst, double(std::fabs(g[i] - w[i]) / std::max(unit, 1e-3f)));
             }
         }
-        EXPECT_LE(worst, 1e-3) << what;
+        EXPECT_LE(worst, 1.0) << what << ": a weight beyond max(lr / 10, one bf16 unit)";
         EXPECT_LE(double(far), 0.01 * double(total)) << what;
     }
 }

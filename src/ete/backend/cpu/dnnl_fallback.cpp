@@ -1,5 +1,7 @@
-// ete/backend/cpu/dnnl_fallback.cpp — what dnnl_gemm runs when oneDNN cannot: the 16-bit operands
-// converted to fp32 and one OpenBLAS sgemm. Also the argument checks both paths share.
+// ete/backend/cpu/dnnl_fallback.cpp — what dnnl_gemm runs when oneDNN cannot, or where OpenBLAS
+// sgemm is the faster engine (dnnl_gemm.h): the 16-bit operands converted to fp32 block by block
+// into per-thread staging buffers, and OpenBLAS sgemm per block. Also the argument checks both
+// paths share.
 //
 // Numerics match the oneDNN path: a bf16 or f16 value converts to fp32 exactly, and the product of
 // two of them (at most 11 + 11 significant bits) is exact in fp32, so both paths are "exact
@@ -9,7 +11,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <vector>
+#include <memory>
+#include <string_view>
 
 #include "ete/backend/cpu/dnnl_gemm_internal.h"
 #include "ete/core/error.h"
@@ -21,15 +24,30 @@ bool is_16bit_float(DType t) {
     return t == DType::BF16 || t == DType::F16;
 }
 
-// A stored (rows, cols) 16-bit matrix with leading dimension ld, as dense fp32 (ld = cols).
-std::vector<float> to_dense_f32(const void* X, DType t, int64_t rows, int64_t cols, int64_t ld) {
-    std::vector<float> out(size_t(rows) * size_t(cols));
+// A thread's fp32 staging buffer: grows to the largest block converted on this thread and is
+// kept, so a training step's GEMMs allocate (and page-fault) nothing after the first step.
+class Staging {
+  public:
+    float* get(size_t n) {
+        if (n > size_) {
+            buf_.reset(new float[n]);
+            size_ = n;
+        }
+        return buf_.get();
+    }
+
+  private:
+    std::unique_ptr<float[]> buf_;
+    size_t size_ = 0;
+};
+
+// The (rows, cols) 16-bit block at X (leading dimension ld) as dense fp32 (ld = cols).
+void to_dense_f32(float* out, const void* X, DType t, int64_t rows, int64_t cols, int64_t ld) {
     const auto* x = static_cast<const uint16_t*>(X);
 #pragma omp parallel for schedule(static) if (rows * cols > (int64_t(1) << 16))
     for (int64_t r = 0; r < rows; ++r) {
-        convert_to_f32(out.data() + size_t(r) * cols, x + size_t(r) * ld, t, size_t(cols));
+        convert_to_f32(out + size_t(r) * cols, x + size_t(r) * ld, t, size_t(cols));
     }
-    return out;
 }
 
 // Dense (rows, cols) fp32 back into a 16-bit C with leading dimension ld (round to nearest even).
@@ -40,6 +58,26 @@ void from_dense_f32(void* X, DType t, const float* src, int64_t rows, int64_t co
         convert_from_f32(x + size_t(r) * ld, t, src + size_t(r) * cols, size_t(cols));
     }
 }
+
+// One operand of the product, op(X) of (outer, K) where outer is M for A and N for B: the stored
+// block of outer indices [o0, o0 + n) converted into dense fp32. Stored (outer, K) when the
+// operand's rows are its outer index (A not transposed, B transposed), else (K, outer).
+struct Operand {
+    const uint16_t* x;
+    int64_t ld;
+    bool outer_rows;
+    int64_t K;
+    // Converts outer block [o0, o0 + n) into dst; returns its dense leading dimension.
+    int64_t convert(float* dst, DType t, int64_t o0, int64_t n) const {
+        if (K == 0) return std::max<int64_t>(1, outer_rows ? K : n);  // nothing to read
+        if (outer_rows) {
+            to_dense_f32(dst, x + o0 * ld, t, n, K, ld);
+            return std::max<int64_t>(1, K);
+        }
+        to_dense_f32(dst, x + o0, t, K, n, ld);
+        return std::max<int64_t>(1, n);
+    }
+};
 
 }  // namespace
 
@@ -68,29 +106,69 @@ void dnnl_gemm_check_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 void dnnl_gemm_fallback(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                         const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype,
                         float beta, void* C, int64_t ldc, DType c_dtype) {
+    dnnl_gemm_fallback_blocked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, ab_dtype, beta, C,
+                               ldc, c_dtype, kFallbackBlock);
+}
+
+// Blocks of M and N split the product, never K: every C element is still one sgemm dot product
+// over the whole K, so the blocking does not change a result. A is converted once when it fits a
+// block (activations usually do), B block by block inside it.
+void dnnl_gemm_fallback_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
+                                DType ab_dtype, float beta, void* C, int64_t ldc, DType c_dtype,
+                                int64_t block) {
     dnnl_gemm_check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, ab_dtype, C, ldc, c_dtype);
+    ETE_ASSERT(block > 0);
     if (M == 0 || N == 0) return;
-    // Stored shapes: A is (M, K) or, transposed, (K, M); B is (K, N) or (N, K).
-    int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
-    int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-    std::vector<float> a = to_dense_f32(A, ab_dtype, a_rows, a_cols, lda);
-    std::vector<float> b = to_dense_f32(B, ab_dtype, b_rows, b_cols, ldb);
-    // K = 0 leaves empty operands; cblas still wants leading dimensions >= 1 and applies beta.
-    int a_ld = int(std::max<int64_t>(1, a_cols)), b_ld = int(std::max<int64_t>(1, b_cols));
-    auto sgemm = [&](float* c, int64_t c_ld) {
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                    trans_b ? CblasTrans : CblasNoTrans, int(M), int(N), int(K), alpha, a.data(),
-                    a_ld, b.data(), b_ld, beta, c, int(c_ld));
-    };
-    if (c_dtype == DType::F32) {
-        sgemm(static_cast<float*>(C), ldc);
-        return;
+    thread_local Staging stage_a, stage_b, stage_c;
+    const Operand a{static_cast<const uint16_t*>(A), lda, !trans_a, K};
+    const Operand b{static_cast<const uint16_t*>(B), ldb, trans_b, K};
+    // Outer indices per block: at least one, and whole rows of K elements.
+    const int64_t per = std::max<int64_t>(1, block / std::max<int64_t>(1, K));
+    const int64_t mb = std::min(M, per), nb = std::min(N, per);
+    float* a32 = stage_a.get(size_t(mb) * size_t(std::max<int64_t>(1, K)));
+    float* b32 = stage_b.get(size_t(nb) * size_t(std::max<int64_t>(1, K)));
+    float* c32 = c_dtype == DType::F32 ? nullptr : stage_c.get(size_t(mb) * size_t(nb));
+    int64_t b_ld = 0;
+    if (nb == N) b_ld = b.convert(b32, ab_dtype, 0, N);  // B whole: once for every block of M
+    for (int64_t m0 = 0; m0 < M; m0 += mb) {
+        const int64_t m = std::min(mb, M - m0);
+        const int64_t a_ld = a.convert(a32, ab_dtype, m0, m);
+        for (int64_t n0 = 0; n0 < N; n0 += nb) {
+            const int64_t n = std::min(nb, N - n0);
+            if (nb != N) b_ld = b.convert(b32, ab_dtype, n0, n);
+            auto sgemm = [&](float* c, int64_t c_ld) {
+                cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                            trans_b ? CblasTrans : CblasNoTrans, int(m), int(n), int(K), alpha, a32,
+                            int(a_ld), b32, int(b_ld), beta, c, int(c_ld));
+            };
+            if (!c32) {
+                sgemm(static_cast<float*>(C) + m0 * ldc + n0, ldc);
+                continue;
+            }
+            auto* c16 = static_cast<uint16_t*>(C) + m0 * ldc + n0;
+            // beta 0: C is not read (it may hold NaN); zeros give sgemm defined input.
+            if (beta != 0.0f)
+                to_dense_f32(c32, c16, c_dtype, m, n, ldc);
+            else
+                std::fill_n(c32, size_t(m) * size_t(n), 0.0f);
+            sgemm(c32, n);
+            from_dense_f32(c16, c_dtype, c32, m, n, ldc);
+        }
     }
-    // beta 0: C is not read (it may hold NaN); the zeros only give sgemm defined input.
-    std::vector<float> c = beta != 0.0f ? to_dense_f32(C, c_dtype, M, N, ldc)
-                                        : std::vector<float>(size_t(M) * size_t(N), 0.0f);
-    sgemm(c.data(), N);
-    from_dense_f32(C, c_dtype, c.data(), M, N, ldc);
+}
+
+Gemm16Choice choose_gemm16_engine(DType ab, const char* env, const Gemm16Cpu& cpu) {
+    const std::string_view e = env ? env : "";
+    if (e == "onednn") return {Gemm16Engine::OneDnn, "ETE_GEMM16=onednn"};
+    if (e == "sgemm") return {Gemm16Engine::Sgemm, "ETE_GEMM16=sgemm"};
+    ETE_CHECK(e.empty() || e == "auto", "ETE_GEMM16={:?}: expected auto, onednn or sgemm", e);
+    const char* dt = ab == DType::BF16 ? "BF16" : "F16";
+    if (!cpu.native)
+        return {Gemm16Engine::Sgemm, fmt::format("no native {} instructions on this CPU", dt)};
+    if (ab == DType::F16 || cpu.amx || cpu.amd)
+        return {Gemm16Engine::OneDnn, fmt::format("native {}", cpu.amx ? "AMX" : dt)};
+    return {Gemm16Engine::Sgemm, "AVX512-BF16 without AMX on an Intel CPU is slower than sgemm"};
 }
 
 void dnnl_gemm_s8_check_args(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,

@@ -22,6 +22,38 @@ void dnnl_gemm_check_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 void dnnl_gemm_fallback(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                         const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype,
                         float beta, void* C, int64_t ldc, DType c_dtype);
+// dnnl_gemm through oneDNN whatever the engine choice (tests and the benchmark measure it on every
+// CPU); it still falls back where oneDNN has no kernel for the key.
+void dnnl_gemm_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype,
+                      float beta, void* C, int64_t ldc, DType c_dtype);
+// The fallback converts at most this many elements of an operand at a time (8 MiB of fp32: a
+// block stays in cache between its conversion and its sgemm, and the staging stays small).
+inline constexpr int64_t kFallbackBlock = int64_t(1) << 21;
+// The fallback with another block size (tests use tiny ones to cross block edges).
+void dnnl_gemm_fallback_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
+                                DType ab_dtype, float beta, void* C, int64_t ldc, DType c_dtype,
+                                int64_t block);
+
+// Which engine dnnl_gemm runs for a 16-bit dtype. oneDNN's native kernels are the fast path on
+// AMX and on AMD's AVX512-BF16 (Zen 4: 420 GFLOP/s against sgemm's 209 at 2 threads); on an Intel
+// CPU with AVX512-BF16 but no usable AMX (Cooper Lake, or Sapphire/Emerald Rapids where the
+// hypervisor hides AMX) VDPBF16PS is slower than two FMA ports (Emerald Rapids, 2 threads: 140
+// against 227 GFLOP/s), and without native instructions oneDNN emulates (gemm:jit, ~57). There
+// the operands are converted and OpenBLAS sgemm runs: the same exact products and fp32 sums.
+// `env` is ETE_GEMM16 (null or "auto": the rule above; "onednn" or "sgemm" force one).
+enum class Gemm16Engine { OneDnn, Sgemm };
+struct Gemm16Choice {
+    Gemm16Engine engine;
+    std::string why;  // one clause for the log and `ete --version`
+};
+struct Gemm16Cpu {
+    bool native;  // oneDNN has non-emulated instructions for the dtype on this CPU
+    bool amx;     // oneDNN's ISA includes AMX (the OS granted the tiles)
+    bool amd;
+};
+Gemm16Choice choose_gemm16_engine(DType ab, const char* env, const Gemm16Cpu& cpu);
 
 // dnnl_gemm_s8's argument checks, and its exact integer loops (always available).
 void dnnl_gemm_s8_check_args(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
@@ -34,8 +66,8 @@ void gemm_s8_loops(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, 
 // 0 without oneDNN. A repeated shape must not add one.
 size_t dnnl_cached_primitives();
 
-// The oneDNN implementation dnnl_gemm runs for these arguments, e.g. "brg:avx512_core_bf16" or
-// "gemm:jit"; "fallback: fp32 sgemm (why)" when it uses dnnl_gemm_fallback; "none" without
+// The oneDNN implementation dnnl_gemm_onednn runs for these arguments, e.g. "brg:avx512_core_bf16"
+// or "gemm:jit"; "fallback: fp32 sgemm (why)" when it uses dnnl_gemm_fallback; "none" without
 // oneDNN.
 // Creates (and caches) the primitive like a call would.
 std::string dnnl_gemm_impl(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

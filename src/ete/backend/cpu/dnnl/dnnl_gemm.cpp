@@ -139,6 +139,20 @@ std::mutex& cache_mutex() {
     return m;
 }
 
+// The engine for a dtype, chosen once per process (ETE_GEMM16 and the CPU do not change).
+const Gemm16Choice& gemm16_engine(DType ab) {
+    static const auto choose = [](DType t) {
+        __builtin_cpu_init();
+        const Gemm16Cpu cpu{
+            dnnl_native(t),
+            isa_includes(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx512_core_amx),
+            __builtin_cpu_is("amd") > 0};
+        return choose_gemm16_engine(t, std::getenv("ETE_GEMM16"), cpu);
+    };
+    static const Gemm16Choice bf16 = choose(DType::BF16), f16 = choose(DType::F16);
+    return ab == DType::F16 ? f16 : bf16;
+}
+
 void log_fallback_once(DType ab, const std::string& why) {
     static std::atomic<bool> logged[2];  // BF16, F16
     if (logged[ab == DType::F16].exchange(true)) return;
@@ -240,6 +254,20 @@ void execute(const Entry& e, const void* A, const void* B, void* C) {
 void dnnl_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype, float beta,
                void* C, int64_t ldc, DType c_dtype) {
+    if (const Gemm16Choice& c = gemm16_engine(ab_dtype); c.engine == Gemm16Engine::Sgemm) {
+        dnnl_gemm_check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, ab_dtype, C, ldc, c_dtype);
+        if (M != 0 && N != 0 && K != 0) log_fallback_once(ab_dtype, c.why);
+        dnnl_gemm_fallback(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, ab_dtype, beta, C, ldc,
+                           c_dtype);
+        return;
+    }
+    dnnl_gemm_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, ab_dtype, beta, C, ldc,
+                     c_dtype);
+}
+
+void dnnl_gemm_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype,
+                      float beta, void* C, int64_t ldc, DType c_dtype) {
     dnnl_gemm_check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, ab_dtype, C, ldc, c_dtype);
     if (M == 0 || N == 0) return;
     if (K == 0) {  // C = beta·C: nothing for oneDNN to multiply
@@ -545,17 +573,24 @@ bool dnnl_native(DType ab) {
     static const bool native = [] {
         __builtin_cpu_init();
         if (!__builtin_cpu_supports("avx512fp16")) return false;
-        return dnnl_gemm_impl(false, false, 64, 64, 64, 1.0f, 64, 64, DType::F16, 0.0f, 64,
-                              DType::F32)
-                   .rfind("fallback", 0) != 0;
+        // The primitive itself, not dnnl_gemm_impl: the engine choice asks this function.
+        return cached_entry(make_key(false, false, 64, 64, 64, 1.0f, 64, 64, DType::F16, 0.0f, 64,
+                                     DType::F32))
+            .prim.has_value();
     }();
     return native;
 }
 
 std::string dnnl_info() {
-    return fmt::format("{}, native bf16: {}, f16: {}", version_isa(),
+    auto engine = [](DType t) {
+        const Gemm16Choice& c = gemm16_engine(t);
+        return fmt::format("{} ({})", c.engine == Gemm16Engine::OneDnn ? "oneDNN" : "fp32 sgemm",
+                           c.why);
+    };
+    return fmt::format("{}, native bf16: {}, f16: {}; bf16 GEMMs: {}; f16 GEMMs: {}", version_isa(),
                        dnnl_native(DType::BF16) ? "yes" : "no",
-                       dnnl_native(DType::F16) ? "yes" : "no");
+                       dnnl_native(DType::F16) ? "yes" : "no", engine(DType::BF16),
+                       engine(DType::F16));
 }
 
 }  // namespace ete::cpu

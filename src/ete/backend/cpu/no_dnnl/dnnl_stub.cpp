@@ -15,6 +15,11 @@ void dnnl_gemm(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_
     throw_error("[gemm] this build has no oneDNN: bf16/fp16 GEMM needs libdnnl-dev");
 }
 
+void dnnl_gemm_onednn(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t,
+                      const void*, int64_t, DType, float, void*, int64_t, DType) {
+    throw_error("[gemm] this build has no oneDNN: bf16/fp16 GEMM needs libdnnl-dev");
+}
+
 std::string dnnl_gemm_impl(bool, bool, int64_t, int64_t, int64_t, float, int64_t, int64_t, DType,
                            float, int64_t, DType) {
     return "none";
