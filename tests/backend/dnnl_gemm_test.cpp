@@ -192,12 +192,12 @@ TEST(DnnlGemmFallback, MatchesReferenceForEveryLayout) {
 }
 
 // Blocks far smaller than the products: the fallback converts and multiplies a few rows of M and
-// N at a time (one to nine rows at a time at these sizes).
+// N at a time, and K in chunks of 40 (up to four, the last one partial).
 void fallback_in_tiny_blocks(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                              const void* A, int64_t lda, const void* B, int64_t ldb, DType ab,
                              float beta, void* C, int64_t ldc, DType c) {
     cpu::dnnl_gemm_fallback_blocked(ta, tb, M, N, K, alpha, A, lda, B, ldb, ab, beta, C, ldc, c,
-                                    300);
+                                    300, 40);
 }
 
 TEST(DnnlGemmFallback, MatchesReferenceInBlocks) {

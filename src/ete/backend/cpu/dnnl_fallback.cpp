@@ -66,15 +66,14 @@ struct Operand {
     const uint16_t* x;
     int64_t ld;
     bool outer_rows;
-    int64_t K;
-    // Converts outer block [o0, o0 + n) into dst; returns its dense leading dimension.
-    int64_t convert(float* dst, DType t, int64_t o0, int64_t n) const {
-        if (K == 0) return std::max<int64_t>(1, outer_rows ? K : n);  // nothing to read
+    // Converts outer indices [o0, o0 + n) by inner (K) indices [k0, k0 + kn) into dst; returns
+    // the dense block's leading dimension.
+    int64_t convert(float* dst, DType t, int64_t o0, int64_t n, int64_t k0, int64_t kn) const {
         if (outer_rows) {
-            to_dense_f32(dst, x + o0 * ld, t, n, K, ld);
-            return std::max<int64_t>(1, K);
+            if (kn > 0) to_dense_f32(dst, x + o0 * ld + k0, t, n, kn, ld);
+            return std::max<int64_t>(1, kn);
         }
-        to_dense_f32(dst, x + o0, t, K, n, ld);
+        if (kn > 0) to_dense_f32(dst, x + k0 * ld + o0, t, kn, n, ld);
         return std::max<int64_t>(1, n);
     }
 };
@@ -107,53 +106,53 @@ void dnnl_gemm_fallback(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
                         const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype,
                         float beta, void* C, int64_t ldc, DType c_dtype) {
     dnnl_gemm_fallback_blocked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, ab_dtype, beta, C,
-                               ldc, c_dtype, kFallbackBlock);
+                               ldc, c_dtype, kFallbackBlock, kFallbackKBlock);
 }
 
-// Blocks of M and N split the product, never K: every C element is still one sgemm dot product
-// over the whole K, so the blocking does not change a result. A is converted once when it fits a
-// block (activations usually do), B block by block inside it.
+// Blocks of at most `block` elements per converted operand: whole K up to k_block (every C element
+// one sgemm dot product), longer K in k_block chunks summed into C, or for a 16-bit C into an fp32
+// staging block rounded once at the end. Either way C gets fp32 sums of exact products.
 void dnnl_gemm_fallback_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                                 float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
                                 DType ab_dtype, float beta, void* C, int64_t ldc, DType c_dtype,
-                                int64_t block) {
+                                int64_t block, int64_t k_block) {
     dnnl_gemm_check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, ab_dtype, C, ldc, c_dtype);
-    ETE_ASSERT(block > 0);
+    ETE_ASSERT(block > 0 && k_block > 0);
     if (M == 0 || N == 0) return;
     thread_local Staging stage_a, stage_b, stage_c;
-    const Operand a{static_cast<const uint16_t*>(A), lda, !trans_a, K};
-    const Operand b{static_cast<const uint16_t*>(B), ldb, trans_b, K};
-    // Outer indices per block: at least one, and whole rows of K elements.
-    const int64_t per = std::max<int64_t>(1, block / std::max<int64_t>(1, K));
+    const Operand a{static_cast<const uint16_t*>(A), lda, !trans_a};
+    const Operand b{static_cast<const uint16_t*>(B), ldb, trans_b};
+    const int64_t kb = std::min(K, k_block);
+    const int64_t per = std::max<int64_t>(1, block / std::max<int64_t>(1, kb));
     const int64_t mb = std::min(M, per), nb = std::min(N, per);
-    float* a32 = stage_a.get(size_t(mb) * size_t(std::max<int64_t>(1, K)));
-    float* b32 = stage_b.get(size_t(nb) * size_t(std::max<int64_t>(1, K)));
-    float* c32 = c_dtype == DType::F32 ? nullptr : stage_c.get(size_t(mb) * size_t(nb));
-    int64_t b_ld = 0;
-    if (nb == N) b_ld = b.convert(b32, ab_dtype, 0, N);  // B whole: once for every block of M
+    float* a32 = stage_a.get(size_t(mb) * size_t(std::max<int64_t>(1, kb)));
+    float* b32 = stage_b.get(size_t(nb) * size_t(std::max<int64_t>(1, kb)));
+    const bool c16 = c_dtype != DType::F32;
+    float* c32 = c16 ? stage_c.get(size_t(mb) * size_t(nb)) : nullptr;
+    // B converted once when one block holds it (the usual activation-times-weight case).
+    const bool b_once = nb == N && kb == K;
+    int64_t b_ld = b_once ? b.convert(b32, ab_dtype, 0, N, 0, K) : 0;
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
         const int64_t m = std::min(mb, M - m0);
-        const int64_t a_ld = a.convert(a32, ab_dtype, m0, m);
         for (int64_t n0 = 0; n0 < N; n0 += nb) {
             const int64_t n = std::min(nb, N - n0);
-            if (nb != N) b_ld = b.convert(b32, ab_dtype, n0, n);
-            auto sgemm = [&](float* c, int64_t c_ld) {
-                cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                            trans_b ? CblasTrans : CblasNoTrans, int(m), int(n), int(K), alpha, a32,
-                            int(a_ld), b32, int(b_ld), beta, c, int(c_ld));
-            };
-            if (!c32) {
-                sgemm(static_cast<float*>(C) + m0 * ldc + n0, ldc);
-                continue;
-            }
-            auto* c16 = static_cast<uint16_t*>(C) + m0 * ldc + n0;
+            float* c = c16 ? c32 : static_cast<float*>(C) + m0 * ldc + n0;
+            const int64_t c_ld = c16 ? n : ldc;
+            auto* c_out = static_cast<uint16_t*>(C) + (m0 * ldc + n0);
+            float beta_k = beta;
+            if (c16 && beta != 0.0f) to_dense_f32(c32, c_out, c_dtype, m, n, ldc);
             // beta 0: C is not read (it may hold NaN); zeros give sgemm defined input.
-            if (beta != 0.0f)
-                to_dense_f32(c32, c16, c_dtype, m, n, ldc);
-            else
-                std::fill_n(c32, size_t(m) * size_t(n), 0.0f);
-            sgemm(c32, n);
-            from_dense_f32(c16, c_dtype, c32, m, n, ldc);
+            if (c16 && beta == 0.0f) std::fill_n(c32, size_t(m) * size_t(n), 0.0f);
+            for (int64_t k0 = 0; k0 < std::max<int64_t>(K, 1); k0 += std::max<int64_t>(kb, 1)) {
+                const int64_t k = std::min(kb, K - k0);
+                const int64_t a_ld = a.convert(a32, ab_dtype, m0, m, k0, k);
+                if (!b_once) b_ld = b.convert(b32, ab_dtype, n0, n, k0, k);
+                cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                            trans_b ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), alpha, a32,
+                            int(a_ld), b32, int(b_ld), beta_k, c, int(c_ld));
+                beta_k = 1.0f;
+            }
+            if (c16) from_dense_f32(c_out, c_dtype, c32, m, n, ldc);
         }
     }
 }
