@@ -124,10 +124,12 @@ void dnnl_gemm_fallback_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N
     const Operand b{static_cast<const uint16_t*>(B), ldb, trans_b};
     const int64_t kb = std::min(K, k_block);
     const int64_t per = std::max<int64_t>(1, block / std::max<int64_t>(1, kb));
-    const int64_t mb = std::min(M, per), nb = std::min(N, per);
+    const bool c16 = c_dtype != DType::F32;
+    const int64_t mb = std::min(M, per);
+    // A 16-bit C is staged in fp32 block by block too: at most `block` elements of it.
+    const int64_t nb = std::min(N, c16 ? std::min(per, std::max<int64_t>(1, block / mb)) : per);
     float* a32 = stage_a.get(size_t(mb) * size_t(std::max<int64_t>(1, kb)));
     float* b32 = stage_b.get(size_t(nb) * size_t(std::max<int64_t>(1, kb)));
-    const bool c16 = c_dtype != DType::F32;
     float* c32 = c16 ? stage_c.get(size_t(mb) * size_t(nb)) : nullptr;
     // B converted once when one block holds it (the usual activation-times-weight case).
     const bool b_once = nb == N && kb == K;

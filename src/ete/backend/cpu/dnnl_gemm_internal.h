@@ -27,11 +27,12 @@ void dnnl_gemm_fallback(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 void dnnl_gemm_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype,
                       float beta, void* C, int64_t ldc, DType c_dtype);
-// The fallback converts at most kFallbackBlock elements of an operand at a time (8 MiB of fp32: a
-// block stays in cache between its conversion and its sgemm, and the staging stays small), with
+// The fallback converts at most kFallbackBlock elements of an operand (and of a 16-bit C) at a
+// time (4 MiB of fp32: a block stays in cache between its conversion and its sgemm, and the
+// staging stays small), with
 // K in chunks of at most kFallbackKBlock (a long K, like the LM head's d_x over the vocabulary,
 // would otherwise leave blocks a few rows wide).
-inline constexpr int64_t kFallbackBlock = int64_t(1) << 21;
+inline constexpr int64_t kFallbackBlock = int64_t(1) << 20;
 inline constexpr int64_t kFallbackKBlock = 4096;
 // The fallback with other block sizes (tests use tiny ones to cross block edges).
 void dnnl_gemm_fallback_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
