@@ -6,7 +6,8 @@
 //   forward  y(N, out)   = x(N, in)·W(out, in)ᵀ   NT (o_proj and down add into the residual: beta
 //   1) d_x      d_x(N, in)  = d_y(N, out)·W(out, in)  NN d_W      d_W(out,in) += d_y(N, out)ᵀ·x(N,
 //   in)  TN, beta 1, C f32 (gradients accumulate in fp32)
-// Variants: bf16 operands with C f32 and with C bf16 (not for d_W), f16 operands with C f32 (the
+// Variants: bf16 operands with C f32 and with C bf16 (not for d_W), bf16 operands with C f32
+// through the sgemm engine (converted operands, dnnl_gemm_fallback), f16 operands with C f32 (the
 // fp32 fallback where oneDNN has no f16 kernel; the kernel column says which), and fp32
 // cblas_sgemm on the same layout. Per thread count (omp_set_num_threads and
 // openblas_set_num_threads), every variant is first checked against an fp64 reference at sampled
@@ -65,15 +66,17 @@ std::vector<Shape> bench_shapes() {
 }
 
 struct VariantSpec {
-    const char* label;  // column name
-    DType ab, c;        // ab F32: cblas_sgemm
+    const char* label;     // column name
+    DType ab, c;           // ab F32: cblas_sgemm
+    bool sgemm16 = false;  // 16-bit operands through the sgemm engine (dnnl_gemm_fallback)
 };
 
 const VariantSpec kVariants[] = {{"bf16->f32", DType::BF16, DType::F32},
                                  {"bf16->bf16", DType::BF16, DType::BF16},
+                                 {"bf16->f32 sgemm engine", DType::BF16, DType::F32, true},
                                  {"f16->f32", DType::F16, DType::F32},
                                  {"f32 sgemm", DType::F32, DType::F32}};
-constexpr int kNumVariants = 4;
+constexpr int kNumVariants = 5;
 
 // 64-byte aligned bytes holding elements of one dtype.
 struct Buffer {
@@ -123,6 +126,9 @@ void call(const Shape& s, const Variant& v, void* C) {
             CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, s.M,
             s.N, s.K, 1.0f, static_cast<const float*>(v.A.data()), lda,
             static_cast<const float*>(v.B.data()), ldb, s.beta, static_cast<float*>(C), s.N);
+    } else if (v.spec.sgemm16) {
+        cpu::dnnl_gemm_fallback(s.ta, s.tb, s.M, s.N, s.K, 1.0f, v.A.data(), lda, v.B.data(), ldb,
+                                v.spec.ab, s.beta, C, s.N, v.spec.c);
     } else {
         cpu::dnnl_gemm_onednn(s.ta, s.tb, s.M, s.N, s.K, 1.0f, v.A.data(), lda, v.B.data(), ldb,
                               v.spec.ab, s.beta, C, s.N, v.spec.c);
@@ -201,7 +207,7 @@ std::vector<Row> run_shape(const Shape& s, const std::vector<int>& threads, int 
             v.seconds.clear();
             check_reference(s, v, rng);  // also the warm-up: primitive creation, packing buffers
             v.kernel =
-                v.spec.ab == DType::F32
+                v.spec.ab == DType::F32 || v.spec.sgemm16
                     ? std::string("openblas ") + cpu::openblas_core_name()
                     : cpu::dnnl_gemm_impl(s.ta, s.tb, s.M, s.N, s.K, 1.0f, s.ta ? s.M : s.K,
                                           s.tb ? s.K : s.N, v.spec.ab, s.beta, s.N, v.spec.c);
@@ -243,7 +249,7 @@ void print_text(const std::vector<Row>& rows, int reps) {
                 std::printf(" - |");
             }
         }
-        std::printf(" %s | %s |\n", r.kernel[0].c_str(), r.kernel[2].substr(0, 20).c_str());
+        std::printf(" %s | %s |\n", r.kernel[0].c_str(), r.kernel[3].substr(0, 20).c_str());
     }
 }
 

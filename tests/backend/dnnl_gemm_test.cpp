@@ -192,16 +192,19 @@ TEST(DnnlGemmFallback, MatchesReferenceForEveryLayout) {
 }
 
 // Blocks far smaller than the products: the fallback converts and multiplies a few rows of M and
-// N at a time, and K in chunks of 40 (up to four, the last one partial).
+// N at a time, and K in chunks of 40 (up to four, the last one partial). With `whole` at 2000 one
+// operand is converted whole where it fits (B first, else A) and at 300 neither is.
+template <int64_t Whole>
 void fallback_in_tiny_blocks(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                              const void* A, int64_t lda, const void* B, int64_t ldb, DType ab,
                              float beta, void* C, int64_t ldc, DType c) {
     cpu::dnnl_gemm_fallback_blocked(ta, tb, M, N, K, alpha, A, lda, B, ldb, ab, beta, C, ldc, c,
-                                    300, 40);
+                                    {300, Whole, 40});
 }
 
 TEST(DnnlGemmFallback, MatchesReferenceInBlocks) {
-    check_every_layout(&fallback_in_tiny_blocks);
+    check_every_layout(&fallback_in_tiny_blocks<300>);
+    check_every_layout(&fallback_in_tiny_blocks<2000>);
 }
 
 // The engine rule (dnnl_gemm_internal.h): oneDNN where its native kernels beat sgemm, sgemm on

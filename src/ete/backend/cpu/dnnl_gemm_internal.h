@@ -27,18 +27,21 @@ void dnnl_gemm_fallback(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 void dnnl_gemm_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype,
                       float beta, void* C, int64_t ldc, DType c_dtype);
-// The fallback converts at most kFallbackBlock elements of an operand (and of a 16-bit C) at a
-// time (4 MiB of fp32: a block stays in cache between its conversion and its sgemm, and the
-// staging stays small), with
-// K in chunks of at most kFallbackKBlock (a long K, like the LM head's d_x over the vocabulary,
-// would otherwise leave blocks a few rows wide).
-inline constexpr int64_t kFallbackBlock = int64_t(1) << 20;
-inline constexpr int64_t kFallbackKBlock = 4096;
+// How the fallback stages its fp32 conversions. An operand of at most `whole` elements (16 MiB of
+// fp32: every weight of the bench Llama, GPT-2's but its tied head) is converted whole, once; the
+// other operand, and a 16-bit C, go through in blocks of at most `block` (4 MiB: a block stays in
+// cache between its conversion and its sgemm); K runs in chunks of at most `k` (a long K, like the
+// LM head's d_x over the vocabulary, would otherwise leave blocks a few rows wide).
+struct FallbackBlocks {
+    int64_t block = int64_t(1) << 20;
+    int64_t whole = int64_t(1) << 22;
+    int64_t k = 4096;
+};
 // The fallback with other block sizes (tests use tiny ones to cross block edges).
 void dnnl_gemm_fallback_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                                 float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
                                 DType ab_dtype, float beta, void* C, int64_t ldc, DType c_dtype,
-                                int64_t block, int64_t k_block);
+                                const FallbackBlocks& blocks);
 
 // Which engine dnnl_gemm runs for a 16-bit dtype. oneDNN's native kernels are the fast path on
 // AMX and on AMD's AVX512-BF16 (Zen 4: 420 GFLOP/s against sgemm's 209 at 2 threads); on an Intel
