@@ -582,10 +582,16 @@ bool dnnl_native(DType ab) {
 }
 
 std::string dnnl_info() {
+    // A bad ETE_GEMM16 is shown here (every command prints this line or logs it) and is an error
+    // where a 16-bit GEMM runs.
     auto engine = [](DType t) {
-        const Gemm16Choice& c = gemm16_engine(t);
-        return fmt::format("{} ({})", c.engine == Gemm16Engine::OneDnn ? "oneDNN" : "fp32 sgemm",
-                           c.why);
+        try {
+            const Gemm16Choice& c = gemm16_engine(t);
+            return fmt::format("{} ({})",
+                               c.engine == Gemm16Engine::OneDnn ? "oneDNN" : "fp32 sgemm", c.why);
+        } catch (const std::exception& e) {
+            return fmt::format("none ({})", e.what());
+        }
     };
     return fmt::format("{}, native bf16: {}, f16: {}; bf16 GEMMs: {}; f16 GEMMs: {}", version_isa(),
                        dnnl_native(DType::BF16) ? "yes" : "no",
