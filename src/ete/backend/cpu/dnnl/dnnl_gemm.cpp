@@ -255,10 +255,9 @@ void dnnl_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype, float beta,
                void* C, int64_t ldc, DType c_dtype) {
     if (const Gemm16Choice& c = gemm16_engine(ab_dtype); c.engine == Gemm16Engine::Sgemm) {
-        dnnl_gemm_check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, ab_dtype, C, ldc, c_dtype);
-        if (M != 0 && N != 0 && K != 0) log_fallback_once(ab_dtype, c.why);
         dnnl_gemm_fallback(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, ab_dtype, beta, C, ldc,
-                           c_dtype);
+                           c_dtype);  // checks the arguments
+        if (M != 0 && N != 0 && K != 0) log_fallback_once(ab_dtype, c.why);
         return;
     }
     dnnl_gemm_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, ab_dtype, beta, C, ldc,

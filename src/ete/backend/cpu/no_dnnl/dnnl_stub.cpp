@@ -10,14 +10,16 @@
 
 namespace ete::cpu {
 
-void dnnl_gemm(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*,
-               int64_t, DType, float, void*, int64_t, DType) {
-    throw_error("[gemm] this build has no oneDNN: bf16/fp16 GEMM needs libdnnl-dev");
-}
-
 void dnnl_gemm_onednn(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t,
                       const void*, int64_t, DType, float, void*, int64_t, DType) {
     throw_error("[gemm] this build has no oneDNN: bf16/fp16 GEMM needs libdnnl-dev");
+}
+
+// No engine choice without oneDNN: every 16-bit GEMM says so (above).
+void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
+               int64_t lda, const void* B, int64_t ldb, DType ab, float beta, void* C, int64_t ldc,
+               DType c) {
+    dnnl_gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, ab, beta, C, ldc, c);
 }
 
 std::string dnnl_gemm_impl(bool, bool, int64_t, int64_t, int64_t, float, int64_t, int64_t, DType,
