@@ -4,6 +4,7 @@
 // text encoded again). Goldens: tools/gen_hf_tokenizer_goldens.mjs, files in
 // tests/golden/tokenizers/families/ (the tokenizer.json files are stored xz-compressed).
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -44,6 +45,33 @@ std::string show(const Ids& ids) {
     return ids.size() > 40 ? s + "..." : s;
 }
 
+// Large texts encode in parallel: cut at line starts where the pipeline allows it, otherwise
+// pre-tokenized whole and the pieces encoded by all threads. The cases that hold no added token
+// (so that the text is one stretch), repeated past the size where that starts: one and two
+// threads must give the same ids (HF's ids for such texts: bench/tokenizer_bench.sh).
+void expect_parallel_equals_serial(const Tokenizer& t, const json& golden,
+                                   const std::string& family) {
+    std::string unit;
+    for (const json& c : golden["cases"]) {
+        const std::string text = c["text"];
+        bool plain = true;
+        for (const AddedToken& a : t.added_tokens())
+            plain = plain && text.find(a.content) == std::string::npos;
+        if (plain) unit += text + "\n";
+    }
+    ASSERT_GT(unit.size(), 1000u) << family;
+    std::string big;
+    while (big.size() < 600 * 1024) big += unit;
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const Ids serial = t.encode(big);
+    omp_set_num_threads(2);
+    const Ids parallel = t.encode(big);
+    omp_set_num_threads(saved);
+    EXPECT_EQ(parallel.size(), serial.size()) << family;
+    EXPECT_TRUE(parallel == serial) << family << ": the parallel encode differs";
+}
+
 class Family : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Family, MatchesHuggingFaceIdForId) {
@@ -82,6 +110,7 @@ TEST_P(Family, MatchesHuggingFaceIdForId) {
     }
     EXPECT_EQ(bad, 0u) << family << ": " << bad << " of " << checked << " checks differ";
     EXPECT_GT(checked, 1000u);
+    expect_parallel_equals_serial(t, golden, family);
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf, Family,

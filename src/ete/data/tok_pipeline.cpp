@@ -14,6 +14,21 @@ namespace {
 constexpr std::string_view kLlama3SplitPattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|)"
     R"( ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen2/2.5/3's: Llama-3's with single digits (\p{N}), and no digit piece holds a newline, so
+// the same cuts are safe.
+constexpr std::string_view kQwen2SplitPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|)"
+    R"( ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// A normalizer under which a text may be cut at split_at_line_starts' points before it is
+// normalized: none, or one Unicode normal form. Each cut falls before a graphic ASCII character,
+// and every ASCII character is a normalization boundary (canonical class 0, composes with nothing
+// before it), so the form of the whole is the forms of the chunks put together.
+bool cut_safe_normalizer(const json* norm) {
+    if (norm == nullptr) return true;
+    const std::string type = norm->is_object() ? norm->value("type", "") : "";
+    return type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD";
+}
 
 // The regex of a pre-tokenizer that is ByteLevel(regex), or [Split(regex, Isolated), ByteLevel]
 // with no prefix space: the forms whose pieces never span a line start of GPT-2's or Llama-3's
@@ -73,8 +88,9 @@ std::shared_ptr<const Pipeline> make_pipeline(const json& root, const json& mode
         p->byte_level = p->pre->is_byte_level();
         const std::string chunk = chunkable_pattern(*pre);
         p->split_pattern = chunk;
-        p->line_start_safe =
-            norm == nullptr && (chunk == kGpt2SplitPattern || chunk == kLlama3SplitPattern);
+        p->line_start_safe = cut_safe_normalizer(norm) &&
+                             (chunk == kGpt2SplitPattern || chunk == kLlama3SplitPattern ||
+                              chunk == kQwen2SplitPattern);
     }
     if (post) p->post = make_post_processor(*post, src, "post_processor");
     if (dec) p->decoder = make_decoder(*dec, src, "decoder");

@@ -19,6 +19,8 @@ namespace {
 
 // Encoding splits texts above this size into line-aligned chunks encoded in parallel.
 constexpr size_t kParallelChunkBytes = 256 * 1024;
+// A stretch encoded piece-parallel (encode_pieces) is cut into ranges of about this many pieces.
+constexpr size_t kPiecesPerPart = 16 * 1024;
 
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 constexpr int32_t kSpaceMarkCode = 0x2581;
@@ -334,15 +336,50 @@ void Tokenizer::char_piece(std::string_view piece, PieceCache& c, std::vector<in
     merge_symbols(static_cast<int32_t>(c.sym.size()), c, out);
 }
 
-void Tokenizer::encode_pieces(bool at_start, PieceCache& cache, std::vector<int32_t>& out) const {
+void Tokenizer::encode_pieces(bool at_start, PieceCache& cache, std::vector<int32_t>& out,
+                              bool parallel) const {
     if (pipe_->pre) pipe_->pre->split(cache.pieces, at_start);
+    std::vector<std::string_view>& list = cache.pieces.list;
+    if (parallel && cut_at_space_) {  // the parts BPE sees (one piece is often the whole text)
+        std::vector<std::string_view> parts;
+        for (std::string_view piece : list)
+            for (size_t begin = 0, end; begin < piece.size(); begin = end) {
+                end = next_cut(piece, begin);
+                parts.push_back(piece.substr(begin, end - begin));
+            }
+        list = std::move(parts);
+    }
+    const bool cut = cut_at_space_ && !parallel;
+    if (!parallel || list.size() < 2 * kPiecesPerPart)
+        return encode_piece_range(list, cut, cache, out);
+    // The whole stretch was normalized and pre-tokenized above, serially; its pieces are encoded
+    // independently of each other, so consecutive ranges of them encode in parallel (each thread
+    // with its own memo) and concatenate to the serial result.
+    const std::span<const std::string_view> all(list);
+    const auto n_parts = static_cast<int64_t>(all.size() / kPiecesPerPart);
+    std::vector<std::vector<int32_t>> parts(static_cast<size_t>(n_parts));
+#pragma omp parallel
+    {
+        PieceCache local;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < n_parts; ++i) {
+            const size_t begin = all.size() * size_t(i) / size_t(n_parts);
+            const size_t end = all.size() * size_t(i + 1) / size_t(n_parts);
+            encode_piece_range(all.subspan(begin, end - begin), false, local, parts[size_t(i)]);
+        }
+    }
+    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+}
+
+void Tokenizer::encode_piece_range(std::span<const std::string_view> pieces, bool cut,
+                                   PieceCache& cache, std::vector<int32_t>& out) const {
     const bool bytes = pipe_->byte_level;
-    for (std::string_view piece : cache.pieces.list) {
+    for (std::string_view piece : pieces) {
         if (bytes && piece.size() == 1) {
             out.push_back(byte_id_[static_cast<unsigned char>(piece[0])]);
             continue;
         }
-        if (!cut_at_space_) {
+        if (!cut) {
             encode_piece(piece, cache, out);
             continue;
         }
@@ -381,7 +418,7 @@ void Tokenizer::encode_piece(std::string_view piece, PieceCache& cache,
 }
 
 void Tokenizer::encode_stretch(std::string_view text, bool at_start, PieceCache& cache,
-                               std::vector<int32_t>& out) const {
+                               std::vector<int32_t>& out, bool parallel) const {
     if (text.empty()) return;
     std::string_view s = text;
     if (pipe_->normalizer) {
@@ -392,7 +429,7 @@ void Tokenizer::encode_stretch(std::string_view text, bool at_start, PieceCache&
     if (!has_normalized_added_) {
         cache.pieces.clear();
         if (!s.empty()) cache.pieces.list.push_back(s);
-        return encode_pieces(at_start, cache, out);
+        return encode_pieces(at_start, cache, out, parallel);
     }
     // Added tokens with "normalized": true are matched in the normalized text.
     const std::string normalized(s);  // cache.normalized is reused below
@@ -403,7 +440,7 @@ void Tokenizer::encode_stretch(std::string_view text, bool at_start, PieceCache&
         }
         cache.pieces.clear();
         if (!seg.text.empty()) cache.pieces.list.push_back(seg.text);
-        encode_pieces(at_start && seg.at_start, cache, out);
+        encode_pieces(at_start && seg.at_start, cache, out, parallel);
     }
 }
 
@@ -428,15 +465,21 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) 
             first = false;
         }
     }
+    // A stretch still large here could not be cut (its pipeline is not line_start_safe, or it
+    // has no safe cut): it is pre-tokenized whole and its pieces are encoded in parallel.
+    const bool threads = omp_get_max_threads() >= 2 && !omp_in_parallel();
+    const auto large = [](const Segment& s) {
+        return s.id < 0 && s.text.size() > 2 * kParallelChunkBytes;
+    };
+    const bool uncut = std::any_of(items.begin(), items.end(), large);
     // A short text stays serial: starting the threads costs more than its encoding.
-    if (items.size() < 2 || text.size() < kParallelChunkBytes || omp_get_max_threads() < 2 ||
-        omp_in_parallel()) {
+    if (items.size() < 2 || text.size() < kParallelChunkBytes || !threads || uncut) {
         PieceCache cache;
         for (const Segment& s : items) {
             if (s.id >= 0) {
                 out.push_back(s.id);
             } else {
-                encode_stretch(s.text, s.at_start, cache, out);
+                encode_stretch(s.text, s.at_start, cache, out, threads && large(s));
             }
         }
         return;

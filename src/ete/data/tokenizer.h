@@ -135,9 +135,16 @@ class Tokenizer {
     void set_default_specials();
     // Cuts the added tokens with normalized == `normalized` out of `text`.
     std::vector<Segment> split_added(std::string_view text, bool normalized) const;
+    // `parallel`: a large stretch that cannot be cut before pre-tokenization; its pieces are
+    // encoded by all threads (encode_pieces).
     void encode_stretch(std::string_view text, bool at_start, PieceCache& cache,
-                        std::vector<int32_t>& out) const;
-    void encode_pieces(bool at_start, PieceCache& cache, std::vector<int32_t>& out) const;
+                        std::vector<int32_t>& out, bool parallel = false) const;
+    void encode_pieces(bool at_start, PieceCache& cache, std::vector<int32_t>& out,
+                       bool parallel = false) const;
+    // Encodes pre-tokenized pieces with `cache`'s memo and scratch; `cut`: each is first cut at
+    // its SentencePiece spaces (next_cut).
+    void encode_piece_range(std::span<const std::string_view> pieces, bool cut, PieceCache& cache,
+                            std::vector<int32_t>& out) const;
     void bpe_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& out) const;
     void char_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& out) const;
     // Where the part of a code-point piece that starts at `begin` ends (see cut_at_space_).
