@@ -183,5 +183,47 @@ TEST(CliEval, JsonlScoresResponsesOnlyAndPackingAgrees) {
     fs::remove_all(dir);
 }
 
+// `ete generate` with a SentencePiece tokenizer.json (tests/data/llama2_tokenizer.json: Prepend and
+// Replace normalizers, byte fallback). The model's greedy choice is always token t: every
+// embedding is the same vector and every layer adds zero (its projections are zero), so each
+// position ends in the same state, and only t's LM-head row points along it. The streamed text
+// must be what decoding prompt + output gives after the prompt: "▁the" after "Hello" prints
+// " the" (the space at the prompt boundary was dropped once), and byte-fallback tokens that
+// never complete a character print U+FFFD at the end (they once stopped the output silently).
+TEST(CliGenerate, SentencePieceStreamsWhatTheWholeDecodeGives) {
+    fs::path dir = fs::temp_directory_path() / ("ete_generate_sp_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string tok_path = std::string(ETE_SOURCE_DIR) + "/tests/data/llama2_tokenizer.json";
+    const Tokenizer tok = Tokenizer::load(tok_path);
+    ModelConfig c = tiny_llama(1, tok.vocab_size());
+    c.tie_word_embeddings = false;
+    auto generate = [&](const std::string& token, int n) {
+        const std::optional<int32_t> id = tok.token_to_id(token);
+        EXPECT_TRUE(id.has_value()) << token;
+        const int32_t t = id.value_or(0);
+        HostParams p(param_specs(c));
+        std::fill_n(p.param("model.embed_tokens.weight"), c.vocab_size * c.hidden_size, 1.0f);
+        std::fill_n(p.param("model.norm.weight"), c.hidden_size, 1.0f);
+        std::fill_n(p.param("lm_head.weight") + int64_t(t) * c.hidden_size, c.hidden_size, 1.0f);
+        save_hf_model((dir / "m").string(), c, p, tok_path);
+        const ShellResult r =
+            run_shell(ete_cmd("generate --model " + (dir / "m").string() +
+                              " --prompt Hello --temperature 0 --max-new-tokens " +
+                              std::to_string(n) + " 2>/dev/null"));
+        EXPECT_EQ(r.code, 0) << r.out;
+        std::vector<int32_t> all = tok.encode("Hello");
+        const std::string prompt_text = tok.decode(all);
+        all.insert(all.end(), size_t(n), t);
+        return std::make_pair(r.out, "Hello" + tok.decode(all).substr(prompt_text.size()) + "\n");
+    };
+    const auto [spaced, spaced_want] = generate("\u2581the", 3);
+    EXPECT_EQ(spaced, "Hello the the the\n");
+    EXPECT_EQ(spaced, spaced_want);
+    const auto [bytes, bytes_want] = generate("<0xE2>", 3);
+    EXPECT_EQ(bytes, bytes_want);
+    EXPECT_NE(bytes.find("\uFFFD"), std::string::npos) << bytes;
+    fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ete

@@ -23,6 +23,10 @@ bool is_graphic_ascii(char c) {
     return c >= 0x21 && c <= 0x7E;
 }
 
+bool is_ascii_alnum(char c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+
 // Frees the per-call match data even when split() throws.
 struct MatchData {
     pcre2_match_data* md;
@@ -115,7 +119,7 @@ std::vector<std::string_view> split_at_line_starts(std::string_view text, size_t
         for (size_t nl = text.find('\n', begin + target_bytes); nl != std::string_view::npos;
              nl = text.find('\n', nl + 1)) {
             if (nl + 1 >= text.size()) break;
-            if (nl > 0 && is_graphic_ascii(text[nl - 1]) && is_graphic_ascii(text[nl + 1])) {
+            if (nl > 0 && is_graphic_ascii(text[nl - 1]) && is_ascii_alnum(text[nl + 1])) {
                 cut = nl + 1;
                 break;
             }

@@ -53,12 +53,14 @@ class RegexSplitter {
 };
 
 // Splits `text` into chunks of about `target_bytes` at places where the GPT-2 pattern is known to
-// end a match whether or not the text continues: after the '\n' of "X\nY" with X and Y graphic
-// ASCII. There "\n" is a piece of its own in the whole text and at the end of a chunk, and no
-// piece spans it. (A whitespace run before the cut would not do: "\n\nY" splits "\n", "\n"
-// but a chunk ending in "\n\n" keeps one "\n\n" piece.) Pre-tokenizing the chunks one by one
-// thus gives the same pieces as the whole text, so chunks can be processed in parallel. Other
-// patterns may use it only if they share that property (Llama-3's does).
+// end a match whether or not the text continues: after the '\n' of "X\nY" with X graphic ASCII
+// and Y an ASCII letter or digit. There "\n" ends a piece in the whole text and at the end of a
+// chunk, and no piece spans it. (A whitespace run before the cut would not do: "\n\nY" splits
+// "\n", "\n" but a chunk ending in "\n\n" keeps one "\n\n" piece; and GPT-4o's punctuation
+// alternative swallows "\n/", hence a letter or digit after the cut.) Pre-tokenizing the chunks
+// one by one thus gives the same pieces as the whole text, so chunks can be processed in
+// parallel. Other patterns may use it only if they share that property (tok_pipeline.cpp lists
+// them).
 std::vector<std::string_view> split_at_line_starts(std::string_view text, size_t target_bytes);
 
 }  // namespace ete

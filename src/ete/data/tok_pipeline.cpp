@@ -20,8 +20,17 @@ constexpr std::string_view kQwen2SplitPattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|)"
     R"( ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// GPT-4o's (o200k): its punctuation alternative takes a "/" after the newlines it swallows, so a
+// piece can span a newline followed by "/"; split_at_line_starts cuts only before a letter or
+// digit, which no piece of this pattern reaches across either.
+constexpr std::string_view kGpt4oSplitPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)"
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+)"
+    R"([\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}|)"
+    R"( ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // A normalizer under which a text may be cut at split_at_line_starts' points before it is
-// normalized: none, or one Unicode normal form. Each cut falls before a graphic ASCII character,
+// normalized: none, or one Unicode normal form. Each cut falls before an ASCII letter or digit,
 // and every ASCII character is a normalization boundary (canonical class 0, composes with nothing
 // before it), so the form of the whole is the forms of the chunks put together.
 bool cut_safe_normalizer(const json* norm) {
@@ -30,9 +39,9 @@ bool cut_safe_normalizer(const json* norm) {
     return type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD";
 }
 
-// The regex of a pre-tokenizer that is ByteLevel(regex), or [Split(regex, Isolated), ByteLevel]
-// with no prefix space: the forms whose pieces never span a line start of GPT-2's or Llama-3's
-// pattern. Empty otherwise.
+// The regex of a pre-tokenizer that is ByteLevel(regex), or [Split(regex, Isolated or inverted
+// Removed), ByteLevel] with no prefix space: the forms whose pieces never span a line start of the
+// patterns above. Empty otherwise.
 std::string chunkable_pattern(const json& pre) {
     auto plain_byte_level = [](const json& j) {
         return j.value("type", "") == "ByteLevel" && !j.value("add_prefix_space", true);
@@ -47,10 +56,14 @@ std::string chunkable_pattern(const json& pre) {
     const json& split = (*seq)[0];
     const json* pattern = field(split, "pattern");
     const json* regex = pattern ? field(*pattern, "Regex") : nullptr;
-    if (split.value("type", "") != "Split" || split.value("behavior", "") != "Isolated" ||
-        split.value("invert", false) || regex == nullptr || !regex->is_string()) {
+    // Isolated keeps the matches and the text between them; Removed with invert keeps the
+    // matches only. The patterns line_start_safe accepts match every character, so both give
+    // the matches.
+    const std::string behavior = split.value("behavior", "");
+    const bool invert = split.value("invert", false);
+    const bool matches = (behavior == "Isolated" && !invert) || (behavior == "Removed" && invert);
+    if (split.value("type", "") != "Split" || !matches || regex == nullptr || !regex->is_string())
         return {};
-    }
     return regex->get<std::string>();
 }
 
@@ -90,7 +103,7 @@ std::shared_ptr<const Pipeline> make_pipeline(const json& root, const json& mode
         p->split_pattern = chunk;
         p->line_start_safe = cut_safe_normalizer(norm) &&
                              (chunk == kGpt2SplitPattern || chunk == kLlama3SplitPattern ||
-                              chunk == kQwen2SplitPattern);
+                              chunk == kQwen2SplitPattern || chunk == kGpt4oSplitPattern);
     }
     if (post) p->post = make_post_processor(*post, src, "post_processor");
     if (dec) p->decoder = make_decoder(*dec, src, "decoder");
