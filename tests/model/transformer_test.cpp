@@ -143,6 +143,32 @@ TEST_P(TransformerTest, RecomputeSomeLayersIsBitwiseIdenticalToNone) {
     EXPECT_EQ(a->params().download_grads(), b.params().download_grads());
 }
 
+// A model built without gradients (eval, generate) only runs forward: the same losses and logits
+// bit for bit, from less activation memory than even full recompute (no backward buffers), no
+// gradient buffer, and a backward refused by name.
+TEST_P(TransformerTest, ForwardOnlyModelMatchesTheTrainingModel) {
+    auto a = make_model(cfg_, *be_, B_, T_, Recompute::Full);
+    Transformer b(cfg_, *be_, {}, DType::F32, {}, {}, /*gradients=*/false);
+    b.params().init(7);
+    perturb_norms_and_biases(b.params());
+    b.setup(B_, T_);
+    EXPECT_LT(b.activation_bytes(), a->activation_bytes());
+    EXPECT_TRUE(b.params().grads_released());
+    EXPECT_TRUE(b.params().grad(0).empty());
+    EXPECT_EQ(b.forward_loss(inputs_.data(), targets_.data(), B_, T_),
+              a->forward_loss(inputs_.data(), targets_.data(), B_, T_));
+    std::vector<float> la(size_t(B_ * T_ * cfg_.vocab_size)), lb(la.size());
+    a->forward_logits(inputs_.data(), B_, T_, la.data());
+    b.forward_logits(inputs_.data(), B_, T_, lb.data());
+    EXPECT_EQ(lb, la);
+    try {
+        b.forward_backward(inputs_.data(), targets_.data(), B_, T_, d_scale_);
+        ADD_FAILURE() << "backward ran on a model without gradients";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("released"), std::string::npos) << e.what();
+    }
+}
+
 TEST(RecomputePlan, ParsesNamesListsAndRanges) {
     EXPECT_EQ(recompute_plan("none", 3), (std::vector<bool>{false, false, false}));
     EXPECT_EQ(recompute_plan("full", 3), (std::vector<bool>{true, true, true}));

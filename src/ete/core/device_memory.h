@@ -21,6 +21,14 @@ class DeviceMemory {
     // At least `bytes` of backend memory, 64-byte aligned, uninitialised; throws on exhaustion.
     virtual void* allocate(size_t bytes) = 0;
     virtual void deallocate(void* p) noexcept = 0;
+    // The same, every byte 0. A backend may hand out pages that take memory only when first
+    // written (CPU: fresh anonymous mappings), so a zeroed buffer that is never written costs no
+    // memory: the fp32 copies of weights an integer model holds as integers, say.
+    virtual void* allocate_zeroed(size_t bytes) {
+        void* p = allocate(bytes);
+        fill_bytes(p, 0, bytes);
+        return p;
+    }
     // dst (backend) = src (host) / dst (host) = src (backend) / within the backend.
     virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
     virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
@@ -41,6 +49,14 @@ class DeviceBuffer {
     DeviceBuffer() = default;
     DeviceBuffer(DeviceMemory& mem, size_t bytes)
         : mem_(&mem), data_(bytes ? mem.allocate(bytes) : nullptr), bytes_(bytes) {}
+    // A buffer of `bytes` zeros (DeviceMemory::allocate_zeroed).
+    static DeviceBuffer zeroed(DeviceMemory& mem, size_t bytes) {
+        DeviceBuffer b;
+        b.mem_ = &mem;
+        b.data_ = bytes ? mem.allocate_zeroed(bytes) : nullptr;
+        b.bytes_ = bytes;
+        return b;
+    }
     DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
     DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
         if (this != &o) {

@@ -146,15 +146,21 @@ std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir
     const std::string path = (fs::path(dir) / kWeights).string();
     ETE_CHECK(fs::exists(path), "int8 model dir '{}': {} is missing", dir, kWeights);
     const SafetensorsFile f = SafetensorsFile::open(path);
-    HostParams host(param_specs(cfg));
+    // Forward only. The full-precision tensors go straight into the store one by one; the
+    // weights held as integers keep untouched fp32 buffers there, which take no memory (zeroed
+    // pages, DeviceMemory::allocate_zeroed).
+    auto model = std::make_unique<Transformer>(cfg, be, ModelParallel{}, DType::F32, LoraSpec{},
+                                               QatSpec{}, /*gradients=*/false);
+    ParamStore& ps = model->params();
     std::unordered_set<std::string> seen;
+    std::vector<float> values;
     for (const std::string& name : f.names()) {
         if (name.size() > 13 && name.ends_with(".weight_scale")) continue;  // read with its weight
-        ETE_CHECK(host.has(name), "{}: tensor '{}' is not a parameter of this model config", path,
+        ETE_CHECK(ps.has(name), "{}: tensor '{}' is not a parameter of this model config", path,
                   name);
         seen.insert(name);
-        const int i = host.index(name);
-        const ParamSpec& s = host.specs()[size_t(i)];
+        const int i = ps.index(name);
+        const ParamSpec& s = ps.specs()[size_t(i)];
         if (int8_quantizes(m.spec, cfg, s)) {
             m.weights.emplace(name, read_int8_weight(f, s, m.spec, name));
             continue;
@@ -164,16 +170,16 @@ std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir
                   "{}: tensor '{}' is {} {}, expected F32 {}", path, name, dtype_name(e.dtype),
                   shape_str(e.shape), shape_str(hf_shape(s)));
         Tensor t = f.to_f32(name);
-        param_from_hf(host, i, t.f32());
+        values.resize(size_t(shape_numel(s.shape)));
+        param_from_hf(s, t.f32(), values.data());
+        ps.upload(i, values.data());
     }
-    for (const ParamSpec& s : host.specs())
+    for (const ParamSpec& s : ps.specs())
         ETE_CHECK(seen.count(s.name), "{}: tensor '{}' is missing", path, s.name);
     for (const std::string& name : f.names())
         if (name.ends_with(".weight_scale"))
             ETE_CHECK(m.weights.count(name.substr(0, name.size() - 6)),
                       "{}: '{}' scales no integer weight", path, name);
-    auto model = std::make_unique<Transformer>(cfg, be);
-    model->params().from_host(host);
     model->enable_int8(m);
     return model;
 }

@@ -60,19 +60,17 @@ bool ParamTable::counts_in_norm(int i) const {
 }
 
 ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_rank, int tp_size,
-                       DType compute)
-    : ParamTable(std::move(table), tp_rank, tp_size), be_(backend), compute_(compute) {
+                       DType compute, bool gradients)
+    : ParamTable(std::move(table), tp_rank, tp_size),
+      be_(backend),
+      compute_(compute),
+      grads_released_(!gradients) {
     ETE_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
               "parameter store: compute dtype {} is not F32, BF16 or F16", dtype_name(compute));
     const size_t n = size_t(numel());
-    master_ = DeviceBuffer(be_, n * sizeof(float));
-    grad_ = DeviceBuffer(be_, n * sizeof(float));
-    be_.fill_bytes(master_.data(), 0, master_.bytes());
-    be_.fill_bytes(grad_.data(), 0, grad_.bytes());
-    if (compute_ != DType::F32) {
-        compute_copy_ = DeviceBuffer(be_, n * dtype_size(compute_));
-        be_.fill_bytes(compute_copy_.data(), 0, compute_copy_.bytes());
-    }
+    master_ = DeviceBuffer::zeroed(be_, n * sizeof(float));
+    if (gradients) grad_ = DeviceBuffer::zeroed(be_, n * sizeof(float));
+    if (compute_ != DType::F32) compute_copy_ = DeviceBuffer::zeroed(be_, n * dtype_size(compute_));
     frozen_.resize(size_t(size()));
     nf4_.resize(size_t(size()));
     for (int i = 0; i < size(); ++i) {
@@ -83,8 +81,7 @@ ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_ra
         if (trainable(i) || is_nf4(i)) continue;
         const DType t = frozen_dtype(specs()[size_t(i)], compute_);
         const size_t bytes = size_t(ParamTable::numel(i)) * dtype_size(t);
-        frozen_[size_t(i)] = DeviceBuffer(be_, bytes);
-        be_.fill_bytes(frozen_[size_t(i)].data(), 0, bytes);
+        frozen_[size_t(i)] = DeviceBuffer::zeroed(be_, bytes);
     }
 }
 
@@ -111,7 +108,7 @@ Mat ParamStore::master_span(int i, int64_t rows, int64_t cols) {
 }
 
 Mat ParamStore::grad_span(int i, int64_t rows, int64_t cols) {
-    if (!trainable(i)) return {};
+    if (!trainable(i) || grads_released_) return {};
     return flat_view(grad_.data(), DType::F32, offset(i), numel(), rows, cols);
 }
 

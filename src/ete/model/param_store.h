@@ -107,8 +107,10 @@ class HostParams : public ParamTable {
 class ParamStore : public ParamTable {
   public:
     // compute: the dtype GEMMs read weights in (F32, BF16, F16). All buffers are zero.
+    // gradients = false (a model that only runs forward: eval, generate): no gradient buffer is
+    // allocated, as if release_grads() had been called.
     ParamStore(std::vector<ParamSpec> specs, Backend& backend, int tp_rank = 0, int tp_size = 1,
-               DType compute = DType::F32);
+               DType compute = DType::F32, bool gradients = true);
 
     Backend& backend() const { return be_; }
     DType compute_dtype() const { return compute_; }
@@ -116,7 +118,7 @@ class ParamStore : public ParamTable {
     // Parameter i as (rows, cols): 2-D specs as they are, 1-D ones as one row.
     Mat master(int i);  // F32 master (trainable only)
     CMat master(int i) const;
-    Mat grad(int i);  // F32 gradient; empty for a frozen parameter
+    Mat grad(int i);  // F32 gradient; empty for a frozen parameter or without gradients
     // What GEMMs read: the compute-dtype copy (the master itself in F32 runs; a frozen matrix's
     // own buffer).
     CMat weight(int i) const;

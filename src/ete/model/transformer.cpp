@@ -23,13 +23,14 @@ constexpr ShardRule kPaddedRows{0, 1, true};  // the MLP width and vocabulary sp
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& config, Backend& backend, const ModelParallel& mp,
-                         DType compute, const LoraSpec& lora, const QatSpec& qat)
+                         DType compute, const LoraSpec& lora, const QatSpec& qat, bool gradients)
     : cfg_(config),
       be_(backend),
       mp_((config.validate(), mp.resolved(config))),
       lora_(lora),
       act_(compute),
-      params_(param_specs(config, mp_, lora, qat), backend, mp_.tp_rank, mp_.tp_size, compute) {
+      params_(param_specs(config, mp_, lora, qat), backend, mp_.tp_rank, mp_.tp_size, compute,
+              gradients) {
     ETE_CHECK(mp_.tp_size == 1 || mp_.tp,
               "tensor parallelism over parallel.tp = {} ranks needs the tp communicator",
               mp_.tp_size);
@@ -306,9 +307,10 @@ void Transformer::setup(int B, int T, const std::vector<bool>& plan, int slots) 
     ETE_CHECK(T <= cfg_.max_position_embeddings,
               "sequence length {} exceeds model.max_position_embeddings = {}", T,
               cfg_.max_position_embeddings);
-    const size_t bytes = plan_activation_bytes(B, T, plan, slots);
-    block_ = DeviceBuffer(be_, bytes);
-    be_.fill_bytes(block_.data(), 0, block_.bytes());
+    forward_only_ = params_.grads_released();
+    const std::vector<bool> all(plan.size(), true);
+    const size_t bytes = plan_activation_bytes(B, T, forward_only_ ? all : plan, slots);
+    block_ = DeviceBuffer::zeroed(be_, bytes);
     arena_.reset(block_.data(), block_.bytes());
     allocate(arena_);
     std::vector<float> cos(size_t(T) * cfg_.D() / 2), sin(cos.size());
@@ -338,6 +340,7 @@ void Transformer::allocate(Arena& a) {
     const bool ln = cfg_.arch == Arch::GPT2, first = mp_.first_stage(), last = mp_.last_stage();
     const DType A = act_, F32 = DType::F32;
     const int64_t R = lora_.allocated_rank();
+    const bool bwd = !forward_only_;
     auto stat = [&](bool need) { return need ? a.alloc_vec(F32, N) : Vec{}; };
     auto layer_acts = [&]() {
         LayerActs s;
@@ -384,10 +387,10 @@ void Transformer::allocate(Arena& a) {
             if (qat_site(kQatFinalNorm, cfg_.num_layers))
                 s.lnf_mask = a.alloc_vec(DType::U8, QatRuntime::mask_bytes(N, C));
             // One slot runs its head backward right after its forward: the scratch d_ln_ holds it.
-            s.d_lnf = slots_.size() > 1 ? a.alloc_mat(F32, N, C) : Mat{};
+            s.d_lnf = slots_.size() > 1 && bwd ? a.alloc_mat(F32, N, C) : Mat{};
         }
-        s.d_out = last ? Mat{} : a.alloc_mat(F32, N, C);
-        s.d_in = first ? Mat{} : a.alloc_mat(F32, N, C);
+        s.d_out = last || !bwd ? Mat{} : a.alloc_mat(F32, N, C);
+        s.d_in = first || !bwd ? Mat{} : a.alloc_mat(F32, N, C);
         s.qat_kept.assign(act_index_.size(), {});
         for (int i = 0; i < int(act_index_.size()); ++i)
             for (int k = kQatRecomputedSites; k < kQatSites; ++k)
@@ -399,18 +402,22 @@ void Transformer::allocate(Arena& a) {
     }
     scratch_acts_ = any_recompute ? layer_acts() : LayerActs{};
     logits_ = last ? a.alloc_mat(F32, head_rows_, V_) : Mat{};
-    d_logits_ = last && A != F32 ? a.alloc_mat(A, head_rows_, V_) : logits_;
+    d_logits_ = !bwd ? Mat{} : last && A != F32 ? a.alloc_mat(A, head_rows_, V_) : logits_;
     losses_ = last ? a.alloc_vec(F32, N) : Vec{};
     targets_ = last ? a.alloc_vec(DType::I32, N) : Vec{};
     rope_cos_ = a.alloc_mat(F32, T_, D / 2);
     rope_sin_ = a.alloc_mat(F32, T_, D / 2);
-    d_resid_ = first ? a.alloc_mat(F32, N, C) : Mat{};
-    d_ln_ = a.alloc_mat(F32, N, C);
-    d_qkv_ = a.alloc_mat(A, N, S);
-    d_att_ = a.alloc_mat(A, N, HD);
-    d_fc_ = a.alloc_mat(A, N, FC);
-    d_act_ = a.alloc_mat(A, N, F);
-    d_y16_ = A != F32 ? a.alloc_mat(A, N, C) : Mat{};
+    // Backward buffers (none for a forward-only model).
+    auto back = [&](DType t, int64_t cols, bool need = true) {
+        return bwd && need ? a.alloc_mat(t, N, cols) : Mat{};
+    };
+    d_resid_ = back(F32, C, first);
+    d_ln_ = back(F32, C);
+    d_qkv_ = back(A, S);
+    d_att_ = back(A, HD);
+    d_fc_ = back(A, FC);
+    d_act_ = back(A, F);
+    d_y16_ = back(A, C, A != F32);
     for (int k = 0; k < kLoraSites; ++k) {
         const bool has = lora_sites_[size_t(k)];
         lora_du_[size_t(k)] = has ? a.alloc_mat(F32, N, R) : Mat{};
@@ -420,7 +427,7 @@ void Transformer::allocate(Arena& a) {
                       std::any_of(lora_sites_.begin(), lora_sites_.end(), [](bool b) { return b; });
     const int64_t widest = std::max({C, HD, F});
     lora_xd_ = drop ? a.alloc_mat(A, N, widest) : Mat{};
-    lora_dxd_ = drop ? a.alloc_mat(F32, N, widest) : Mat{};
+    lora_dxd_ = drop && bwd ? a.alloc_mat(F32, N, widest) : Mat{};
     tp_buf_ = tp_ ? a.alloc_mat(F32, N, C) : Mat{};
     bool qat_out = false;
     for (int l = mp_.layer_begin; l < mp_.layer_end; ++l)

@@ -105,10 +105,12 @@ class Transformer {
     // mp = {}: the whole model on one process. compute: the compute dtype (train.precision).
     // lora enabled: a frozen base with adapters (model/lora_spec.h), the adapters the only
     // trainable parameters. qat: the spec enable_qat will be given when it learns the weights'
-    // scales (qat.learnable_scale: they are parameters, model/param_spec.h). Throws ete::Error
-    // on an invalid ModelParallel or LoRA spec.
+    // scales (qat.learnable_scale: they are parameters, model/param_spec.h). gradients = false:
+    // a model that only runs forward (no gradient buffer; backward refuses to run). Throws
+    // ete::Error on an invalid ModelParallel or LoRA spec.
     Transformer(const ModelConfig& config, Backend& backend, const ModelParallel& mp = {},
-                DType compute = DType::F32, const LoraSpec& lora = {}, const QatSpec& qat = {});
+                DType compute = DType::F32, const LoraSpec& lora = {}, const QatSpec& qat = {},
+                bool gradients = true);
     ~Transformer();
 
     const ModelConfig& config() const { return cfg_; }
@@ -327,8 +329,11 @@ class Transformer {
 
     int B_ = 0, T_ = 0, head_rows_ = 0;
     std::vector<bool> recompute_;  // per global layer
-    std::vector<int> act_index_;   // local layer -> its LayerActs in a slot, -1 = shared scratch
-    DeviceBuffer block_;           // the activation memory the arena carves
+    // No gradients (ParamStore::grads_released at setup): the model only runs forward, every
+    // layer writes the one set of scratch activations and no backward buffer exists.
+    bool forward_only_ = false;
+    std::vector<int> act_index_;  // local layer -> its LayerActs in a slot, -1 = shared scratch
+    DeviceBuffer block_;          // the activation memory the arena carves
     Arena arena_;
     std::vector<Slot> slots_;
     LayerActs scratch_acts_;   // recomputed layers

@@ -102,7 +102,8 @@ void Transformer::qat_add_head() {
     const Mat buf{qat_weights_.back().data(), act_, out, in};
     const bool trainable = ps.trainable(h);
     const CMat src = (trainable ? CMat(ps.master(h)) : ps.value(h)).row_slice(0, out);
-    const Mat grad = trainable ? ps.grad(h).row_slice(0, out) : Mat{};
+    const Mat g = trainable ? ps.grad(h) : Mat{};  // none in a model that only runs forward
+    const Mat grad = g.empty() ? Mat{} : g.row_slice(0, out);
     qat_->add_weight(ps.specs()[size_t(h)].name, src, buf, grad, true, false, qat_learned_scale(h));
     head_.set_weight(buf);
 }

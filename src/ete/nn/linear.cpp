@@ -38,11 +38,14 @@ void Linear::set_weight(CMat w) {
 
 void Linear::set_adapter(const LoraParams& lora) {
     if (!lora.empty()) {
-        ETE_CHECK(lora.a.cols == in() && lora.b.rows == out() && lora.b.cols == lora.a.rows &&
-                      lora.d_a.rows == lora.a.rows && lora.d_a.cols == lora.a.cols &&
-                      lora.d_b.rows == lora.b.rows && lora.d_b.cols == lora.b.cols,
-                  "lora: adapter A ({}, {}), B ({}, {}) does not fit a ({}, {}) linear",
-                  lora.a.rows, lora.a.cols, lora.b.rows, lora.b.cols, out(), in());
+        // Gradients match A and B, or are absent (a model that only runs forward).
+        const bool grads = (lora.d_a.empty() && lora.d_b.empty()) ||
+                           (lora.d_a.rows == lora.a.rows && lora.d_a.cols == lora.a.cols &&
+                            lora.d_b.rows == lora.b.rows && lora.d_b.cols == lora.b.cols);
+        ETE_CHECK(
+            lora.a.cols == in() && lora.b.rows == out() && lora.b.cols == lora.a.rows && grads,
+            "lora: adapter A ({}, {}), B ({}, {}) does not fit a ({}, {}) linear", lora.a.rows,
+            lora.a.cols, lora.b.rows, lora.b.cols, out(), in());
         ETE_CHECK(lora.rank > 0 && lora.rank <= lora.r_max(),
                   "lora: active rank {} outside [1, {}]", lora.rank, lora.r_max());
     }

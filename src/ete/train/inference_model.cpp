@@ -21,12 +21,14 @@ std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string
     }
     const ModelConfig cfg = load_hf_config(dir);
     if (adapter.empty()) {
-        auto m = std::make_unique<Transformer>(cfg, be);
+        auto m = std::make_unique<Transformer>(cfg, be, ModelParallel{}, DType::F32, LoraSpec{},
+                                               QatSpec{}, /*gradients=*/false);
         load_hf_weights(dir, m->params());
         return m;
     }
     const PeftAdapterInfo info = load_peft_config(adapter, cfg);
-    auto m = std::make_unique<Transformer>(cfg, be, ModelParallel{}, DType::F32, info.spec);
+    auto m = std::make_unique<Transformer>(cfg, be, ModelParallel{}, DType::F32, info.spec,
+                                           QatSpec{}, /*gradients=*/false);
     ParamStore& ps = m->params();
     load_hf_weights(dir, ps);
     load_peft_weights(adapter, cfg, ps, [&](int i, const float* v) { ps.upload(i, v); });

@@ -23,8 +23,10 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "ete/backend/backend.h"
@@ -43,6 +45,7 @@ class CpuBackend final : public Backend {
 
     // memory.cpp
     void* allocate(size_t bytes) override;
+    void* allocate_zeroed(size_t bytes) override;
     void deallocate(void* p) noexcept override;
     void upload(void* dst, const void* host_src, size_t bytes) override;
     void download(void* host_dst, const void* src, size_t bytes) override;
@@ -167,6 +170,9 @@ class CpuBackend final : public Backend {
     Nf4View host_view(const Nf4View& w) const;
 
     std::unique_ptr<GuardedMemory> guard_;
+    // allocate_zeroed's anonymous mappings (address -> length), which deallocate unmaps.
+    std::mutex mapped_mutex_;
+    std::unordered_map<void*, size_t> mapped_;
     // Host scratch of the ops that need one (dequantized NF4 tiles); grows, never shrinks. Only
     // this backend's kernels see it, so it is plain host memory even in guarded mode.
     std::vector<std::byte> workspace_;

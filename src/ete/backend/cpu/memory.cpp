@@ -4,6 +4,8 @@
 // sum_squares adds fixed blocks of kSumBlock elements (each in double) and then the block sums in
 // block order: the value does not depend on thread count or timing, so gradient clipping is
 // reproducible on any machine running this build.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -78,8 +80,32 @@ void* CpuBackend::allocate(size_t bytes) {
     return p;
 }
 
+// Zeroed buffers from this size up get an anonymous mapping of their own: the kernel supplies
+// zero pages when they are first touched, so no memset runs and pages never written (the fp32
+// copies of weights that an integer model holds as integers) take no memory.
+constexpr size_t kMappedMin = size_t{1} << 20;
+constexpr size_t kPageBytes = 4096;
+
+void* CpuBackend::allocate_zeroed(size_t bytes) {
+    if (guard_ || bytes < kMappedMin) return Backend::allocate_zeroed(bytes);
+    const size_t len = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+    void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    std::lock_guard<std::mutex> lock(mapped_mutex_);
+    mapped_.emplace(p, len);
+    return p;
+}
+
 void CpuBackend::deallocate(void* p) noexcept {
     if (guard_) return guard_->deallocate(p);
+    if (p) {
+        std::lock_guard<std::mutex> lock(mapped_mutex_);
+        if (auto it = mapped_.find(p); it != mapped_.end()) {
+            ::munmap(p, it->second);
+            mapped_.erase(it);
+            return;
+        }
+    }
     std::free(p);
 }
 
