@@ -61,7 +61,7 @@ void expect_parallel_equals_serial(const Tokenizer& t, const json& golden,
     }
     ASSERT_GT(unit.size(), 1000u) << family;
     std::string big;
-    while (big.size() < 600 * 1024) big += unit;
+    while (big.size() < 540 * 1024) big += unit;
     const int saved = omp_get_max_threads();
     omp_set_num_threads(1);
     const Ids serial = t.encode(big);
@@ -110,7 +110,16 @@ TEST_P(Family, MatchesHuggingFaceIdForId) {
     }
     EXPECT_EQ(bad, 0u) << family << ": " << bad << " of " << checked << " checks differ";
     EXPECT_GT(checked, 1000u);
-    expect_parallel_equals_serial(t, golden, family);
+#if defined(__SANITIZE_ADDRESS__)
+    // Under the sanitizers (where each check takes seconds), one family per parallel path: piece
+    // ranges of a SentencePiece and of a byte-level file, line chunks after NFC and with o200k's
+    // pattern. The plain suite checks all.
+    const bool parallel_check =
+        family == "llama2" || family == "deepseek_v3" || family == "qwen3" || family == "gpt4o";
+#else
+    const bool parallel_check = true;
+#endif
+    if (parallel_check) expect_parallel_equals_serial(t, golden, family);
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf, Family,
