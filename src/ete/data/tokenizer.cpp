@@ -341,13 +341,13 @@ void Tokenizer::encode_pieces(bool at_start, PieceCache& cache, std::vector<int3
     if (pipe_->pre) pipe_->pre->split(cache.pieces, at_start);
     std::vector<std::string_view>& list = cache.pieces.list;
     if (parallel && cut_at_space_) {  // the parts BPE sees (one piece is often the whole text)
-        std::vector<std::string_view> parts;
+        std::vector<std::string_view> words;
         for (std::string_view piece : list)
             for (size_t begin = 0, end; begin < piece.size(); begin = end) {
                 end = next_cut(piece, begin);
-                parts.push_back(piece.substr(begin, end - begin));
+                words.push_back(piece.substr(begin, end - begin));
             }
-        list = std::move(parts);
+        list = std::move(words);
     }
     const bool cut = cut_at_space_ && !parallel;
     if (!parallel || list.size() < 2 * kPiecesPerPart)

@@ -48,8 +48,8 @@ void dnnl_gemm_fallback_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N
 // CPU with AVX512-BF16 but no usable AMX (Sapphire/Emerald Rapids where the hypervisor hides
 // AMX; Cooper Lake assumed alike, not measured) oneDNN's bf16 kernel is slower than sgemm
 // (Emerald Rapids, 2 threads: 140 against 227 GFLOP/s), and without native instructions oneDNN
-// emulates (gemm:jit, ~57). There
-// the operands are converted and OpenBLAS sgemm runs: the same exact products and fp32 sums.
+// emulates (gemm:jit, ~57). There the operands are converted and OpenBLAS sgemm runs: the same
+// exact products and fp32 sums.
 // `env` is ETE_GEMM16 (null or "auto": the rule above; "onednn" or "sgemm" force one).
 enum class Gemm16Engine { OneDnn, Sgemm };
 struct Gemm16Choice {
