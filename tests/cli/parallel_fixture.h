@@ -97,9 +97,9 @@ class ParallelTrain : public ::testing::Test {
         return res;
     }
 
-    // wtol, ltol: the weights' and the losses' relative tolerances.
+    // wtol, ltol: the weights' and the losses' relative tolerances; watol: the weights' absolute one.
     static void expect_same(const RunResult& want, const RunResult& got, const std::string& what,
-                            float wtol = 1e-5f, double ltol = 1e-5) {
+                            float wtol = 1e-5f, double ltol = 1e-5, float watol = 1e-5f) {
         // got may be a resumed run that logged only the last steps.
         ASSERT_FALSE(got.steps.empty()) << what << "\n" << got.log;
         ASSERT_EQ(got.steps.back(), int64_t(want.losses.size())) << what;
@@ -112,7 +112,7 @@ class ParallelTrain : public ::testing::Test {
             const auto& g = got.weights.at(name);
             ASSERT_EQ(g.size(), w.size()) << what << " " << name;
             for (size_t i = 0; i < w.size(); ++i)
-                ASSERT_NEAR(g[i], w[i], 1e-5f + wtol * std::fabs(w[i]))
+                ASSERT_NEAR(g[i], w[i], watol + wtol * std::fabs(w[i]))
                     << what << " " << name << "[" << i << "]";
         }
     }
