@@ -200,8 +200,11 @@ void add_quantize(CLI::App& app, QuantizeArgs& q, ExportMergedArgs& e, ExportInt
     m->callback([&] { run = [&] { return cmd_export_merged(e); }; });
     auto* n = x->add_subcommand(
         "int8", "Write a QAT run's final model as the integer model (int8 weights and scales)");
-    n->add_option("--model", i8.model_dir, "a QAT run's final model dir (with qat.json)");
-    n->add_option("--run", i8.run, "a QAT run dir (its final/)");
+    n->add_option("--model", i8.model_dir,
+                  "a QAT run's final model dir (with qat.json), or the base of --adapter");
+    n->add_option("--adapter", i8.adapter,
+                  "a QAT run's final LoRA adapter dir (with qat.json) over --model");
+    n->add_option("--run", i8.run, "a QAT run dir (its final/; over LoRA, the base it names)");
     n->add_option("--out", i8.out, "integer model dir to write")->required();
     n->add_option("--probe", i8.probe, "token shard for the check against fake quantization");
     n->callback([&] { run = [&] { return cmd_export_int8(i8); }; });

@@ -53,8 +53,7 @@ struct LoadedModel {
 LoadedModel load_model(const std::string& dir, const std::string& adapter = "",
                        bool fake_quant = false) {
     LoadedModel m;
-    ETE_CHECK(!fake_quant || adapter.empty(), "eval: --fake-quant with --adapter is not supported");
-    m.model = fake_quant ? load_fake_quant_model(*m.backend, dir)
+    m.model = fake_quant ? load_fake_quant_model(*m.backend, dir, adapter)
                          : load_inference_model(*m.backend, dir, adapter);
     if (m.model->int8())
         log_info("{}: integer model, {} linears in int8 ({})", dir, m.model->int8_linears(),

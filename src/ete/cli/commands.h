@@ -69,7 +69,7 @@ struct QuantizeArgs {
 int cmd_quantize(const QuantizeArgs& a);
 int cmd_quantize_int8(const QuantizeArgs& a);
 struct ExportInt8Args {
-    std::string model_dir, run, out, probe;
+    std::string model_dir, adapter, run, out, probe;
 };
 int cmd_export_int8(const ExportInt8Args& a);
 

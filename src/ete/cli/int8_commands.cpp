@@ -12,6 +12,7 @@
 #include "ete/data/token_shard.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/int8_dir.h"
+#include "ete/io/peft.h"
 #include "ete/model/lora_spec.h"
 #include "ete/train/inference_model.h"
 
@@ -75,29 +76,71 @@ void check_written(Backend& be, Transformer& fake, const std::string& out, const
 
 }  // namespace
 
-int cmd_export_int8(const ExportInt8Args& a) {
+namespace {
+
+// The base dir and adapter dir (empty: a full QAT model) `ete export int8` reads: --model [with
+// --adapter], or --run, whose final/ is a model dir or, for a run over LoRA, an adapter dir over
+// the base its adapter_config.json names.
+std::pair<std::string, std::string> export_sources(const ExportInt8Args& a) {
     ETE_CHECK(a.model_dir.empty() != a.run.empty(),
               "ete export int8: pass one of --model or --run");
+    ETE_CHECK(a.run.empty() || a.adapter.empty(),
+              "ete export int8: --adapter goes with --model BASE (--run finds its own adapter)");
     const std::string dir = a.run.empty() ? a.model_dir : (fs::path(a.run) / "final").string();
-    ETE_CHECK(fs::absolute(dir) != fs::absolute(a.out),
-              "ete export int8: --out must differ from the model");
-    ETE_CHECK(!fs::exists(fs::path(dir) / "adapter_config.json"),
-              "ete export int8: '{}' is a LoRA adapter: exporting QAT over LoRA or QLoRA to "
-              "integers is not supported yet (train QAT as a full fine-tune to export it)",
-              dir);
+    if (!a.adapter.empty()) return {dir, a.adapter};
+    if (!fs::exists(fs::path(dir) / "adapter_config.json")) return {dir, ""};
+    ETE_CHECK(!a.run.empty(),
+              "ete export int8: '{}' is a LoRA adapter: pass --model BASE --adapter {} (or --run "
+              "RUN)",
+              dir, dir);
+    const std::string base = peft_base_model(dir);
+    ETE_CHECK(!base.empty() && fs::exists(fs::path(base) / "config.json"),
+              "ete export int8: {}/adapter_config.json names the base '{}', which is not a model "
+              "dir here: pass --model BASE --adapter {}",
+              dir, base, dir);
+    return {base, dir};
+}
+
+// Every base weight as the run's QAT saw it (an NF4 base dequantized), in ETE layout.
+HostParams base_values(const ModelConfig& cfg, const Transformer& fake) {
+    HostParams host(param_specs(cfg));
+    const ParamStore& ps = fake.params();
+    for (int i = 0; i < host.size(); ++i) {
+        const std::vector<float> v = ps.download(ps.index(host.specs()[size_t(i)].name));
+        std::copy(v.begin(), v.end(), host.param(i));
+    }
+    return host;
+}
+
+}  // namespace
+
+int cmd_export_int8(const ExportInt8Args& a) {
+    const auto [dir, adapter] = export_sources(a);
+    ETE_CHECK(fs::absolute(dir) != fs::absolute(a.out) &&
+                  (adapter.empty() || fs::absolute(adapter) != fs::absolute(a.out)),
+              "ete export int8: --out must differ from the model and the adapter");
     auto be = make_cpu_backend();
-    const QatState st = read_qat_state(dir);
-    std::unique_ptr<Transformer> fake = load_fake_quant_model(*be, dir);
+    const QatState st = read_qat_state(adapter.empty() ? dir : adapter);
+    std::unique_ptr<Transformer> fake = load_fake_quant_model(*be, dir, adapter);
     const ModelConfig& cfg = fake->config();
     check_int8_spec(st.spec, cfg);
     HostParams host(param_specs(cfg));
-    load_hf_weights(dir, host);
+    if (adapter.empty())
+        load_hf_weights(dir, host);
+    else
+        host = base_values(cfg, *fake);
     const Int8Model m = make_int8_model(st.spec, cfg, host, *fake->qat());
-    save_int8_model(a.out, cfg, host, m, {{"from", "qat"}, {"model", fs::absolute(dir).string()}},
-                    file_in(dir, "tokenizer.json"), file_in(dir, "generation_config.json"));
+    nlohmann::json source = {{"from", "qat"}, {"model", fs::absolute(dir).string()}};
+    if (!adapter.empty()) source["adapter"] = fs::absolute(adapter).string();
+    auto either = [&](const char* name) {
+        const std::string f = adapter.empty() ? "" : file_in(adapter, name);
+        return f.empty() ? file_in(dir, name) : f;
+    };
+    save_int8_model(a.out, cfg, host, m, source, either("tokenizer.json"),
+                    either("generation_config.json"), adapter);
     const int T = std::min(cfg.max_position_embeddings, 64);
     check_written(*be, *fake, a.out, m, probe_ids(a.probe, 2, T, cfg.vocab_size), 2, T,
-                  ("exported " + dir).c_str());
+                  ("exported " + (adapter.empty() ? dir : dir + " + " + adapter)).c_str());
     return 0;
 }
 

@@ -8,6 +8,7 @@
 
 #include "ete/core/file_util.h"
 #include "ete/io/hf_model.h"
+#include "ete/io/peft.h"
 #include "ete/io/safetensors.h"
 
 namespace ete {
@@ -18,6 +19,7 @@ using json = nlohmann::json;
 namespace {
 
 constexpr const char* kWeights = "model.safetensors";
+constexpr const char* kAdapterDir = "adapter";
 
 std::string scale_name(const std::string& weight) {
     return weight.substr(0, weight.size() - std::string(".weight").size()) + ".weight_scale";
@@ -78,7 +80,7 @@ Int8Tensor read_int8_weight(const SafetensorsFile& f, const ParamSpec& s, const 
 
 void save_int8_model(const std::string& dir, const ModelConfig& c, const HostParams& params,
                      const Int8Model& m, const json& source, const std::string& tokenizer_json,
-                     const std::string& generation_config) {
+                     const std::string& generation_config, const std::string& adapter) {
     json config = config_to_hf_json(c);
     config["torch_dtype"] = "float32";
     json q = qat_spec_to_json(m.spec);
@@ -89,6 +91,7 @@ void save_int8_model(const std::string& dir, const ModelConfig& c, const HostPar
     q["activation_scales"] = json::object();
     for (const auto& [key, sz] : m.act_scales) q["activation_scales"][key] = {sz.first, sz.second};
     q["source"] = source;
+    if (!adapter.empty()) q["adapter"] = kAdapterDir;
     config["quantization_config"] = q;
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (int i = 0; i < params.size(); ++i) {
@@ -113,6 +116,11 @@ void save_int8_model(const std::string& dir, const ModelConfig& c, const HostPar
             write_file_atomic(tmp + "/tokenizer.json", read_file(tokenizer_json));
         if (!generation_config.empty())
             write_file_atomic(tmp + "/generation_config.json", read_file(generation_config));
+        if (adapter.empty()) return;
+        fs::create_directory(fs::path(tmp) / kAdapterDir);
+        for (const char* f : {"adapter_config.json", "adapter_model.safetensors"})
+            write_file_atomic((fs::path(tmp) / kAdapterDir / f).string(),
+                              read_file((fs::path(adapter) / f).string()));
     });
 }
 
@@ -149,7 +157,18 @@ std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir
     // Forward only. The full-precision tensors go straight into the store one by one; the
     // weights held as integers keep untouched fp32 buffers there, which take no memory (zeroed
     // pages, DeviceMemory::allocate_zeroed).
-    auto model = std::make_unique<Transformer>(cfg, be, ModelParallel{}, DType::F32, LoraSpec{},
+    // A QAT run over LoRA: its adapter, over a dense base (the integers replace an NF4 one).
+    PeftAdapterInfo adapter;
+    std::string adapter_dir;
+    if (qc.contains("adapter")) {
+        ETE_CHECK(qc["adapter"] == kAdapterDir,
+                  "{}: quantization_config.adapter is {}, expected \"{}\"", where,
+                  qc["adapter"].dump(), kAdapterDir);
+        adapter_dir = (fs::path(dir) / kAdapterDir).string();
+        adapter = load_peft_config(adapter_dir, cfg);
+        adapter.spec.base_format = "f32";
+    }
+    auto model = std::make_unique<Transformer>(cfg, be, ModelParallel{}, DType::F32, adapter.spec,
                                                QatSpec{}, /*gradients=*/false);
     ParamStore& ps = model->params();
     std::unordered_set<std::string> seen;
@@ -175,11 +194,13 @@ std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir
         ps.upload(i, values.data());
     }
     for (const ParamSpec& s : ps.specs())
-        ETE_CHECK(seen.count(s.name), "{}: tensor '{}' is missing", path, s.name);
+        ETE_CHECK(seen.count(s.name) || s.role == ParamRole::LoraA || s.role == ParamRole::LoraB, "{}: tensor '{}' is missing", path,
+                  s.name);
     for (const std::string& name : f.names())
         if (name.ends_with(".weight_scale"))
             ETE_CHECK(m.weights.count(name.substr(0, name.size() - 6)),
                       "{}: '{}' scales no integer weight", path, name);
+    if (!adapter_dir.empty()) load_peft_into(*model, adapter_dir, adapter);
     model->enable_int8(m);
     return model;
 }

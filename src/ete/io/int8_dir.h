@@ -3,7 +3,8 @@
 // spec's keys, "activation_scales": {point key: [scale, zero_point]}} and whose
 // model.safetensors holds each quantized linear as `P.weight` I8 (out, in) — ETE's layout for
 // every architecture — with `P.weight_scale` F32 (out, in / group), and every other parameter as
-// F32 in its HF layout.
+// F32 in its HF layout. The integer model of a QAT run over LoRA also holds the run's PEFT adapter
+// in DIR/adapter, applied in fp32.
 #pragma once
 
 #include <memory>
@@ -20,13 +21,17 @@ namespace ete {
 // Writes the dir atomically (a temporary sibling renamed over `dir`). params: the whole model's
 // fp32 weights (those m quantizes are written as its integers); source: what to record of where
 // the model came from (quantization_config.source); tokenizer_json / generation_config: files to
-// copy, or "".
+// copy, or "". adapter: a PEFT LoRA adapter dir (a QAT run over LoRA) copied into DIR/adapter
+// (quantization_config.adapter = "adapter"), or "".
 void save_int8_model(const std::string& dir, const ModelConfig& c, const HostParams& params,
                      const Int8Model& m, const nlohmann::json& source,
-                     const std::string& tokenizer_json, const std::string& generation_config);
+                     const std::string& tokenizer_json, const std::string& generation_config,
+                     const std::string& adapter = "");
 
 // The model of an int8 dir, ready for setup: every tensor checked against the config (names,
-// shapes, dtypes, scales finite and positive, integers on their grid).
+// shapes, dtypes, scales finite and positive, integers on their grid). With an adapter, its LoRA
+// path runs in fp32 beside the integer base, reading the input the integers were quantized from,
+// fake-quantized (the numbers the QAT run trained with).
 std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir);
 
 }  // namespace ete

@@ -8,6 +8,7 @@
 
 #include "ete/core/file_util.h"
 #include "ete/io/safetensors.h"
+#include "ete/model/transformer.h"
 
 namespace ete {
 
@@ -45,7 +46,8 @@ std::string peft_tensor_name(const std::string& ete_name, Arch arch) {
 
 void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraSpec& spec,
                        const HostParams& adapters, const std::string& base_model,
-                       const std::function<int(const std::string&)>& rank, DType dtype) {
+                       const std::function<int(const std::string&)>& rank, DType dtype,
+                       const std::vector<std::pair<std::string, std::string>>& extra) {
     json rank_pattern = json::object();
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (int i = 0; i < adapters.size(); ++i) {
@@ -90,7 +92,20 @@ void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraS
     write_dir_atomic(dir, "saving PEFT adapter dir", [&](const std::string& tmp) {
         write_file_atomic(tmp + "/" + kConfigFile, cfg.dump(2) + "\n");
         write_safetensors(tmp + "/" + kWeightsFile, tensors, meta);
+        for (const auto& [name, contents] : extra) write_file_atomic(tmp + "/" + name, contents);
     });
+}
+
+std::string peft_base_model(const std::string& dir) {
+    const std::string path = (fs::path(dir) / kConfigFile).string();
+    json j;
+    try {
+        j = json::parse(read_file(path));
+    } catch (const json::exception& e) {
+        throw_error(fmt::format("{}: invalid JSON ({})", path, e.what()));
+    }
+    const auto it = j.is_object() ? j.find("base_model_name_or_path") : j.end();
+    return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c) {
@@ -208,6 +223,18 @@ void load_peft_weights(const std::string& dir, const ModelConfig& c, const Param
     for (const std::string& n : f.names())
         ETE_CHECK(expected.count(n), "{}: tensor '{}' is not an adapter of this base and config",
                   path, n);
+}
+
+void load_peft_into(Transformer& m, const std::string& dir, const PeftAdapterInfo& info) {
+    const ModelConfig& cfg = m.config();
+    ParamStore& ps = m.params();
+    load_peft_weights(dir, cfg, ps, [&](int i, const float* v) { ps.upload(i, v); });
+    for (int i = 0; i < cfg.num_layers; ++i)
+        for (auto [lin, a] : m.adapted_linears(i)) {
+            const std::string& name = ps.specs()[size_t(a)].name;
+            const auto it = info.ranks.find(name.substr(0, name.rfind(".lora_A")));
+            lin->set_rank(it == info.ranks.end() ? info.spec.r : it->second);
+        }
 }
 
 }  // namespace ete

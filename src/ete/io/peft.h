@@ -23,6 +23,8 @@
 
 namespace ete {
 
+class Transformer;
+
 struct PeftAdapterInfo {
     LoraSpec spec;                     // enabled, r, alpha, rslora, targets, base format
     std::string base_model;            // base_model_name_or_path
@@ -36,10 +38,15 @@ std::string peft_tensor_name(const std::string& ete_name, Arch arch);
 // Writes DIR atomically from the adapter parameters of `adapters` (a host table holding the
 // whole model's trainable parameters: LoRA A and B). rank(module) gives each adapter's active
 // rank (module = the base weight's name without ".weight"). dtype: F32, BF16 or F16.
+// extra: more files for the dir, (name, contents) (a QAT run's qat.json).
 void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraSpec& spec,
                        const HostParams& adapters, const std::string& base_model,
                        const std::function<int(const std::string& module)>& rank,
-                       DType dtype = DType::F32);
+                       DType dtype = DType::F32,
+                       const std::vector<std::pair<std::string, std::string>>& extra = {});
+
+// DIR/adapter_config.json's base_model_name_or_path ("" when absent or not a string).
+std::string peft_base_model(const std::string& dir);
 
 // Reads and validates DIR/adapter_config.json (and the safetensors metadata) for a model of
 // config c; every error names the file and the field.
@@ -51,5 +58,9 @@ PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c);
 // and every tensor of the file must be an adapter of the table, with the shapes the config says.
 void load_peft_weights(const std::string& dir, const ModelConfig& c, const ParamTable& table,
                        const std::function<void(int, const float*)>& take);
+
+// Uploads the adapter weights of dir into m (a one-process model built with info.spec, info as
+// load_peft_config(dir) gave it) and sets each adapted linear to its rank.
+void load_peft_into(Transformer& m, const std::string& dir, const PeftAdapterInfo& info);
 
 }  // namespace ete

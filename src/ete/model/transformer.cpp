@@ -499,7 +499,7 @@ CMat Transformer::norm_input(const Norm& norm, const FusedLinear& next, Mat out,
                              CMat x, int site, int l, Vec mask) {
     const int N = int(x.rows);
     const Int8Weight* w8 = static_int8_input(next.part(0));
-    if (w8 && !norm.layernorm()) {
+    if (w8 && !norm.layernorm() && !site_adapted(site, l)) {
         const Mat q = int8_scratch_->xq(N, x.cols);
         norm.forward_quantized(be_, q, x, w8->input_scale(), w8->input_zero(), w8->input().grid);
         return q;

@@ -374,6 +374,9 @@ class Transformer {
     // d_x = d_y (default: d_x itself) through site's mask.
     void qat_backward(int site, int l, Mat d_x, Vec mask, CMat d_y = {});
     bool qat_site(int site, int l) const { return qat_ && qat_->site_on(site, l); }
+    // Whether an adapter reads the input of site's linears (kQatLn1..kQatAct, kQatFinalNorm) in
+    // global layer l.
+    bool site_adapted(int site, int l) const;
     CMat o_input(const LayerActs& s, int N) const;
     void qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode);
     void qat_add_head();

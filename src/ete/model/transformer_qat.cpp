@@ -112,10 +112,30 @@ void Transformer::qat_add_head() {
 // the site's saved mask buffer (allocated whenever the site is on).
 void Transformer::qat_forward(int site, int l, Mat x, Vec mask) {
     if (!qat_ || !qat_->site_on(site, l)) return;
-    if (int8() && qat_->linear_in(site)) return;  // the integer linears quantize their input
+    // The integer linears quantize their input; but where an adapter reads it too, it reads fq(x)
+    // as in training, and an integer linear quantizing fq(x) gets q(x) back (static scales
+    // exactly; per token up to a rounding tie).
+    if (int8() && qat_->linear_in(site) && !site_adapted(site, l)) return;
     ETE_ASSERT(!mask.empty());
     qat_->act_forward(site, l, x, mask.slice(0, QatRuntime::mask_bytes(x.rows, x.cols)),
                       qat_train_);
+}
+
+bool Transformer::site_adapted(int site, int l) const {
+    if (site == kQatFinalNorm || l == cfg_.num_layers) return head_.has_adapter();
+    const DecoderLayer& L = layers_[size_t(l - mp_.layer_begin)];
+    auto any = [](const FusedLinear& f) {
+        for (int k = 0; k < f.size(); ++k)
+            if (f.part(k).has_adapter()) return true;
+        return false;
+    };
+    switch (site) {
+        case kQatLn1: return any(L.qkv);
+        case kQatAtt: return L.o.has_adapter();
+        case kQatLn2: return any(L.fc);
+        case kQatAct: return L.proj.has_adapter();
+        default: return false;
+    }
 }
 
 void Transformer::qat_backward(int site, int l, Mat d_x, Vec mask, CMat d_y) {

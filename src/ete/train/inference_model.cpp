@@ -14,8 +14,8 @@ std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string
                                                   const std::string& adapter) {
     if (is_int8_model_dir(dir)) {
         ETE_CHECK(adapter.empty(),
-                  "'{}' is an integer model: --adapter applies to full-precision "
-                  "or NF4 bases",
+                  "'{}' is an integer model: --adapter applies to full-precision or NF4 bases (an "
+                  "integer model exported from a QAT run over LoRA carries its adapter)",
                   dir);
         return load_int8_model(be, dir);
     }
@@ -29,15 +29,8 @@ std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string
     const PeftAdapterInfo info = load_peft_config(adapter, cfg);
     auto m = std::make_unique<Transformer>(cfg, be, ModelParallel{}, DType::F32, info.spec,
                                            QatSpec{}, /*gradients=*/false);
-    ParamStore& ps = m->params();
-    load_hf_weights(dir, ps);
-    load_peft_weights(adapter, cfg, ps, [&](int i, const float* v) { ps.upload(i, v); });
-    for (int i = 0; i < cfg.num_layers; ++i)
-        for (auto [lin, a] : m->adapted_linears(i)) {
-            const std::string& name = ps.specs()[size_t(a)].name;
-            const auto it = info.ranks.find(name.substr(0, name.rfind(".lora_A")));
-            lin->set_rank(it == info.ranks.end() ? info.spec.r : it->second);
-        }
+    load_hf_weights(dir, m->params());
+    load_peft_into(*m, adapter, info);
     return m;
 }
 
@@ -83,12 +76,14 @@ QatState read_qat_state(const std::string& dir) {
     return st;
 }
 
-std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::string& dir) {
-    const QatState st = read_qat_state(dir);
-    auto m = load_inference_model(be, dir);
+std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::string& dir,
+                                                   const std::string& adapter) {
+    const std::string from = adapter.empty() ? dir : adapter;  // where the run left qat.json
+    const QatState st = read_qat_state(from);
+    auto m = load_inference_model(be, dir, adapter);
     ETE_CHECK(!m->int8(), "'{}' is already an integer model", dir);
     m->enable_qat(st.spec);
-    m->qat()->restore(st.observers, (std::filesystem::path(dir) / kQatStateFile).string());
+    m->qat()->restore(st.observers, (std::filesystem::path(from) / kQatStateFile).string());
     for (const auto& [name, f] : st.scale_factors) m->qat()->set_weight_scale_factors(name, f);
     m->qat()->set_inference();
     return m;

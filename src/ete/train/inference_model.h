@@ -22,8 +22,10 @@ std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string
 
 // The final model of a QAT run (dir/qat.json beside the weights: the spec, the observers and any
 // learned weight scale factors) as it trained: fake quantization at every point with those scales,
-// frozen.
-std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::string& dir);
+// frozen. A QAT run over LoRA or QLoRA: dir is the base and `adapter` the run's final adapter dir,
+// which holds qat.json.
+std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::string& dir,
+                                                   const std::string& adapter = "");
 
 // final/qat.json: the QAT spec, observers and learned weight scale factors (qat.learnable_scale)
 // a run ends with (what `ete export int8` reads).

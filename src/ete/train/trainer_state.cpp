@@ -352,10 +352,16 @@ void Trainer::write_final(const HostParams& whole) const {
         spec.r = ranks_->rank();
         spec.alpha = scale * (spec.rslora ? std::sqrt(float(spec.r)) : float(spec.r));
     }
+    // QAT over LoRA: the spec and observers beside the adapter (learned scales need a trainable
+    // base, so there are none).
+    ExtraFiles extra;
+    if (model_.qat())
+        extra.emplace_back(kQatStateFile,
+                           qat_state_json(model_.qat()->spec(), model_.qat()->state()));
     save_peft_adapter(
         out_ + "/final", mc_, spec, whole,
         cfg_.model_init_from.empty() ? "" : fs::absolute(cfg_.model_init_from).string(),
-        [&](const std::string&) { return spec.r; });
+        [&](const std::string&) { return spec.r; }, DType::F32, extra);
 }
 
 void Trainer::save_final() {
