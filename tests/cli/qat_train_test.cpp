@@ -447,6 +447,8 @@ TEST_F(QatTrain, ExportsQatOverLoraWithItsAdapter) {
         const std::string exported = ok("export int8 --run " + run + " --out " + run + "/int8");
         EXPECT_NE(exported.find("28 weights in 8-bit integers"), std::string::npos) << exported;
         EXPECT_TRUE(fs::exists(run + "/int8/adapter/adapter_model.safetensors"));
+        EXPECT_NE(ok("inspect " + run + "/int8 --summary").find("| from qat | with a LoRA adapter"),
+                  std::string::npos);
         const double fake = eval_loss(adapter + " --fake-quant"), plain = eval_loss(adapter);
         const double integer = eval_loss(run + "/int8");
         EXPECT_NEAR(integer, fake, 1e-5 * fake);

@@ -59,13 +59,14 @@ void print_quantization(const fs::path& dir) {
     if (q.value("quant_method", "") == "ete_int8") {
         std::printf(
             "quantization: ete_int8 (integer model) | W%dA%d | weights per %s | inputs per %s | "
-            "linears %s | %zu frozen activation scales | from %s\n",
+            "linears %s | %zu frozen activation scales | from %s%s\n",
             q.value("weight_bits", 0), q.value("act_bits", 0),
             q.value("weight_granularity", std::string("?")).c_str(),
             q.value("act_granularity", std::string("?")).c_str(),
             q.value("linears", std::string("?")).c_str(),
             q.value("activation_scales", json::object()).size(),
-            q.value("source", json::object()).value("from", std::string("?")).c_str());
+            q.value("source", json::object()).value("from", std::string("?")).c_str(),
+            q.contains("adapter") ? " | with a LoRA adapter (adapter/, fp32)" : "");
         return;
     }
     std::printf("quantization: %s\n", q.value("quant_method", std::string("?")).c_str());
