@@ -105,7 +105,8 @@ struct Case {
     int weight_bits;
     QatGranularity wg, ag;
     std::vector<int> skip;
-    bool head = false;  // lm_head too (Llama's untied head)
+    bool head = false;  // lm_head too (untied for Llama unless `tied`; GPT-2's is tied)
+    bool tied = false;
 };
 
 // The integer model computes fq(x)·fq(W)ᵀ with exact integer sums instead of fp32 ones: the
@@ -127,9 +128,12 @@ TEST(Int8Model, MatchesTheFakeQuantizedModel) {
           Case{Arch::Llama, "weight,linear_in", 4, G::Channel, G::Tensor, {}},
           Case{Arch::Llama, "weight,linear_in", 8, G::Channel, G::Tensor, {}, true},
           Case{Arch::Llama, "weight,linear_in", 8, G::Group, G::Token, {1}, true},
+          Case{Arch::Llama, "weight,linear_in", 8, G::Channel, G::Token, {}, true, true},
           Case{Arch::GPT2, "weight,linear_in,post_norm", 8, G::Channel, G::Tensor, {}},
+          Case{Arch::GPT2, "weight,linear_in", 8, G::Channel, G::Tensor, {}, true},
           Case{Arch::GPT2, "weight,linear_in", 4, G::Group, G::Tensor, {}}}) {
-        const ModelConfig c = config(k.arch);
+        ModelConfig c = config(k.arch);
+        c.tie_word_embeddings = c.tie_word_embeddings || k.tied;
         QatSpec spec = spec_of(k.points);
         spec.weight_bits = k.weight_bits;
         spec.weight_granularity = k.wg;
@@ -281,6 +285,41 @@ TEST_F(Int8Dir, RoundTripsAndChecksWhatItReads) {
               std::string::npos);
 }
 
+// A tied head (GPT-2): its integers as lm_head.weight beside the fp32 embedding the lookup reads;
+// written and read back bit for bit, and refused when they are missing.
+TEST_F(Int8Dir, TiedHeadRoundTrips) {
+    auto be = make_cpu_backend();
+    const ModelConfig c = config(Arch::GPT2);
+    QatSpec spec = spec_of("weight,linear_in");
+    spec.linears = {"all-linear", "lm_head"};
+    auto fake = calibrated(c, *be, spec);
+    const HostParams host = fake->params().to_host();
+    const Int8Model im = make_int8_model(spec, c, host, *fake->qat());
+    const std::string out = (dir_ / "tied").string();
+    save_int8_model(out, c, host, im, {{"from", "test"}}, "", "");
+    auto a = integer(c, *be, im, host);
+    auto b = load_int8_model(*be, out);
+    EXPECT_EQ(b->int8_linears(), size_t(4 * c.num_layers + 1));
+    b->setup(B, T);
+    EXPECT_EQ(logits(*a), logits(*b));
+    const auto f = SafetensorsFile::open(out + "/model.safetensors");
+    EXPECT_EQ(f.info("lm_head.weight").dtype, DType::I8);
+    EXPECT_EQ(f.info("lm_head.weight").shape, (Shape{67, 64}));
+    EXPECT_EQ(f.info("wte.weight").dtype, DType::F32);
+    std::vector<std::pair<std::string, Tensor>> ts;
+    for (const std::string& n : f.names())
+        if (!n.starts_with("lm_head.")) ts.emplace_back(n, f.to_tensor(n));
+    write_safetensors(out + "/model.safetensors", ts, {{"format", "pt"}});
+    try {
+        load_int8_model(*be, out);
+        ADD_FAILURE() << "a tied head without its integers was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("tensor 'lm_head.weight' is missing"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(Int8Model, SpecsThatCannotBeIntegerAreNamed) {
     const ModelConfig c = config(Arch::Llama);
     auto error_of = [&](const QatSpec& s) {
@@ -305,13 +344,16 @@ TEST(Int8Model, SpecsThatCannotBeIntegerAreNamed) {
     EXPECT_EQ(error_of(s), "no error");
     ModelConfig tied = c;
     tied.tie_word_embeddings = true;
+    check_int8_spec(s, tied);  // a tied head too, with range scales
+    s.learnable_scale = true;
     try {
         check_int8_spec(s, tied);
-        ADD_FAILURE() << "a tied head was accepted";
+        ADD_FAILURE() << "a tied head with learned scales was accepted";
     } catch (const Error& e) {
         EXPECT_STREQ(e.what(),
-                     "qat.linears = lm_head: the head is the token embedding here "
-                     "(tie_word_embeddings); quantizing a tied head is not supported yet");
+                     "qat.linears = lm_head with qat.learnable_scale: the head is the token "
+                     "embedding here (tie_word_embeddings), whose gradient also holds the "
+                     "embedding lookup's; learned scales need an untied head");
     }
 }
 

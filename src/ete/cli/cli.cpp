@@ -179,7 +179,7 @@ void add_quantize(CLI::App& app, QuantizeArgs& q, ExportMergedArgs& e, ExportInt
         ->capture_default_str();
     c->add_option("--skip-layers", q.skip_layers, "w8a8/w4a8: layers left in fp32, e.g. 0,-1");
     c->add_option("--linears", q.linears,
-                  "w8a8/w4a8: linears in integers (PEFT names, all-linear; lm_head for an untied "
+                  "w8a8/w4a8: linears in integers (PEFT names, all-linear; lm_head for the LM "
                   "head)")
         ->capture_default_str();
     c->add_option("--double-quant", q.double_quant, "8-bit quantize the block absmax values")

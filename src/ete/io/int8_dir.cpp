@@ -94,21 +94,23 @@ void save_int8_model(const std::string& dir, const ModelConfig& c, const HostPar
     if (!adapter.empty()) q["adapter"] = kAdapterDir;
     config["quantization_config"] = q;
     std::vector<std::pair<std::string, Tensor>> tensors;
+    auto add_int8 = [&](const std::string& name, const Int8Tensor& t) {
+        tensors.emplace_back(name, tensor_from(t.q.data(), {t.rows, t.cols}, DType::I8));
+        tensors.emplace_back(scale_name(name),
+                             tensor_from(t.scale.data(), {t.rows, t.cols / t.group}, DType::F32));
+    };
     for (int i = 0; i < params.size(); ++i) {
         const ParamSpec& s = params.specs()[size_t(i)];
         const auto it = m.weights.find(s.name);
         if (it != m.weights.end()) {
-            const Int8Tensor& t = it->second;
-            tensors.emplace_back(s.name, tensor_from(t.q.data(), {t.rows, t.cols}, DType::I8));
-            tensors.emplace_back(
-                scale_name(s.name),
-                tensor_from(t.scale.data(), {t.rows, t.cols / t.group}, DType::F32));
+            add_int8(s.name, it->second);
             continue;
         }
         Tensor t = Tensor::empty(hf_shape(s));
         param_to_hf(params, i, t.f32());
         tensors.emplace_back(s.name, std::move(t));
     }
+    if (int8_tied_head(m.spec, c)) add_int8(kLmHeadName, m.weights.at(kLmHeadName));
     write_dir_atomic(dir, "saving int8 model dir", [&](const std::string& tmp) {
         write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
         write_safetensors(tmp + "/" + kWeights, tensors, {{"format", "pt"}});
@@ -173,8 +175,15 @@ std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir
     ParamStore& ps = model->params();
     std::unordered_set<std::string> seen;
     std::vector<float> values;
+    const bool tied_head = int8_tied_head(m.spec, cfg);
     for (const std::string& name : f.names()) {
         if (name.size() > 13 && name.ends_with(".weight_scale")) continue;  // read with its weight
+        if (tied_head && name == kLmHeadName) {  // the tied head's integers: the embedding's shape
+            ParamSpec s = ps.specs()[size_t(ps.find(ParamRole::TokenEmbed))];
+            s.name = kLmHeadName;
+            m.weights.emplace(name, read_int8_weight(f, s, m.spec, name));
+            continue;
+        }
         ETE_CHECK(ps.has(name), "{}: tensor '{}' is not a parameter of this model config", path,
                   name);
         seen.insert(name);
@@ -194,8 +203,12 @@ std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir
         ps.upload(i, values.data());
     }
     for (const ParamSpec& s : ps.specs())
-        ETE_CHECK(seen.count(s.name) || s.role == ParamRole::LoraA || s.role == ParamRole::LoraB, "{}: tensor '{}' is missing", path,
-                  s.name);
+        ETE_CHECK(seen.count(s.name) || s.role == ParamRole::LoraA || s.role == ParamRole::LoraB,
+                  "{}: tensor '{}' is missing", path, s.name);
+    ETE_CHECK(!tied_head || m.weights.count(kLmHeadName),
+              "{}: tensor '{}' is missing (the integers of the tied head that quantization_config "
+              "quantizes)",
+              path, kLmHeadName);
     for (const std::string& name : f.names())
         if (name.ends_with(".weight_scale"))
             ETE_CHECK(m.weights.count(name.substr(0, name.size() - 6)),

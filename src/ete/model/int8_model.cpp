@@ -75,6 +75,10 @@ bool int8_quantizes(const QatSpec& spec, const ModelConfig& c, const ParamSpec& 
     return chosen(linear_roles(spec.linears, c.arch), s.role);
 }
 
+bool int8_tied_head(const QatSpec& spec, const ModelConfig& c) {
+    return spec.quantizes_head() && (c.arch != Arch::Llama || c.tie_word_embeddings);
+}
+
 Int8Tensor quantize_weight_int8(const QatSpec& spec, const float* w, int64_t rows, int64_t cols,
                                 const std::vector<float>* scales) {
     Int8Tensor t;
@@ -137,6 +141,12 @@ Int8Model make_int8_model(const QatSpec& spec, const ModelConfig& c, const HostP
         m.weights.emplace(s.name,
                           quantize_weight_int8(spec, params.param(i), s.shape[0], s.shape[1],
                                                learned.empty() ? nullptr : &learned));
+    }
+    if (int8_tied_head(spec, c)) {  // the embedding's values, on the head's grid
+        const int e = params.find(ParamRole::TokenEmbed);
+        const ParamSpec& s = params.specs()[size_t(e)];
+        m.weights.emplace(kLmHeadName,
+                          quantize_weight_int8(spec, params.param(e), s.shape[0], s.shape[1]));
     }
     if (spec.act_granularity != QatGranularity::Tensor) return m;  // dynamic: nothing frozen
     for (int l = 0; l <= c.num_layers; ++l)

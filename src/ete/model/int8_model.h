@@ -45,6 +45,9 @@ bool parse_qat_point_key(const std::string& key, int layers, int* site, int* lay
 void check_int8_spec(const QatSpec& spec, const ModelConfig& c);
 // Whether parameter s is a weight the integer model holds as integers.
 bool int8_quantizes(const QatSpec& spec, const ModelConfig& c, const ParamSpec& s);
+// Whether the integer model holds a tied LM head (the token embedding's values) as integers, named
+// kLmHeadName; the embedding lookup keeps the fp32 table.
+bool int8_tied_head(const QatSpec& spec, const ModelConfig& c);
 
 // The integer model of fp32 weights `params` (a whole model, one process) and the activation
 // points of `qat` (observed: every static point that is on must have seen a step), with the

@@ -294,7 +294,7 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
             role(t, ParamRole::FinalNormBias);
         }
         if (llama && !c.tie_word_embeddings) {
-            t.push_back(spec("lm_head.weight", {V, C}, ParamKind::Matrix, ParamInit::Normal,
+            t.push_back(spec(kLmHeadName, {V, C}, ParamKind::Matrix, ParamInit::Normal,
                              float(c.initializer_range), kRowsPadded));
             role(t, ParamRole::LmHead);
         } else if (!m.first_stage()) {

@@ -131,6 +131,10 @@ bool param_in_hf_model(const ParamSpec& s);
 // quantizes; embeddings, norms, biases, the LM head and adapters are not.
 bool param_is_decoder_linear(const ParamSpec& s);
 
+// The LM head's weight name. A tied head (the token embedding) has no parameter of that name;
+// its fake-quantized and integer copies go by it.
+inline constexpr const char* kLmHeadName = "lm_head.weight";
+
 // Weight decay applies to matrices only by default (not norms, biases, embeddings).
 bool param_decays(const ParamSpec& p);
 

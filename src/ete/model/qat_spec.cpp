@@ -121,9 +121,13 @@ void check_qat_spec(const QatSpec& s, const ModelConfig& c) {
     std::vector<std::string> decoder = s.linears;
     std::erase(decoder, "lm_head");
     if (!decoder.empty() || s.linears.empty()) check_linear_names(decoder, c.arch, "qat.linears");
-    ETE_CHECK(!s.quantizes_head() || (c.arch == Arch::Llama && !c.tie_word_embeddings),
-              "qat.linears = lm_head: the head is the token embedding here "
-              "(tie_word_embeddings); quantizing a tied head is not supported yet");
+    // A tied head's gradient also holds the embedding lookup's, which the STE mask of learned
+    // scales must not touch (with range scales every weight is inside its grid: no mask).
+    ETE_CHECK(!s.quantizes_head() || !s.learnable_scale ||
+                  (c.arch == Arch::Llama && !c.tie_word_embeddings),
+              "qat.linears = lm_head with qat.learnable_scale: the head is the token embedding "
+              "here (tie_word_embeddings), whose gradient also holds the embedding lookup's; "
+              "learned scales need an untied head");
     for (int l : s.skip_layers)
         ETE_CHECK(l >= -c.num_layers && l < c.num_layers,
                   "qat.skip_layers: {} is not a layer of a {}-layer model (expected {}..{})", l,

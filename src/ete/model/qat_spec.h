@@ -3,7 +3,7 @@
 //
 // Points, by name (`qat.points`, comma-separated, several at once):
 //   weight     the weights of the chosen linears (`qat.linears`: PEFT module names or
-//              all-linear, and lm_head for an untied head), on the symmetric `weight_bits` grid,
+//              all-linear, and lm_head for the head, tied or not), on the symmetric grid,
 //              per output channel, per tensor or per group of `group_size` input columns;
 //   linear_in  the input of every chosen linear (the W·A scheme a real integer model needs);
 //   attn_out   the attention block's output, after the output projection;

@@ -142,7 +142,7 @@ void Transformer::build_layers() {
     // The LM head: its own matrix for untied Llama, else the embedding table (on a last stage
     // other than stage 0, its tied copy). Under tp it is vocab-parallel: this rank's real output
     // columns, no bias, no communication inside (the loss combines the blocks).
-    const int h = llama && !cfg_.tie_word_embeddings ? ps.find(R::LmHead) : ps.find(R::TokenEmbed);
+    const int h = head_param();
     Mat d_head = ps.grad(h);
     LinearParams hp;
     hp.w = ps.weight(h).row_slice(0, vocab_valid_);

@@ -380,11 +380,13 @@ class Transformer {
     CMat o_input(const LayerActs& s, int N) const;
     void qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode);
     void qat_add_head();
+    // The parameter the LM head multiplies: its own matrix (untied Llama) or the token embedding.
+    int head_param() const;
     LearnedScale qat_learned_scale(int p);
     // The integer model's weights, and the scratch their products share.
     std::unique_ptr<Int8Scratch> int8_scratch_;
     std::vector<std::unique_ptr<Int8Weight>> int8_weights_;
-    void int8_add_linear(Linear& lin, const std::vector<int>& params, const Int8Model& m, int site,
+    void int8_add_linear(Linear& lin, const std::vector<std::string>& names, const Int8Model& m, int site,
                          int l);
 };
 

@@ -18,6 +18,11 @@
 
 namespace ete {
 
+int Transformer::head_param() const {
+    const bool own = cfg_.arch == Arch::Llama && !cfg_.tie_word_embeddings;
+    return params_.find(own ? ParamRole::LmHead : ParamRole::TokenEmbed);
+}
+
 namespace {
 
 // Host copy of a small backend vector.

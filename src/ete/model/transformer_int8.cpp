@@ -4,15 +4,14 @@
 
 namespace ete {
 
-// lin computes with the integers of `params` (its rows, in order), reading site's input.
-void Transformer::int8_add_linear(Linear& lin, const std::vector<int>& params, const Int8Model& m,
-                                  int site, int l) {
-    const ParamStore& ps = params_;
-    const std::string& first = ps.specs()[size_t(params[0])].name;
+// lin computes with the integers of the weights `names` (its rows, in order), reading site's
+// input.
+void Transformer::int8_add_linear(Linear& lin, const std::vector<std::string>& names,
+                                  const Int8Model& m, int site, int l) {
+    const std::string& first = names[0];
     if (!m.weights.count(first)) return;
     Int8Tensor all;
-    for (int p : params) {
-        const std::string& name = ps.specs()[size_t(p)].name;
+    for (const std::string& name : names) {
         const auto it = m.weights.find(name);
         ETE_CHECK(it != m.weights.end(),
                   "int8 model: '{}' is quantized but '{}' (fused with it) is not", first, name);
@@ -60,12 +59,12 @@ void Transformer::enable_int8(const Int8Model& m) {
     for (int l = 0; l < cfg_.num_layers; ++l) {
         if (!m.spec.quantizes_layer(l, cfg_.num_layers)) continue;
         DecoderLayer& L = layers_[size_t(l)];
-        auto at = [&](R r) { return params_.find(r, l); };
+        auto at = [&](R r) { return params_.specs()[size_t(params_.find(r, l))].name; };
         auto group = [&](FusedLinear& f, std::vector<R> roles, int site) {
             if (f.size() == 1) {
-                std::vector<int> params;
-                for (R r : roles) params.push_back(at(r));
-                int8_add_linear(f.part(0), params, m, site, l);
+                std::vector<std::string> names;
+                for (R r : roles) names.push_back(at(r));
+                int8_add_linear(f.part(0), names, m, site, l);
             } else {
                 for (int k = 0; k < f.size(); ++k)
                     int8_add_linear(f.part(k), {at(roles[size_t(k)])}, m, site, l);
@@ -77,7 +76,7 @@ void Transformer::enable_int8(const Int8Model& m) {
         int8_add_linear(L.proj, {at(R::Down)}, m, kQatAct, l);
     }
     if (m.spec.quantizes_head())
-        int8_add_linear(head_, {params_.find(R::LmHead)}, m, kQatFinalNorm, cfg_.num_layers);
+        int8_add_linear(head_, {kLmHeadName}, m, kQatFinalNorm, cfg_.num_layers);  // tied or not
     ETE_CHECK(!int8_weights_.empty(), "int8 model: no linear is quantized");
 }
 

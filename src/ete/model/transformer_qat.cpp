@@ -93,10 +93,12 @@ void Transformer::enable_qat(const QatSpec& spec) {
 }
 
 // The LM head reads fq(W) of its real rows (under tp: this rank's vocabulary columns, the
-// padding left out, so a per-tensor range reduced over tp is the whole head's).
+// padding left out, so a per-tensor range reduced over tp is the whole head's). A tied head
+// quantizes the embedding's values, while the lookup reads them as they are; its gradient
+// passes the STE mask whole (range scales: every value lies inside the grid).
 void Transformer::qat_add_head() {
     ParamStore& ps = params_;
-    const int h = ps.find(ParamRole::LmHead);
+    const int h = head_param();
     const int64_t out = head_.out(), in = head_.in();
     qat_weights_.emplace_back(be_, size_t(out * in) * dtype_size(act_));
     const Mat buf{qat_weights_.back().data(), act_, out, in};
@@ -104,7 +106,7 @@ void Transformer::qat_add_head() {
     const CMat src = (trainable ? CMat(ps.master(h)) : ps.value(h)).row_slice(0, out);
     const Mat g = trainable ? ps.grad(h) : Mat{};  // none in a model that only runs forward
     const Mat grad = g.empty() ? Mat{} : g.row_slice(0, out);
-    qat_->add_weight(ps.specs()[size_t(h)].name, src, buf, grad, true, false, qat_learned_scale(h));
+    qat_->add_weight(kLmHeadName, src, buf, grad, true, false, qat_learned_scale(h));
     head_.set_weight(buf);
 }
 

@@ -252,7 +252,7 @@ const std::vector<Key>& keys() {
                           "(comma-separated)"));
         t.push_back(field("qat.linears", &R::qat_linears,
                           "linears whose weights and inputs are quantized (PEFT names or "
-                          "all-linear; lm_head for an untied head)"));
+                          "all-linear; lm_head for the LM head)"));
         t.push_back(field("qat.weight_bits", &R::qat_weight_bits, "weight grid: 4 or 8 bits"));
         t.push_back(field("qat.act_bits", &R::qat_act_bits, "activation grid: 8 bits"));
         t.push_back(field("qat.weight_granularity", &R::qat_weight_granularity,
