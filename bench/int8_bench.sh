@@ -7,7 +7,8 @@
 # packs weights — included), fp32 and int8 interleaved over ROUNDS. Target: int8 / fp32 throughput >= 3 on a CPU with AVX512-VNNI or AMX.
 #
 # Environment: BUILD_DIR (default build), B (8), T (256), STEPS (2), CALIB (4), REPEAT (5),
-# ROUNDS (3), THREADS (nproc).
+# ROUNDS (3), THREADS (nproc), MODEL (llama-bench, or gpt2-124m: GPT-2 small, 50257-token tied
+# head, in integers too).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
@@ -18,10 +19,19 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 [ -x "$ETE" ] || { echo "int8_bench.sh: $ETE not built" >&2; exit 1; }
 
-python3 "$ROOT/bench/random_tokens.py" "$WORK/toks.bin" 400000 8192
-{ printf '[model]\nvocab_size = 8192\nhidden_size = 512\nintermediate_size = 1408\n'
-  printf 'num_layers = 8\nnum_heads = 8\nnum_kv_heads = 4\n'
-  printf 'max_position_embeddings = %s\ntie_word_embeddings = false\n' "$T"
+MODEL=${MODEL:-llama-bench}
+case "$MODEL" in
+llama-bench)
+    V=8192
+    MODEL_TOML='vocab_size = 8192\nhidden_size = 512\nintermediate_size = 1408\nnum_layers = 8\nnum_heads = 8\nnum_kv_heads = 4\ntie_word_embeddings = false\n' ;;
+gpt2-124m)
+    V=50257
+    MODEL_TOML='arch = "gpt2"\nvocab_size = 50257\nhidden_size = 768\nintermediate_size = 3072\nnum_layers = 12\nnum_heads = 12\nnum_kv_heads = 12\n' ;;
+*) echo "int8_bench.sh: MODEL=$MODEL: expected llama-bench or gpt2-124m" >&2; exit 1 ;;
+esac
+python3 "$ROOT/bench/random_tokens.py" "$WORK/toks.bin" 400000 "$V"
+{ printf "[model]\n$MODEL_TOML"
+  printf 'max_position_embeddings = %s\n' "$T"
   printf '[train]\nsteps = %s\nseq_len = %s\nmicro_batch = 4\n' "$STEPS" "$T"
   printf 'warmup_steps = 1\neval_every = 0\nlog_every = 1000\nmemory_check = false\n'
   printf '[data]\ntrain = "%s"\ntokenizer = ""\nval_fraction = 0.0\n' "$WORK/toks.bin"
@@ -34,7 +44,7 @@ forward_s() {
         --repeat "$REPEAT" --json 2>/dev/null |
         python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["forward_s"])'
 }
-echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $OMP_NUM_THREADS threads, B=$B T=$T" >&2
+echo "$MODEL on $(lscpu | sed -n 's/^Model name: *//p'), $OMP_NUM_THREADS threads, B=$B T=$T" >&2
 echo "ISA: $(grep -o -w -E 'avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')" >&2
 fp=() q=()
 for r in $(seq 1 "$ROUNDS"); do

@@ -97,7 +97,8 @@ class ParallelTrain : public ::testing::Test {
         return res;
     }
 
-    // wtol, ltol: the weights' and the losses' relative tolerances; watol: the weights' absolute one.
+    // wtol, ltol: the weights' and the losses' relative tolerances; watol: the weights' absolute
+    // one.
     static void expect_same(const RunResult& want, const RunResult& got, const std::string& what,
                             float wtol = 1e-5f, double ltol = 1e-5, float watol = 1e-5f) {
         // got may be a resumed run that logged only the last steps.

@@ -458,10 +458,11 @@ TEST_F(QatTrain, ExportsQatOverLoraWithItsAdapter) {
                                  std::string(" --set lora.base_format=nf4 "
                                              "--set qat.act_granularity=token")}) {
         SCOPED_TRACE(k);
-        train(1, " --set qat.enabled=true --set qat.points=weight,linear_in,post_norm "
-                 "--set qat.warmup_steps=2 --set lora.enabled=true "
-                 "--set lora.targets=v_proj,up_proj,o_proj --set model.init_from=" +
-                     base + k);
+        train(1,
+              " --set qat.enabled=true --set qat.points=weight,linear_in,post_norm "
+              "--set qat.warmup_steps=2 --set lora.enabled=true "
+              "--set lora.targets=v_proj,up_proj,o_proj --set model.init_from=" +
+                  base + k);
         const std::string run = last_out_, adapter = base + " --adapter " + run + "/final";
         ASSERT_TRUE(fs::exists(run + "/final/qat.json"));
         const std::string exported = ok("export int8 --run " + run + " --out " + run + "/int8");

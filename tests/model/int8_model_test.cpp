@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "ete/core/file_util.h"
 #include "ete/io/int8_dir.h"
@@ -317,6 +318,39 @@ TEST_F(Int8Dir, TiedHeadRoundTrips) {
         EXPECT_NE(std::string(e.what()).find("tensor 'lm_head.weight' is missing"),
                   std::string::npos)
             << e.what();
+    }
+}
+
+// Beyond max_shard_bytes the dir is sharded like an HF dir (model-0000K-of-0000N.safetensors and
+// the index), each integer weight beside its scales, and reads back bit for bit.
+TEST_F(Int8Dir, ShardsLikeAnHfDir) {
+    auto be = make_cpu_backend();
+    const ModelConfig c = config(Arch::Llama);
+    QatSpec spec = spec_of("weight,linear_in");
+    auto fake = calibrated(c, *be, spec);
+    const HostParams host = fake->params().to_host();
+    const Int8Model im = make_int8_model(spec, c, host, *fake->qat());
+    const std::string out = (dir_ / "sharded").string();
+    save_int8_model(out, c, host, im, {{"from", "test"}}, "", "", "", 20000);
+    EXPECT_FALSE(fs::exists(out + "/model.safetensors"));
+    const nlohmann::json map =
+        nlohmann::json::parse(read_file(out + "/model.safetensors.index.json"))["weight_map"];
+    const std::string q = "model.layers.1.self_attn.q_proj.weight";
+    EXPECT_EQ(map[q], map[q + "_scale"]);
+    std::set<std::string> files;
+    for (const auto& [name, file] : map.items()) files.insert(file.get<std::string>());
+    EXPECT_GE(files.size(), 5u);
+    EXPECT_TRUE(files.count(fmt::format("model-00001-of-{:05d}.safetensors", files.size())));
+    auto a = integer(c, *be, im, host);
+    auto b = load_int8_model(*be, out);
+    b->setup(B, T);
+    EXPECT_EQ(logits(*a), logits(*b));
+    fs::remove(out + "/" + map[q].get<std::string>());
+    try {
+        load_int8_model(*be, out);
+        ADD_FAILURE() << "a missing shard was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("is missing"), std::string::npos) << e.what();
     }
 }
 

@@ -142,16 +142,46 @@ std::map<std::string, std::vector<std::string>> read_index(const std::string& pa
     return shards;
 }
 
-// Opens each shard once, checks it agrees exactly with the index, then loads it.
-void load_sharded(const std::string& dir, const ParamTable& store, const TensorSink& take,
-                  const Nf4Sink& take_nf4, std::unordered_set<std::string>& loaded) {
-    std::string index = (fs::path(dir) / kIndexFile).string();
+// Groups items into shards: in order, a new shard whenever the next item would push the current
+// one past `max_bytes`; an item larger than the limit sits alone.
+std::vector<std::vector<int>> plan_shards(const std::vector<uint64_t>& bytes, uint64_t max_bytes) {
+    std::vector<std::vector<int>> shards;
+    uint64_t current = 0;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+        if (shards.empty() || (!shards.back().empty() && current + bytes[i] > max_bytes)) {
+            shards.emplace_back();
+            current = 0;
+        }
+        shards.back().push_back(int(i));
+        current += bytes[i];
+    }
+    return shards;
+}
+
+// HF's shard name: model-00001-of-00003.safetensors.
+std::string shard_name(size_t k, size_t n) {
+    return fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, n);
+}
+
+}  // namespace
+
+std::string for_each_model_file(const std::string& dir,
+                                const std::function<void(const SafetensorsFile&)>& use) {
+    const std::string single = (fs::path(dir) / kSingleFile).string();
+    const std::string index = (fs::path(dir) / kIndexFile).string();
+    if (fs::exists(single)) {
+        use(SafetensorsFile::open(single));
+        return single;
+    }
+    ETE_CHECK(fs::exists(index),
+              "model dir '{}': neither {} nor {} exists (.bin checkpoints are not supported)", dir,
+              kSingleFile, kIndexFile);
     auto shards = read_index(index);
     std::unordered_map<std::string, std::string> owner;  // tensor -> shard per the index
     for (const auto& [file, names] : shards)
         for (const auto& n : names) owner[n] = file;
     std::unordered_map<std::string, std::string> seen;  // tensor -> shard it was found in
-    for (const auto& [file, names] : shards) {
+    for (const auto& [file, names] : shards) {  // each shard opened once, checked, then used
         std::string path = (fs::path(dir) / file).string();
         ETE_CHECK(fs::exists(path), "{}: shard '{}' (holding tensor '{}') is missing", index, file,
                   names.front());
@@ -168,11 +198,33 @@ void load_sharded(const std::string& dir, const ParamTable& store, const TensorS
         for (const std::string& n : names)
             ETE_CHECK(f.has(n), "{}: tensor '{}' listed in {} is missing from this shard", path, n,
                       index);
-        load_file(f, store, take, take_nf4, loaded);
+        use(f);
     }
+    return index;
 }
 
-}  // namespace
+void write_model_files_sharded(
+    const std::string& tmp, const std::vector<uint64_t>& bytes, uint64_t max_bytes,
+    const std::function<void(const std::string&, const std::vector<int>&)>& write,
+    const std::function<std::vector<std::string>(int)>& names) {
+    auto shards = plan_shards(bytes, max_bytes);
+    if (shards.size() <= 1) {
+        write(tmp + "/" + kSingleFile, shards.empty() ? std::vector<int>{} : shards[0]);
+        return;
+    }
+    json map = json::object();
+    uint64_t total = 0;
+    for (size_t k = 0; k < shards.size(); ++k) {
+        const std::string file = shard_name(k, shards.size());
+        write(tmp + "/" + file, shards[k]);  // one shard at a time
+        for (int i : shards[k]) {
+            for (const std::string& n : names(i)) map[n] = file;
+            total += bytes[size_t(i)];
+        }
+    }
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+    write_file_atomic(tmp + "/" + kIndexFile, index.dump(2) + "\n");
+}
 
 void load_hf_weights(const std::string& dir, HostParams& params) {
     load_hf_tensors(dir, params, [&](int i, const float* v) {
@@ -199,20 +251,9 @@ void load_hf_tensors(const std::string& dir, const ParamTable& store, const Tens
               "generate run it; training, quantizing and merging need the full-precision "
               "model it came from",
               dir);
-    std::string single = (fs::path(dir) / kSingleFile).string();
-    std::string index = (fs::path(dir) / kIndexFile).string();
     std::unordered_set<std::string> loaded;
-    std::string where;
-    if (fs::exists(single)) {
-        load_file(SafetensorsFile::open(single), store, take, take_nf4, loaded);
-        where = single;
-    } else {
-        ETE_CHECK(fs::exists(index),
-                  "model dir '{}': neither {} nor {} exists (.bin checkpoints are not supported)",
-                  dir, kSingleFile, kIndexFile);
-        load_sharded(dir, store, take, take_nf4, loaded);
-        where = index;
-    }
+    const std::string where = for_each_model_file(
+        dir, [&](const SafetensorsFile& f) { load_file(f, store, take, take_nf4, loaded); });
     for (const ParamSpec& s : store.specs()) {
         if (!param_in_hf_model(s)) continue;  // adapters, QAT's scales: not the base's
         ETE_CHECK(loaded.count(s.name), "{}: tensor '{}' is missing", where, s.name);
@@ -220,25 +261,6 @@ void load_hf_tensors(const std::string& dir, const ParamTable& store, const Tens
 }
 
 namespace {
-
-// Groups parameter indices into shards: ParamSpec order, a new shard whenever the next tensor
-// would push the current one past `max_bytes`; a tensor larger than the limit sits alone.
-std::vector<std::vector<int>> plan_shards(const HostParams& store, uint64_t max_bytes,
-                                          size_t elem) {
-    std::vector<std::vector<int>> shards;
-    uint64_t current = 0;
-    for (size_t i = 0; i < store.specs().size(); ++i) {
-        if (!param_in_hf_model(store.specs()[i])) continue;  // QAT's scales go to qat.json
-        uint64_t bytes = uint64_t(shape_numel(hf_shape(store.specs()[i]))) * elem;
-        if (shards.empty() || (!shards.back().empty() && current + bytes > max_bytes)) {
-            shards.emplace_back();
-            current = 0;
-        }
-        shards.back().push_back(int(i));
-        current += bytes;
-    }
-    return shards;
-}
 
 // Writes one safetensors file holding the given parameters in HF layout, in `dtype`.
 void write_weights(const std::string& path, const HostParams& store, const std::vector<int>& ids,
@@ -258,33 +280,23 @@ void write_weights(const std::string& path, const HostParams& store, const std::
     write_safetensors(path, tensors, {{"format", "pt"}});
 }
 
-// HF's shard name: model-00001-of-00003.safetensors.
-std::string shard_name(size_t k, size_t n) {
-    return fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, n);
-}
-
 void write_weight_files(const std::string& tmp, const HostParams& store, uint64_t max_bytes,
                         DType dtype) {
-    const size_t elem = dtype_size(dtype);
-    auto shards = plan_shards(store, max_bytes, elem);
-    if (shards.size() <= 1) {
-        write_weights(tmp + "/" + kSingleFile, store,
-                      shards.empty() ? std::vector<int>{} : shards[0], dtype);
-        return;
-    }
-    json map = json::object();
-    uint64_t total = 0;
-    for (size_t k = 0; k < shards.size(); ++k) {
-        std::string file = shard_name(k, shards.size());
-        write_weights(tmp + "/" + file, store, shards[k], dtype);  // one shard at a time
-        for (int i : shards[k]) {
-            const ParamSpec& s = store.specs()[size_t(i)];
-            map[s.name] = file;
-            total += uint64_t(shape_numel(hf_shape(s))) * elem;
-        }
-    }
-    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
-    write_file_atomic(tmp + "/" + kIndexFile, index.dump(2) + "\n");
+    std::vector<int> params;  // QAT's scales go to qat.json
+    for (int i = 0; i < store.size(); ++i)
+        if (param_in_hf_model(store.specs()[size_t(i)])) params.push_back(i);
+    std::vector<uint64_t> bytes;
+    for (int i : params)
+        bytes.push_back(uint64_t(shape_numel(hf_shape(store.specs()[size_t(i)]))) *
+                        dtype_size(dtype));
+    write_model_files_sharded(
+        tmp, bytes, max_bytes,
+        [&](const std::string& path, const std::vector<int>& ids) {
+            std::vector<int> chosen;
+            for (int k : ids) chosen.push_back(params[size_t(k)]);
+            write_weights(path, store, chosen, dtype);
+        },
+        [&](int k) { return std::vector{store.specs()[size_t(params[size_t(k)])].name}; });
 }
 
 // HF's torch_dtype spelling of a storage dtype.

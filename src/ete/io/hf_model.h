@@ -45,6 +45,20 @@ using TensorSink = std::function<void(int index, const float* values)>;
 using Nf4Sink = std::function<void(int index, const Nf4Tensor& t)>;
 void load_hf_tensors(const std::string& dir, const ParamTable& table, const TensorSink& take,
                      const Nf4Sink& take_nf4 = {});
+// Calls `use` with DIR/model.safetensors, or else with each shard DIR/model.safetensors.index.json
+// names (in file name order, each checked against the index as above, opened once); returns the
+// path errors should name (the file or the index).
+class SafetensorsFile;
+std::string for_each_model_file(const std::string& dir,
+                                const std::function<void(const SafetensorsFile&)>& use);
+// Writes items 0..n-1 (bytes[i] bytes each) into the dir being written, `tmp`: as
+// model.safetensors, or when they exceed max_bytes as HF's shards (split as save_hf_model says)
+// with model.safetensors.index.json. write(path, items) writes one file; names(i) are the tensors
+// item i writes (an item's tensors share a shard).
+void write_model_files_sharded(
+    const std::string& tmp, const std::vector<uint64_t>& bytes, uint64_t max_bytes,
+    const std::function<void(const std::string& path, const std::vector<int>& items)>& write,
+    const std::function<std::vector<std::string>(int item)>& names);
 // The same into a host copy, or straight into a store's backend memory (a quantized weight kept
 // as is where the store holds it in NF4, dequantized elsewhere).
 void load_hf_weights(const std::string& dir, HostParams& params);

@@ -18,7 +18,6 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr const char* kWeights = "model.safetensors";
 constexpr const char* kAdapterDir = "adapter";
 
 std::string scale_name(const std::string& weight) {
@@ -80,7 +79,8 @@ Int8Tensor read_int8_weight(const SafetensorsFile& f, const ParamSpec& s, const 
 
 void save_int8_model(const std::string& dir, const ModelConfig& c, const HostParams& params,
                      const Int8Model& m, const json& source, const std::string& tokenizer_json,
-                     const std::string& generation_config, const std::string& adapter) {
+                     const std::string& generation_config, const std::string& adapter,
+                     uint64_t max_shard_bytes) {
     json config = config_to_hf_json(c);
     config["torch_dtype"] = "float32";
     json q = qat_spec_to_json(m.spec);
@@ -93,27 +93,49 @@ void save_int8_model(const std::string& dir, const ModelConfig& c, const HostPar
     q["source"] = source;
     if (!adapter.empty()) q["adapter"] = kAdapterDir;
     config["quantization_config"] = q;
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    auto add_int8 = [&](const std::string& name, const Int8Tensor& t) {
-        tensors.emplace_back(name, tensor_from(t.q.data(), {t.rows, t.cols}, DType::I8));
-        tensors.emplace_back(scale_name(name),
-                             tensor_from(t.scale.data(), {t.rows, t.cols / t.group}, DType::F32));
+    // What the files hold, in parameter order: each parameter (a quantized one as its integers and
+    // scales, in one shard), then a tied head's integers. Tensors are made one shard at a time.
+    struct Item {
+        std::string name;
+        int param;            // -1: the tied head
+        const Int8Tensor* q;  // null: F32 in HF layout
     };
-    for (int i = 0; i < params.size(); ++i) {
-        const ParamSpec& s = params.specs()[size_t(i)];
-        const auto it = m.weights.find(s.name);
-        if (it != m.weights.end()) {
-            add_int8(s.name, it->second);
-            continue;
+    std::vector<Item> items;
+    std::vector<uint64_t> bytes;
+    auto add = [&](const std::string& name, int param) {
+        const auto it = m.weights.find(name);
+        const Int8Tensor* q = it == m.weights.end() ? nullptr : &it->second;
+        items.push_back({name, param, q});
+        bytes.push_back(q ? q->q.size() + q->scale.size() * sizeof(float)
+                          : uint64_t(params.numel(param)) * sizeof(float));
+    };
+    for (int i = 0; i < params.size(); ++i) add(params.specs()[size_t(i)].name, i);
+    if (int8_tied_head(m.spec, c)) add(kLmHeadName, -1);
+    auto write_items = [&](const std::string& path, const std::vector<int>& ids) {
+        std::vector<std::pair<std::string, Tensor>> tensors;
+        for (int k : ids) {
+            const Item& it = items[size_t(k)];
+            if (const Int8Tensor* q = it.q) {
+                tensors.emplace_back(it.name,
+                                     tensor_from(q->q.data(), {q->rows, q->cols}, DType::I8));
+                tensors.emplace_back(
+                    scale_name(it.name),
+                    tensor_from(q->scale.data(), {q->rows, q->cols / q->group}, DType::F32));
+                continue;
+            }
+            Tensor t = Tensor::empty(hf_shape(params.specs()[size_t(it.param)]));
+            param_to_hf(params, it.param, t.f32());
+            tensors.emplace_back(it.name, std::move(t));
         }
-        Tensor t = Tensor::empty(hf_shape(s));
-        param_to_hf(params, i, t.f32());
-        tensors.emplace_back(s.name, std::move(t));
-    }
-    if (int8_tied_head(m.spec, c)) add_int8(kLmHeadName, m.weights.at(kLmHeadName));
+        write_safetensors(path, tensors, {{"format", "pt"}});
+    };
+    auto names = [&](int k) {
+        const Item& it = items[size_t(k)];
+        return it.q ? std::vector{it.name, scale_name(it.name)} : std::vector{it.name};
+    };
     write_dir_atomic(dir, "saving int8 model dir", [&](const std::string& tmp) {
         write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
-        write_safetensors(tmp + "/" + kWeights, tensors, {{"format", "pt"}});
+        write_model_files_sharded(tmp, bytes, max_shard_bytes, write_items, names);
         if (!tokenizer_json.empty())
             write_file_atomic(tmp + "/tokenizer.json", read_file(tokenizer_json));
         if (!generation_config.empty())
@@ -153,9 +175,6 @@ std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir
                   where, key, s, z, g.qmin, g.qmax);
         m.act_scales[key] = {s, z};
     }
-    const std::string path = (fs::path(dir) / kWeights).string();
-    ETE_CHECK(fs::exists(path), "int8 model dir '{}': {} is missing", dir, kWeights);
-    const SafetensorsFile f = SafetensorsFile::open(path);
     // Forward only. The full-precision tensors go straight into the store one by one; the
     // weights held as integers keep untouched fp32 buffers there, which take no memory (zeroed
     // pages, DeviceMemory::allocate_zeroed).
@@ -174,34 +193,41 @@ std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir
                                                QatSpec{}, /*gradients=*/false);
     ParamStore& ps = model->params();
     std::unordered_set<std::string> seen;
+    std::vector<std::string> scale_names;
     std::vector<float> values;
     const bool tied_head = int8_tied_head(m.spec, cfg);
-    for (const std::string& name : f.names()) {
-        if (name.size() > 13 && name.ends_with(".weight_scale")) continue;  // read with its weight
-        if (tied_head && name == kLmHeadName) {  // the tied head's integers: the embedding's shape
-            ParamSpec s = ps.specs()[size_t(ps.find(ParamRole::TokenEmbed))];
-            s.name = kLmHeadName;
-            m.weights.emplace(name, read_int8_weight(f, s, m.spec, name));
-            continue;
+    const std::string path = for_each_model_file(dir, [&](const SafetensorsFile& f) {
+        const std::string& file = f.path();
+        for (const std::string& name : f.names()) {
+            if (name.size() > 13 && name.ends_with(".weight_scale")) {  // read with its weight
+                scale_names.push_back(name);
+                continue;
+            }
+            if (tied_head && name == kLmHeadName) {  // the tied head's integers: the table's shape
+                ParamSpec s = ps.specs()[size_t(ps.find(ParamRole::TokenEmbed))];
+                s.name = kLmHeadName;
+                m.weights.emplace(name, read_int8_weight(f, s, m.spec, name));
+                continue;
+            }
+            ETE_CHECK(ps.has(name), "{}: tensor '{}' is not a parameter of this model config", file,
+                      name);
+            seen.insert(name);
+            const int i = ps.index(name);
+            const ParamSpec& s = ps.specs()[size_t(i)];
+            if (int8_quantizes(m.spec, cfg, s)) {
+                m.weights.emplace(name, read_int8_weight(f, s, m.spec, name));
+                continue;
+            }
+            const SafetensorsEntry& e = f.info(name);
+            ETE_CHECK(e.dtype == DType::F32 && e.shape == hf_shape(s),
+                      "{}: tensor '{}' is {} {}, expected F32 {}", file, name, dtype_name(e.dtype),
+                      shape_str(e.shape), shape_str(hf_shape(s)));
+            Tensor t = f.to_f32(name);
+            values.resize(size_t(shape_numel(s.shape)));
+            param_from_hf(s, t.f32(), values.data());
+            ps.upload(i, values.data());
         }
-        ETE_CHECK(ps.has(name), "{}: tensor '{}' is not a parameter of this model config", path,
-                  name);
-        seen.insert(name);
-        const int i = ps.index(name);
-        const ParamSpec& s = ps.specs()[size_t(i)];
-        if (int8_quantizes(m.spec, cfg, s)) {
-            m.weights.emplace(name, read_int8_weight(f, s, m.spec, name));
-            continue;
-        }
-        const SafetensorsEntry& e = f.info(name);
-        ETE_CHECK(e.dtype == DType::F32 && e.shape == hf_shape(s),
-                  "{}: tensor '{}' is {} {}, expected F32 {}", path, name, dtype_name(e.dtype),
-                  shape_str(e.shape), shape_str(hf_shape(s)));
-        Tensor t = f.to_f32(name);
-        values.resize(size_t(shape_numel(s.shape)));
-        param_from_hf(s, t.f32(), values.data());
-        ps.upload(i, values.data());
-    }
+    });
     for (const ParamSpec& s : ps.specs())
         ETE_CHECK(seen.count(s.name) || s.role == ParamRole::LoraA || s.role == ParamRole::LoraB,
                   "{}: tensor '{}' is missing", path, s.name);
@@ -209,10 +235,9 @@ std::unique_ptr<Transformer> load_int8_model(Backend& be, const std::string& dir
               "{}: tensor '{}' is missing (the integers of the tied head that quantization_config "
               "quantizes)",
               path, kLmHeadName);
-    for (const std::string& name : f.names())
-        if (name.ends_with(".weight_scale"))
-            ETE_CHECK(m.weights.count(name.substr(0, name.size() - 6)),
-                      "{}: '{}' scales no integer weight", path, name);
+    for (const std::string& name : scale_names)
+        ETE_CHECK(m.weights.count(name.substr(0, name.size() - 6)),
+                  "{}: '{}' scales no integer weight", path, name);
     if (!adapter_dir.empty()) load_peft_into(*model, adapter_dir, adapter);
     model->enable_int8(m);
     return model;

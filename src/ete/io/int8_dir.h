@@ -22,11 +22,13 @@ namespace ete {
 // fp32 weights (those m quantizes are written as its integers); source: what to record of where
 // the model came from (quantization_config.source); tokenizer_json / generation_config: files to
 // copy, or "". adapter: a PEFT LoRA adapter dir (a QAT run over LoRA) copied into DIR/adapter
-// (quantization_config.adapter = "adapter"), or "".
+// (quantization_config.adapter = "adapter"), or "". Beyond max_shard_bytes the weights are
+// sharded as save_hf_model shards them (a weight and its scales in one shard).
 void save_int8_model(const std::string& dir, const ModelConfig& c, const HostParams& params,
                      const Int8Model& m, const nlohmann::json& source,
                      const std::string& tokenizer_json, const std::string& generation_config,
-                     const std::string& adapter = "");
+                     const std::string& adapter = "",
+                     uint64_t max_shard_bytes = kDefaultMaxShardBytes);
 
 // The model of an int8 dir, ready for setup: every tensor checked against the config (names,
 // shapes, dtypes, scales finite and positive, integers on their grid). With an adapter, its LoRA

@@ -386,8 +386,8 @@ class Transformer {
     // The integer model's weights, and the scratch their products share.
     std::unique_ptr<Int8Scratch> int8_scratch_;
     std::vector<std::unique_ptr<Int8Weight>> int8_weights_;
-    void int8_add_linear(Linear& lin, const std::vector<std::string>& names, const Int8Model& m, int site,
-                         int l);
+    void int8_add_linear(Linear& lin, const std::vector<std::string>& names, const Int8Model& m,
+                         int site, int l);
 };
 
 }  // namespace ete

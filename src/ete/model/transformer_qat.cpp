@@ -132,11 +132,16 @@ bool Transformer::site_adapted(int site, int l) const {
         return false;
     };
     switch (site) {
-        case kQatLn1: return any(L.qkv);
-        case kQatAtt: return L.o.has_adapter();
-        case kQatLn2: return any(L.fc);
-        case kQatAct: return L.proj.has_adapter();
-        default: return false;
+        case kQatLn1:
+            return any(L.qkv);
+        case kQatAtt:
+            return L.o.has_adapter();
+        case kQatLn2:
+            return any(L.fc);
+        case kQatAct:
+            return L.proj.has_adapter();
+        default:
+            return false;
     }
 }
 
