@@ -10,6 +10,7 @@ model (where one exists: linear_in, and PTQ), and the share of runs that diverge
 usage: tools/qat_experiment.py [--ete build/ete] [--seeds 1,2,3] [--steps 900] [--out DIR]
                                [--bits 8] [--points attn_out,...,linear_in_lsq] [--fp32-from DIR]
                                [--finetune-steps M [--finetune-lr LR]] [--json results.json]
+       tools/qat_experiment.py --report results.json [--granularity tensor --finetune-steps M]
 
 With --finetune-steps, QAT is fine-tuning (as torchao applies it): every configuration, fp32
 included, continues the seed's trained fp32 model (model.init_from) for M more steps at
@@ -86,24 +87,8 @@ def metrics(run_dir):
     return rows
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ete", default=os.path.join(ROOT, "build/ete"))
-    ap.add_argument("--seeds", default="1,2,3")
-    ap.add_argument("--steps", type=int, default=900)
-    ap.add_argument("--eval-every", type=int, default=50)
-    ap.add_argument("--bits", type=int, default=8, help="QAT weight bits (8 or 4)")
-    ap.add_argument("--out", default=os.path.join(ROOT, "runs/qat_experiment"))
-    ap.add_argument("--points", default=",".join(POINTS),
-                    help="QAT configurations to run (also linear_in_lsq: linear_in with "
-                         "qat.learnable_scale)")
-    ap.add_argument("--fp32-from", default="",
-                    help="reuse the fp32 runs of an earlier --out (same seeds and steps)")
-    ap.add_argument("--granularity", default="channel", help="weights: channel or tensor")
-    ap.add_argument("--finetune-steps", type=int, default=0)
-    ap.add_argument("--finetune-lr", type=float, default=3e-4)
-    ap.add_argument("--json", default="")
-    a = ap.parse_args()
+def collect(a):
+    """Trains, quantizes and evaluates every configuration: config -> per-seed entries."""
     os.makedirs(a.out, exist_ok=True)
     seq = 128  # the demo config's train.seq_len
     val, rows = val_shard(a.out, seq, 0.02)
@@ -167,6 +152,39 @@ def main():
             results.setdefault(f"QAT {p}", []).append(entry)
             print(f"seed {seed} {p}: {entry['model_loss']}", file=sys.stderr, flush=True)
 
+    return results, seeds
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ete", default=os.path.join(ROOT, "build/ete"))
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--steps", type=int, default=900)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--bits", type=int, default=8, help="QAT weight bits (8 or 4)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "runs/qat_experiment"))
+    ap.add_argument("--points", default=",".join(POINTS),
+                    help="QAT configurations to run (also linear_in_lsq: linear_in with "
+                         "qat.learnable_scale)")
+    ap.add_argument("--fp32-from", default="",
+                    help="reuse the fp32 runs of an earlier --out (same seeds and steps)")
+    ap.add_argument("--granularity", default="channel", help="weights: channel or tensor")
+    ap.add_argument("--finetune-steps", type=int, default=0)
+    ap.add_argument("--finetune-lr", type=float, default=3e-4)
+    ap.add_argument("--json", default="")
+    ap.add_argument("--report", default="",
+                    help="print the tables of an earlier run's --json again, training nothing")
+    a = ap.parse_args()
+    if a.report:
+        with open(a.report) as f:
+            j = json.load(f)
+        results, seeds = j["results"], j["seeds"]
+        a.steps, a.bits = j["steps"], j["bits"]
+        a.granularity = j.get("granularity", a.granularity)
+        a.finetune_steps = j.get("finetune_steps", a.finetune_steps)
+        a.finetune_lr = j.get("finetune_lr", a.finetune_lr)
+    else:
+        results, seeds = collect(a)
     # Target: 2% above the median final validation loss of fp32 training.
     fp_final = [e["vals"][-1][1] for e in results["fp32 / PTQ"] if e["vals"]]
     target = 1.02 * statistics.median(fp_final)
@@ -206,22 +224,35 @@ def main():
         print(f"| {name} | {steps_cell} | {ppl} | {ippl} | {div}/{len(es)} |")
         table[name] = es
     # The issue's quality measures: the share of PTQ's perplexity loss that QAT (linear_in, its
-    # integer model) recovers, and the integer model's gap to fp32.
+    # integer model) recovers, and the integer model's gap to fp32. Paired by seed (each seed's
+    # QAT against its own fp32 model and PTQ): the seeds' spread is several times the effect.
+    base = {e["seed"]: e for e in results["fp32 / PTQ"]}
     fp = med([e["model_loss"] for e in results["fp32 / PTQ"]], math.exp)
     ptq = med([e["int8_loss"] for e in results["fp32 / PTQ"]], math.exp)
     for name in ("linear_in", "linear_in_lsq"):
-        qat = med([e["int8_loss"] for e in results.get("QAT " + name, [])], math.exp)
-        if fp and ptq and qat:
-            lost = ptq[0] - fp[0]
-            rec = (ptq[0] - qat[0]) / lost if lost > 0 else float("nan")
-            print(f"\nMedians: fp32 ppl {fp[0]:.3f}, PTQ integer {ptq[0]:.3f} "
-                  f"({100 * (ptq[0] / fp[0] - 1):+.2f}%), QAT {name} integer {qat[0]:.3f} "
-                  f"({100 * (qat[0] / fp[0] - 1):+.2f}%); QAT recovers {100 * rec:.0f}% of the "
-                  f"perplexity PTQ loses.")
+        es = [e for e in results.get("QAT " + name, []) if e["int8_loss"] is not None]
+        if not (fp and ptq and es):
+            continue
+        shares = []
+        for e in es:
+            b = base.get(e["seed"])
+            if not b or b["int8_loss"] is None:
+                continue
+            f0, p0, q0 = (math.exp(b["model_loss"]), math.exp(b["int8_loss"]),
+                          math.exp(e["int8_loss"]))
+            shares.append((e["seed"], (p0 - q0) / (p0 - f0) if p0 > f0 else float("nan")))
+        qat = med([e["int8_loss"] for e in es], math.exp)
+        per_seed = ", ".join(f"seed {s} {100 * r:.0f}%" for s, r in shares)
+        rec = statistics.median(r for _, r in shares) if shares else float("nan")
+        print(f"\nMedians: fp32 ppl {fp[0]:.3f}, PTQ integer {ptq[0]:.3f} "
+              f"({100 * (ptq[0] / fp[0] - 1):+.2f}%), QAT {name} integer {qat[0]:.3f} "
+              f"({100 * (qat[0] / fp[0] - 1):+.2f}%). Share of PTQ's perplexity loss QAT "
+              f"recovers, per seed: {per_seed}; median {100 * rec:.0f}%.")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"target": target, "seeds": seeds, "steps": a.steps, "bits": a.bits,
-                       "results": table}, f, indent=1)
+                       "granularity": a.granularity, "finetune_steps": a.finetune_steps,
+                       "finetune_lr": a.finetune_lr, "results": table}, f, indent=1)
 
 
 if __name__ == "__main__":
