@@ -440,6 +440,7 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
 // runs in fp32 on the fake-quantized input the integers come from: the same loss as the
 // fake-quantized model, to fp32 rounding. The adapters cover only some members of the fused
 // groups (v_proj, up_proj), so the norms must not write integers there; and per-token inputs.
+// `ete quantize --scheme w8a8 --adapter` does the same by PTQ.
 TEST_F(QatTrain, ExportsQatOverLoraWithItsAdapter) {
     train(1, "");
     const std::string base = last_out_ + "/final", toks = (dir_ / "toks.bin").string();
@@ -481,6 +482,14 @@ TEST_F(QatTrain, ExportsQatOverLoraWithItsAdapter) {
         ok("export int8 --model " + adapter + " --out " + run + "/int8b");
         EXPECT_EQ(read_file(run + "/int8b/model.safetensors"),
                   read_file(run + "/int8/model.safetensors"));
+        // PTQ of base + adapter: the adapter kept beside the integers, in fp32 (W8A8 moves the
+        // loss by ~1e-4 here, the adapter by ~1e-2).
+        ok("quantize --scheme w8a8 --model " + adapter + " --calib " + toks +
+           " --calib-batches 2 --batch 4 --seq 16 --out " + run + "/ptq");
+        EXPECT_TRUE(fs::exists(run + "/ptq/adapter/adapter_config.json"));
+        const double ptq = eval_loss(run + "/ptq");
+        EXPECT_NEAR(ptq, plain, 1e-3 * plain);
+        EXPECT_GT(std::fabs(ptq - plain_base), 5e-3 * plain_base);
     }
 }
 

@@ -182,6 +182,8 @@ void add_quantize(CLI::App& app, QuantizeArgs& q, ExportMergedArgs& e, ExportInt
                   "w8a8/w4a8: linears in integers (PEFT names, all-linear; lm_head for the LM "
                   "head)")
         ->capture_default_str();
+    c->add_option("--adapter", q.adapter,
+                  "w8a8/w4a8: a PEFT LoRA adapter over --model, kept in fp32 beside the integers");
     c->add_option("--double-quant", q.double_quant, "8-bit quantize the block absmax values")
         ->capture_default_str();
     c->add_option("--blocksize", q.blocksize, "elements per NF4 block (power of two, 32..4096)")

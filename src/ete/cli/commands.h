@@ -62,7 +62,7 @@ struct QuantizeArgs {
     bool double_quant = true;
     int blocksize = 64;
     // w8a8 / w4a8 (post-training calibration into the integer model)
-    std::string calib, weight_granularity = "channel", act_granularity = "tensor";
+    std::string calib, weight_granularity = "channel", act_granularity = "tensor", adapter;
     std::string observer = "minmax", skip_layers, linears = "all-linear";
     int calib_batches = 8, batch = 4, seq = 0, group_size = 128;
 };

@@ -102,9 +102,9 @@ std::pair<std::string, std::string> export_sources(const ExportInt8Args& a) {
 }
 
 // Every base weight as the run's QAT saw it (an NF4 base dequantized), in ETE layout.
-HostParams base_values(const ModelConfig& cfg, const Transformer& fake) {
+HostParams base_values(const ModelConfig& cfg, const Transformer& model) {
     HostParams host(param_specs(cfg));
-    const ParamStore& ps = fake.params();
+    const ParamStore& ps = model.params();
     for (int i = 0; i < host.size(); ++i) {
         const std::vector<float> v = ps.download(ps.index(host.specs()[size_t(i)].name));
         std::copy(v.begin(), v.end(), host.param(i));
@@ -153,8 +153,9 @@ int cmd_quantize_int8(const QuantizeArgs& a) {
               a.scheme);
     ETE_CHECK(a.calib_batches > 0 && a.batch > 0,
               "ete quantize: --calib-batches and --batch must be positive");
-    ETE_CHECK(fs::absolute(a.model_dir) != fs::absolute(a.out),
-              "ete quantize: --out must differ from --model");
+    ETE_CHECK(fs::absolute(a.model_dir) != fs::absolute(a.out) &&
+                  (a.adapter.empty() || fs::absolute(a.adapter) != fs::absolute(a.out)),
+              "ete quantize: --out must differ from --model and --adapter");
     QatSpec spec;
     spec.enabled = true;
     spec.points = {QatPoint::Weight, QatPoint::LinearIn};
@@ -168,7 +169,7 @@ int cmd_quantize_int8(const QuantizeArgs& a) {
     spec.linears = split_comma_list(a.linears);
     spec.warmup_steps = std::numeric_limits<int32_t>::max();  // observe only, never fake-quantize
     auto be = make_cpu_backend();
-    std::unique_ptr<Transformer> model = load_inference_model(*be, a.model_dir);
+    std::unique_ptr<Transformer> model = load_inference_model(*be, a.model_dir, a.adapter);
     ETE_CHECK(!model->int8(), "ete quantize: '{}' is already an integer model", a.model_dir);
     const ModelConfig cfg = model->config();
     check_int8_spec(spec, cfg);
@@ -192,21 +193,26 @@ int cmd_quantize_int8(const QuantizeArgs& a) {
     }
     model->set_qat_calibration(false);
     HostParams host(param_specs(cfg));
-    load_hf_weights(a.model_dir, host);
+    if (a.adapter.empty())
+        load_hf_weights(a.model_dir, host);
+    else
+        host = base_values(cfg, *model);
     const Int8Model m = make_int8_model(spec, cfg, host, qat);
-    save_int8_model(a.out, cfg, host, m,
-                    {{"from", "ptq"},
-                     {"model", fs::absolute(a.model_dir).string()},
-                     {"calib", fs::absolute(a.calib).string()},
-                     {"calib_batches", a.calib_batches},
-                     {"batch", B},
-                     {"seq", T}},
-                    file_in(a.model_dir, "tokenizer.json"),
-                    file_in(a.model_dir, "generation_config.json"));
+    nlohmann::json source = {{"from", "ptq"},
+                             {"model", fs::absolute(a.model_dir).string()},
+                             {"calib", fs::absolute(a.calib).string()},
+                             {"calib_batches", a.calib_batches},
+                             {"batch", B},
+                             {"seq", T}};
+    if (!a.adapter.empty()) source["adapter"] = fs::absolute(a.adapter).string();
+    save_int8_model(a.out, cfg, host, m, source, file_in(a.model_dir, "tokenizer.json"),
+                    file_in(a.model_dir, "generation_config.json"), a.adapter);
     // The same calibrated scales with fake quantization: what the integers must reproduce.
     qat.set_inference();
     check_written(*be, *model, a.out, m, ids, B, T,
-                  ("quantized " + a.model_dir + " (" + a.scheme + ")").c_str());
+                  ("quantized " + a.model_dir + (a.adapter.empty() ? "" : " + " + a.adapter) +
+                   " (" + a.scheme + ")")
+                      .c_str());
     return 0;
 }
 

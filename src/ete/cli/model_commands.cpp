@@ -20,6 +20,9 @@ int cmd_quantize(const QuantizeArgs& a) {
     if (a.scheme == "w8a8" || a.scheme == "w4a8") return cmd_quantize_int8(a);
     ETE_CHECK(a.scheme == "nf4", "ete quantize --scheme {}: expected nf4, w8a8 or w4a8", a.scheme);
     ETE_CHECK(a.calib.empty(), "ete quantize --calib: only the w8a8 and w4a8 schemes calibrate");
+    ETE_CHECK(a.adapter.empty(),
+              "ete quantize --adapter: only the w8a8 and w4a8 schemes keep an adapter (merge it "
+              "first with ete export merged)");
     const double bits = quantize_model_dir(a.model_dir, a.out, {a.blocksize, a.double_quant});
     std::printf(
         "quantized %s -> %s: nf4, block %d, double quant %s | %.4f bits per quantized "
