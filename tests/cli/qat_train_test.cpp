@@ -29,6 +29,20 @@ class QatTrain : public ParallelTrain {
         EXPECT_NE(r.code, 0) << r.out;
         return r.out;
     }
+    // The output of an `ete` command that must succeed.
+    static std::string ok(const std::string& args) {
+        const ShellResult r = run_shell(ete_cmd(args) + " 2>&1");
+        EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
+        return r.out;
+    }
+    // `ete eval --json`'s loss of MODEL (and options) on 4 x 16 tokens of the job's shard.
+    double eval_loss(const std::string& model) {
+        const std::string out = ok("eval --model " + model + " --tokens " +
+                                   (dir_ / "toks.bin").string() + " --batch 4 --seq 16 --json");
+        const nlohmann::json j = nlohmann::json::parse(out.substr(out.rfind('{')));
+        EXPECT_EQ(j["tokens"], 64) << out;
+        return j["loss"].get<double>();
+    }
 };
 
 // QAT (W8A8: weights per channel, every linear's input and every norm's output per tensor). While
@@ -294,17 +308,6 @@ TEST_F(QatTrain, LearnsTheWeightScales) {
     expect_close(t1, train(4, mesh(1, 4, 1) + tensor), "lsq tensor tp=4");
     expect_near_factors(t1_factors, learned_factors(last_out_), "lsq tensor tp=4", 1e-4f);
     // The integer model of the learned scales evaluates like the fake-quantized model.
-    auto ok = [](const std::string& args) {
-        const ShellResult r = run_shell(ete_cmd(args) + " 2>&1");
-        EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
-        return r.out;
-    };
-    const std::string toks = (dir_ / "toks.bin").string();
-    auto eval_loss = [&](const std::string& model) {
-        const std::string out =
-            ok("eval --model " + model + " --tokens " + toks + " --batch 4 --seq 16 --json");
-        return nlohmann::json::parse(out.substr(out.rfind('{')))["loss"].get<double>();
-    };
     ok("export int8 --run " + run + " --out " + run + "/int8");
     const double fake = eval_loss(run + "/final --fake-quant");
     EXPECT_NEAR(eval_loss(run + "/int8"), fake, 1e-3 * fake);
@@ -329,18 +332,6 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
         "--set qat.warmup_steps=2";
     train(1, qat);
     const std::string run = last_out_, toks = (dir_ / "toks.bin").string();
-    auto ok = [](const std::string& args) {
-        const ShellResult r = run_shell(ete_cmd(args) + " 2>&1");
-        EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
-        return r.out;
-    };
-    auto eval_loss = [&](const std::string& model) {
-        const std::string out =
-            ok("eval --model " + model + " --tokens " + toks + " --batch 4 --seq 16 --json");
-        const nlohmann::json j = nlohmann::json::parse(out.substr(out.rfind('{')));
-        EXPECT_EQ(j["tokens"], 64) << out;
-        return j["loss"].get<double>();
-    };
     const std::string exported = ok("export int8 --run " + run + " --out " + run + "/int8");
     EXPECT_NE(exported.find("28 weights in 8-bit integers"), std::string::npos) << exported;
     const std::string shown = ok("inspect " + run + "/int8 --summary");
@@ -444,16 +435,6 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
 TEST_F(QatTrain, ExportsQatOverLoraWithItsAdapter) {
     train(1, "");
     const std::string base = last_out_ + "/final", toks = (dir_ / "toks.bin").string();
-    auto ok = [](const std::string& args) {
-        const ShellResult r = run_shell(ete_cmd(args) + " 2>&1");
-        EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
-        return r.out;
-    };
-    auto eval_loss = [&](const std::string& model) {
-        const std::string out =
-            ok("eval --model " + model + " --tokens " + toks + " --batch 4 --seq 16 --json");
-        return nlohmann::json::parse(out.substr(out.rfind('{')))["loss"].get<double>();
-    };
     const double plain_base = eval_loss(base);
     for (const std::string& k : {std::string(" --set lora.base_format=f32"),
                                  std::string(" --set lora.base_format=nf4 "
