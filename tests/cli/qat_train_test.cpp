@@ -401,11 +401,8 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
     EXPECT_FALSE(fs::exists(last_out_ + "/int8"));
     train(1, qat + " --set lora.enabled=true --set lora.targets=all-linear");  // no base dir
     EXPECT_NE(error("export int8 --run " + last_out_ + " --out " + last_out_ + "/int8")
-                  .find("/adapter_config.json names the base '', which is not a model dir here: "
-                        "pass --model BASE --adapter"),
-              std::string::npos);
-    EXPECT_NE(error("export int8 --model " + last_out_ + "/final --out " + last_out_ + "/int8")
-                  .find("is a LoRA adapter: pass --model BASE --adapter"),
+                  .find("/final' is a LoRA adapter dir whose base_model_name_or_path ('') is not "
+                        "a model dir here: pass the base as --model and this dir as --adapter"),
               std::string::npos);
     train(1, " --set qat.enabled=true --set qat.points=weight,post_norm");
     EXPECT_NE(error("export int8 --run " + last_out_ + " --out " + last_out_ + "/int8")
@@ -459,10 +456,12 @@ TEST_F(QatTrain, ExportsQatOverLoraWithItsAdapter) {
         // The adapter moved the loss by far more than the integer model's difference: a loader
         // that dropped it would fail above.
         EXPECT_GT(std::fabs(plain - plain_base), 1e-3 * plain_base);
-        // --model BASE --adapter DIR names the same sources.
+        // --model BASE --adapter DIR names the same sources, and so does the adapter dir alone
+        // (over the base it names), for eval too.
         ok("export int8 --model " + adapter + " --out " + run + "/int8b");
         EXPECT_EQ(read_file(run + "/int8b/model.safetensors"),
                   read_file(run + "/int8/model.safetensors"));
+        EXPECT_EQ(eval_loss(run + "/final --fake-quant"), fake);
         // PTQ of base + adapter: the adapter kept beside the integers, in fp32 (W8A8 moves the
         // loss by ~1e-4 here, the adapter by ~1e-2).
         ok("quantize --scheme w8a8 --model " + adapter + " --calib " + toks +

@@ -80,25 +80,14 @@ namespace {
 
 // The base dir and adapter dir (empty: a full QAT model) `ete export int8` reads: --model [with
 // --adapter], or --run, whose final/ is a model dir or, for a run over LoRA, an adapter dir over
-// the base its adapter_config.json names.
+// the base its adapter_config.json names (as an adapter dir given as --model).
 std::pair<std::string, std::string> export_sources(const ExportInt8Args& a) {
     ETE_CHECK(a.model_dir.empty() != a.run.empty(),
               "ete export int8: pass one of --model or --run");
     ETE_CHECK(a.run.empty() || a.adapter.empty(),
               "ete export int8: --adapter goes with --model BASE (--run finds its own adapter)");
     const std::string dir = a.run.empty() ? a.model_dir : (fs::path(a.run) / "final").string();
-    if (!a.adapter.empty()) return {dir, a.adapter};
-    if (!fs::exists(fs::path(dir) / "adapter_config.json")) return {dir, ""};
-    ETE_CHECK(!a.run.empty(),
-              "ete export int8: '{}' is a LoRA adapter: pass --model BASE --adapter {} (or --run "
-              "RUN)",
-              dir, dir);
-    const std::string base = peft_base_model(dir);
-    ETE_CHECK(!base.empty() && fs::exists(fs::path(base) / "config.json"),
-              "ete export int8: {}/adapter_config.json names the base '{}', which is not a model "
-              "dir here: pass --model BASE --adapter {}",
-              dir, base, dir);
-    return {base, dir};
+    return resolve_adapter_dir(dir, a.adapter);
 }
 
 // Every base weight as the run's QAT saw it (an NF4 base dequantized), in ETE layout.

@@ -10,8 +10,25 @@
 
 namespace ete {
 
-std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string& dir,
-                                                  const std::string& adapter) {
+namespace fs = std::filesystem;
+
+std::pair<std::string, std::string> resolve_adapter_dir(const std::string& dir,
+                                                        const std::string& adapter) {
+    if (!adapter.empty() || fs::exists(fs::path(dir) / "config.json") ||
+        !fs::exists(fs::path(dir) / "adapter_config.json"))
+        return {dir, adapter};
+    // A PEFT adapter dir given as the model: over the base it names, as PEFT's AutoPeftModel does.
+    const std::string base = peft_base_model(dir);
+    ETE_CHECK(!base.empty() && fs::exists(fs::path(base) / "config.json"),
+              "'{}' is a LoRA adapter dir whose base_model_name_or_path ('{}') is not a model dir "
+              "here: pass the base as --model and this dir as --adapter",
+              dir, base);
+    return {base, dir};
+}
+
+std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string& model_dir,
+                                                  const std::string& adapter_dir) {
+    const auto [dir, adapter] = resolve_adapter_dir(model_dir, adapter_dir);
     if (is_int8_model_dir(dir)) {
         ETE_CHECK(adapter.empty(),
                   "'{}' is an integer model: --adapter applies to full-precision or NF4 bases (an "
@@ -76,8 +93,9 @@ QatState read_qat_state(const std::string& dir) {
     return st;
 }
 
-std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::string& dir,
-                                                   const std::string& adapter) {
+std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::string& model_dir,
+                                                   const std::string& adapter_dir) {
+    const auto [dir, adapter] = resolve_adapter_dir(model_dir, adapter_dir);
     const std::string from = adapter.empty() ? dir : adapter;  // where the run left qat.json
     const QatState st = read_qat_state(from);
     auto m = load_inference_model(be, dir, adapter);

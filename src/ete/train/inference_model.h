@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ete/backend/backend.h"
@@ -13,12 +14,19 @@
 
 namespace ete {
 
+// A PEFT adapter dir given as `dir` (no `adapter`) loads over the base its adapter_config.json
+// names (resolve_adapter_dir), as PEFT's AutoPeftModel does.
 // With an adapter the base is held as the adapter was trained over it — NF4 for a QLoRA adapter
 // (as its metadata says), whether the dir is full precision (quantized on load) or already
 // quantized — and each adapter runs at its own rank (rank_pattern).
 // An integer model dir (io/int8_dir.h, `ete export int8`) loads as the integer model.
 std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string& dir,
                                                   const std::string& adapter = "");
+// (base dir, adapter dir) for a model dir and an optional adapter: dir itself when it is a model
+// dir or an adapter is given; for an adapter dir alone, the base it names and dir. Throws
+// ete::Error naming both when that base is not a model dir here.
+std::pair<std::string, std::string> resolve_adapter_dir(const std::string& dir,
+                                                        const std::string& adapter);
 
 // The final model of a QAT run (dir/qat.json beside the weights: the spec, the observers and any
 // learned weight scale factors) as it trained: fake quantization at every point with those scales,
