@@ -470,6 +470,10 @@ TEST_F(QatTrain, ExportsQatOverLoraWithItsAdapter) {
         const double ptq = eval_loss(run + "/ptq");
         EXPECT_NEAR(ptq, plain, 1e-3 * plain);
         EXPECT_GT(std::fabs(ptq - plain_base), 5e-3 * plain_base);
+        ok("quantize --scheme w8a8 --model " + run + "/final --calib " + toks +
+           " --calib-batches 2 --batch 4 --seq 16 --out " + run + "/ptq2");  // the adapter alone
+        EXPECT_EQ(read_file(run + "/ptq2/model.safetensors"),
+                  read_file(run + "/ptq/model.safetensors"));
     }
 }
 

@@ -134,6 +134,7 @@ int cmd_export_int8(const ExportInt8Args& a) {
 }
 
 int cmd_quantize_int8(const QuantizeArgs& a) {
+    const auto [model_dir, adapter] = resolve_adapter_dir(a.model_dir, a.adapter);
     ETE_CHECK(a.scheme == "w8a8" || a.scheme == "w4a8",
               "ete quantize --scheme {}: expected nf4, w8a8 or w4a8", a.scheme);
     ETE_CHECK(!a.calib.empty(),
@@ -142,8 +143,8 @@ int cmd_quantize_int8(const QuantizeArgs& a) {
               a.scheme);
     ETE_CHECK(a.calib_batches > 0 && a.batch > 0,
               "ete quantize: --calib-batches and --batch must be positive");
-    ETE_CHECK(fs::absolute(a.model_dir) != fs::absolute(a.out) &&
-                  (a.adapter.empty() || fs::absolute(a.adapter) != fs::absolute(a.out)),
+    ETE_CHECK(fs::absolute(model_dir) != fs::absolute(a.out) &&
+                  (adapter.empty() || fs::absolute(adapter) != fs::absolute(a.out)),
               "ete quantize: --out must differ from --model and --adapter");
     QatSpec spec;
     spec.enabled = true;
@@ -158,8 +159,8 @@ int cmd_quantize_int8(const QuantizeArgs& a) {
     spec.linears = split_comma_list(a.linears);
     spec.warmup_steps = std::numeric_limits<int32_t>::max();  // observe only, never fake-quantize
     auto be = make_cpu_backend();
-    std::unique_ptr<Transformer> model = load_inference_model(*be, a.model_dir, a.adapter);
-    ETE_CHECK(!model->int8(), "ete quantize: '{}' is already an integer model", a.model_dir);
+    std::unique_ptr<Transformer> model = load_inference_model(*be, model_dir, adapter);
+    ETE_CHECK(!model->int8(), "ete quantize: '{}' is already an integer model", model_dir);
     const ModelConfig cfg = model->config();
     check_int8_spec(spec, cfg);
     model->enable_qat(spec);
@@ -182,24 +183,24 @@ int cmd_quantize_int8(const QuantizeArgs& a) {
     }
     model->set_qat_calibration(false);
     HostParams host(param_specs(cfg));
-    if (a.adapter.empty())
-        load_hf_weights(a.model_dir, host);
+    if (adapter.empty())
+        load_hf_weights(model_dir, host);
     else
         host = base_values(cfg, *model);
     const Int8Model m = make_int8_model(spec, cfg, host, qat);
     nlohmann::json source = {{"from", "ptq"},
-                             {"model", fs::absolute(a.model_dir).string()},
+                             {"model", fs::absolute(model_dir).string()},
                              {"calib", fs::absolute(a.calib).string()},
                              {"calib_batches", a.calib_batches},
                              {"batch", B},
                              {"seq", T}};
-    if (!a.adapter.empty()) source["adapter"] = fs::absolute(a.adapter).string();
-    save_int8_model(a.out, cfg, host, m, source, file_in(a.model_dir, "tokenizer.json"),
-                    file_in(a.model_dir, "generation_config.json"), a.adapter);
+    if (!adapter.empty()) source["adapter"] = fs::absolute(adapter).string();
+    save_int8_model(a.out, cfg, host, m, source, file_in(model_dir, "tokenizer.json"),
+                    file_in(model_dir, "generation_config.json"), adapter);
     // The same calibrated scales with fake quantization: what the integers must reproduce.
     qat.set_inference();
     check_written(*be, *model, a.out, m, ids, B, T,
-                  ("quantized " + a.model_dir + (a.adapter.empty() ? "" : " + " + a.adapter) +
+                  ("quantized " + model_dir + (adapter.empty() ? "" : " + " + adapter) +
                    " (" + a.scheme + ")")
                       .c_str());
     return 0;
