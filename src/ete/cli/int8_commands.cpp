@@ -200,8 +200,8 @@ int cmd_quantize_int8(const QuantizeArgs& a) {
     // The same calibrated scales with fake quantization: what the integers must reproduce.
     qat.set_inference();
     check_written(*be, *model, a.out, m, ids, B, T,
-                  ("quantized " + model_dir + (adapter.empty() ? "" : " + " + adapter) +
-                   " (" + a.scheme + ")")
+                  ("quantized " + model_dir + (adapter.empty() ? "" : " + " + adapter) + " (" +
+                   a.scheme + ")")
                       .c_str());
     return 0;
 }
