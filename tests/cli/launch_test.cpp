@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,37 @@ TEST(Launch, RealTwoRankRun) {
     size_t first = r.out.find("ete 0.1.0");
     ASSERT_NE(first, std::string::npos) << r.out;
     EXPECT_NE(r.out.find("ete 0.1.0", first + 1), std::string::npos) << r.out;
+}
+
+// A job on this node runs with a private Open MPI session base (concurrent jobs otherwise race
+// on the shared /tmp/ompi.<host>.<uid>): mpirun sees an existing directory, removed after it;
+// a base the user set is kept, and a job over a hostfile gets none.
+TEST(Launch, PrivateSessionDirPerJob) {
+    const std::string dir = ::testing::TempDir() + "/ete_launch_tmpdir";
+    std::filesystem::create_directories(dir);
+    const std::string fake = dir + "/mpirun", seen = dir + "/seen";
+    write_file_atomic(fake,
+                      "#!/bin/sh\nb=\"$OMPI_MCA_orte_tmpdir_base\"\n"
+                      "if [ -n \"$b\" ] && [ -d \"$b\" ]; then d=yes; else d=no; fi\n"
+                      "echo \"$b $d\" > " + seen + "\n");
+    std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+    const auto seen_by_mpirun = [&](const std::string& env) {
+        ShellResult r = run_shell(env + ete_cmd("launch --mpirun " + fake + " -n 2 -- --version"));
+        EXPECT_EQ(r.code, 0) << r.out;
+        return read_file(seen);
+    };
+    const std::string own = seen_by_mpirun("env -u OMPI_MCA_orte_tmpdir_base TMPDIR=" + dir + " ");
+    EXPECT_EQ(own.rfind(dir + "/ete-launch-", 0), 0u) << own;
+    EXPECT_NE(own.find(" yes\n"), std::string::npos) << own;
+    EXPECT_FALSE(std::filesystem::exists(own.substr(0, own.find(' ')))) << own;
+    EXPECT_EQ(seen_by_mpirun("OMPI_MCA_orte_tmpdir_base=" + dir + " "), dir + " yes\n");
+    write_file_atomic(dir + "/hosts", "localhost slots=2\n");
+    ShellResult r = run_shell("env -u OMPI_MCA_orte_tmpdir_base " +
+                              ete_cmd("launch --mpirun " + fake + " --hostfile " + dir +
+                                      "/hosts -n 2 -- --version"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(read_file(seen), " no\n");
+    std::filesystem::remove_all(dir);
 }
 
 // --min-ranks reads the hostfile's lines (comments dropped, a bare host = 1 slot), probes each

@@ -9,8 +9,10 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "ete/cli/launch.h"
@@ -128,6 +130,35 @@ int answering_slots(const LaunchArgs& a, const LaunchHost& host, std::string* li
     return slots;
 }
 
+// Open MPI 4 keeps every job's session directory under one shared /tmp/ompi.<host>.<uid>, and a
+// job that ends removes it when it looks empty: a second job starting on the node at that moment
+// fails in orte_init ("A call to mkdir was unable to create the desired directory", Open MPI
+// issue 8510). A job on this node alone therefore gets a private base, removed afterwards,
+// unless the user chose one. Jobs over a hostfile keep Open MPI's default (the directory would
+// be left behind on every other node).
+class PrivateMpiTmpdir {
+public:
+    explicit PrivateMpiTmpdir(const LaunchArgs& a) {
+        if (!a.hostfile.empty() || std::getenv("OMPI_MCA_orte_tmpdir_base")) return;
+        const char* tmp = std::getenv("TMPDIR");
+        std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/ete-launch-XXXXXX";
+        if (!::mkdtemp(templ.data())) return;  // Open MPI's default then, as without ete launch
+        dir_ = templ;
+        ::setenv("OMPI_MCA_orte_tmpdir_base", dir_.c_str(), 1);
+    }
+    ~PrivateMpiTmpdir() {
+        if (dir_.empty()) return;
+        ::unsetenv("OMPI_MCA_orte_tmpdir_base");
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+    }
+    PrivateMpiTmpdir(const PrivateMpiTmpdir&) = delete;
+    PrivateMpiTmpdir& operator=(const PrivateMpiTmpdir&) = delete;
+
+private:
+    std::string dir_;
+};
+
 }  // namespace
 
 bool restartable_exit(int code) {
@@ -163,6 +194,7 @@ int cmd_launch(const LaunchArgs& a) {
             if (!path.empty()) ::unlink(path.c_str());
         }
     } remove_live{live_hostfile};
+    const PrivateMpiTmpdir session_base(a);
     for (int attempt = 0;; ++attempt) {
         LaunchArgs cur = a;
         if (a.min_ranks > 0) {
