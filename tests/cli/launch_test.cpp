@@ -130,7 +130,8 @@ TEST(Launch, PrivateSessionDirPerJob) {
     write_file_atomic(fake,
                       "#!/bin/sh\nb=\"$OMPI_MCA_orte_tmpdir_base\"\n"
                       "if [ -n \"$b\" ] && [ -d \"$b\" ]; then d=yes; else d=no; fi\n"
-                      "echo \"$b $d\" > " + seen + "\n");
+                      "echo \"$b $d\" > " +
+                          seen + "\n");
     std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
     const auto seen_by_mpirun = [&](const std::string& env) {
         ShellResult r = run_shell(env + ete_cmd("launch --mpirun " + fake + " -n 2 -- --version"));
@@ -143,9 +144,9 @@ TEST(Launch, PrivateSessionDirPerJob) {
     EXPECT_FALSE(std::filesystem::exists(own.substr(0, own.find(' ')))) << own;
     EXPECT_EQ(seen_by_mpirun("OMPI_MCA_orte_tmpdir_base=" + dir + " "), dir + " yes\n");
     write_file_atomic(dir + "/hosts", "localhost slots=2\n");
-    ShellResult r = run_shell("env -u OMPI_MCA_orte_tmpdir_base " +
-                              ete_cmd("launch --mpirun " + fake + " --hostfile " + dir +
-                                      "/hosts -n 2 -- --version"));
+    ShellResult r = run_shell(
+        "env -u OMPI_MCA_orte_tmpdir_base " +
+        ete_cmd("launch --mpirun " + fake + " --hostfile " + dir + "/hosts -n 2 -- --version"));
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_EQ(read_file(seen), " no\n");
     std::filesystem::remove_all(dir);

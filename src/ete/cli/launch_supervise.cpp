@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -137,7 +137,7 @@ int answering_slots(const LaunchArgs& a, const LaunchHost& host, std::string* li
 // unless the user chose one. Jobs over a hostfile keep Open MPI's default (the directory would
 // be left behind on every other node).
 class PrivateMpiTmpdir {
-public:
+  public:
     explicit PrivateMpiTmpdir(const LaunchArgs& a) {
         if (!a.hostfile.empty() || std::getenv("OMPI_MCA_orte_tmpdir_base")) return;
         const char* tmp = std::getenv("TMPDIR");
@@ -155,7 +155,7 @@ public:
     PrivateMpiTmpdir(const PrivateMpiTmpdir&) = delete;
     PrivateMpiTmpdir& operator=(const PrivateMpiTmpdir&) = delete;
 
-private:
+  private:
     std::string dir_;
 };
 
