@@ -114,9 +114,20 @@ qlora_demo() {
         --jsonl data/kjv_books_val.jsonl --json
 }
 
+# -DETE_CUDA=ON where the CUDA toolkit is installed (nvcc on PATH or in /usr/local/cuda): the
+# CUDA backend then compiles with warnings as errors, and its tests skip without a GPU.
+cuda_flags() {
+    local nvcc
+    nvcc=$(command -v nvcc || true)
+    [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+    [ -n "$nvcc" ] && echo "-DETE_CUDA=ON -DCMAKE_CUDA_COMPILER=$nvcc"
+    return 0
+}
+
 run_tests() {
     install_missing "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}"
-    build "$BUILD_DIR" -DETE_WERROR=ON
+    # shellcheck disable=SC2046  # the flags are words
+    build "$BUILD_DIR" -DETE_WERROR=ON $(cuda_flags)
     log "ctest ($BUILD_DIR)"
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS")
     build "$BUILD_DIR-asan" -DETE_WERROR=ON -DETE_SANITIZE=ON -DETE_BUILD_BENCH=OFF \

@@ -19,6 +19,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "ete/backend/backend.h"
 #include "ete/core/file_util.h"
 #include "ete/data/token_shard.h"
 #include "ete/io/safetensors.h"
@@ -209,6 +210,18 @@ TEST_F(ParallelTrain, EveryTransportCarriesBackendMemory) {
 // build) that rounds it to the other sign moves it 2·lr away (measured on an AMX Xeon: one of
 // 33760 weights after step 1, then the loss and 8% of the weights by step 5). With epsilon above
 // that noise such an element barely moves, and the layouts are compared on their rounding alone.
+// On a GPU (tools/gpu_check.sh; skipped where there is none): two ranks sharing one GPU through
+// the staged MPI communicator (NCCL refuses two ranks on one device) give one rank's run, for
+// dp = 2, tp = 2 and pp = 2 (the tolerances of the CPU layouts: other summation orders).
+TEST_F(ParallelTrain, TwoRanksOnOneGpuMatchOneRank) {
+    if (!cuda_unavailable_reason().empty()) GTEST_SKIP() << cuda_unavailable_reason();
+    const std::string cuda = " --set train.backend=cuda";
+    RunResult one = train(1, cuda);
+    expect_same(one, train(2, mesh(2, 1, 1) + cuda), "cuda dp=2");
+    expect_same(one, train(2, mesh(1, 2, 1) + cuda), "cuda tp=2");
+    expect_same(one, train(2, mesh(1, 1, 2) + cuda), "cuda pp=2");
+}
+
 TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
     const std::string eps = " --set train.adam_eps=1e-4";
     const std::string bf16 = eps + " --set train.precision=bf16";

@@ -3,8 +3,9 @@
 // tests/golden/*.safetensors are written by tools/gen_model_goldens.py (plain-torch Llama and
 // GPT-2 with HF semantics, maths in float64). Each file holds the HF config, the parameters in
 // HF layout, one batch, and the expected logits, mean loss, every parameter gradient and a
-// 10-step AdamW trajectory (losses and final weights). Every variant runs on the ref and the cpu
-// backend.
+// 10-step AdamW trajectory (losses and final weights). Every variant runs on the ref, cpu and
+// guarded backends, and on cuda where a GPU is present (skipped elsewhere), with the cpu
+// tolerances.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -116,6 +117,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 class GoldenTest : public ::testing::TestWithParam<Case> {
   protected:
     void SetUp() override {
+        if (GetParam().backend == "cuda" && !cuda_unavailable_reason().empty())
+            GTEST_SKIP() << cuda_unavailable_reason();
         file_ = std::make_unique<SafetensorsFile>(SafetensorsFile::open(golden_path(variant())));
         const auto& meta = file_->metadata();
         ASSERT_TRUE(meta.count("config") && meta.count("adamw")) << "golden metadata";
@@ -292,7 +295,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                                            Case{"llama3_rope_tied", "ref"},
                                            Case{"llama3_rope_tied", "cpu"},
                                            Case{"llama_gqa", "guarded"}, Case{"gpt2", "guarded"},
-                                           Case{"llama3_rope_tied", "guarded"}),
+                                           Case{"llama3_rope_tied", "guarded"},
+                                           Case{"llama_gqa", "cuda"}, Case{"gpt2", "cuda"},
+                                           Case{"llama3_rope_tied", "cuda"}),
                          case_name);
 
 }  // namespace

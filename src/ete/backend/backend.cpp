@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "ete/core/device_memory.h"
 #include "ete/core/error.h"
@@ -157,6 +158,17 @@ void Backend::swiglu_quantize(Mat q, CMat gate_up, CVec scale, CVec zero, const 
     const Mat o{out.data(), gate_up.dtype, q.rows, q.cols};
     swiglu_forward(o, gate_up);
     quantize_s8(q, o, scale, zero, g);
+}
+
+int pick_cuda_device(const char* env_device, int local_rank, int visible) {
+    ETE_CHECK(visible >= 1, "[cuda] no CUDA device visible");
+    if (!env_device || !*env_device) return std::max(local_rank, 0) % visible;
+    char* end = nullptr;
+    const long d = std::strtol(env_device, &end, 10);
+    ETE_CHECK(*end == '\0' && d >= 0 && d < visible,
+              "ETE_CUDA_DEVICE='{}': expected a device number from 0 to {} ({} visible)",
+              env_device, visible - 1, visible);
+    return int(d);
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {

@@ -290,6 +290,21 @@ std::unique_ptr<Backend> make_guarded_backend();
 // The CUDA backend; a build without it throws "[cuda] backend 'cuda': this build ... has no CUDA
 // compute backend".
 std::unique_ptr<Backend> make_cuda_backend();
+// The same on device `device` (0-based among the visible ones).
+std::unique_ptr<Backend> make_cuda_backend(int device);
+// The GPUs this process sees (0 without a CUDA build or a usable device).
+int cuda_device_count();
+// The device a rank uses: env_device (ETE_CUDA_DEVICE's value) when set, which must name one of
+// the `visible` devices; else local_rank % visible, so the ranks of a node spread over its GPUs
+// (more ranks than GPUs share them: the staged MPI communicator allows it, NCCL does not).
+// Throws ete::Error naming ETE_CUDA_DEVICE and what was expected; needs visible >= 1.
+int pick_cuda_device(const char* env_device, int local_rank, int visible);
+// Empty when make_cuda_backend() can run here (a CUDA build and at least one visible device);
+// else why not, in one line (tests skip their CUDA cases with it).
+std::string cuda_unavailable_reason();
+// One clause for `ete --version` and the start of a run: "CUDA: <GPU> (sm_90, 139.8 GiB), driver
+// 13.0, runtime 13.0, cuBLASLt 13.0.0" for each visible device's first, or why there is none.
+std::string cuda_summary();
 // By name: "cpu", "ref", "guarded", "cuda".
 std::unique_ptr<Backend> make_backend(const std::string& name);
 

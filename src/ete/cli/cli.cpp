@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "ete/backend/backend.h"
 #include "ete/backend/cpu/openblas_util.h"
 #include "ete/cli/commands.h"
 #include "ete/cli/launch.h"
@@ -228,7 +229,8 @@ int cli_main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
     CLI::App app{"ete — the Efficient Training Engine (Llama and GPT-2 families)", "ete"};
     app.require_subcommand(1);
-    app.set_version_flag("--version", fmt::format("ete 0.1.0 | {}", cpu::engines_summary()));
+    app.set_version_flag(
+        "--version", fmt::format("ete 0.1.0 | {} | {}", cpu::engines_summary(), cuda_summary()));
     std::function<int()> run;
     TrainArgs train;
     EvalArgs eval;

@@ -36,12 +36,19 @@ int64_t count_targets(const int32_t* t, size_t n) {
     return std::count_if(t, t + n, [](int32_t x) { return x != kIgnoreIndex; });
 }
 
+// The run's backend; a CUDA one on the GPU of this rank's local rank (pick_cuda_device).
+std::unique_ptr<Backend> make_run_backend(const std::string& name) {
+    if (name != "cuda" || cuda_device_count() == 0) return make_backend(name);
+    return make_cuda_backend(pick_cuda_device(std::getenv("ETE_CUDA_DEVICE"),
+                                              detect_launch().local_rank, cuda_device_count()));
+}
+
 }  // namespace
 
 Trainer::Trainer(RunConfig cfg, std::string out_dir)
     : cfg_(std::move(cfg)),
       out_(std::move(out_dir)),
-      backend_(make_backend(cfg_.backend)),
+      backend_(make_run_backend(cfg_.backend)),
       tok_(load_tokenizer(cfg_)),
       mc_(resolve_model(cfg_, tok_)),
       dist_(make_dist(cfg_, mc_.arch == Arch::GPT2 || mc_.tie_word_embeddings)),  // GPT-2 ties

@@ -1,0 +1,874 @@
+// tests/backend/conformance_test.cpp — every Backend op on any backend, through its memory
+// interface only, against the reference backend: inputs uploaded, the op run, the backend
+// synchronized, the outputs downloaded (device_buf.h) and compared with what make_ref_backend()
+// computes on host copies of the same bytes. One test case per (op family, backend): "cpu",
+// "guarded" (the CPU kernels on memory the host cannot touch: a harness that dereferenced backend
+// memory would crash it) and "cuda" (skipped with cuda_unavailable_reason() where it cannot run).
+//
+// What each check proves. Outputs start poisoned (NaN / 0xA5 bytes), so an element the op does
+// not write fails; ops that accumulate (+=, backend.h) start from the same random values on both
+// sides instead. Outputs are strided (ld > cols) and their padding columns must come back as the
+// reference leaves them (untouched). Shapes are small and awkward (rows 1..39, odd widths).
+//
+// Tolerances, per op, each with its reason where it is used:
+//   - exact where backend.h or core/*.h define the result bit for bit: dtype conversion (round
+//     to nearest even), fill, gathers (embedding rows), the integer ops (gemm_s8, quantize_s8),
+//     NF4 dequantization (code · absmax in fp32, rounded once), min_max, quant_params, fake
+//     quantization and its mask and backward (core/fake_quant.h's shared scalar code) and LSQ's
+//     scale gradient ("summed in double in column order (every backend the same sums)");
+//   - sums (GEMMs, column sums, scatters) within (n + 2) 2^-24 Σ|terms| (device_buf.h sum_tol);
+//   - the int8 scalings (gemm_s8_scaled, dequantize_s32): an exact integer bracket scaled by a
+//     few fp32 roundings, within 2^-21 of the terms' magnitude;
+//   - the fused quantizations (rmsnorm_quantize, swiglu_quantize) exactly the backend's own two
+//     ops (backend.h defines them so), and within one integer step of the reference's;
+//   - the other float ops within the f32 kernel's own tolerance from the op's unit test
+//     (kernels_test.cpp, loss_test.cpp, attention_test.cpp), plus, for a 16-bit output, one
+//     rounding of its dtype (eps(dtype) |want|, backend_test_util.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend_test_util.h"
+#include "device_buf.h"
+#include "ete/backend/backend.h"
+#include "ete/backend/cpu/dnnl_gemm.h"
+#include "ete/quant/nf4.h"
+
+namespace ete::backend_test {
+namespace {
+
+// ---- memory and elementwise ----
+
+TEST_P(Ops, MemoryMovesBytesWhereTold) {
+    std::vector<uint8_t> v(4000);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = uint8_t(i * 37 + 11);
+    DeviceBuffer a(be(), v.size()), b(be(), v.size());
+    DeviceBuffer z = DeviceBuffer::zeroed(be(), 3000);
+    be().upload(a.data(), v.data(), v.size());
+    be().copy_bytes(b.data(), a.data(), v.size());
+    be().fill_bytes(static_cast<char*>(a.data()) + 401, 0x5A, 800);
+    std::vector<uint8_t> ga(v.size()), gb(v.size()), gz(3000, 1);
+    be().synchronize();
+    be().download(ga.data(), a.data(), ga.size());
+    be().download(gb.data(), b.data(), gb.size());
+    be().download(gz.data(), z.data(), gz.size());
+    std::vector<uint8_t> want = v;
+    std::fill(want.begin() + 401, want.begin() + 1201, uint8_t(0x5A));
+    EXPECT_EQ(ga, want);
+    EXPECT_EQ(gb, v);
+    EXPECT_EQ(gz, std::vector<uint8_t>(3000, 0));
+}
+
+// Signed zeros, infinities, NaN, fp16's largest finite value and the first that overflows it,
+// fp16 subnormals and underflow, exact bf16 and fp16 ties, the largest float, small values.
+FVec conversion_inputs(size_t n, uint32_t seed) {
+    FVec v = random_vec(n, seed, -70000.0, 70000.0);
+    const float special[] = {
+        0.0f,           -0.0f,           INFINITY,      -INFINITY, NAN,     65504.0f,
+        65520.0f,       -65519.0f,       3.0e-6f,       -6.0e-8f,  2.9e-8f, 1.0f + 0x1p-8f,
+        1.0f + 0x3p-8f, 1.0f + 0x1p-11f, 3.4028235e38f, 1e-30f};
+    for (size_t i = 0; i < n; i += 3) v[i] = special[(i / 3) % 16];
+    for (size_t i = 1; i < n; i += 5) v[i] *= 1e-4f;
+    return v;
+}
+
+// copy converts with one rounding to nearest even (backend.h): exact.
+TEST_P(Ops, CopyConvertsBetweenEveryPairOfFloatDtypes) {
+    for (DType dt : kFloats)
+        for (DType st : kFloats) {
+            SCOPED_TRACE(pair_name(dt, st));
+            const Buf src = Buf::of(st, conversion_inputs(13 * 37, 1), 13, 37, 41);
+            Buf want = poisoned(dt, 13, 37, 39);
+            DevBuf s = up(src), d = up(want);
+            ref().copy(want.mat(), src.cmat());
+            be().copy(d.mat(), s.cmat());
+            expect_exact(d.download(), want, "copy");
+        }
+    for (DType t : kFloats) {  // contiguous, one dtype: a byte copy where the backend has one
+        const Buf src = Buf::of(t, conversion_inputs(5 * 40, 2), 5, 40);
+        DevBuf s = up(src), d = up(poisoned(t, 5, 40));
+        be().copy(d.mat(), s.cmat());
+        expect_exact(d.download(), src, std::string("contiguous copy ") + dname(t));
+    }
+}
+
+// fill stores the value rounded once into the dtype: exact.
+TEST_P(Ops, FillStoresTheRoundedValue) {
+    for (DType t : kFloats) {
+        SCOPED_TRACE(dname(t));
+        Buf want = poisoned(t, 9, 37, 40);
+        DevBuf d = up(want);
+        ref().fill(want.mat(), 0.1f);
+        be().fill(d.mat(), 0.1f);
+        expect_exact(d.download(), want, "fill");
+    }
+}
+
+// add and scale: one fp32 operation on exact inputs, rounded once into x's dtype (one ulp).
+TEST_P(Ops, AddAndScale) {
+    const Tol one_op{0x1p-23, 0};
+    for (DType xt : kFloats)
+        for (DType yt : kFloats) {
+            SCOPED_TRACE(pair_name(xt, yt));
+            const Buf x0 = rnd(xt, 11, 37, 40, 3), y = rnd(yt, 11, 37, 45, 4);
+            Buf want = x0;
+            DevBuf x = up(x0), yd = up(y);
+            ref().add(want.mat(), y.cmat());
+            be().add(x.mat(), yd.cmat());
+            expect_near(x.download(), want, one_op, "add");
+        }
+    for (DType t : kFloats) {
+        SCOPED_TRACE(dname(t));
+        const Buf x0 = Buf::of(t, random_vec(301, 5, -3.0, 3.0));
+        Buf want = x0;
+        DevBuf x = up(x0);
+        ref().scale(want.vec(), 0.3f);
+        be().scale(x.vec(), 0.3f);
+        expect_near(x.download(), want, one_op, "scale");
+    }
+}
+
+// y = x · keep / (1 - p), or y += that. The keep mask is defined bit for bit (DropoutMask); the
+// value is fp32 arithmetic rounded once: x · (1 / (1 - p)) or x / (1 - p) differ by an fp32 ulp
+// of |v| <= 1.43, and the accumulation adds one fp32 rounding of |y + v| <= 2.43 (atol 2^-21).
+// A wrong keep bit is off by |v|, far outside.
+TEST_P(Ops, DropoutKeepsTheMasksElements) {
+    DropoutMask m;
+    m.seed = 0x5eed;
+    m.stream = 7;
+    m.row0 = 100;
+    m.row_stride = 517;
+    m.col0 = 11;
+    m.p = 0.3f;
+    const DType pairs[][2] = {{kF32, kF32}, {kBF16, kBF16}, {kF32, kBF16}, {kBF16, kF16}};
+    for (const auto& pr : pairs)
+        for (bool acc : {false, true}) {
+            SCOPED_TRACE(pair_name(pr[0], pr[1]) + (acc ? " accumulate" : ""));
+            const Buf x = rnd(pr[1], 13, 37, 41, 6);
+            const Buf y0 = acc ? rnd(pr[0], 13, 37, 39, 7) : poisoned(pr[0], 13, 37, 39);
+            Buf want = y0;
+            DevBuf xd = up(x), y = up(y0);
+            ref().dropout(want.mat(), x.cmat(), m, acc);
+            be().dropout(y.mat(), xd.cmat(), m, acc);
+            expect_near(y.download(), want, Tol{0x1p-22, 0x1p-21}, "dropout");
+        }
+}
+
+// A sum of squares in double in another order: ~n 2^-53 relative. Non-finite with any element.
+TEST_P(Ops, SumSquares) {
+    for (DType t : kFloats) {
+        SCOPED_TRACE(dname(t));
+        Buf x = Buf::of(t, random_vec(100003, 8, -3.0, 3.0));  // several blocks of any reduction
+        const double want = ref().sum_squares(x.cvec());
+        EXPECT_NEAR(be().sum_squares(up(x).cvec()), want, 1e-12 * want);
+        for (float bad : {INFINITY, NAN}) {
+            x.put(70001, bad);
+            EXPECT_FALSE(std::isfinite(be().sum_squares(up(x).cvec()))) << bad;
+        }
+    }
+}
+
+// ---- matrix products ----
+
+// Σ_k |op(a)[i, k] op(b)[k, j]| (M, N): the scale of a product's rounding error.
+DVec abs_products(const Buf& a, bool ta, const Buf& b, bool tb) {
+    const int64_t M = ta ? a.cols() : a.rows(), K = ta ? a.rows() : a.cols();
+    const int64_t N = tb ? b.rows() : b.cols();
+    const DVec av = a.values(), bv = b.values();  // row-major, a.cols() and b.cols() wide
+    DVec s(size_t(M * N), 0.0);
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j)
+            for (int64_t k = 0; k < K; ++k)
+                s[size_t(i * N + j)] +=
+                    std::fabs(av[size_t(ta ? k * a.cols() + i : i * a.cols() + k)] *
+                              bv[size_t(tb ? j * b.cols() + k : k * b.cols() + j)]);
+    return s;
+}
+
+// Per-element bound of c = alpha op(a) op(b) + beta c0: K products (exact in fp32 for 16-bit
+// operands) summed with the beta term in fp32, then c's rounding (device_buf.h sum_tol).
+DVec gemm_tol(const Buf& a, bool ta, const Buf& b, bool tb, const Buf& c0, const Buf& want,
+              float alpha, float beta) {
+    const DVec ad = abs_products(a, ta, b, tb), w = want.values(), c0v = c0.values();
+    const int64_t K = ta ? a.rows() : a.cols();
+    DVec tol(ad.size());
+    for (size_t i = 0; i < ad.size(); ++i) {
+        const double c = beta != 0 ? std::fabs(beta * c0v[i]) : 0.0;
+        tol[i] = sum_tol(alpha * ad[i] + c, K + 1, want.dtype(), w[i]);
+    }
+    return tol;
+}
+
+// Odd sizes, a row or column of one, and a product over more than one 64-wide tile each way.
+constexpr GemmDims kGemmDims[] = {{13, 21, 37}, {33, 7, 65}, {1, 9, 5}, {70, 67, 41}};
+
+// Every transpose, beta 0 (c poisoned: beta == 0 never reads c) and 1, strided a, b and c.
+void check_gemm(Backend& be, Backend& ref, DType ab, DType ct) {
+    const float alpha = 0.5f;
+    uint32_t seed = 10;
+    for (GemmDims d : kGemmDims)
+        for (int ta = 0; ta < 2; ++ta)
+            for (int tb = 0; tb < 2; ++tb)
+                for (float beta : {0.0f, 1.0f}) {
+                    SCOPED_TRACE(fmt::format("{} -> {} {}x{}x{} ta={} tb={} beta={}", dname(ab),
+                                             dname(ct), d.M, d.N, d.K, ta, tb, beta));
+                    const int ar = ta ? d.K : d.M, ac = ta ? d.M : d.K;
+                    const int br = tb ? d.N : d.K, bc = tb ? d.K : d.N;
+                    const Buf a = rnd(ab, ar, ac, ac + 3, seed++),
+                              b = rnd(ab, br, bc, bc + 5, seed++);
+                    const Buf c0 = beta != 0 ? rnd(ct, d.M, d.N, d.N + 2, seed++)
+                                             : poisoned(ct, d.M, d.N, d.N + 2);
+                    Buf want = c0;
+                    DevBuf ad(be, a), bd(be, b), c(be, c0);
+                    ref.gemm(a.cmat(), ta, b.cmat(), tb, want.mat(), alpha, beta);
+                    be.gemm(ad.cmat(), ta, bd.cmat(), tb, c.mat(), alpha, beta);
+                    expect_within(c.download(), want, gemm_tol(a, ta, b, tb, c0, want, alpha, beta),
+                                  "gemm");
+                }
+}
+
+TEST_P(Ops, GemmF32) {
+    check_gemm(be(), ref(), kF32, kF32);
+}
+
+TEST_P(Ops, Gemm16) {
+    if (gemm16_missing()) GTEST_SKIP() << cpu::dnnl_info() << ": 16-bit GEMM needs oneDNN";
+    for (DType ab : {kBF16, kF16})
+        for (DType ct : {kF32, ab}) check_gemm(be(), ref(), ab, ct);
+}
+
+// Odd widths put row starts mid-byte and mid-block; 24 x 70 has a partial last block.
+struct Nf4Case {
+    int64_t rows, cols;
+    int blocksize;
+    bool dq;
+};
+constexpr Nf4Case kNf4Cases[] = {{24, 70, 64, true}, {18, 45, 32, false}};
+
+Nf4Tensor random_nf4(const Nf4Case& c, uint32_t seed) {
+    FVec w = random_vec(size_t(c.rows * c.cols), seed, -0.2, 0.2);
+    for (int64_t r = 0; r < c.rows; r += 3) w[size_t(r * c.cols)] *= 4.0f;  // varied absmax
+    return nf4_quantize(w.data(), c.rows, c.cols, {c.blocksize, c.dq});
+}
+
+// dequantize_nf4 is code · absmax in fp32 rounded once into out's dtype: exact.
+TEST_P(Ops, Nf4Dequantize) {
+    for (const Nf4Case& s : kNf4Cases) {
+        const Nf4Tensor q = random_nf4(s, 20);
+        const Nf4Buffer wd(be(), q), wr(ref(), q);
+        for (DType t : kFloats) {
+            SCOPED_TRACE(fmt::format("{}x{} dq={} {}", s.rows, s.cols, s.dq, dname(t)));
+            const int64_t row0 = 3, n = s.rows - 5;
+            Buf want = poisoned(t, n, s.cols, s.cols + 3);
+            DevBuf out = up(want);
+            ref().dequantize_nf4(want.mat(), wr.view(), row0);
+            be().dequantize_nf4(out.mat(), wd.view(), row0);
+            expect_exact(out.download(), want, "dequantize_nf4");
+        }
+    }
+}
+
+// gemm_nf4 is dequantize_nf4 (into a's dtype) then gemm: the GEMM bound with W so rounded.
+void check_gemm_nf4(Backend& be, Backend& ref, DType t) {
+    uint32_t seed = 30;
+    for (const Nf4Case& s : kNf4Cases) {
+        const Nf4Tensor q = random_nf4(s, 21);
+        const Nf4Buffer wd(be, q), wr(ref, q);
+        FVec wf(size_t(q.numel()));
+        nf4_dequantize_ref(q, wf.data());
+        const Buf w = Buf::of(t, wf, s.rows, s.cols);
+        for (bool trans_w : {true, false})
+            for (float beta : {0.0f, 1.0f}) {
+                SCOPED_TRACE(fmt::format("{}x{} dq={} {} trans_w={} beta={}", s.rows, s.cols, s.dq,
+                                         dname(t), trans_w, beta));
+                const int64_t M = 9, K = trans_w ? s.cols : s.rows, N = trans_w ? s.rows : s.cols;
+                const Buf a = rnd(t, M, K, K + 3, seed++);
+                const Buf c0 =
+                    beta != 0 ? rnd(kF32, M, N, N + 2, seed++) : poisoned(kF32, M, N, N + 2);
+                Buf want = c0;
+                DevBuf ad(be, a), c(be, c0);
+                ref.gemm_nf4(a.cmat(), wr.view(), trans_w, want.mat(), 0.5f, beta);
+                be.gemm_nf4(ad.cmat(), wd.view(), trans_w, c.mat(), 0.5f, beta);
+                expect_within(c.download(), want,
+                              gemm_tol(a, false, w, trans_w, c0, want, 0.5f, beta), "gemm_nf4");
+            }
+    }
+}
+
+TEST_P(Ops, Nf4GemmF32) {
+    check_gemm_nf4(be(), ref(), kF32);
+}
+
+TEST_P(Ops, Nf4Gemm16) {
+    if (gemm16_missing()) GTEST_SKIP() << cpu::dnnl_info() << ": 16-bit GEMM needs oneDNN";
+    for (DType t : {kBF16, kF16}) check_gemm_nf4(be(), ref(), t);
+}
+
+// ---- bias and embeddings ----
+
+// Forward: one fp32 addition rounded once into y's dtype. Backward: fp32 column sums (+=).
+TEST_P(Ops, Bias) {
+    const int64_t N = 13, C = 37;
+    for (DType t : kFloats) {
+        SCOPED_TRACE(dname(t));
+        const Buf y0 = rnd(t, N, C, C + 3, 80), b = f32_row(random_vec(size_t(C), 81));
+        Buf want = y0;
+        DevBuf y = up(y0), bd = up(b);
+        ref().bias_forward(want.mat(), b.cvec());
+        be().bias_forward(y.mat(), bd.cvec());
+        expect_near(y.download(), want, Tol{0x1p-23, 0}, "bias_forward");
+
+        const Buf dy = rnd(t, N, C, C + 4, 82), db0 = f32_row(random_vec(size_t(C), 83));
+        Buf dwant = db0;
+        DevBuf dyd = up(dy), db = up(db0);
+        ref().bias_backward(dwant.vec(), dy.cmat());
+        be().bias_backward(db.vec(), dyd.cmat());
+        DVec tol;
+        for (int64_t c = 0; c < C; ++c) {
+            double s = std::fabs(db0.at(0, c));
+            for (int64_t n = 0; n < N; ++n) s += std::fabs(dy.at(n, c));
+            tol.push_back(sum_tol(s, N + 1, kF32, dwant.at(0, c)));
+        }
+        expect_within(db.download(), dwant, tol, "bias_backward");
+    }
+}
+
+// Forward gathers table rows (ids outside a vocab shard give zeros): exact. Backward scatters
+// d_out rows into an F32 table gradient (+=): sums over the rows sharing an id.
+TEST_P(Ops, Embedding) {
+    const int V = 50, N = 29, C = 37;
+    const std::vector<int32_t> idv = random_ids(N, V, 90);
+    const auto ids = Ints<int32_t>::row(DType::I32, idv);
+    for (const auto& [first, rows] : {std::pair<int, int>{0, V}, {10, 25}})
+        for (DType ot : kFloats) {
+            DevBuf idd = up(ids);
+            for (DType wt : kFloats) {
+                SCOPED_TRACE(fmt::format("first_id={} {}", first, pair_name(ot, wt)));
+                const Buf table = rnd(wt, rows, C, C + 1, 91);
+                Buf want = poisoned(ot, N, C, C + 3);
+                DevBuf out = up(want), td = up(table);
+                ref().embedding_forward(want.mat(), ids.cvec(), table.cmat(), first);
+                be().embedding_forward(out.mat(), idd.cvec(), td.cmat(), first);
+                expect_exact(out.download(), want, "embedding_forward");
+            }
+            SCOPED_TRACE(fmt::format("first_id={} d_out {}", first, dname(ot)));
+            const Buf d_out = rnd(ot, N, C, C + 4, 92), dt0 = rnd(kF32, rows, C, C + 2, 93);
+            Buf want = dt0;
+            DevBuf dod = up(d_out), dt = up(dt0);
+            ref().embedding_backward(want.mat(), d_out.cmat(), ids.cvec(), first);
+            be().embedding_backward(dt.mat(), dod.cmat(), idd.cvec(), first);
+            DVec tol;
+            for (int r = 0; r < rows; ++r)
+                for (int c = 0; c < C; ++c) {
+                    double s = std::fabs(dt0.at(r, c));
+                    int64_t n_terms = 0;
+                    for (int n = 0; n < N; ++n)
+                        if (idv[size_t(n)] - first == r) s += std::fabs(d_out.at(n, c)), ++n_terms;
+                    tol.push_back(sum_tol(s, n_terms + 1, kF32, want.at(r, c)));
+                }
+            expect_within(dt.download(), want, tol, "embedding_backward");
+        }
+}
+
+// out += wpe[t - doc_start]: one fp32 addition rounded into out's dtype. d_wpe += sums over the
+// (b, t) at each position, in fp32 or better.
+TEST_P(Ops, PosEmbedding) {
+    const int B = 3, T = 13, C = 37, P = T + 4;  // wpe holds more positions than T
+    const std::vector<int32_t> starts = packed_starts(B, T);
+    const auto doc = Ints<int32_t>::row(DType::I32, starts);
+    for (bool packed : {false, true})
+        for (DType ot : kFloats) {
+            SCOPED_TRACE(fmt::format("{} packed={}", dname(ot), packed));
+            DevBuf docd = up(doc);
+            const CVec doc_ref = packed ? doc.cvec() : CVec{},
+                       doc_dev = packed ? docd.cvec() : CVec{};
+            const Buf wpe = rnd(kF32, P, C, C + 2, 100), out0 = rnd(ot, B * T, C, C + 3, 101);
+            Buf want = out0;
+            DevBuf wd = up(wpe), out = up(out0);
+            ref().pos_embedding_forward(want.mat(), wpe.cmat(), doc_ref, B, T);
+            be().pos_embedding_forward(out.mat(), wd.cmat(), doc_dev, B, T);
+            expect_near(out.download(), want, Tol{0x1p-23, 0}, "pos_embedding_forward");
+
+            const Buf d_out = rnd(ot, B * T, C, C + 1, 102), dw0 = rnd(kF32, P, C, C + 2, 103);
+            Buf dwant = dw0;
+            DevBuf dod = up(d_out), dw = up(dw0);
+            ref().pos_embedding_backward(dwant.mat(), d_out.cmat(), doc_ref, B, T);
+            be().pos_embedding_backward(dw.mat(), dod.cmat(), doc_dev, B, T);
+            DVec tol;
+            for (int p = 0; p < P; ++p)
+                for (int c = 0; c < C; ++c) {
+                    double s = std::fabs(dw0.at(p, c));
+                    int64_t n_terms = 0;
+                    for (int r = 0; r < B * T; ++r)
+                        if (r % T - (packed ? starts[size_t(r)] : 0) == p)
+                            s += std::fabs(d_out.at(r, c)), ++n_terms;
+                    tol.push_back(sum_tol(s, n_terms + 1, kF32, dwant.at(p, c)));
+                }
+            expect_within(dw.download(), dwant, tol, "pos_embedding_backward");
+        }
+}
+
+// ---- norms ----
+
+// (x, out) dtypes: statistics, weights and d_x are F32 (the precision policy).
+constexpr DType kNormPairs[][2] = {{kF32, kF32}, {kBF16, kBF16}, {kF32, kBF16}, {kF16, kF16}};
+// (N, C): odd rows, and rows wider than one block of threads.
+constexpr std::pair<int64_t, int64_t> kNormShapes[] = {{13, 37}, {5, 1000}};
+
+// kernels_test.cpp's tolerances: rstd rounded to fp32 before it scales x (a few ulp); d_x's
+// cancellation in dy·w − xhat·dot (terms O(1)); d_w an fp32 running sum over the rows.
+TEST_P(Ops, RmsNorm) {
+    const float eps = 1e-5f;
+    for (const auto& [N, C] : kNormShapes)
+        for (const auto& pr : kNormPairs) {
+            const DType xt = pr[0], ot = pr[1];
+            SCOPED_TRACE(fmt::format("{} N={} C={}", pair_name(xt, ot), N, C));
+            const Buf w = f32_row(random_vec(size_t(C), 110, 0.5, 1.5));
+            const Buf x = rnd(xt, N, C, C + 3, 111);
+            Buf out = poisoned(ot, N, C, C + 2), rstd = poisoned(kF32, 1, N);
+            DevBuf xd = up(x), wd = up(w), outd = up(out), rstdd = up(rstd);
+            ref().rmsnorm_forward(out.mat(), rstd.vec(), x.cmat(), w.cvec(), eps);
+            be().rmsnorm_forward(outd.mat(), rstdd.vec(), xd.cmat(), wd.cvec(), eps);
+            expect_near(rstdd.download(), rstd, Tol{1e-6, 0}, "rmsnorm rstd");
+            expect_near(outd.download(), out, Tol{1e-6, 1e-7}, "rmsnorm out");
+
+            const Buf d_out = rnd(ot, N, C, C + 4, 112), dx0 = rnd(kF32, N, C, C + 1, 113);
+            const Buf dw0 = f32_row(random_vec(size_t(C), 114));
+            for (bool frozen : {false, true}) {  // frozen: an empty d_w, d_x still written
+                SCOPED_TRACE(frozen ? "frozen" : "");
+                Buf dx = dx0, dw = dw0;
+                DevBuf dod = up(d_out), dxd = up(dx0), dwd = up(dw0), rd = up(rstd);
+                ref().rmsnorm_backward(dx.mat(), frozen ? Vec{} : dw.vec(), d_out.cmat(), x.cmat(),
+                                       w.cvec(), rstd.cvec());
+                be().rmsnorm_backward(dxd.mat(), frozen ? Vec{} : dwd.vec(), dod.cmat(), xd.cmat(),
+                                      wd.cvec(), rd.cvec());
+                expect_near(dxd.download(), dx, Tol{1e-5, 1e-5}, "rmsnorm d_x");
+                if (!frozen) expect_near(dwd.download(), dw, Tol{1e-5, 1e-4}, "rmsnorm d_w");
+            }
+        }
+}
+
+// |got - want| <= 1 everywhere, padding equal: integers of values that may differ by an fp32
+// rounding, which can move one across a rounding tie of the grid.
+void expect_within_one(const Ints<uint8_t>& got, const Ints<uint8_t>& want,
+                       const std::string& what) {
+    int bad = 0;
+    for (int64_t r = 0; r < got.rows(); ++r)
+        for (int64_t c = 0; c < got.ld(); ++c) {
+            const int d = std::abs(int(got.at(r, c)) - int(want.at(r, c)));
+            if (d > (c < got.cols() ? 1 : 0) && bad++ < 3)
+                ADD_FAILURE() << what << " (" << r << ", " << c << "): got " << int(got.at(r, c))
+                              << " want " << int(want.at(r, c));
+        }
+    EXPECT_EQ(bad, 0) << what;
+}
+
+// rmsnorm_quantize is quantize_s8 of rmsnorm_forward's F32 out (backend.h): exactly the
+// backend's own two ops, and within one step of the reference's (the norm differs by fp32
+// rounding).
+TEST_P(Ops, RmsNormQuantize) {
+    const int64_t N = 13, C = 37;
+    const float eps = 1e-5f;
+    const QuantGrid g = QuantGrid::of(8, QParamRule::Affine);
+    const Buf w = f32_row(random_vec(size_t(C), 120, 0.5, 1.5));
+    for (DType xt : kFloats)
+        for (bool per_row : {false, true})
+            for (DType qt : {DType::U8, DType::I8}) {
+                SCOPED_TRACE(fmt::format("{} per_row={} {}", dname(xt), per_row, dname(qt)));
+                const Buf x = rnd(xt, N, C, C + 3, 121, -3.0, 3.0);
+                const QParams p(per_row ? N : 1, 0.02f, 5);
+                const auto q0 = Ints<uint8_t>::poisoned(qt, N, C, C + 2);
+                Ints<uint8_t> want = q0;
+                ref().rmsnorm_quantize(want.mat(), x.cmat(), w.cvec(), eps, p.s.cvec(), p.z.cvec(),
+                                       g);
+                DevBuf xd = up(x), wd = up(w), s = up(p.s), z = up(p.z), q = up(q0), q2 = up(q0);
+                DevBuf out = up(poisoned(kF32, N, C)), rstd = up(poisoned(kF32, 1, N));
+                be().rmsnorm_quantize(q.mat(), xd.cmat(), wd.cvec(), eps, s.cvec(), z.cvec(), g);
+                be().rmsnorm_forward(out.mat(), rstd.vec(), xd.cmat(), wd.cvec(), eps);
+                be().quantize_s8(q2.mat(), out.cmat(), s.cvec(), z.cvec(), g);
+                const Ints<uint8_t> got = q.download_ints<uint8_t>();
+                expect_exact(got, q2.download_ints<uint8_t>(), "rmsnorm_quantize vs its two ops");
+                expect_within_one(got, want, "rmsnorm_quantize");
+            }
+}
+
+// kernels16_test.cpp's tolerances: mean and rstd rounded to fp32 before the affine map; d_x's
+// cancellation scaled by rstd; d_w and d_b fp32 running sums over the rows.
+TEST_P(Ops, LayerNorm) {
+    const float eps = 1e-5f;
+    for (const auto& [N, C] : kNormShapes)
+        for (const auto& pr : kNormPairs) {
+            const DType xt = pr[0], ot = pr[1];
+            SCOPED_TRACE(fmt::format("{} N={} C={}", pair_name(xt, ot), N, C));
+            const Buf w = f32_row(random_vec(size_t(C), 130, 0.5, 1.5)),
+                      b = f32_row(random_vec(size_t(C), 131));
+            const Buf x = rnd(xt, N, C, C + 3, 132, -1.0, 3.0);  // non-zero mean
+            Buf out = poisoned(ot, N, C, C + 2), mean = poisoned(kF32, 1, N), rstd = mean;
+            DevBuf xd = up(x), wd = up(w), bd = up(b), outd = up(out), md = up(mean), rd = up(rstd);
+            ref().layernorm_forward(out.mat(), mean.vec(), rstd.vec(), x.cmat(), w.cvec(), b.cvec(),
+                                    eps);
+            be().layernorm_forward(outd.mat(), md.vec(), rd.vec(), xd.cmat(), wd.cvec(), bd.cvec(),
+                                   eps);
+            expect_near(md.download(), mean, Tol{1e-6, 1e-7}, "layernorm mean");
+            expect_near(rd.download(), rstd, Tol{1e-6, 0}, "layernorm rstd");
+            expect_near(outd.download(), out, Tol{1e-5, 1e-6}, "layernorm out");
+
+            const Buf d_out = rnd(ot, N, C, C + 4, 133), dx0 = rnd(kF32, N, C, C + 1, 134);
+            const Buf dw0 = f32_row(random_vec(size_t(C), 135)),
+                      db0 = f32_row(random_vec(size_t(C), 136));
+            double rstd_max = 0;
+            for (double v : rstd.values()) rstd_max = std::max(rstd_max, v);
+            for (bool frozen : {false, true}) {  // frozen: empty d_w and d_b, d_x still written
+                SCOPED_TRACE(frozen ? "frozen" : "");
+                Buf dx = dx0, dw = dw0, db = db0;
+                DevBuf dod = up(d_out), dxd = up(dx0), dwd = up(dw0), dbd = up(db0);
+                DevBuf mean_d = up(mean), rstd_d = up(rstd);
+                ref().layernorm_backward(dx.mat(), frozen ? Vec{} : dw.vec(),
+                                         frozen ? Vec{} : db.vec(), d_out.cmat(), x.cmat(),
+                                         w.cvec(), mean.cvec(), rstd.cvec());
+                be().layernorm_backward(dxd.mat(), frozen ? Vec{} : dwd.vec(),
+                                        frozen ? Vec{} : dbd.vec(), dod.cmat(), xd.cmat(),
+                                        wd.cvec(), mean_d.cvec(), rstd_d.cvec());
+                expect_near(dxd.download(), dx, Tol{1e-5, 1e-5 * rstd_max}, "layernorm d_x");
+                if (frozen) continue;
+                expect_near(dwd.download(), dw, Tol{1e-5, 1e-4}, "layernorm d_w");
+                expect_near(dbd.download(), db, Tol{1e-5, 1e-4}, "layernorm d_b");
+            }
+        }
+}
+
+// ---- attention ----
+
+// Documents of a batch: one per row, packed_starts (backend_test_util.h), or kAwkwardRows (B = 4:
+// documents of 1, 31 and 33 positions, one starting on the 128 boundary).
+enum class Docs { kNone, kPacked, kAwkward };
+// GQA (H / KV = 2 and 4), short rows and rows over several tiles of 32, 64 and 128 positions.
+struct AttnCase {
+    int B, T, H, KV, D;
+    Docs docs;
+};
+constexpr AttnCase kAttnCases[] = {{2, 19, 4, 2, 16, Docs::kNone},
+                                   {3, 19, 4, 1, 8, Docs::kPacked},
+                                   {1, 131, 2, 1, 16, Docs::kNone},
+                                   {4, 131, 2, 1, 8, Docs::kAwkward}};
+
+// The dims with doc_start in the reference's host memory and in the backend's.
+struct Dims {
+    std::vector<int32_t> starts;
+    Ints<int32_t> doc;
+    std::unique_ptr<DevBuf> doc_dev;
+    AttnDims host, dev;
+    Dims(Backend& be, const AttnCase& c)
+        : starts(c.docs == Docs::kAwkward ? starts_of(kAwkwardRows, c.T) : packed_starts(c.B, c.T)),
+          doc(Ints<int32_t>::row(DType::I32, starts)) {
+        host = dev = AttnDims{c.B, c.T, c.H, c.KV, c.D};
+        if (c.docs == Docs::kNone) return;
+        doc_dev = std::make_unique<DevBuf>(be, doc);
+        host.doc_start = doc.cvec();
+        dev.doc_start = doc_dev->cvec();
+    }
+};
+
+// One rotation per element: two fp32 products and a sum of terms <= 1 (atol 1e-6,
+// attention16_test.cpp); the value heads untouched.
+TEST_P(Ops, Rope) {
+    for (const AttnCase& c : kAttnCases)
+        for (DType t : kFloats) {
+            SCOPED_TRACE(
+                fmt::format("{} {}", dname(t), describe(AttnDims{c.B, c.T, c.H, c.KV, c.D})));
+            const Dims d(be(), c);
+            const int P = c.T + 3, half = c.D / 2;  // tables of more positions than T, strided
+            FVec cos, sin;
+            rope_tables(P, c.D, cos, sin);
+            const Buf cb = Buf::of(kF32, cos, P, half, half + 2),
+                      sb = Buf::of(kF32, sin, P, half, half + 2);
+            DevBuf cd = up(cb), sd = up(sb);
+            const int64_t N = int64_t(c.B) * c.T, S = d.host.qkv_stride();
+            const Buf x0 = rnd(t, N, S, S + 3, 140);
+            Buf y = x0;
+            DevBuf yd = up(x0);
+            ref().rope_forward(y.mat(), cb.cmat(), sb.cmat(), d.host);
+            be().rope_forward(yd.mat(), cd.cmat(), sd.cmat(), d.dev);
+            const Buf got = yd.download();
+            expect_near(got, y, Tol{0, 1e-6}, "rope_forward");
+            EXPECT_EQ(part_of(got.values(), d.host, Part::kV),
+                      part_of(x0.values(), d.host, Part::kV));
+
+            Buf z = y;
+            DevBuf zd = up(y);
+            ref().rope_backward(z.mat(), cb.cmat(), sb.cmat(), d.host);
+            be().rope_backward(zd.mat(), cd.cmat(), sd.cmat(), d.dev);
+            expect_near(zd.download(), z, Tol{0, 1e-6}, "rope_backward");
+        }
+}
+
+// attention_test.cpp's tolerance: fp32 accumulation of sums over up to T keys and D dims against
+// the double oracle, normalised by the tensor's largest value (kAttnTol), plus one rounding of a
+// 16-bit output. The backward gets the reference's out and lse on both sides.
+TEST_P(Ops, Attention) {
+    constexpr double kAttnTol = 1e-5;
+    for (const AttnCase& c : kAttnCases)
+        for (DType t : kFloats) {
+            SCOPED_TRACE(fmt::format("{} {} docs={}", dname(t),
+                                     describe(AttnDims{c.B, c.T, c.H, c.KV, c.D}), int(c.docs)));
+            const Dims d(be(), c);
+            const float scale = float(1.0 / std::sqrt(double(c.D)));
+            const double tol = (t == kF32 ? 0.0 : eps_of(t)) + kAttnTol;
+            const int64_t N = int64_t(c.B) * c.T, S = d.host.qkv_stride(), HD = int64_t(c.H) * c.D;
+            const Buf qkv = rnd(t, N, S, S + 2, 150);
+            Buf out = poisoned(t, N, HD, HD + 4), lse = poisoned(kF32, 1, int64_t(c.B) * c.H * c.T);
+            DevBuf qd = up(qkv), od = up(out), ld = up(lse);
+            ref().attention_forward(out.mat(), lse.vec(), qkv.cmat(), d.host, scale);
+            be().attention_forward(od.mat(), ld.vec(), qd.cmat(), d.dev, scale);
+            const Buf out_got = od.download();
+            expect_norm_err(out_got.values(), out.values(), tol, "conformance attention out");
+            expect_padding_kept(out_got, out, "attention out");
+            expect_norm_err(ld.download().values(), lse.values(), kAttnTol,
+                            "conformance attention lse");
+
+            const Buf d_out = rnd(t, N, HD, HD + 4, 151);  // out's row stride (backend.h)
+            Buf dq = poisoned(t, N, S, S + 6);
+            DevBuf dod = up(d_out), dqd = up(dq), out_d = up(out), lse_d = up(lse);
+            ref().attention_backward(dq.mat(), d_out.cmat(), out.cmat(), lse.cvec(), qkv.cmat(),
+                                     d.host, scale);
+            be().attention_backward(dqd.mat(), dod.cmat(), out_d.cmat(), lse_d.cvec(), qd.cmat(),
+                                    d.dev, scale);
+            const Buf dq_got = dqd.download();
+            for (Part p : {Part::kQ, Part::kK, Part::kV})
+                expect_norm_err(part_of(dq_got.values(), d.host, p),
+                                part_of(dq.values(), d.host, p), tol,
+                                "conformance attention d_qkv");
+            expect_padding_kept(dq_got, dq, "attention d_qkv");
+        }
+}
+
+// ---- activations ----
+
+// kernels_test.cpp's: a vectorised exp (~1.3 ulp) and fp32 arithmetic against double; the atol
+// covers the zeros of silu' (g near -1.28) and gelu' (x near -0.75), where terms cancel.
+TEST_P(Ops, Swiglu) {
+    const int64_t N = 13, F = 37;
+    for (DType t : kFloats) {
+        SCOPED_TRACE(dname(t));
+        const Buf gu = Buf::of(t, activation_inputs(size_t(N * 2 * F), 160), N, 2 * F, 2 * F + 3);
+        Buf out = poisoned(t, N, F, F + 1);
+        DevBuf gud = up(gu), od = up(out);
+        ref().swiglu_forward(out.mat(), gu.cmat());
+        be().swiglu_forward(od.mat(), gud.cmat());
+        expect_near(od.download(), out, Tol{1e-5, 1e-6}, "swiglu out");
+
+        const Buf d_out = rnd(t, N, F, F + 2, 161);
+        Buf dgu = poisoned(t, N, 2 * F, 2 * F + 5);
+        DevBuf dod = up(d_out), dgud = up(dgu);
+        ref().swiglu_backward(dgu.mat(), d_out.cmat(), gu.cmat());
+        be().swiglu_backward(dgud.mat(), dod.cmat(), gud.cmat());
+        expect_near(dgud.download(), dgu, Tol{1e-5, 1e-5}, "swiglu d_gate_up");
+    }
+}
+
+// swiglu_quantize is quantize_s8 of swiglu_forward's out (backend.h): exactly the backend's own
+// two ops, and within one step of the reference's.
+TEST_P(Ops, SwigluQuantize) {
+    const int64_t N = 13, F = 37;
+    const QuantGrid g = QuantGrid::of(8, QParamRule::Affine);
+    for (DType t : kFloats)
+        for (bool per_row : {false, true})
+            for (DType qt : {DType::U8, DType::I8}) {
+                SCOPED_TRACE(fmt::format("{} per_row={} {}", dname(t), per_row, dname(qt)));
+                const Buf gu = rnd(t, N, 2 * F, 2 * F + 5, 170, -6.0, 6.0);
+                const QParams p(per_row ? N : 1, 0.1f, 7);
+                const auto q0 = Ints<uint8_t>::poisoned(qt, N, F, F + 2);
+                Ints<uint8_t> want = q0;
+                ref().swiglu_quantize(want.mat(), gu.cmat(), p.s.cvec(), p.z.cvec(), g);
+                DevBuf gud = up(gu), s = up(p.s), z = up(p.z), q = up(q0), q2 = up(q0);
+                DevBuf out = up(poisoned(t, N, F));
+                be().swiglu_quantize(q.mat(), gud.cmat(), s.cvec(), z.cvec(), g);
+                be().swiglu_forward(out.mat(), gud.cmat());
+                be().quantize_s8(q2.mat(), out.cmat(), s.cvec(), z.cvec(), g);
+                const Ints<uint8_t> got = q.download_ints<uint8_t>();
+                expect_exact(got, q2.download_ints<uint8_t>(), "swiglu_quantize vs its two ops");
+                expect_within_one(got, want, "swiglu_quantize");
+            }
+}
+
+TEST_P(Ops, Gelu) {
+    const int64_t N = 13, C = 37;
+    for (DType t : kFloats) {
+        SCOPED_TRACE(dname(t));
+        const Buf x = Buf::of(t, activation_inputs(size_t(N * C), 180), N, C, C + 3);
+        const Buf d_out = rnd(t, N, C, C + 4, 181);
+        Buf out = poisoned(t, N, C, C + 1), dx = poisoned(t, N, C, C + 2);
+        DevBuf xd = up(x), dod = up(d_out), od = up(out), dxd = up(dx);
+        ref().gelu_forward(out.mat(), x.cmat());
+        be().gelu_forward(od.mat(), xd.cmat());
+        ref().gelu_backward(dx.mat(), d_out.cmat(), x.cmat());
+        be().gelu_backward(dxd.mat(), dod.cmat(), xd.cmat());
+        expect_near(od.download(), out, Tol{1e-5, 1e-6}, "gelu out");
+        expect_near(dxd.download(), dx, Tol{1e-5, 1e-6}, "gelu d_x");
+    }
+}
+
+// ---- loss ----
+
+// Logits (N, V) rising along V with per-row offsets and one row at +1000 (stability), rows
+// V + 5 apart; every fourth target ignored. V = 1000: rows over several 512-wide chunks.
+struct CeInputs {
+    int N, V;
+    Buf logits;
+    std::vector<int32_t> tv;
+    Ints<int32_t> targets;
+    CeInputs(int n_rows, int vocab) : N(n_rows), V(vocab) {
+        FVec z = random_vec(size_t(N) * V, 190, -4.0, 4.0);
+        for (int n = 0; n < N; ++n)
+            for (int v = 0; v < V; ++v)
+                z[size_t(n) * V + v] += 6.0f * v / V + (n == 2 ? 1000.0f : 0.5f * n);
+        logits = Buf::of(kF32, z, N, V, V + 5);
+        tv = random_ids(N, V, 191);
+        for (int n = 1; n < N; n += 4) tv[size_t(n)] = kIgnoreIndex;
+        targets = Ints<int32_t>::row(DType::I32, tv);
+    }
+};
+
+// loss_test.cpp's: fp32 exp (~1.3 ulp) and chunk sums against double: a few ulp of p; atol for
+// p − 1 at the target, which cancels. Ignored rows: loss 0 and a gradient of exact zeros.
+constexpr std::pair<int, int> kCeShapes[] = {{13, 37}, {5, 1000}};
+
+TEST_P(Ops, CrossEntropyForwardBackward) {
+    const float d_scale = 0.37f;
+    for (const auto& [N, V] : kCeShapes)
+        for (int mode = 0; mode < 4; ++mode) {  // in place, into F32, BF16, F16
+            const CeInputs in(N, V);
+            DevBuf td = up(in.targets);
+            const DType gt = mode == 2 ? kBF16 : mode == 3 ? kF16 : kF32;
+            SCOPED_TRACE(fmt::format("N={} V={} {}", N, V, mode == 0 ? "in place" : dname(gt)));
+            Buf z = in.logits, loss = poisoned(kF32, 1, N), d = poisoned(gt, N, V, V + 3);
+            DevBuf zd = up(z), ld = up(loss), dd = up(d);
+            Buf& want = mode == 0 ? z : d;
+            const DevBuf& got_d = mode == 0 ? zd : dd;
+            ref().cross_entropy_forward_backward(z.mat(), loss.vec(), in.targets.cvec(), d_scale,
+                                                 want.mat());
+            be().cross_entropy_forward_backward(zd.mat(), ld.vec(), td.cvec(), d_scale,
+                                                got_d.mat());
+            expect_near(ld.download(), loss, Tol{1e-6, 1e-6}, "cross_entropy loss");
+            const Buf got = got_d.download();
+            expect_near(got, want, Tol{1e-6, 1e-8}, "cross_entropy d_logits");
+            for (int n = 1; n < N; n += 4)
+                for (int v = 0; v < V; ++v) ASSERT_EQ(got.at(n, v), 0.0) << "ignored row " << n;
+        }
+}
+
+TEST_P(Ops, CrossEntropyForwardLeavesLogits) {
+    for (const auto& [N, V] : kCeShapes) {
+        SCOPED_TRACE(fmt::format("N={} V={}", N, V));
+        const CeInputs in(N, V);
+        Buf loss = poisoned(kF32, 1, N);
+        DevBuf zd = up(in.logits), ld = up(loss), td = up(in.targets);
+        ref().cross_entropy_forward(loss.vec(), in.logits.cmat(), in.targets.cvec());
+        be().cross_entropy_forward(ld.vec(), zd.cmat(), td.cvec());
+        expect_near(ld.download(), loss, Tol{1e-6, 1e-6}, "cross_entropy_forward loss");
+        EXPECT_TRUE(zd.download().same_bytes(in.logits));
+    }
+}
+
+// The vocab-parallel pieces. Stats: lse as the fused loss's (loss_test.cpp), the target logit a
+// copy (exact); targets outside the block (-1, >= V) give 0; a block without columns gives
+// lse = -inf. Backward: exp of the fp32 difference z − lse (2^-24 |z − lse|) and ~1.3 ulp.
+void check_ce_stats_and_backward(Backend& be, Backend& ref, const CeInputs& in) {
+    const int N = in.N, V = in.V;
+    SCOPED_TRACE(fmt::format("N={} V={}", N, V));
+    std::vector<int32_t> tv = in.tv;
+    tv[3] = -1;
+    tv[size_t(N - 1)] = V + 10;
+    const auto targets = Ints<int32_t>::row(DType::I32, tv);
+    DevBuf zd(be, in.logits), td(be, targets);
+    for (int64_t cols : {int64_t(V), int64_t(0)}) {
+        SCOPED_TRACE("columns " + std::to_string(cols));
+        Buf lse = poisoned(kF32, 1, N), zt = poisoned(kF32, 1, N);
+        DevBuf lsed(be, lse), ztd(be, zt);
+        ref.cross_entropy_stats(lse.vec(), zt.vec(), in.logits.cmat().col_slice(0, cols),
+                                targets.cvec());
+        be.cross_entropy_stats(lsed.vec(), ztd.vec(), zd.cmat().col_slice(0, cols), td.cvec());
+        if (cols > 0) {
+            expect_near(lsed.download(), lse, Tol{1e-6, 1e-6}, "cross_entropy_stats lse");
+        } else {
+            expect_exact(lsed.download(), lse, "cross_entropy_stats lse without columns");
+        }
+        expect_exact(ztd.download(), zt, "cross_entropy_stats target logit");
+    }
+    EXPECT_TRUE(zd.download().same_bytes(in.logits));
+
+    Buf lse(kF32, 1, N), zt(kF32, 1, N);
+    ref.cross_entropy_stats(lse.vec(), zt.vec(), in.logits.cmat(), targets.cvec());
+    double gap = 0;
+    for (int n = 0; n < N; ++n)
+        for (int v = 0; v < V; ++v)
+            gap = std::max(gap, std::fabs(in.logits.at(n, v) - lse.at(0, n)));
+    const Tol tol{(4 + gap) * 0x1p-24, 1e-8};
+    DevBuf lsed(be, lse);
+    const float d_scale = 0.37f;
+    for (int mode = 0; mode < 4; ++mode) {  // in place, into F32, BF16, F16
+        const DType gt = mode == 2 ? kBF16 : mode == 3 ? kF16 : kF32;
+        SCOPED_TRACE(mode == 0 ? "backward in place" : std::string("backward ") + dname(gt));
+        Buf d = mode == 0 ? in.logits : poisoned(gt, N, V, V + 3);
+        DevBuf dd(be, d);
+        ref.cross_entropy_backward(d.mat(), in.logits.cmat(), lse.cvec(), targets.cvec(), d_scale);
+        be.cross_entropy_backward(dd.mat(), mode == 0 ? dd.cmat() : zd.cmat(), lsed.cvec(),
+                                  td.cvec(), d_scale);
+        expect_near(dd.download(), d, tol, "cross_entropy_backward");
+    }
+}
+
+TEST_P(Ops, CrossEntropyStatsAndBackward) {
+    for (const auto& [N, V] : kCeShapes) check_ce_stats_and_backward(be(), ref(), CeInputs(N, V));
+}
+
+// ---- optimizer ----
+
+// Two steps (the second with grad_scale 0.5). kernels_test.cpp's tolerances for a reference
+// whose a · b + c may be contracted into fma differently from the kernel's: p − step · q and
+// m + (g − m)(1 − b1) can cancel, hence the atol of a few ulp of the O(1e-3) update. The compute
+// copy is the backend's own new p rounded once: exact.
+TEST_P(Ops, AdamW) {
+    const int64_t n = 1003;
+    const float b1 = 0.9f, b2 = 0.999f;
+    for (int copy = 0; copy < 3; ++copy) {  // no compute copy, BF16, F16
+        const DType ct = copy == 1 ? kBF16 : kF16;
+        SCOPED_TRACE(copy == 0 ? "no compute copy" : dname(ct));
+        Buf p = Buf::of(kF32, random_vec(size_t(n), 230, -3.0, 3.0));
+        Buf m = Buf::of(kF32, FVec(size_t(n), 0.0f)), v = m, pc = poisoned(ct, 1, n);
+        DevBuf pd = up(p), md = up(m), vd = up(v), pcd = up(pc);
+        for (int t = 1; t <= 2; ++t) {
+            AdamWStep s{1e-3f,
+                        b1,
+                        b2,
+                        1e-8f,
+                        0.1f,
+                        1.0f - std::pow(b1, float(t)),
+                        1.0f - std::pow(b2, float(t))};
+            s.grad_scale = t == 1 ? 1.0f : 0.5f;
+            const Buf g = Buf::of(kF32, random_vec(size_t(n), 231 + uint32_t(t), -1e-2, 1e-2));
+            DevBuf gd = up(g);
+            ref().adamw_step(p.vec(), g.cvec(), m.vec(), v.vec(), s, copy ? pc.vec() : Vec{});
+            be().adamw_step(pd.vec(), gd.cvec(), md.vec(), vd.vec(), s, copy ? pcd.vec() : Vec{});
+        }
+        const Buf p_got = pd.download();
+        expect_near(p_got, p, Tol{1e-6, 1e-9}, "adamw p");
+        expect_near(md.download(), m, Tol{1e-5, 1e-9}, "adamw m");
+        expect_near(vd.download(), v, Tol{1e-6, 0}, "adamw v");
+        if (copy) expect_exact(pcd.download(), Buf::of(ct, p_got.floats()), "adamw compute copy");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, Ops, ::testing::Values("cpu", "guarded", "cuda"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace ete::backend_test
