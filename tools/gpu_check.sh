@@ -47,7 +47,7 @@ use_carried_deps() {
     local lib=$prefix/usr/lib/x86_64-linux-gnu
     export CMAKE_PREFIX_PATH=$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
     # The .pc files say prefix=/usr: the sysroot puts the prefix before their -I and -L paths.
-    export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$prefix/usr/share/pkgconfig
+    export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$lib/openblas-openmp/pkgconfig:$prefix/usr/share/pkgconfig
     export PKG_CONFIG_SYSROOT_DIR=$prefix
     export LD_LIBRARY_PATH=$lib:$lib/openblas-openmp:$lib/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export CPATH=$prefix/usr/include
@@ -55,13 +55,18 @@ use_carried_deps() {
     export OPAL_PREFIX=$prefix/usr  # Open MPI finds its own files under the prefix
     # FindMPI from explicit paths (the carried mpicxx wrapper would name /usr's).
     local ompi=$lib/openmpi
-    CMAKE_EXTRA=(-DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_CXX_HEADER_DIR=$ompi/include
+    # OpenBLAS lives in openblas-openmp/ (Debian's alternatives links are not unpacked): found
+    # through its pkg-config file.
+    CMAKE_EXTRA=(-DBLA_PREFER_PKGCONFIG=ON -DBLA_PKGCONFIG_BLAS=openblas
+                 -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_CXX_HEADER_DIR=$ompi/include
                  -DMPI_CXX_LIB_NAMES=mpi -DMPI_mpi_LIBRARY=$ompi/lib/libmpi.so
                  -DCBLAS_INCLUDE_DIR=$prefix/usr/include/x86_64-linux-gnu/openblas-openmp)
 }
 
 CMAKE_EXTRA=()
-if ! pkg-config --exists libpcre2-8 2>/dev/null || [ ! -e /usr/include/fmt/format.h ]; then
+# ETE_GPU_DEPS=carried uses .gpu_deps/ even where the packages are installed (to try that path).
+if [ "${ETE_GPU_DEPS:-}" = carried ] || ! pkg-config --exists libpcre2-8 2>/dev/null ||
+    [ ! -e /usr/include/fmt/format.h ]; then
     if ls .gpu_deps/*.deb >/dev/null 2>&1; then
         use_carried_deps
     else
@@ -72,9 +77,10 @@ if ! pkg-config --exists libpcre2-8 2>/dev/null || [ ! -e /usr/include/fmt/forma
 fi
 
 {
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null ||
+        echo "no nvidia-smi: no GPU driver on this machine"
     nvcc --version | tail -2
-    nproc
+    echo "$JOBS cores"
 } >"$LOG/machine.txt" 2>&1
 
 step configure 120 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DETE_CUDA=ON \
@@ -110,11 +116,13 @@ for f in tests goldens trainer ranks; do
     python3 - "$LOG/$f.json" "$f" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-print(f"{sys.argv[2]}: {j['tests']} run, {j['failures']} failed, {j.get('disabled', 0)} disabled")
-for s in j["testsuites"]:
-    for t in s["testsuite"]:
-        if t.get("failures"):
-            print("  FAILED", s["name"] + "." + t["name"])
+cases = [(s["name"], t) for s in j["testsuites"] for t in s["testsuite"]]
+skipped = sum(t.get("result") == "SKIPPED" for _, t in cases)
+print(f"{sys.argv[2]}: {len(cases)} cases, {len(cases) - skipped - j['failures']} passed, "
+      f"{j['failures']} failed, {skipped} skipped" + ("  <- NOTHING RAN" if skipped == len(cases) else ""))
+for name, t in cases:
+    if t.get("failures"):
+        print("  FAILED", name + "." + t["name"])
 PY
 done
 if [ -s "$LOG/gemm.json" ]; then
