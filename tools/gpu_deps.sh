@@ -2,7 +2,7 @@
 # tools/gpu_deps.sh — run on a Debian 12 machine (amd64): downloads into .gpu_deps/ (git-ignored)
 # the .deb files of ETE's build dependencies that a CUDA image lacks, for tools/gpu_check.sh on a
 # GPU machine that reaches no package registry (it unpacks them into a private prefix, never
-# into /). About 31 MB: the libraries and headers of run.sh's BUILD_PKGS and GoogleTest, the
+# into /). About 35 MB: the libraries and headers of run.sh's BUILD_PKGS and GoogleTest, the
 # runtime libraries Open MPI loads, and pkg-config; no libc and no compiler (the GPU machine has
 # its own). Carry .gpu_deps with the working tree.
 set -euo pipefail
