@@ -229,8 +229,11 @@ int cli_main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
     CLI::App app{"ete — the Efficient Training Engine (Llama and GPT-2 families)", "ete"};
     app.require_subcommand(1);
-    app.set_version_flag(
-        "--version", fmt::format("ete 0.1.0 | {} | {}", cpu::engines_summary(), cuda_summary()));
+    // Evaluated only when asked for: cuda_summary() loads the GPU driver.
+    app.set_version_flag("--version", std::function<std::string()>([] {
+                             return fmt::format("ete 0.1.0 | {} | {}", cpu::engines_summary(),
+                                                cuda_summary());
+                         }));
     std::function<int()> run;
     TrainArgs train;
     EvalArgs eval;
