@@ -93,8 +93,10 @@ if [ $built -eq 0 ]; then
     # The CUDA cases: the conformance suite's /cuda instances and the CUDA backend tests.
     step tests 120 "$BUILD/tests/ete_test_backend" --gtest_filter='*/cuda:CudaBackend.*' \
         --gtest_output="json:$LOG/tests.json"
-    # The PyTorch goldens (logits, loss, every gradient, 10 AdamW steps) on the GPU.
-    step goldens 120 "$BUILD/tests/ete_test_model" --gtest_filter='Models/GoldenTest.*cuda*' \
+    # The PyTorch goldens (logits, loss, every gradient, 10 AdamW steps) on the GPU, in fp32 and
+    # (the precision tests) bf16.
+    step goldens 120 "$BUILD/tests/ete_test_model" \
+        --gtest_filter='Models/GoldenTest.*cuda*:Goldens/Precision.*cuda*' \
         --gtest_output="json:$LOG/goldens.json"
     # The trainer: bit-exact resume on the GPU, losses beside the CPU's, and two ranks sharing
     # the GPU through the staged MPI communicator (dp, tp, pp = 2) against one rank.

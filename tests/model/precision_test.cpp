@@ -1,7 +1,8 @@
 // tests/model/precision_test.cpp — mixed precision against the PyTorch goldens: the tiny golden
 // models trained in bf16 and fp16 (16-bit GEMM operands and saved activations, fp32 masters,
 // gradients, statistics and optimizer) stay within tolerances derived from the 16-bit rounding
-// unit of the fp32 golden, on the loss, on a layer's weight gradient and over 10 AdamW steps.
+// unit of the fp32 golden, on the loss, on a layer's weight gradient and over 10 AdamW steps. The
+// bf16 cases run on the GPU too where there is one (the "cuda" cases; skipped elsewhere).
 //
 // The tolerances, from the rounding unit u of the format (a value rounded to p significant bits
 // is off by at most u = 2^-p relative: bf16 p = 8, u = 3.9e-3; fp16 p = 11, u = 4.9e-4):
@@ -49,15 +50,19 @@ double rounding_unit(DType t) {
 struct Case {
     std::string variant;
     DType dtype;
+    std::string backend = "cpu";  // "cuda": on a GPU (tools/gpu_check.sh), skipped elsewhere
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& i) {
-    return i.param.variant + (i.param.dtype == DType::BF16 ? "_bf16" : "_fp16");
+    return i.param.variant + (i.param.dtype == DType::BF16 ? "_bf16" : "_fp16") +
+           (i.param.backend == "cpu" ? "" : "_" + i.param.backend);
 }
 
 class Precision : public ::testing::TestWithParam<Case> {
   protected:
     void SetUp() override {
+        if (GetParam().backend == "cuda" && !cuda_unavailable_reason().empty())
+            GTEST_SKIP() << cuda_unavailable_reason();
         file_ = std::make_unique<SafetensorsFile>(SafetensorsFile::open(golden_path(variant())));
         cfg_ = config_from_hf_json(json::parse(file_->metadata().at("config")), "golden");
         adamw_ = json::parse(file_->metadata().at("adamw"));
@@ -67,7 +72,7 @@ class Precision : public ::testing::TestWithParam<Case> {
         inputs_.assign(in.i32(), in.i32() + in.numel());
         targets_.assign(tg.i32(), tg.i32() + tg.numel());
         for (int32_t t : targets_) count_ += t != kIgnoreIndex;
-        be_ = make_backend("cpu");
+        be_ = make_backend(GetParam().backend);
         model_ = std::make_unique<Transformer>(cfg_, *be_, ModelParallel{}, GetParam().dtype);
         model_->setup(B_, T_);
         HostParams h(model_->params().specs());
@@ -152,13 +157,14 @@ TEST_P(Precision, TenAdamWStepsFollowTheGolden) {
     RecordProperty("worst_adamw_loss_err", fmt::format("{:.3g}", worst));
 }
 
-INSTANTIATE_TEST_SUITE_P(Goldens, Precision,
-                         ::testing::Values(Case{"llama_gqa", DType::BF16},
-                                           Case{"gpt2", DType::BF16},
-                                           Case{"llama3_rope_tied", DType::BF16},
-                                           Case{"llama_gqa", DType::F16}, Case{"gpt2", DType::F16},
-                                           Case{"llama3_rope_tied", DType::F16}),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Goldens, Precision,
+    ::testing::Values(Case{"llama_gqa", DType::BF16}, Case{"gpt2", DType::BF16},
+                      Case{"llama3_rope_tied", DType::BF16}, Case{"llama_gqa", DType::F16},
+                      Case{"gpt2", DType::F16}, Case{"llama3_rope_tied", DType::F16},
+                      Case{"llama_gqa", DType::BF16, "cuda"}, Case{"gpt2", DType::BF16, "cuda"},
+                      Case{"llama3_rope_tied", DType::BF16, "cuda"}),
+    case_name);
 
 }  // namespace
 }  // namespace ete
