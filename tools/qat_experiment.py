@@ -10,7 +10,7 @@ model (where one exists: linear_in, and PTQ), and the share of runs that diverge
 usage: tools/qat_experiment.py [--ete build/ete] [--seeds 1,2,3] [--steps 900] [--out DIR]
                                [--bits 8] [--points attn_out,...,linear_in_lsq] [--fp32-from DIR]
                                [--finetune-steps M [--finetune-lr LR]] [--json results.json]
-       tools/qat_experiment.py --report results.json [--granularity tensor --finetune-steps M]
+       tools/qat_experiment.py --report results.json[,more.json] (seeds run apart report as one)
 
 With --finetune-steps, QAT is fine-tuning (as torchao applies it): every configuration, fp32
 included, continues the seed's trained fp32 model (model.init_from) for M more steps at
@@ -176,9 +176,19 @@ def main():
                     help="print the tables of an earlier run's --json again, training nothing")
     a = ap.parse_args()
     if a.report:
-        with open(a.report) as f:
-            j = json.load(f)
-        results, seeds = j["results"], j["seeds"]
+        # Several --json files of one setting (seeds run in separate processes) report as one.
+        j, results, seeds = None, {}, []
+        for path in a.report.split(","):
+            with open(path) as f:
+                part = json.load(f)
+            j = j or part
+            for k in ("steps", "bits", "granularity", "finetune_steps", "finetune_lr"):
+                if part.get(k) != j.get(k):
+                    sys.exit(f"--report: {path} has {k} = {part.get(k)}, the first file "
+                             f"{j.get(k)}: expected one setting")
+            seeds += part["seeds"]
+            for name, es in part["results"].items():
+                results.setdefault(name, []).extend(es)
         a.steps, a.bits = j["steps"], j["bits"]
         a.granularity = j.get("granularity", a.granularity)
         a.finetune_steps = j.get("finetune_steps", a.finetune_steps)
@@ -244,10 +254,21 @@ def main():
         qat = med([e["int8_loss"] for e in es], math.exp)
         per_seed = ", ".join(f"seed {s} {100 * r:.0f}%" for s, r in shares)
         rec = statistics.median(r for _, r in shares) if shares else float("nan")
+        # Pooled over the seeds: Σ (PTQ − QAT) / Σ (PTQ − fp32), every seed weighted by what
+        # its PTQ lost (a seed whose PTQ lost little no longer swings the result).
+        lost = gained = 0.0
+        for e in es:
+            b = base.get(e["seed"])
+            if b and b["int8_loss"] is not None:
+                p0 = math.exp(b["int8_loss"])
+                lost += p0 - math.exp(b["model_loss"])
+                gained += p0 - math.exp(e["int8_loss"])
+        pooled = gained / lost if lost > 0 else float("nan")
         print(f"\nMedians: fp32 ppl {fp[0]:.3f}, PTQ integer {ptq[0]:.3f} "
               f"({100 * (ptq[0] / fp[0] - 1):+.2f}%), QAT {name} integer {qat[0]:.3f} "
               f"({100 * (qat[0] / fp[0] - 1):+.2f}%). Share of PTQ's perplexity loss QAT "
-              f"recovers, per seed: {per_seed}; median {100 * rec:.0f}%.")
+              f"recovers, per seed: {per_seed}; median {100 * rec:.0f}%; pooled "
+              f"{100 * pooled:.0f}%.")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"target": target, "seeds": seeds, "steps": a.steps, "bits": a.bits,
