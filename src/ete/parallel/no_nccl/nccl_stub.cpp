@@ -1,4 +1,4 @@
-// ete/parallel/no_nccl/nccl_stub.cpp — linked when ETE_CUDA=OFF: NCCL is unavailable.
+// ete/parallel/no_nccl/nccl_stub.cpp — linked when ETE_CUDA=OFF or NCCL was not found.
 #include "ete/core/error.h"
 #include "ete/parallel/nccl_comm.h"
 
