@@ -142,6 +142,9 @@ class PrivateMpiTmpdir {
         if (!a.hostfile.empty() || std::getenv("OMPI_MCA_orte_tmpdir_base")) return;
         const char* tmp = std::getenv("TMPDIR");
         std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/ete-launch-XXXXXX";
+        // Open MPI puts Unix sockets below the base (108-byte paths at most): a long TMPDIR keeps
+        // Open MPI's default rather than risk that limit.
+        if (templ.size() > 64) return;
         if (!::mkdtemp(templ.data())) return;  // Open MPI's default then, as without ete launch
         dir_ = templ;
         ::setenv("OMPI_MCA_orte_tmpdir_base", dir_.c_str(), 1);
