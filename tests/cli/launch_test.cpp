@@ -3,6 +3,7 @@
 #include "ete/cli/launch.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -124,7 +125,8 @@ TEST(Launch, RealTwoRankRun) {
 // on the shared /tmp/ompi.<host>.<uid>): mpirun sees an existing directory, removed after it;
 // a base the user set is kept, and a job over a hostfile gets none.
 TEST(Launch, PrivateSessionDirPerJob) {
-    const std::string dir = ::testing::TempDir() + "/ete_launch_tmpdir";
+    const std::string dir =
+        ::testing::TempDir() + "/ete_launch_tmpdir_" + std::to_string(::getpid());
     std::filesystem::create_directories(dir);
     const std::string fake = dir + "/mpirun", seen = dir + "/seen";
     write_file_atomic(fake,
