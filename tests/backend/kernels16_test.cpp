@@ -49,20 +49,6 @@ class Kernels16 : public ::testing::Test {
 
 // ---- data movement ----
 
-// Values every conversion must get right: signed zeros, infinities, NaN, fp16's largest finite
-// value and the first that overflows it, fp16 subnormals and underflow, exact ties for bf16
-// (1 + 2^-8, 1 + 3 * 2^-8) and fp16 (1 + 2^-11), and the largest float.
-FVec conversion_inputs(size_t n, uint32_t seed) {
-    FVec v = random_vec(n, seed, -70000.0, 70000.0);
-    const float special[] = {
-        0.0f,           -0.0f,           INFINITY,      -INFINITY, NAN,     65504.0f,
-        65520.0f,       -65519.0f,       3.0e-6f,       -6.0e-8f,  2.9e-8f, 1.0f + 0x1p-8f,
-        1.0f + 0x3p-8f, 1.0f + 0x1p-11f, 3.4028235e38f, 1e-30f};
-    for (size_t i = 0; i < n; i += 3) v[i] = special[(i / 3) % 16];
-    for (size_t i = 1; i < n; i += 5) v[i] *= 1e-4f;  // small values too
-    return v;
-}
-
 // x rounded to t by core/dtype.h (nearest even).
 float rounded(DType t, float x) {
     return t == DType::BF16  ? bf16_to_f32(f32_to_bf16(x))

@@ -160,6 +160,42 @@ void Backend::swiglu_quantize(Mat q, CMat gate_up, CVec scale, CVec zero, const 
     quantize_s8(q, o, scale, zero, g);
 }
 
+void check_gemm_s8_args(CMat a, CMat w, CMat c) {
+    ETE_CHECK(w.dtype == DType::I8 && c.dtype == DType::I32 && a.cols == w.cols &&
+                  c.rows == a.rows && c.cols == w.rows,
+              "gemm_s8: a ({}, {}) {} times w ({}, {}) {} transposed does not give c ({}, {}) {} "
+              "(expected I8 or U8 times I8 into I32)",
+              a.rows, a.cols, dtype_name(a.dtype), w.rows, w.cols, dtype_name(w.dtype), c.rows,
+              c.cols, dtype_name(c.dtype));
+}
+
+void check_quant_params_args(CVec scale, CVec zero, CVec lo, CVec hi) {
+    ETE_CHECK(scale.n == lo.n && zero.n == lo.n && hi.n == lo.n && scale.dtype == DType::F32 &&
+                  zero.dtype == DType::F32 && lo.dtype == DType::F32 && hi.dtype == DType::F32,
+              "quant_params: scale, zero, lo, hi must be F32 of one length");
+}
+
+void check_fake_quant_backward_args(CMat d_x, CMat d_y, CVec mask) {
+    ETE_CHECK(d_x.rows == d_y.rows && d_x.cols == d_y.cols && mask.dtype == DType::U8 &&
+                  mask.n == fake_quant_mask_bytes(d_y.rows, d_y.cols),
+              "fake_quant_backward: d_x ({}, {}), d_y ({}, {}) and a U8 mask of {} bytes (got {})",
+              d_x.rows, d_x.cols, d_y.rows, d_y.cols, fake_quant_mask_bytes(d_y.rows, d_y.cols),
+              mask.n);
+}
+
+void check_dequantize_nf4_args(CMat out, const Nf4View& w, int64_t row0) {
+    ETE_CHECK(out.cols == w.cols && row0 >= 0 && row0 + out.rows <= w.rows,
+              "dequantize_nf4: rows [{}, {}) of a ({}, {}) weight into ({}, {})", row0,
+              row0 + out.rows, w.rows, w.cols, out.rows, out.cols);
+}
+
+void check_gemm_nf4_args(CMat a, const Nf4View& w, bool trans_w, CMat c) {
+    const int64_t K = trans_w ? w.cols : w.rows, N = trans_w ? w.rows : w.cols;
+    ETE_CHECK(a.cols == K && c.rows == a.rows && c.cols == N,
+              "gemm_nf4: a ({}, {}) times a ({}, {}) NF4 weight{} does not give c ({}, {})", a.rows,
+              a.cols, w.rows, w.cols, trans_w ? "ᵀ" : "", c.rows, c.cols);
+}
+
 int pick_cuda_device(const char* env_device, int local_rank, int visible) {
     ETE_CHECK(visible >= 1, "[cuda] no CUDA device visible");
     if (!env_device || !*env_device) return std::max(local_rank, 0) % visible;

@@ -63,6 +63,12 @@ void check_quantize_s8_args(CMat q, CMat x, CVec scale, CVec zero, const QuantGr
 void check_dequantize_s32_args(CMat y, CMat acc, CVec a_scale, CVec a_zero, int a_offset,
                                CVec w_scale, CVec w_sum);
 void check_gemm_s8_scaled_args(CMat a, CMat w, Mat y, CVec scale, int32_t zero, float beta);
+// ... and of gemm_s8, quant_params, fake_quant_backward, dequantize_nf4 and gemm_nf4.
+void check_gemm_s8_args(CMat a, CMat w, CMat c);
+void check_quant_params_args(CVec scale, CVec zero, CVec lo, CVec hi);
+void check_fake_quant_backward_args(CMat d_x, CMat d_y, CVec mask);
+void check_dequantize_nf4_args(CMat out, const Nf4View& w, int64_t row0);
+void check_gemm_nf4_args(CMat a, const Nf4View& w, bool trans_w, CMat c);
 
 // A gemm_s8 weight prepared by a backend (Backend::prepare_s8): the view it was made from, and
 // whatever layout the backend keeps beside it.

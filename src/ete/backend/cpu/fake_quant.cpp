@@ -164,9 +164,7 @@ void CpuBackend::min_max(Vec lo, Vec hi, CMat x, int64_t group) {
 
 void CpuBackend::quant_params(Vec scale, Vec zero, CVec lo, CVec hi, const QuantGrid& g) {
     Scope h(*this, "quant_params");
-    ETE_CHECK(scale.n == lo.n && zero.n == lo.n && hi.n == lo.n && scale.dtype == DType::F32 &&
-                  zero.dtype == DType::F32 && lo.dtype == DType::F32 && hi.dtype == DType::F32,
-              "quant_params: scale, zero, lo, hi must be F32 of one length");
+    check_quant_params_args(scale, zero, lo, hi);
     float* s = elems<float>(h(scale));
     float* z = elems<float>(h(zero));
     const float* l = elems<float>(h(lo));
@@ -198,11 +196,7 @@ void CpuBackend::fake_quant(Mat y, CMat x, CVec scale, CVec zero, Vec mask, int6
 
 void CpuBackend::fake_quant_backward(Mat d_x, CMat d_y, CVec mask) {
     Scope h(*this, "fake_quant_backward");
-    ETE_CHECK(d_x.rows == d_y.rows && d_x.cols == d_y.cols && mask.dtype == DType::U8 &&
-                  mask.n == fake_quant_mask_bytes(d_y.rows, d_y.cols),
-              "fake_quant_backward: d_x ({}, {}), d_y ({}, {}) and a U8 mask of {} bytes (got {})",
-              d_x.rows, d_x.cols, d_y.rows, d_y.cols, fake_quant_mask_bytes(d_y.rows, d_y.cols),
-              mask.n);
+    check_fake_quant_backward_args(d_x, d_y, mask);
     d_x = h(d_x);
     d_y = h(d_y);
     const auto* m = static_cast<const uint8_t*>(h(mask).data);

@@ -29,12 +29,7 @@ void CpuBackend::gemm(CMat a, bool ta, CMat b, bool tb, Mat c, float alpha, floa
 }
 
 void CpuBackend::gemm_s8(CMat a, CMat w, Mat c) {
-    ETE_CHECK(w.dtype == DType::I8 && c.dtype == DType::I32 && a.cols == w.cols &&
-                  c.rows == a.rows && c.cols == w.rows,
-              "gemm_s8: a ({}, {}) {} times w ({}, {}) {} transposed does not give c ({}, {}) {} "
-              "(expected I8 or U8 times I8 into I32)",
-              a.rows, a.cols, dtype_name(a.dtype), w.rows, w.cols, dtype_name(w.dtype), c.rows,
-              c.cols, dtype_name(c.dtype));
+    check_gemm_s8_args(a, w, c);
     Scope h(*this, "gemm_s8", 2.0 * double(a.rows) * double(w.rows) * double(a.cols));
     a = h(a);
     w = h(w);

@@ -114,18 +114,14 @@ Nf4View CpuBackend::host_view(const Nf4View& w) const {
 }
 
 void CpuBackend::dequantize_nf4(Mat out, const Nf4View& w, int64_t row0) {
-    ETE_CHECK(out.cols == w.cols && row0 >= 0 && row0 + out.rows <= w.rows,
-              "dequantize_nf4: rows [{}, {}) of a ({}, {}) weight into ({}, {})", row0,
-              row0 + out.rows, w.rows, w.cols, out.rows, out.cols);
+    check_dequantize_nf4_args(out, w, row0);
     Scope h(*this, "dequantize_nf4");
     dequantize_any(h(out), host_view(w), row0);
 }
 
 void CpuBackend::gemm_nf4(CMat a, const Nf4View& w, bool trans_w, Mat c, float alpha, float beta) {
     const int64_t K = trans_w ? w.cols : w.rows, N = trans_w ? w.rows : w.cols;
-    ETE_CHECK(a.cols == K && c.rows == a.rows && c.cols == N,
-              "gemm_nf4: a ({}, {}) times a ({}, {}) NF4 weight{} does not give c ({}, {})", a.rows,
-              a.cols, w.rows, w.cols, trans_w ? "ᵀ" : "", c.rows, c.cols);
+    check_gemm_nf4_args(a, w, trans_w, c);
     Scope h(*this, trans_w ? "gemm_nf4_nt" : "gemm_nf4_nn",
             2.0 * double(a.rows) * double(N) * double(K));
     a = h(a);

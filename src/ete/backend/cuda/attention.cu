@@ -20,6 +20,19 @@ __device__ __forceinline__ int doc_begin(const Attn& d, int64_t b, int t) {
     return d.doc_start ? d.doc_start[b * d.T + t] : 0;
 }
 
+// The (b, head, t) row of this thread's warp among B · heads · T rows (t fastest); valid = false
+// past the last row (the whole warp returns together).
+struct WarpRow {
+    int64_t b;
+    int head, t;
+    bool valid;
+};
+__device__ __forceinline__ WarpRow warp_row(const Attn& d, int heads) {
+    const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+    return {w / (int64_t(d.T) * heads), int((w / d.T) % heads), int(w % d.T),
+            w < int64_t(d.B) * heads * d.T};
+}
+
 // Loads D values at element offset o of m (row-major, 16-bit or F32) into lane registers.
 __device__ __forceinline__ void load_head(float (&r)[kMaxPerLane], const void* p, Ft t, int64_t o,
                                           int D) {
@@ -36,10 +49,10 @@ __device__ __forceinline__ float dot(const float (&a)[kMaxPerLane], const float 
 }
 
 __global__ void k_attention_forward(Mat out, float* lse, CMat qkv, Attn d, float scale) {
-    const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
-    if (w >= int64_t(d.B) * d.H * d.T) return;
-    const int i = int(w % d.T), h = int((w / d.T) % d.H);
-    const int64_t b = w / (int64_t(d.T) * d.H);
+    const WarpRow r = warp_row(d, d.H);
+    if (!r.valid) return;
+    const int i = r.t, h = r.head;
+    const int64_t b = r.b;
     const int kh = h / (d.H / d.KV);
     float q[kMaxPerLane], k[kMaxPerLane], v[kMaxPerLane], acc[kMaxPerLane] = {};
     load_head(q, qkv.p, qkv.t, (b * d.T + i) * qkv.ld + int64_t(h) * d.D, d.D);
@@ -64,10 +77,10 @@ __global__ void k_attention_forward(Mat out, float* lse, CMat qkv, Attn d, float
 
 // di[(b·H + h)·T + i] = Σ_e d_out · out over the head (the softmax backward's row term).
 __global__ void k_attention_di(float* di, CMat d_out, CMat out, Attn d) {
-    const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
-    if (w >= int64_t(d.B) * d.H * d.T) return;
-    const int i = int(w % d.T), h = int((w / d.T) % d.H);
-    const int64_t b = w / (int64_t(d.T) * d.H);
+    const WarpRow r = warp_row(d, d.H);
+    if (!r.valid) return;
+    const int i = r.t, h = r.head;
+    const int64_t b = r.b;
     float dy[kMaxPerLane], o[kMaxPerLane];
     load_head(dy, d_out.p, d_out.t, (b * d.T + i) * d_out.ld + int64_t(h) * d.D, d.D);
     load_head(o, out.p, out.t, (b * d.T + i) * out.ld + int64_t(h) * d.D, d.D);
@@ -78,10 +91,10 @@ __global__ void k_attention_di(float* di, CMat d_out, CMat out, Attn d) {
 // d_q of query row (b, h, i): Σ_j ds_ij · k_j.
 __global__ void k_attention_dq(Mat d_qkv, CMat d_out, const float* lse, const float* di, CMat qkv,
                                Attn d, float scale) {
-    const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
-    if (w >= int64_t(d.B) * d.H * d.T) return;
-    const int i = int(w % d.T), h = int((w / d.T) % d.H);
-    const int64_t b = w / (int64_t(d.T) * d.H);
+    const WarpRow r = warp_row(d, d.H);
+    if (!r.valid) return;
+    const int i = r.t, h = r.head;
+    const int64_t b = r.b;
     const int kh = h / (d.H / d.KV);
     const int64_t stat = (b * d.H + h) * d.T + i;
     float q[kMaxPerLane], dy[kMaxPerLane], k[kMaxPerLane], v[kMaxPerLane], dq[kMaxPerLane] = {};
@@ -106,10 +119,10 @@ __global__ void k_attention_dq(Mat d_qkv, CMat d_out, const float* lse, const fl
 // j's document, Σ ds_ij · q_i and Σ p_ij · d_out_i.
 __global__ void k_attention_dkv(Mat d_qkv, CMat d_out, const float* lse, const float* di, CMat qkv,
                                 Attn d, float scale) {
-    const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
-    if (w >= int64_t(d.B) * d.KV * d.T) return;
-    const int j = int(w % d.T), kh = int((w / d.T) % d.KV);
-    const int64_t b = w / (int64_t(d.T) * d.KV);
+    const WarpRow r = warp_row(d, d.KV);
+    if (!r.valid) return;
+    const int j = r.t, kh = r.head;
+    const int64_t b = r.b;
     const int group = d.H / d.KV;
     const int64_t krow = (b * d.T + j) * qkv.ld;
     float k[kMaxPerLane], v[kMaxPerLane], q[kMaxPerLane], dy[kMaxPerLane];

@@ -283,7 +283,7 @@ void CudaBackend::min_max(Vec lo, Vec hi, ete::CMat x, int64_t group) {
 
 void CudaBackend::quant_params(Vec scale, Vec zero, CVec lo, CVec hi, const QuantGrid& g) {
     const char* op = "quant_params";
-    ETE_CHECK(scale.n == lo.n && zero.n == lo.n && hi.n == lo.n, "[cuda] {}: lengths differ", op);
+    check_quant_params_args(scale, zero, lo, hi);
     cuda::quant_params(stream_, f32(scale, op), f32(zero, op), f32(lo, op), f32(hi, op), lo.n,
                        grid(g));
     check_launch(op);
@@ -300,9 +300,7 @@ void CudaBackend::fake_quant(ete::Mat y, ete::CMat x, CVec scale, CVec zero, Vec
 
 void CudaBackend::fake_quant_backward(ete::Mat d_x, ete::CMat d_y, CVec mask) {
     const char* op = "fake_quant_backward";
-    ETE_CHECK(d_x.rows == d_y.rows && d_x.cols == d_y.cols &&
-                  mask.n == fake_quant_mask_bytes(d_y.rows, d_y.cols),
-              "[cuda] {}: shapes differ", op);
+    check_fake_quant_backward_args(d_x, d_y, mask);
     cuda::fake_quant_backward(stream_, mat(d_x, op), cmat(d_y, op),
                               static_cast<const uint8_t*>(mask.data));
     check_launch(op);
@@ -337,12 +335,7 @@ void CudaBackend::dequantize_s32(ete::Mat y, ete::CMat acc, CVec a_scale, CVec a
 
 void CudaBackend::gemm_s8(ete::CMat a, ete::CMat w, ete::Mat c) {
     const char* op = "gemm_s8";
-    ETE_CHECK(w.dtype == DType::I8 && c.dtype == DType::I32 && a.cols == w.cols &&
-                  c.rows == a.rows && c.cols == w.rows,
-              "[cuda] gemm_s8: a ({}, {}) {}, w ({}, {}) {}, c ({}, {}) {}: expected w I8 (N, K) "
-              "and c I32 (M, N)",
-              a.rows, a.cols, dtype_name(a.dtype), w.rows, w.cols, dtype_name(w.dtype), c.rows,
-              c.cols, dtype_name(c.dtype));
+    check_gemm_s8_args(a, w, c);
     cuda::gemm_s8(stream_, mat8(a, op), mat8(w, op), 0, static_cast<int32_t*>(c.data), c.ld,
                   nullptr, 0, nullptr, 0.0f);
     check_launch(op);
@@ -373,9 +366,7 @@ Nf4 CudaBackend::nf4(const Nf4View& w) const {
 
 void CudaBackend::dequantize_nf4(ete::Mat out, const Nf4View& w, int64_t row0) {
     const char* op = "dequantize_nf4";
-    ETE_CHECK(out.cols == w.cols && row0 >= 0 && row0 + out.rows <= w.rows,
-              "[cuda] dequantize_nf4: rows [{}, {}) of a ({}, {}) weight into ({}, {})", row0,
-              row0 + out.rows, w.rows, w.cols, out.rows, out.cols);
+    check_dequantize_nf4_args(out, w, row0);
     cuda::dequantize_nf4(stream_, mat(out, op), nf4(w), row0);
     check_launch(op);
 }
@@ -385,10 +376,7 @@ void CudaBackend::dequantize_nf4(ete::Mat out, const Nf4View& w, int64_t row0) {
 // the K range [r0, r0 + n) of c = a · W, summed into c tile after tile (beta 1 after the first).
 void CudaBackend::gemm_nf4(ete::CMat a, const Nf4View& w, bool trans_w, ete::Mat c, float alpha,
                            float beta) {
-    ETE_CHECK(a.cols == (trans_w ? w.cols : w.rows) && c.rows == a.rows &&
-                  c.cols == (trans_w ? w.rows : w.cols),
-              "[cuda] gemm_nf4: a ({}, {}) with a ({}, {}) weight{} into c ({}, {})", a.rows,
-              a.cols, w.rows, w.cols, trans_w ? "ᵀ" : "", c.rows, c.cols);
+    check_gemm_nf4_args(a, w, trans_w, c);
     const size_t elem = dtype_size(a.dtype);
     const int64_t tile = std::max<int64_t>(
         1, std::min<int64_t>(w.rows, int64_t((size_t(64) << 20) / (size_t(w.cols) * elem))));

@@ -214,9 +214,7 @@ class RefBackend final : public Backend {
         gemm(a, false, wm, trans_w, c, alpha, beta);
     }
     void dequantize_nf4(Mat out, const Nf4View& w, int64_t row0) override {
-        ETE_CHECK(out.cols == w.cols && row0 >= 0 && row0 + out.rows <= w.rows,
-                  "dequantize_nf4: rows [{}, {}) of a ({}, {}) weight into ({}, {})", row0,
-                  row0 + out.rows, w.rows, w.cols, out.rows, out.cols);
+        check_dequantize_nf4_args(out, w, row0);
         for (int64_t r = 0; r < out.rows; ++r)
             for (int64_t c = 0; c < out.cols; ++c)
                 put(out.data, out.dtype, r * out.ld + c, nf4_element(w, (row0 + r) * w.cols + c));
