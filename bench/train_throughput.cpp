@@ -8,7 +8,9 @@
 // trainer does: zero grads, forward_backward with d_scale = 1/(B·T), the gradient norm, AdamW
 // (with the clip coefficient applied as it reads the gradients). After --warmup
 // steps, --steps measured steps give the per-step times; tokens/s and model FLOP/s use their
-// median. The report ends with the process's peak RSS.
+// median. The report ends with the process's peak RSS. --qat POINTS trains with quantization-aware
+// training at those points (the [qat] defaults otherwise), stepping the QAT runtime as the trainer
+// does (fq(W) rewritten after AdamW, the gradient mask and the observers' fold after the backward).
 //
 // Model FLOPs per step = 6·P_mm·N + 6·L·B·H·D·T·(T+1), where P_mm counts the parameters of every
 // matmul (q|k|v, o, gate|up, down per layer, and the LM head; not the embedding lookup or norms)
@@ -49,6 +51,7 @@ struct Options {
     bool recompute = false;
     bool json = false;
     bool ops = false;  // also print time per op name
+    std::string qat;   // QAT points (model/qat_spec.h), or empty: plain training
     uint64_t seed = 1234;
 };
 
@@ -123,8 +126,8 @@ struct StepParts {
 };
 
 // The training step of the trainer, with each part timed.
-StepParts train_step(Transformer& model, AdamW& opt, const std::vector<int32_t>& ids, int B,
-                     int T) {
+StepParts train_step(Transformer& model, AdamW& opt, const std::vector<int32_t>& ids, int B, int T,
+                     int64_t step) {
     // ids is (B, T+1): inputs are columns [0, T), targets the same rows shifted by one.
     std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
     for (int b = 0; b < B; ++b) {
@@ -135,9 +138,14 @@ StepParts train_step(Transformer& model, AdamW& opt, const std::vector<int32_t>&
     StepParts p;
     auto t0 = std::chrono::steady_clock::now();
     model.params().zero_grads();
+    QatRuntime* q = model.qat();
     p.zero = seconds_since(t0);
     auto t1 = std::chrono::steady_clock::now();
     double loss = model.forward_backward(in.data(), tgt.data(), B, T, 1.0f / float(B * T));
+    if (q) {  // as the trainer: mask the weights' gradients, fold the step's ranges
+        q->finish_grads();
+        q->end_step(q->step_ranges());
+    }
     p.fwd_bwd = seconds_since(t1);
     // As the trainer: the norm, then the clip coefficient applied inside AdamW.
     auto t2 = std::chrono::steady_clock::now();
@@ -145,6 +153,7 @@ StepParts train_step(Transformer& model, AdamW& opt, const std::vector<int32_t>&
     p.clip = seconds_since(t2);
     auto t3 = std::chrono::steady_clock::now();
     opt.step(3e-4, coef);
+    if (q) q->begin_step(step + 1);  // the next step's fq(W)
     p.adamw = seconds_since(t3);
     p.total = seconds_since(t0);
     p.loss_per_token = loss / (double(B) * T);
@@ -197,7 +206,14 @@ void check_first_loss(double loss, int vocab) {
 Result run(const Options& o, const ModelConfig& cfg) {
     std::unique_ptr<Backend> cpu = make_cpu_backend();
     PhaseProfiler tb;
-    Transformer model(cfg, *cpu, {}, precision_dtype(o.precision));
+    QatSpec qat;
+    if (!o.qat.empty()) {
+        qat.enabled = true;
+        qat.points = qat_points_from_string(o.qat);
+        check_qat_spec(qat, cfg);
+    }
+    Transformer model(cfg, *cpu, {}, precision_dtype(o.precision), {}, qat);
+    if (qat.enabled) model.enable_qat(qat);
     Result r;
     auto t_init = std::chrono::steady_clock::now();
     model.params().init(o.seed);
@@ -211,11 +227,12 @@ Result run(const Options& o, const ModelConfig& cfg) {
     std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_size - 1);
     std::vector<int32_t> ids(size_t(o.batch) * (o.seq + 1));
     r.numel = model.params().numel();
+    if (QatRuntime* q = model.qat()) q->begin_step(0);
     double fwd_bwd = 0, zero = 0;
     for (int s = 0; s < o.warmup + o.steps; ++s) {
         for (int32_t& id : ids) id = tok(rng);
         if (s == o.warmup) tb.reset();
-        StepParts p = train_step(model, opt, ids, o.batch, o.seq);
+        StepParts p = train_step(model, opt, ids, o.batch, o.seq, s);
         if (s == 0) check_first_loss(p.loss_per_token, cfg.vocab_size);
         if (s == 0) r.first_loss = p.loss_per_token;
         std::fprintf(stderr, "%s step %2d: %8.1f ms  loss %.4f\n",
@@ -355,6 +372,9 @@ int main(int argc, char** argv) {
     app.add_flag("--recompute", o.recompute, "full activation recomputation");
     app.add_flag("--json", o.json, "print one JSON object instead of the text report");
     app.add_flag("--ops", o.ops, "also print the time of each backend op (stderr)");
+    app.add_option("--qat", o.qat,
+                   "quantization-aware training at these points (qat.points, e.g. "
+                   "weight,linear_in,post_norm; W8A8, weights per channel)");
     CLI11_PARSE(app, argc, argv);
     try {
         if (o.threads > 0) {

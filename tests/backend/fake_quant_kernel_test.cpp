@@ -69,6 +69,7 @@ TEST_P(FakeQuantKernel, CpuMatchesReferenceAndTheDefinition) {
             const auto mr = mask_of(*ref, yr.mat(), x.cmat(), ss, zz, group, g);
             const auto mc = mask_of(*cpu, yc.mat(), x.cmat(), ss, zz, group, g);
             ASSERT_TRUE(yr.same_bytes(yc)) << "per tensor " << per_tensor;
+            ASSERT_EQ(mr, mc) << "the mask bytes, each row's padding bits (0) included";
             for (int64_t r = 0; r < rows; ++r)
                 for (int64_t c = 0; c < cols; ++c) {
                     ASSERT_EQ(bit(mr, cols, r, c), bit(mc, cols, r, c)) << r << "," << c;

@@ -157,5 +157,41 @@ TEST(QuantGrid, BitsAndRules) {
     EXPECT_EQ(std::make_pair(s4.qmin, s4.qmax), std::make_pair(-7, 7));
 }
 
+// QatRuntime writes no straight-through mask for a weight quantized with scales from its own
+// range (model/qat_runtime.h): every finite value must then fall inside the symmetric grid. The
+// extremes ±max|w| are the values nearest the grid's ends (|x · inv_s| grows with |x|), so
+// checking them over random ranges of every exponent, normal and subnormal, covers all values.
+TEST(QuantGrid, TheSymmetricGridOfARangesOwnScaleClampsNoFiniteValue) {
+    uint64_t state = 0x9E3779B97F4A7C15ull;
+    auto next = [&] {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        return state;
+    };
+    for (int bits = 2; bits <= 8; ++bits) {
+        const QuantGrid g = QuantGrid::of(bits, QParamRule::Symmetric);
+        int64_t checked = 0;
+        for (int i = 0; i < 200000; ++i) {
+            // Any positive finite float, and a smaller other end of the range.
+            const uint32_t u = uint32_t(next() % 0x7f7fffffull) + 1;
+            float amax;
+            std::memcpy(&amax, &u, sizeof amax);
+            const float other = amax * (float(next() % 1000) / 1000.0f);
+            for (const auto& [lo, hi] : {std::pair{-amax, other}, std::pair{-other, amax}}) {
+                float s, z;
+                quant_params(lo, hi, g, &s, &z);
+                for (float x : {lo, hi, -amax, amax}) {
+                    if (!(x >= lo && x <= hi)) continue;
+                    bool inside = false;
+                    fake_quant_value(x, s, 1.0f / s, z, float(g.qmin), float(g.qmax), &inside);
+                    ASSERT_TRUE(inside) << "bits " << bits << " x " << x << " range [" << lo << ", "
+                                        << hi << "] scale " << s;
+                    ++checked;
+                }
+            }
+        }
+        EXPECT_GT(checked, 800000);
+    }
+}
+
 }  // namespace
 }  // namespace ete

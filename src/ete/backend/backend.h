@@ -266,7 +266,7 @@ class Backend : public DeviceMemory {
     virtual void quant_params(Vec scale, Vec zero, CVec lo, CVec hi, const QuantGrid& g) = 0;
     // y = fake quantization of x with one scale and zero point (F32) per block: scale.n == 1 (the
     // whole tensor) or rows · cols/group. mask (U8, fake_quant_mask_bytes(rows, cols)), when not
-    // empty, receives the straight-through bits. y may be x.
+    // empty, receives the straight-through bits (each row's padding bits 0). y may be x.
     virtual void fake_quant(Mat y, CMat x, CVec scale, CVec zero, Vec mask, int64_t group,
                             const QuantGrid& g) = 0;
     // d_x = d_y where mask's bit is set, else 0 (written; d_x may be d_y).

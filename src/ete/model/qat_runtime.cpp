@@ -116,8 +116,6 @@ void QatRuntime::add_weight(const std::string& name, CMat src, Mat dst, Mat grad
             w.learned.value = learned.value.slice(0, params);  // an LM head's padding rows: none
             w.learned.grad = learned.grad.slice(0, params);
         }
-        if (!grad.empty())
-            w.mask = DeviceBuffer(be_, size_t(fake_quant_mask_bytes(src.rows, src.cols)));
     }
     weights_.push_back(std::move(w));
 }
@@ -161,9 +159,15 @@ void QatRuntime::update_weight(Weight& w) {
                   w.name);
         range_scales(w);
     }
+    // Scales from the weight's own range put every finite value inside the grid (|w| ≤ the
+    // range's end, and nearbyint(w · 1/s) rounds to at most qmax): the mask would be all ones,
+    // so none is written and the gradient passes whole. Learned or given factors can clamp.
     Vec mask;
-    if (!w.grad.empty())
-        mask = {w.mask.data(), DType::U8, fake_quant_mask_bytes(w.src.rows, w.src.cols)};
+    if (w.masked()) {
+        const int64_t bytes = fake_quant_mask_bytes(w.src.rows, w.src.cols);
+        if (w.mask.bytes() == 0) w.mask = DeviceBuffer(be_, size_t(bytes));
+        mask = {w.mask.data(), DType::U8, bytes};
+    }
     be_.fake_quant(w.dst, w.src, f32_vec(w.scale, n), f32_vec(w.zero, n), mask, w.group,
                    spec_.weight_grid());
 }
@@ -250,6 +254,7 @@ void QatRuntime::finish_grads() {
     for (Weight& w : weights_) {
         if (!w.quantize || w.grad.empty()) continue;
         if (!w.learned.empty()) learned_grad(w);
+        if (!w.masked()) continue;  // range scales: the mask is all ones (update_weight)
         be_.fake_quant_backward(
             w.grad, w.grad,
             CVec{w.mask.data(), DType::U8, fake_quant_mask_bytes(w.src.rows, w.src.cols)});

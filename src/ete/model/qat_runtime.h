@@ -7,8 +7,10 @@
 // tensor at a time: symmetric, with scales per output channel, per tensor or per group from the
 // weight's current range (as torchao's QAT: weights need no history), reduced over tp where a
 // channel or the tensor is split across ranks. The step's backward accumulates the gradient of
-// fq(W); finish_grads masks it once (the mask is constant over a step, so masking the sum of the
-// micro-batches equals masking each). Before qat.warmup_steps the buffer holds W itself.
+// fq(W); with learned scales finish_grads masks it once (the mask is constant over a step, so
+// masking the sum of the micro-batches equals masking each). With the range's own scales every
+// finite weight lies inside the grid, so the mask is all ones and is neither written nor applied.
+// Before qat.warmup_steps the buffer holds W itself.
 //
 // Activations. A point fake-quantizes a tensor in place (the affine act_bits grid): per tensor
 // with the scale of its observer, or per token (dynamic, scales from each row). Every forward of
@@ -161,6 +163,11 @@ class QatRuntime {
         std::vector<float> factors;  // set_weight_scale_factors, or empty
         std::vector<float> range;    // the range's scales of the last rewrite (with factors)
         int64_t scale_count() const { return per_tensor ? 1 : src.rows * (src.cols / group); }
+        // Whether its gradient goes through a straight-through mask: a trainable weight whose
+        // scales are not its range's (learned or given factors).
+        bool masked() const {
+            return quantize && !grad.empty() && (!learned.empty() || !factors.empty());
+        }
     };
     // A static activation point: its observer and this step's range.
     struct Point {

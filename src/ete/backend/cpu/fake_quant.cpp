@@ -9,6 +9,7 @@
 
 #include "ete/backend/cpu/cpu_backend.h"
 #include "ete/backend/cpu/elem.h"
+#include "ete/backend/cpu/simd16.h"
 
 namespace ete::cpu {
 namespace {
@@ -54,12 +55,45 @@ void min_max_rows(float* lo, float* hi, const X* x, int64_t ld, int64_t rows, in
     }
 }
 
+#if defined(ETE_SIMD16)
+// fake_quant_value on 16 lanes: the same operations in the same order (the product rounded once,
+// nearbyint in the current rounding mode, a NaN failing every comparison), the mask bits straight
+// from the comparisons; bits (if any) from bit 0 of *bits on, lanes past n left 0.
+template <typename Y, typename X>
+void fake_quant_span16(Y* y, const X* x, int64_t n, float s, float inv_s, float z, float qmin,
+                       float qmax, uint8_t* bits) {
+    const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(inv_s), vz = _mm512_set1_ps(z);
+    const __m512 lo = _mm512_set1_ps(qmin), hi = _mm512_set1_ps(qmax);
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 k = simd::first_lanes(n - j);
+        __m512 q =
+            _mm512_maskz_roundscale_ps(simd::kAll16, _mm512_mul_ps(simd::load16(x + j, k), vinv),
+                                       _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+        q = _mm512_add_ps(q, vz);
+        const __mmask16 in =
+            _mm512_mask_cmp_ps_mask(k, q, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(q, hi, _CMP_LE_OQ);
+        q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(q, lo, _CMP_LT_OQ), lo);
+        q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(q, hi, _CMP_GT_OQ), hi);
+        simd::store16(y + j, _mm512_mul_ps(_mm512_sub_ps(q, vz), vs), k);
+        if (!bits) continue;
+        bits[j / 8] = uint8_t(in);
+        if (n - j > 8) bits[j / 8 + 1] = uint8_t(in >> 8);
+    }
+}
+#endif
+
 // One block of n <= kChunk elements: y, and the mask bits from bit 0 of *bits on (n % 8 == 0 or
 // the row's last block).
 template <typename Y, typename X>
 void fake_quant_span(Y* y, const X* x, int64_t n, float s, float z, const QuantGrid& g,
                      uint8_t* bits) {
     const float inv_s = 1.0f / s, qmin = float(g.qmin), qmax = float(g.qmax);
+#if defined(ETE_SIMD16)
+    if constexpr (simd::kHas16<Y> && simd::kHas16<X>) {
+        fake_quant_span16(y, x, n, s, inv_s, z, qmin, qmax, bits);
+        return;
+    }
+#endif
     alignas(64) uint8_t inside[kChunk];
     // fake_quant_value written out so that it vectorises (the same operations in the same order,
     // so the same results as the reference).
@@ -87,6 +121,8 @@ void fake_quant_rows(Y* y, int64_t ldy, const X* x, int64_t ldx, int64_t rows, i
     const int64_t per_row = cols / group, row_bytes = fake_quant_mask_row_bytes(cols);
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
+        // The padding bits of a row's last byte are 0 (a span merging bits one by one keeps them).
+        if (mask && cols % 8 != 0) mask[r * row_bytes + row_bytes - 1] = 0;
         // Spans never cross a block, and start on a multiple of 8 within the row unless a block
         // does: then the bits go through a row-sized staging run of whole bytes.
         for (int64_t c0 = 0; c0 < cols;) {
@@ -120,6 +156,19 @@ void fake_quant_backward_rows(D* dx, int64_t lddx, const G* dy, int64_t lddy, in
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* bits = mask + r * row_bytes;
+#if defined(ETE_SIMD16)
+        if constexpr (simd::kHas16<D> && simd::kHas16<G>) {
+            // 16 columns a step: their two mask bytes are the lanes to keep, the others zero.
+            for (int64_t c = 0; c < cols; c += 16) {
+                const __mmask16 k = simd::first_lanes(cols - c);
+                uint16_t keep = bits[c / 8];
+                if (cols - c > 8) keep = uint16_t(keep | bits[c / 8 + 1] << 8);
+                const __m512 v = simd::load16(dy + r * lddy + c, __mmask16(keep & k));
+                simd::store16(dx + r * lddx + c, v, k);
+            }
+            continue;
+        }
+#endif
 #pragma omp simd
         for (int64_t c = 0; c < cols; ++c) {
             const bool keep = (bits[c >> 3] >> (c & 7)) & 1;

@@ -11,13 +11,10 @@
 #include <algorithm>
 #include <cstring>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include "ete/backend/cpu/cpu_backend.h"
 #include "ete/backend/cpu/elem.h"
 #include "ete/backend/cpu/gemm_host.h"
+#include "ete/backend/cpu/simd16.h"
 
 namespace ete::cpu {
 
@@ -29,10 +26,8 @@ namespace {
 // (the tile no longer cached), against 3.0 s for the same step over a dense bf16 base.
 constexpr int64_t kTileElems = int64_t(4) << 20;
 
-#if defined(__AVX512F__)
-// Only intrinsics that take every input explicitly (maskz with all lanes set): GCC 12 flags the
-// ones built on _mm512_undefined_*() as maybe-uninitialized under -Werror.
-constexpr __mmask16 kAll = 0xFFFF;
+#if defined(ETE_SIMD16)
+constexpr __mmask16 kAll = simd::kAll16;
 
 // 16 elements starting at flattened index e (a multiple of 16) as fp32, times absmax.
 [[gnu::always_inline]] inline __m512 decode16(const uint8_t* packed, int64_t e, __m512 codes,
@@ -45,23 +40,6 @@ constexpr __mmask16 kAll = 0xFFFF;
     return _mm512_mul_ps(_mm512_maskz_permutexvar_ps(kAll, idx, codes), absmax);
 }
 
-inline void store16(float* o, __m512 v) {
-    _mm512_storeu_ps(o, v);
-}
-inline void store16(bf16* o, __m512 v) {
-    // Round to nearest even (the values are finite: code · a finite absmax).
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i odd =
-        _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o),
-                        _mm512_maskz_cvtepi32_epi16(kAll, _mm512_maskz_srli_epi32(kAll, r, 16)));
-}
-inline void store16(f16* o, __m512 v) {
-    _mm256_storeu_si256(
-        reinterpret_cast<__m256i*>(o),
-        _mm512_maskz_cvtps_ph(kAll, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
 #endif
 
 // out[0, n) = elements [e0, e0 + n) of w, all in block e0 / blocksize, times absmax m.
@@ -69,11 +47,11 @@ template <typename T>
 void decode_run(T* out, const Nf4View& w, int64_t e0, int64_t n, float m) {
     const auto* packed = static_cast<const uint8_t*>(w.packed);
     int64_t i = 0;
-#if defined(__AVX512F__)
+#if defined(ETE_SIMD16)
     const __m512 codes = _mm512_loadu_ps(kNf4Code.data()), am = _mm512_set1_ps(m);
     for (; i < n && ((e0 + i) & 15); ++i)
         store(out[i], kNf4Code[size_t(nf4_nibble(packed, e0 + i))] * m);
-    for (; i + 16 <= n; i += 16) store16(out + i, decode16(packed, e0 + i, codes, am));
+    for (; i + 16 <= n; i += 16) simd::store16(out + i, decode16(packed, e0 + i, codes, am), kAll);
 #endif
     for (; i < n; ++i) store(out[i], kNf4Code[size_t(nf4_nibble(packed, e0 + i))] * m);
 }
