@@ -291,6 +291,27 @@ TEST_P(QuantOps, FakeQuantAndBackward) {
 }
 
 // LSQ's scale gradient: the same sums in double on every backend (backend.h): exact.
+// fake_quant_own_range: the three ops in one call, bit for bit (scales and output).
+TEST_P(QuantOps, FakeQuantOwnRange) {
+    const DType pairs[][2] = {{kF32, kF32}, {kBF16, kBF16}, {kBF16, kF32}, {kF16, kF32}};
+    for (const int bits : {8, 4})
+        for (const auto& [cols, group] : kGroups)
+            for (const auto& pr : pairs) {
+                const DType yt = pr[0], xt = pr[1];
+                SCOPED_TRACE(fmt::format("{} bits {} cols={} group={}", bits, pair_name(yt, xt),
+                                         cols, group));
+                const QuantGrid g = QuantGrid::of(bits, QParamRule::Symmetric);
+                const Buf x = qat_input(xt, cols, group, 220);
+                const int64_t rows = x.rows(), blocks = rows * (cols / group);
+                Buf s = poisoned(kF32, 1, blocks), y = poisoned(yt, rows, cols, cols + 2);
+                DevBuf xd = up(x), sd = up(s), yd = up(y);
+                ref().fake_quant_own_range(y.mat(), x.cmat(), s.vec(), group, g);
+                be().fake_quant_own_range(yd.mat(), xd.cmat(), sd.vec(), group, g);
+                expect_exact(sd.download(), s, "fake_quant_own_range scale");
+                expect_exact(yd.download(), y, "fake_quant_own_range");
+            }
+}
+
 TEST_P(QuantOps, FakeQuantScaleGrad) {
     const QuantGrid g = QuantGrid::of(4, QParamRule::Symmetric);
     for (const auto& [cols, group] : kGroups)

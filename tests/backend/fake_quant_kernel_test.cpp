@@ -107,6 +107,64 @@ TEST_P(FakeQuantKernel, CpuMatchesReferenceAndTheDefinition) {
     }
 }
 
+// fake_quant_own_range (one pass per block on the CPU) gives what min_max, quant_params and
+// fake_quant give one after the other, bit for bit, scales included: on the CPU, and on the
+// reference (the Backend default, which runs the three); strided, in place, with non-finite
+// values and a block with none finite.
+TEST_P(FakeQuantKernel, OwnRangeIsTheThreeOpsInOnePass) {
+    const Pair t = GetParam();
+    auto ref = make_ref_backend();
+    auto cpu = make_cpu_backend();
+    const int64_t rows = 7;
+    for (const int bits : {8, 4}) {
+        const QuantGrid g = QuantGrid::of(bits, QParamRule::Symmetric);
+        for (const auto& [cols, group] : {std::pair<int64_t, int64_t>{36, 12},
+                                          {35, 5},
+                                          {64, 8},
+                                          {301, 301},
+                                          {1408, 1408},
+                                          {1024, 256}}) {
+            SCOPED_TRACE(std::to_string(bits) + " bits " + std::to_string(cols) + "/" +
+                         std::to_string(group));
+            FVec xv = random_vec(size_t(rows * cols), 17, -2.0, 2.0);
+            xv[3] = std::numeric_limits<float>::infinity();
+            xv[size_t(cols) + 1] = std::numeric_limits<float>::quiet_NaN();
+            for (int64_t c = 0; c < group; ++c)  // row 2's first block: nothing finite
+                xv[size_t(2 * cols + c)] = -std::numeric_limits<float>::infinity();
+            const Buf x = Buf::of(t.x, xv, rows, cols, cols + 3);
+            const int64_t blocks = rows * (cols / group);
+            FVec lo(static_cast<size_t>(blocks)), hi(lo), s_want(lo), z(lo), s_cpu(lo), s_ref(lo);
+            Buf want(t.y, rows, cols, cols + 1), y_cpu = want, y_ref = want;
+            cpu->min_max(host_vec(lo), host_vec(hi), x.cmat(), group);
+            cpu->quant_params(host_vec(s_want), host_vec(z), host_cvec(lo), host_cvec(hi), g);
+            cpu->fake_quant(want.mat(), x.cmat(), host_cvec(s_want), host_cvec(z), {}, group, g);
+            cpu->fake_quant_own_range(y_cpu.mat(), x.cmat(), host_vec(s_cpu), group, g);
+            ref->fake_quant_own_range(y_ref.mat(), x.cmat(), host_vec(s_ref), group, g);
+            EXPECT_EQ(s_cpu, s_want);
+            EXPECT_EQ(s_ref, s_want);
+            EXPECT_TRUE(y_cpu.same_bytes(want));
+            EXPECT_TRUE(y_ref.same_bytes(want));
+            if (t.y != t.x) continue;
+            Buf in_place = x, out = x;  // one layout, one padding
+            cpu->fake_quant_own_range(out.mat(), x.cmat(), host_vec(s_cpu), group, g);
+            cpu->fake_quant_own_range(in_place.mat(), in_place.cmat(), host_vec(s_cpu), group, g);
+            EXPECT_TRUE(in_place.same_bytes(out));
+        }
+    }
+    FVec x(12), y(12), s(2);
+    EXPECT_EQ(error_of([&] {
+                  cpu->fake_quant_own_range(host_mat(y, 2, 6), host_cmat(x, 2, 6), host_vec(s), 6,
+                                            QuantGrid::of(8, QParamRule::Affine));
+              }),
+              "fake_quant_own_range: expected a symmetric grid (its scales clamp no value)");
+    EXPECT_EQ(error_of([&] {
+                  cpu->fake_quant_own_range(host_mat(y, 2, 6), host_cmat(x, 2, 6),
+                                            host_vec(s).slice(0, 1), 6,
+                                            QuantGrid::of(8, QParamRule::Symmetric));
+              }),
+              "fake_quant_own_range: scale must be F32 of 2 blocks, got 1");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Dtypes, FakeQuantKernel,
     ::testing::Values(Pair{DType::F32, DType::F32}, Pair{DType::BF16, DType::BF16},

@@ -71,6 +71,29 @@ int64_t check_fake_quant_args(CMat y, CMat x, CVec scale, CVec zero, CVec mask, 
     return per_row;
 }
 
+int64_t check_fake_quant_own_range_args(CMat y, CMat x, CVec scale, int64_t group,
+                                        const QuantGrid& g) {
+    ETE_CHECK(g.rule == QParamRule::Symmetric,
+              "fake_quant_own_range: expected a symmetric grid (its scales clamp no value)");
+    const int64_t per_row = check_fake_quant_args(y, x, scale, scale, CVec{}, group, g);
+    ETE_CHECK(scale.n == x.rows * per_row,
+              "fake_quant_own_range: scale must be F32 of {} blocks, got {}", x.rows * per_row,
+              scale.n);
+    return per_row;
+}
+
+void Backend::fake_quant_own_range(Mat y, CMat x, Vec scale, int64_t group, const QuantGrid& g) {
+    check_fake_quant_own_range_args(y, x, scale, group, g);
+    const int64_t n = scale.n;
+    DeviceBuffer lo(*this, size_t(n) * sizeof(float)), hi(*this, lo.bytes()),
+        zero(*this, lo.bytes());
+    const Vec l{lo.data(), DType::F32, n}, h{hi.data(), DType::F32, n},
+        z{zero.data(), DType::F32, n};
+    min_max(l, h, x, group);
+    quant_params(scale, z, l, h, g);
+    fake_quant(y, x, scale, z, {}, group, g);
+}
+
 int64_t check_fake_quant_scale_grad_args(CVec d_scale, CMat x, CMat d_y, CVec scale, CVec zero,
                                          int64_t group, const QuantGrid& g) {
     const int64_t per_row = check_fake_quant_args(x, x, scale, zero, CVec{}, group, g);

@@ -53,6 +53,9 @@ void check_doc_start(const int32_t* doc_start, int B, int T);
 int64_t check_min_max_args(CVec lo, CVec hi, CMat x, int64_t group);
 int64_t check_fake_quant_args(CMat y, CMat x, CVec scale, CVec zero, CVec mask, int64_t group,
                               const QuantGrid& g);
+// ... and of fake_quant_own_range (returns the blocks per row).
+int64_t check_fake_quant_own_range_args(CMat y, CMat x, CVec scale, int64_t group,
+                                        const QuantGrid& g);
 // ... and of fake_quant_scale_grad (returns the blocks per row).
 int64_t check_fake_quant_scale_grad_args(CVec d_scale, CMat x, CMat d_y, CVec scale, CVec zero,
                                          int64_t group, const QuantGrid& g);
@@ -271,6 +274,12 @@ class Backend : public DeviceMemory {
                             const QuantGrid& g) = 0;
     // d_x = d_y where mask's bit is set, else 0 (written; d_x may be d_y).
     virtual void fake_quant_backward(Mat d_x, CMat d_y, CVec mask) = 0;
+    // y = fake quantization of x on a symmetric grid g, each block's scale from the block's own
+    // range: min_max, quant_params and fake_quant in one call, bit for bit (what QAT does to a
+    // weight every step). scale (F32, rows · cols/group) receives the scales. No mask: such a
+    // scale puts every finite value inside the grid. This default runs the three ops; a backend
+    // may fuse them into one pass over x. y may be x.
+    virtual void fake_quant_own_range(Mat y, CMat x, Vec scale, int64_t group, const QuantGrid& g);
     // LSQ's scale gradient: d_scale (F32, rows · cols/group, one per block even when scale.n ==
     // 1) = Σ over the block of d_y · lsq_scale_slope(x) with the scale and zero point fake_quant
     // uses for that element; summed in double in column order (every backend the same sums).

@@ -157,6 +157,12 @@ void QatRuntime::update_weight(Weight& w) {
         ETE_CHECK(!spec_.learnable_scale,
                   "qat: '{}' has learned scales (qat.learnable_scale) but no factors were given",
                   w.name);
+        if (!w.per_tensor && !reduce_range_over_tp(w)) {
+            // Each block's scale from its own range (no reduction needed), in one pass.
+            be_.fake_quant_own_range(w.dst, w.src, f32_vec(w.scale, n), w.group,
+                                     spec_.weight_grid());
+            return;
+        }
         range_scales(w);
     }
     // Scales from the weight's own range put every finite value inside the grid (|w| ≤ the
@@ -172,14 +178,19 @@ void QatRuntime::update_weight(Weight& w) {
                    spec_.weight_grid());
 }
 
+// A range split over tp (a row-parallel linear's channels, or any tensor taken whole) is
+// reduced there, and so is its learned scales' gradient; a column-parallel channel or a group
+// lies on one rank.
+bool QatRuntime::reduce_range_over_tp(const Weight& w) const {
+    const bool per_channel = spec_.weight_granularity == QatGranularity::Channel;
+    return tp_ && tp_->size() > 1 && (w.per_tensor || (w.split_cols && per_channel));
+}
+
 void QatRuntime::range_scales(Weight& w) {
     const int64_t blocks = w.src.rows * (w.src.cols / w.group);
     Vec lo = f32_vec(w.lo, blocks), hi = f32_vec(w.hi, blocks);
     be_.min_max(lo, hi, w.src, w.group);
-    // A range split over tp (a row-parallel linear's channels, or any tensor taken whole) is
-    // reduced there; a column-parallel channel or a group lies on one rank.
-    const bool per_channel = spec_.weight_granularity == QatGranularity::Channel;
-    const bool reduce_tp = tp_ && (w.per_tensor || (w.split_cols && per_channel));
+    const bool reduce_tp = reduce_range_over_tp(w);
     const int64_t n = w.scale_count();
     if (w.per_tensor || reduce_tp) {
         std::vector<float> l(static_cast<size_t>(blocks)), h(static_cast<size_t>(blocks));
@@ -233,8 +244,7 @@ void QatRuntime::learned_grad(Weight& w) {
         for (float v : g) sum += v;
         g = {float(sum)};
     }
-    const bool per_channel = spec_.weight_granularity == QatGranularity::Channel;
-    if (tp_ && tp_->size() > 1 && (w.per_tensor || (w.split_cols && per_channel))) {
+    if (reduce_range_over_tp(w)) {
         tp_->all_reduce(g.data(), g.size(), DType::F32, ReduceOp::Sum);
         for (float& v : g) v /= float(w.learned.replicas);
     }

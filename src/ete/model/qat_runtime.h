@@ -182,6 +182,7 @@ class QatRuntime {
     void update_weight(Weight& w);
     // The range's scales of w into w.scale (reduced over tp where they span ranks).
     void range_scales(Weight& w);
+    bool reduce_range_over_tp(const Weight& w) const;
     // w.scale = factor · range's scale (at least kMinScale), the factors learned or given.
     void factor_scales(Weight& w);
     void learned_grad(Weight& w);

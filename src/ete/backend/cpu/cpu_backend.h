@@ -123,6 +123,7 @@ class CpuBackend final : public Backend {
     void fake_quant(Mat y, CMat x, CVec scale, CVec zero, Vec mask, int64_t group,
                     const QuantGrid& g) override;
     void fake_quant_backward(Mat d_x, CMat d_y, CVec mask) override;
+    void fake_quant_own_range(Mat y, CMat x, Vec scale, int64_t group, const QuantGrid& g) override;
     void fake_quant_scale_grad(Vec d_scale, CMat x, CMat d_y, CVec scale, CVec zero, int64_t group,
                                const QuantGrid& g) override;
 

@@ -1,7 +1,9 @@
 // ete/backend/cpu/fake_quant.cpp — the QAT ops (backend.h, core/fake_quant.h): block min/max over
 // finite elements, quantization parameters, fake quantization with its packed straight-through
-// mask, and the mask's backward. Rows run in parallel (the mask pads each row to whole bytes);
-// each element goes through the same scalar function as the reference, so results are identical.
+// mask (AVX-512 where built for it: simd16.h), the three in one pass over each block
+// (fake_quant_own_range), and the mask's backward. Rows run in parallel (the mask pads each row to
+// whole bytes); each element goes through the same scalar function as the reference, so results are
+// identical.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,42 +19,51 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which a parallel region costs more
 constexpr int64_t kChunk = 256;            // elements per inner loop (a multiple of 8)
 
+// The range of the finite elements among in[0, n) (+inf, -inf when there are none).
+template <typename X>
+void block_range(const X* in, int64_t n, float* lo, float* hi) {
+    // 16 running lanes, written so that they vectorise: a non-finite value (v - v is NaN for inf
+    // and NaN) becomes +inf for the min and -inf for the max.
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    float l[16], h[16];
+    for (int k = 0; k < 16; ++k) l[k] = inf, h[k] = -inf;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+#pragma omp simd
+        for (int k = 0; k < 16; ++k) {
+            const float v = load(in[j + k]);
+            const bool finite = v - v == 0.0f;
+            const float vl = finite ? v : inf, vh = finite ? v : -inf;
+            l[k] = vl < l[k] ? vl : l[k];
+            h[k] = vh > h[k] ? vh : h[k];
+        }
+    }
+    for (; j < n; ++j) {
+        const float v = load(in[j]);
+        if (v - v != 0.0f) continue;
+        l[0] = std::min(l[0], v);
+        h[0] = std::max(h[0], v);
+    }
+    float ml = inf, mh = -inf;
+    for (int k = 0; k < 16; ++k) ml = std::min(ml, l[k]), mh = std::max(mh, h[k]);
+    *lo = ml;
+    *hi = mh;
+}
+
+// quant_params of a block's range, an empty one (lo > hi: no finite element) taken as [0, 0].
+void range_params(float lo, float hi, const QuantGrid& g, float* s, float* z) {
+    const bool empty = !(lo <= hi);
+    ete::quant_params(empty ? 0.0f : lo, empty ? 0.0f : hi, g, s, z);
+}
+
 template <typename X>
 void min_max_rows(float* lo, float* hi, const X* x, int64_t ld, int64_t rows, int64_t cols,
                   int64_t group) {
     const int64_t per_row = cols / group;
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-    for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t b = 0; b < per_row; ++b) {
-            const X* in = x + r * ld + b * group;
-            // 16 running lanes, written so that they vectorise: a non-finite value (v - v is
-            // NaN for inf and NaN) becomes +inf for the min and -inf for the max.
-            constexpr float inf = std::numeric_limits<float>::infinity();
-            float l[16], h[16];
-            for (int k = 0; k < 16; ++k) l[k] = inf, h[k] = -inf;
-            int64_t j = 0;
-            for (; j + 16 <= group; j += 16) {
-#pragma omp simd
-                for (int k = 0; k < 16; ++k) {
-                    const float v = load(in[j + k]);
-                    const bool finite = v - v == 0.0f;
-                    const float vl = finite ? v : inf, vh = finite ? v : -inf;
-                    l[k] = vl < l[k] ? vl : l[k];
-                    h[k] = vh > h[k] ? vh : h[k];
-                }
-            }
-            for (; j < group; ++j) {
-                const float v = load(in[j]);
-                if (v - v != 0.0f) continue;
-                l[0] = std::min(l[0], v);
-                h[0] = std::max(h[0], v);
-            }
-            float ml = inf, mh = -inf;
-            for (int k = 0; k < 16; ++k) ml = std::min(ml, l[k]), mh = std::max(mh, h[k]);
-            lo[r * per_row + b] = ml;
-            hi[r * per_row + b] = mh;
-        }
-    }
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t b = 0; b < per_row; ++b)
+            block_range(x + r * ld + b * group, group, &lo[r * per_row + b], &hi[r * per_row + b]);
 }
 
 #if defined(ETE_SIMD16)
@@ -149,6 +160,25 @@ void fake_quant_rows(Y* y, int64_t ldy, const X* x, int64_t ldx, int64_t rows, i
     }
 }
 
+// fake_quant_own_range: each block's range, scale and fake quantization while it is in cache.
+template <typename Y, typename X>
+void fake_quant_own_range_rows(Y* y, int64_t ldy, const X* x, int64_t ldx, int64_t rows,
+                               int64_t cols, float* scale, int64_t group, const QuantGrid& g) {
+    const int64_t per_row = cols / group;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t b = 0; b < per_row; ++b) {
+            const X* in = x + r * ldx + b * group;
+            Y* out = y + r * ldy + b * group;
+            float lo, hi, s, z;
+            block_range(in, group, &lo, &hi);
+            range_params(lo, hi, g, &s, &z);
+            scale[r * per_row + b] = s;
+            for (int64_t c = 0; c < group; c += kChunk)
+                fake_quant_span(out + c, in + c, std::min(kChunk, group - c), s, z, g, nullptr);
+        }
+}
+
 template <typename D, typename G>
 void fake_quant_backward_rows(D* dx, int64_t lddx, const G* dy, int64_t lddy, int64_t rows,
                               int64_t cols, const uint8_t* mask) {
@@ -218,10 +248,7 @@ void CpuBackend::quant_params(Vec scale, Vec zero, CVec lo, CVec hi, const Quant
     float* z = elems<float>(h(zero));
     const float* l = elems<float>(h(lo));
     const float* u = elems<float>(h(hi));
-    for (int64_t i = 0; i < lo.n; ++i) {
-        const bool empty = !(l[i] <= u[i]);
-        ete::quant_params(empty ? 0.0f : l[i], empty ? 0.0f : u[i], g, &s[i], &z[i]);
-    }
+    for (int64_t i = 0; i < lo.n; ++i) range_params(l[i], u[i], g, &s[i], &z[i]);
 }
 
 void CpuBackend::fake_quant(Mat y, CMat x, CVec scale, CVec zero, Vec mask, int64_t group,
@@ -239,6 +266,22 @@ void CpuBackend::fake_quant(Mat y, CMat x, CVec scale, CVec zero, Vec mask, int6
             using X = decltype(tx);
             fake_quant_rows(elems<Y>(y), y.ld, elems<X>(x), x.ld, x.rows, x.cols, s, z,
                             scale.n == 1, group, m, g);
+        });
+    });
+}
+
+void CpuBackend::fake_quant_own_range(Mat y, CMat x, Vec scale, int64_t group, const QuantGrid& g) {
+    Scope h(*this, "fake_quant_own_range");
+    check_fake_quant_own_range_args(y, x, scale, group, g);
+    y = h(y);
+    x = h(x);
+    float* s = elems<float>(h(scale));
+    with_float_type(y.dtype, "fake_quant_own_range", [&](auto ty) {
+        with_float_type(x.dtype, "fake_quant_own_range", [&](auto tx) {
+            using Y = decltype(ty);
+            using X = decltype(tx);
+            fake_quant_own_range_rows(elems<Y>(y), y.ld, elems<X>(x), x.ld, x.rows, x.cols, s,
+                                      group, g);
         });
     });
 }
