@@ -1,10 +1,10 @@
 // bench/qat_ops_bench.cpp — ete_bench_qat_ops: the QAT ops one training step of the bench Llama
 // runs (bench/qat_bench.sh's W8A8 with weight, linear_in and post_norm), each timed on its own:
 // the weights' range (min_max per output channel, fp32 masters) and fake quantization into the
-// compute dtype, an activation's fake quantization in place with its straight-through mask and
-// observation (min_max per row), and the mask's backward. Medians of --reps calls; GB/s counts
-// the bytes each op must read and write once. Before timing, every CPU result is checked against
-// the reference backend bit for bit.
+// compute dtype, apart and fused (fake_quant_own_range, what a step runs), an activation's fake
+// quantization in place with its straight-through mask and observation (min_max per row), and the
+// mask's backward. Medians of --reps calls; GB/s counts the bytes each op must read and write once.
+// Before timing, every CPU result is checked against the reference backend bit for bit.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -79,15 +79,20 @@ std::vector<Row> weight_ops(Backend& be, Backend& ref, DType compute, int64_t ou
     const QuantGrid g = QuantGrid::of(8, QParamRule::Symmetric);
     auto range = [&] { be.min_max(LO, HI, W, in); };
     auto fq = [&] { be.fake_quant(Y, W, S, Z, {}, in, g); };
+    auto own = [&] { be.fake_quant_own_range(Y, W, S, in, g); };
     range();
     be.quant_params(S, Z, LO, HI, g);
     fq();
     ref.fake_quant(YR, W, S, Z, {}, in, g);
     ETE_CHECK(y == y_ref, "weight fake_quant ({}, {}) differs from the reference", out, in);
-    const double n = double(out * in);
+    std::fill(y.begin(), y.end(), uint8_t(0));
+    own();
+    ETE_CHECK(y == y_ref, "weight fake_quant_own_range ({}, {}) differs from the three ops", out,
+              in);
+    const double n = double(out * in), e = double(dtype_size(compute));
     return {{"min_max (weight rows, fp32)", time_of(range, reps), 4 * n},
-            {"fake_quant (weight -> compute)", time_of(fq, reps),
-             (4 + double(dtype_size(compute))) * n}};
+            {"fake_quant (weight -> compute)", time_of(fq, reps), (4 + e) * n},
+            {"fake_quant_own_range (the two)", time_of(own, reps), (4 + e) * n}};
 }
 
 // One activation (N, cols) of the compute dtype: observation, fake quant in place with the
