@@ -264,7 +264,7 @@ void QatRuntime::finish_grads() {
     for (Weight& w : weights_) {
         if (!w.quantize || w.grad.empty()) continue;
         if (!w.learned.empty()) learned_grad(w);
-        if (!w.masked()) continue;  // range scales: the mask is all ones (update_weight)
+        if (!w.masked()) continue;       // range scales: the mask is all ones (update_weight)
         ETE_ASSERT(w.mask.bytes() > 0);  // written by this step's update_weight
         be_.fake_quant_backward(
             w.grad, w.grad,
