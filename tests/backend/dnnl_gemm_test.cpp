@@ -260,23 +260,23 @@ TEST(DnnlGemmFallback, EmptyProducts) {
 
 TEST(DnnlGemm, ReusesTheCachedPrimitive) {
     if (!cpu::dnnl_available()) GTEST_SKIP() << cpu::dnnl_info();
-    // A shape and alpha no other test uses, so the first call must create exactly one primitive.
+    // A shape and alpha no other test uses, so the first call must add exactly one cache entry.
     Problem p{false, true, 37, 41, 43, 43, 43, 41, DType::BF16, DType::F32, 0.375f, 0.0f};
     std::mt19937 rng(11);
-    size_t before = cpu::dnnl_cached_primitives();
+    size_t before = cpu::dnnl_cache_entries();
     EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm_onednn, p, rng), 1.0);
-    EXPECT_EQ(cpu::dnnl_cached_primitives(), before + 1);
+    EXPECT_EQ(cpu::dnnl_cache_entries(), before + 1);
     EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm_onednn, p, rng), 1.0);
-    EXPECT_EQ(cpu::dnnl_cached_primitives(), before + 1) << "same key: no new primitive";
+    EXPECT_EQ(cpu::dnnl_cache_entries(), before + 1) << "same key: no new entry";
     p.ldc = 48;  // a different key
     EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm_onednn, p, rng), 1.0);
-    EXPECT_EQ(cpu::dnnl_cached_primitives(), before + 2);
+    EXPECT_EQ(cpu::dnnl_cache_entries(), before + 2);
     // oneDNN fixes a primitive's thread count at creation: another OpenMP setting, another one.
     int threads = omp_get_max_threads();
     omp_set_num_threads(threads + 1);
     EXPECT_LE(worst_error_ratio(&cpu::dnnl_gemm_onednn, p, rng), 1.0);
     omp_set_num_threads(threads);
-    EXPECT_EQ(cpu::dnnl_cached_primitives(), before + 3);
+    EXPECT_EQ(cpu::dnnl_cache_entries(), before + 3);
 }
 
 // Two threads run one cached primitive at the same time, each with its own buffers (oneDNN

@@ -1,11 +1,13 @@
 // tests/backend/gemm_s8_test.cpp — the integer GEMM of quantized inference (backend.h gemm_s8):
-// the CPU backend (oneDNN's int8 matmul where it has a kernel, else exact loops) against the
+// the CPU backend (oneDNN's int8 matmul where it is exact, else ETE's exact kernel) against the
 // reference and against the product computed in double, exactly, for I8 and U8 activations over
-// awkward shapes, strided rows and the grid's extreme values; the loops alone likewise; bad
-// arguments.
+// awkward shapes, strided rows and the grid's extreme values; the exact kernel alone against the
+// scalar loops; the engine's start-up check; bad arguments.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
+#include <string_view>
 
 #include "backend_test_util.h"
 #include "ete/backend/cpu/dnnl_gemm.h"
@@ -60,6 +62,61 @@ TEST(GemmS8, CpuMatchesReferenceAndTheExactProduct) {
                 }
             EXPECT_FALSE(cpu::dnnl_gemm_s8_impl(s.M, s.N, s.K, lda, at, ldw, ldc).empty());
         }
+    }
+}
+
+// ETE's exact kernel (what runs without VNNI) against the scalar loops: every tail of its tiles
+// (rows of A and W in 1..9 past a multiple of 4, K around its 16- and 32-wide steps), strided
+// rows, both activation types, and the grid's ends everywhere, where an int16 pair sum saturates.
+TEST(GemmS8, ExactKernelMatchesTheScalarLoops) {
+    for (const int64_t K : {1, 15, 16, 17, 31, 32, 33, 64, 95, 200, 4096 + 17}) {
+        for (const int64_t M : {1, 3, 4, 5, 9, 70}) {
+            for (const DType at : {DType::I8, DType::U8}) {
+                const int64_t N = M == 70 ? 101 : M + 2, lda = K + 1, ldw = K + 7, ldc = N + 3;
+                SCOPED_TRACE(fmt::format("{}x{}x{} {}", M, N, K, dtype_name(at)));
+                const bool u8 = at == DType::U8;
+                std::vector<uint8_t> a = random_ints<uint8_t>(size_t(M * lda), u8 ? 0 : -128,
+                                                              u8 ? 255 : 127, uint32_t(K + M));
+                std::vector<int8_t> w = random_ints<int8_t>(size_t(N * ldw), -128, 127, 3);
+                for (int64_t i = 0; i < M * lda; i += 3) a[size_t(i)] = u8 ? 255 : uint8_t(-128);
+                for (int64_t i = 0; i < N * ldw; i += 2) w[size_t(i)] = (i / 2) % 2 ? 127 : -128;
+                std::vector<int32_t> want(size_t(M * ldc), -5), got = want;
+                cpu::gemm_s8_scalar(M, N, K, a.data(), lda, at, w.data(), ldw, want.data(), ldc);
+                cpu::gemm_s8_loops(M, N, K, a.data(), lda, at, w.data(), ldw, got.data(), ldc);
+                ASSERT_EQ(got, want);  // padding columns untouched too
+            }
+        }
+    }
+}
+
+// The largest sums the kernel admits (K = 65536 terms of 255 · −128 = −2139095040 and of
+// −128 · −128 = 2^30) come out exactly: no int32 overflow, no saturation anywhere.
+TEST(GemmS8, ExactKernelHoldsTheLargestSums) {
+    const int64_t K = 65536;
+    std::vector<uint8_t> a(size_t(2 * K));
+    std::fill_n(a.begin(), K, uint8_t(255));
+    std::fill_n(a.begin() + K, K, uint8_t(-128));
+    std::vector<int8_t> w(size_t(K), int8_t(-128));
+    std::vector<int32_t> c(1);
+    cpu::gemm_s8_loops(1, 1, K, a.data(), K, DType::U8, w.data(), K, c.data(), 1);
+    EXPECT_EQ(c[0], -2139095040);
+    cpu::gemm_s8_loops(1, 1, K, a.data() + K, K, DType::I8, w.data(), K, c.data(), 1);
+    EXPECT_EQ(c[0], 1 << 30);
+}
+
+// oneDNN's int8 matmul runs only where the start-up check found it exact. With oneDNN capped at
+// AVX2 (no VNNI: vpmaddubsw's saturating int16 pair sums), the check must see the wrong sums.
+TEST(GemmS8, OneDnnRunsOnlyWhereItsStartUpCheckIsExact) {
+    const std::string check = cpu::dnnl_gemm_s8_check();
+    if (cpu::dnnl_gemm_s8_uses_onednn()) {
+        EXPECT_EQ(check, "");
+    }
+    const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+    if (cpu::dnnl_available() && cap && std::string_view(cap) == "AVX2") {
+        EXPECT_NE(check, "");
+        EXPECT_FALSE(cpu::dnnl_gemm_s8_uses_onednn());
+        EXPECT_NE(cpu::dnnl_s8_info().find("has no VNNI"), std::string::npos)
+            << cpu::dnnl_s8_info();
     }
 }
 

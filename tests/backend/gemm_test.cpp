@@ -147,14 +147,24 @@ TEST_F(BackendGemm, SixteenBitMatchesReferenceForEveryLayout) {
                         }
 }
 
-TEST(OpenBlasCore, OverridesOnlyGenericCoresOnCapableCpus) {
+// The widest kernels the CPU runs: an AVX-512 CPU gets SkylakeX unless OpenBLAS picked an AVX-512
+// core itself (Zen 5 under OpenBLAS 0.3.21: an AVX2 core), an AVX2 CPU gets Haswell unless
+// OpenBLAS picked an AVX2 core; older CPUs keep whatever OpenBLAS chose.
+TEST(OpenBlasCore, PicksTheWidestKernelsTheCpuRuns) {
     EXPECT_STREQ(cpu::openblas_core_override("Prescott", true, true), "SkylakeX");
     EXPECT_STREQ(cpu::openblas_core_override("Prescott", false, true), "Haswell");
     EXPECT_EQ(cpu::openblas_core_override("Prescott", false, false), nullptr);
     EXPECT_STREQ(cpu::openblas_core_override("Nehalem", true, true), "SkylakeX");
+    EXPECT_STREQ(cpu::openblas_core_override("Sandybridge", false, true), "Haswell");
+    EXPECT_STREQ(cpu::openblas_core_override("Zen", true, true), "SkylakeX");
+    EXPECT_STREQ(cpu::openblas_core_override("Haswell", true, true), "SkylakeX");
     EXPECT_EQ(cpu::openblas_core_override("Cooperlake", true, true), nullptr);
     EXPECT_EQ(cpu::openblas_core_override("SkylakeX", true, true), nullptr);
-    EXPECT_EQ(cpu::openblas_core_override("Zen", true, true), nullptr);
+    EXPECT_EQ(cpu::openblas_core_override("Sapphirerapids", true, true), nullptr);
+    EXPECT_EQ(cpu::openblas_core_override("Zen", false, true), nullptr);
+    EXPECT_EQ(cpu::openblas_core_override("Haswell", false, true), nullptr);
+    EXPECT_EQ(cpu::openblas_core_override("Excavator", false, true), nullptr);
+    EXPECT_EQ(cpu::openblas_core_override("Sandybridge", false, false), nullptr);
 }
 
 }  // namespace

@@ -96,14 +96,25 @@ std::string run_stdout(const std::string& cmd) {
 
 TEST(Cli, UserOpenBlasCoreTypeWins) {
     std::string ete = std::string(ETE_BINARY_DIR) + "/ete --version";
-    EXPECT_NE(run_stdout("OPENBLAS_CORETYPE=Haswell " + ete).find("OpenBLAS core Haswell"),
+    EXPECT_NE(run_stdout("env -u ETE_OPENBLAS_FIXED OPENBLAS_CORETYPE=Haswell " + ete)
+                  .find("OpenBLAS core Haswell (OPENBLAS_CORETYPE=Haswell set by the user)"),
               std::string::npos);
-    // Left alone, the core is never a generic fallback on a CPU with AVX2 or AVX-512.
+    // Left alone, the core is the widest the CPU runs, and --version says why.
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2")) {
-        std::string v = run_stdout("env -u OPENBLAS_CORETYPE -u ETE_OPENBLAS_FIXED " + ete);
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    std::string v = run_stdout("env -u OPENBLAS_CORETYPE -u ETE_OPENBLAS_FIXED " + ete);
+    if (avx512) {
+        EXPECT_TRUE(v.find("core SkylakeX") != std::string::npos ||
+                    v.find("core Cooperlake") != std::string::npos ||
+                    v.find("core Sapphirerapids") != std::string::npos)
+            << v;
+    } else if (__builtin_cpu_supports("avx2")) {
         EXPECT_EQ(v.find("core Prescott"), std::string::npos) << v;
     }
+    EXPECT_TRUE(v.find("(set by ete: OpenBLAS picked ") != std::string::npos ||
+                v.find("(OpenBLAS's own choice") != std::string::npos)
+        << v;
 }
 
 }  // namespace

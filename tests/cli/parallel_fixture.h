@@ -20,6 +20,7 @@
 #include "ete/core/file_util.h"
 #include "ete/data/token_shard.h"
 #include "ete/io/safetensors.h"
+#include "numerics.h"
 #include "shell.h"
 
 namespace ete::parallel_test {
@@ -37,6 +38,31 @@ struct RunResult {
     std::map<std::string, std::vector<float>> weights;
     std::string log;
 };
+
+// How far two runs of the job (5 steps of 128 tokens, lr 1e-2) may be apart when they compute the
+// same products and differ only in summation order — another layout's reductions, another BLAS
+// kernel (numerics.h):
+//  - a loss: two orders along the model's chain of reductions (decoder_chain of the job's
+//    4 layers, C = hidden, head dim hidden/4, T = 16, F = intermediate, V = 61, 128 tokens):
+//    ltol = reorder_prob(n), 3.5e-5 for the default job;
+//  - a weight: AdamW's step m̂/(√v̂ + ε) moves by at most lr·δg/(|g| + ε) when its gradient
+//    moves by δg, i.e. by lr·ρ for a gradient of relative noise ρ = reorder_prob(n) — times √128
+//    where the gradient's 128 per-token terms cancel — per step, with |g| ≫ ε (tests whose
+//    gradients come near ε raise train.adam_eps and say why): watol = 5·lr·ρ·√128, 2e-5 for the
+//    default job; and each run rounds w − lr·step once a step: wtol = 2·5·u relative.
+struct Parity {
+    float wtol;
+    double ltol;
+    float watol;
+};
+inline Parity parity_tolerance(int64_t hidden = 32, int64_t intermediate = 45) {
+    constexpr int kSteps = 5, kTokens = 128, kSeq = 16, kVocab = 61, kLayers = 4;
+    constexpr double kLr = 1e-2;
+    const double rho = testing::reorder_prob(
+        testing::decoder_chain(kLayers, hidden, hidden / 4, kSeq, intermediate, kVocab, kTokens));
+    return {float(2 * kSteps * testing::kUnitF32), rho,
+            float(kSteps * kLr * rho * std::sqrt(double(kTokens)))};
+}
 
 class ParallelTrain : public ::testing::Test {
   protected:
@@ -98,9 +124,11 @@ class ParallelTrain : public ::testing::Test {
     }
 
     // wtol, ltol: the weights' and the losses' relative tolerances; watol: the weights' absolute
-    // one.
+    // one. The defaults are parity_tolerance() of the job.
     static void expect_same(const RunResult& want, const RunResult& got, const std::string& what,
-                            float wtol = 1e-5f, double ltol = 1e-5, float watol = 1e-5f) {
+                            float wtol = parity_tolerance().wtol,
+                            double ltol = parity_tolerance().ltol,
+                            float watol = parity_tolerance().watol) {
         // got may be a resumed run that logged only the last steps.
         ASSERT_FALSE(got.steps.empty()) << what << "\n" << got.log;
         ASSERT_EQ(got.steps.back(), int64_t(want.losses.size())) << what;

@@ -624,17 +624,24 @@ TEST_F(ParallelTrain, ResumeOntoAnotherLayout) {
 // QLoRA checkpoints hold adapters only; the NF4 base is rebuilt from the seed on the new layout
 // (quantized whole, then sharded), so a resume continues as if nothing had changed — dropout
 // masks included (keyed by the step and the global sample, not by anything a process keeps).
+// adam_eps = 1e-4: with dropout some adapter elements get gradients near 1e-6 (see
+// LoraEveryLayoutMatchesOneProcess), where at eps = 1e-6 AdamW amplifies the layouts' other
+// summation order past parity_tolerance's |g| ≫ ε (measured 1.5e-5 off on one element with
+// OpenBLAS's Haswell kernels).
 TEST_F(ParallelTrain, QloraResumeOntoAnotherLayout) {
     const std::string q =
         " --set lora.enabled=true --set lora.targets=all-linear --set lora.r=4 "
-        "--set train.adam_eps=1e-6 --set lora.nf4_blocksize=32 --set model.hidden_size=64 "
+        "--set train.adam_eps=1e-4 --set lora.nf4_blocksize=32 --set model.hidden_size=64 "
         "--set model.intermediate_size=64 --set lora.dropout=0.1";
     RunResult one = train(1, q);
     train(4, mesh(2, 2, 1) + q + " --set train.checkpoint_every=3");
     const std::string ckpt = last_out_ + "/checkpoints/step_00000003";
     ASSERT_TRUE(fs::exists(ckpt)) << ckpt;
-    expect_same(one, train(2, mesh(1, 1, 2) + q + " --resume " + ckpt), "qlora (2,2,1) -> (1,1,2)");
-    expect_same(one, train(1, q + " --resume " + ckpt), "qlora (2,2,1) -> (1,1,1)");
+    const Parity tol = parity_tolerance(64, 64);
+    expect_same(one, train(2, mesh(1, 1, 2) + q + " --resume " + ckpt), "qlora (2,2,1) -> (1,1,2)",
+                tol.wtol, tol.ltol, tol.watol);
+    expect_same(one, train(1, q + " --resume " + ckpt), "qlora (2,2,1) -> (1,1,1)", tol.wtol,
+                tol.ltol, tol.watol);
 }
 
 TEST_F(ParallelTrain, MeshThatDoesNotMatchTheRanksIsAClearError) {

@@ -324,8 +324,11 @@ TEST_F(QatTrain, LearnsTheWeightScales) {
 // The integer model end to end: a QAT run's final/ (with qat.json) exported by `ete export int8`
 // evaluates, through `ete eval`'s contract, to the loss of the fake-quantized model it trained as
 // (within 1e-3 relative, the bound; measured about 1e-7) and not to the plain fp32
-// model's; post-training quantization (`ete quantize --scheme w8a8|w4a8 --calib`) of the same
-// model gives a dir of the same format; what cannot be exported is named.
+// model's: closer to the fake-quantized loss than half its distance to the plain one (the 8-bit
+// grids move this loss by ~3e-4 relative, a tie flip — see ExportsQatOverLoraWithItsAdapter —
+// by ~1e-5, so that leaves room for ~10 of them); post-training quantization (`ete quantize
+// --scheme w8a8|w4a8 --calib`) of the same model gives a dir of the same format; what cannot be
+// exported is named.
 TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
     const std::string qat =
         " --set qat.enabled=true --set qat.points=weight,linear_in,post_norm "
@@ -343,7 +346,7 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
     const double fake = eval_loss(run + "/final --fake-quant"), plain = eval_loss(run + "/final");
     const double integer = eval_loss(run + "/int8");
     EXPECT_NEAR(integer, fake, 1e-3 * fake);
-    EXPECT_GT(std::fabs(integer - plain), 10 * std::fabs(integer - fake));
+    EXPECT_GT(std::fabs(integer - plain), 2 * std::fabs(integer - fake));
     for (const char* scheme : {"w8a8", "w4a8"}) {
         const std::string ptq = run + "/ptq_" + scheme;
         const std::string out =
@@ -431,9 +434,18 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
 // runs base + adapter as it trained, and `ete export int8 --run` writes the integer base (an NF4
 // base's dequantized values on the run's weight grid) with the adapter inside, which `ete eval`
 // runs in fp32 on the fake-quantized input the integers come from: the same loss as the
-// fake-quantized model, to fp32 rounding. The adapters cover only some members of the fused
-// groups (v_proj, up_proj), so the norms must not write integers there; and per-token inputs.
-// `ete quantize --scheme w8a8 --adapter` does the same by PTQ.
+// fake-quantized model, to fp32 rounding and tie flips (below). The adapters cover only some
+// members of the fused groups (v_proj, up_proj), so the norms must not write integers there; and
+// per-token inputs. `ete quantize --scheme w8a8 --adapter` does the same by PTQ.
+//
+// The bound: the integer model sums exact integers where the fake-quantized one sums fp32
+// products, so an activation that lies within that fp32 noise of a tie of its 8-bit grid is
+// rounded one step apart (a tie flip), and every later position and layer sees the step. One
+// flip moves this model's loss by ~1e-5 relative (seen: 1.25e-5, with OpenBLAS's AVX-512
+// kernels on the per-token NF4 run), and whether one happens depends on the kernels, so no
+// fp32-rounding bound can hold on every CPU. The weights are 4-bit here, which moves the loss by
+// ~7e-4 relative (|fake − plain|), and the integer model must stay within a tenth of that: room
+// for ~6 flips, while a wrong grid, scale or a dropped adapter moves it by the whole effect.
 TEST_F(QatTrain, ExportsQatOverLoraWithItsAdapter) {
     train(1, "");
     const std::string base = last_out_ + "/final", toks = (dir_ / "toks.bin").string();
@@ -444,20 +456,20 @@ TEST_F(QatTrain, ExportsQatOverLoraWithItsAdapter) {
         SCOPED_TRACE(k);
         train(1,
               " --set qat.enabled=true --set qat.points=weight,linear_in,post_norm "
-              "--set qat.warmup_steps=2 --set lora.enabled=true "
+              "--set qat.warmup_steps=2 --set qat.weight_bits=4 --set lora.enabled=true "
               "--set lora.targets=v_proj,up_proj,o_proj --set model.init_from=" +
                   base + k);
         const std::string run = last_out_, adapter = base + " --adapter " + run + "/final";
         ASSERT_TRUE(fs::exists(run + "/final/qat.json"));
         const std::string exported = ok("export int8 --run " + run + " --out " + run + "/int8");
-        EXPECT_NE(exported.find("28 weights in 8-bit integers"), std::string::npos) << exported;
+        EXPECT_NE(exported.find("28 weights in 4-bit integers"), std::string::npos) << exported;
         EXPECT_TRUE(fs::exists(run + "/int8/adapter/adapter_model.safetensors"));
         EXPECT_NE(ok("inspect " + run + "/int8 --summary").find("| from qat | with a LoRA adapter"),
                   std::string::npos);
         const double fake = eval_loss(adapter + " --fake-quant"), plain = eval_loss(adapter);
         const double integer = eval_loss(run + "/int8");
-        EXPECT_NEAR(integer, fake, 1e-5 * fake);
-        EXPECT_GT(std::fabs(integer - plain), 10 * std::fabs(integer - fake));
+        EXPECT_GT(std::fabs(fake - plain), 2e-4 * plain);  // the 4-bit grid's effect (above)
+        EXPECT_NEAR(integer, fake, 0.1 * std::fabs(fake - plain));
         // The adapter moved the loss by far more than the integer model's difference: a loader
         // that dropped it would fail above.
         EXPECT_GT(std::fabs(plain - plain_base), 1e-3 * plain_base);

@@ -9,6 +9,7 @@
 
 #include "ete/model/lora_rank.h"
 #include "ete/nn/linear.h"
+#include "numerics.h"
 #include "test_util.h"
 
 namespace ete {
@@ -101,9 +102,31 @@ TEST(LoraRank, GrowLeavesTheLayerOutputUnchanged) {
                     &acts);
     };
     run(r, y0);
+    const std::vector<float> a0 = a;  // the rows [r, R) are zero: the rank-r adapter
     lora_grow(a.data(), b.data(), in, out, R, r, R, [&](int64_t k) { return 0.1f * float(k % 7); });
     run(R, y1);
-    EXPECT_EQ(y0, y1);  // the new columns of B are exactly zero: nothing is added
+    // The new columns of B are exactly zero: the grown layer sums the same products plus exact
+    // zeros, over K = R instead of r, which the GEMM may block (and so round) in another order.
+    // Each output is `in` base terms plus R adapter terms over u = x·Aᵀ (`in` terms each): two
+    // orders differ by at most reorder_worst(in + R + 2) of the terms' magnitudes (numerics.h).
+    // New columns that were not zero would move an output by ~s·|b|·|u| ~ 1.
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < out; ++o) {
+            double mag = 0;
+            for (int64_t j = 0; j < in; ++j)
+                mag += std::fabs(double(w[size_t(o * in + j)]) * double(x[size_t(n * in + j)]));
+            for (int k = 0; k < R; ++k) {
+                double u_mag = 0;
+                for (int64_t j = 0; j < in; ++j)
+                    u_mag += std::fabs(double(a0[size_t(k * in + j)]) * x[size_t(n * in + j)]);
+                mag += 0.5 * std::fabs(double(b[size_t(o * R + k)])) * u_mag;
+            }
+            const size_t i = size_t(n * out + o);
+            EXPECT_LE(std::fabs(double(y0[i]) - double(y1[i])),
+                      testing::reorder_worst(double(in + R + 2)) * mag)
+                << n << "," << o;
+        }
+    EXPECT_NE(y0, std::vector<float>(y0.size(), 0.0f));
     bool fresh = false;
     for (int64_t j = 0; j < in; ++j) fresh = fresh || a[size_t(r * in + j)] != 0.0f;
     EXPECT_TRUE(fresh);  // the new rows of A can carry a gradient into B

@@ -38,8 +38,9 @@ std::string cpu_summary() {
 }
 
 std::string engines_summary() {
-    return fmt::format("CPU {} | f32 GEMM: OpenBLAS core {} | bf16/fp16 GEMM: {}", cpu_summary(),
-                       openblas_core_name(), dnnl_info());
+    return fmt::format(
+        "CPU {} | f32 GEMM: OpenBLAS core {} ({}) | bf16/fp16 GEMM: {} | int8 GEMM: {}",
+        cpu_summary(), openblas_core_name(), openblas_core_why(), dnnl_info(), dnnl_s8_info());
 }
 
 std::string CpuBackend::describe() const {

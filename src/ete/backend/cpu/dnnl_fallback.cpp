@@ -202,31 +202,4 @@ void dnnl_gemm_s8_check_args(int64_t M, int64_t N, int64_t K, const void* A, int
               K);
 }
 
-namespace {
-
-template <typename A>
-void gemm_s8_rows(int64_t M, int64_t N, int64_t K, const A* a, int64_t lda, const int8_t* w,
-                  int64_t ldw, int32_t* c, int64_t ldc) {
-#pragma omp parallel for schedule(static) if (M * N * K > (int64_t(1) << 18))
-    for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) {
-            int32_t acc = 0;
-#pragma omp simd reduction(+ : acc)
-            for (int64_t k = 0; k < K; ++k)
-                acc += int32_t(a[m * lda + k]) * int32_t(w[n * ldw + k]);
-            c[m * ldc + n] = acc;
-        }
-}
-
-}  // namespace
-
-void gemm_s8_loops(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, DType a_dtype,
-                   const int8_t* W, int64_t ldw, int32_t* C, int64_t ldc) {
-    dnnl_gemm_s8_check_args(M, N, K, A, lda, a_dtype, W, ldw, C, ldc);
-    if (a_dtype == DType::U8)
-        gemm_s8_rows(M, N, K, static_cast<const uint8_t*>(A), lda, W, ldw, C, ldc);
-    else
-        gemm_s8_rows(M, N, K, static_cast<const int8_t*>(A), lda, W, ldw, C, ldc);
-}
-
 }  // namespace ete::cpu

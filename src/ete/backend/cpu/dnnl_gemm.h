@@ -22,10 +22,10 @@ void dnnl_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                void* C, int64_t ldc, DType c_dtype);
 
 // The integer GEMM of quantized inference: C(M, N) = A(M, K) · W(N, K)ᵀ exactly in int32, A I8
-// or U8, W I8, row-major with leading dimensions (elements). oneDNN's int8 matmul (AMX-INT8,
-// AVX512-VNNI, AVX2 as the CPU has them) where it has a non-reference kernel, else exact integer
-// loops (the same numbers: integer sums do not depend on their order). K <= 65536, so no sum can
-// overflow int32.
+// or U8, W I8, row-major with leading dimensions (elements). oneDNN's int8 matmul where it is
+// exact (a VNNI or AMX ISA, checked at start-up: without VNNI its int16 pair sums saturate) and
+// has a non-reference kernel, else ETE's exact kernel (gemm_s8_exact.cpp; the same numbers:
+// integer sums do not depend on their order). K <= 65536, so no sum can overflow int32.
 void dnnl_gemm_s8(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, DType a_dtype,
                   const int8_t* W, int64_t ldw, int32_t* C, int64_t ldc);
 // W (N, K) I8 packed for dnnl_gemm_s8_packed: it keeps W's pointer (W must outlive it unchanged)
@@ -75,5 +75,8 @@ bool dnnl_available();
 bool dnnl_native(DType ab);
 // One line, e.g. "oneDNN 2.6.3 (ISA avx512_core_bf16)".
 std::string dnnl_info();
+// The int8 GEMM engine and why, e.g. "oneDNN 2.6.3 (ISA avx512_core_bf16), VNNI (start-up check
+// exact)" or "exact avx2 kernel (oneDNN 2.6.3 (ISA avx2) has no VNNI: ...)".
+std::string dnnl_s8_info();
 
 }  // namespace ete::cpu

@@ -63,16 +63,29 @@ struct Gemm16Cpu {
 };
 Gemm16Choice choose_gemm16_engine(DType ab, const char* env, const Gemm16Cpu& cpu);
 
-// dnnl_gemm_s8's argument checks, and its exact integer loops (always available).
+// dnnl_gemm_s8's argument checks.
 void dnnl_gemm_s8_check_args(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
                              DType a_dtype, const int8_t* W, int64_t ldw, const int32_t* C,
                              int64_t ldc);
+// ETE's exact int8 GEMM (backend/cpu/gemm_s8_exact.cpp; always available): int16-widened
+// operands, int32 sums, never saturating; what dnnl_gemm_s8 runs where oneDNN is not exact.
 void gemm_s8_loops(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, DType a_dtype,
                    const int8_t* W, int64_t ldw, int32_t* C, int64_t ldc);
+// The plain scalar loops: the oracle of the start-up check and of the kernel's tests.
+void gemm_s8_scalar(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, DType a_dtype,
+                    const int8_t* W, int64_t ldw, int32_t* C, int64_t ldc);
+// The instructions gemm_s8_loops was built with: "avx512bw", "avx2" or "scalar".
+const char* gemm_s8_exact_isa();
+// The int8 engine's start-up check run now through oneDNN, whatever engine was chosen: empty when
+// oneDNN gave the exact sums on products that saturate int16 pair sums (or has no kernel, or the
+// build has no oneDNN), else what differed.
+std::string dnnl_gemm_s8_check();
+// Whether int8 GEMMs run through oneDNN (VNNI and the start-up check passed) or gemm_s8_loops.
+bool dnnl_gemm_s8_uses_onednn();
 
-// How many oneDNN matmul primitives this process has created (one per distinct cache key);
-// 0 without oneDNN. A repeated shape must not add one.
-size_t dnnl_cached_primitives();
+// How many keys the 16-bit matmul cache holds: one per distinct key, made once, whether a oneDNN
+// primitive or the fallback runs it; 0 without oneDNN. A repeated shape must not add one.
+size_t dnnl_cache_entries();
 
 // The oneDNN implementation dnnl_gemm_onednn runs for these arguments, e.g. "brg:avx512_core_bf16"
 // or "gemm:jit"; "fallback: fp32 sgemm (why)" when it uses dnnl_gemm_fallback; "none" without

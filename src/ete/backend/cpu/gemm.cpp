@@ -71,37 +71,74 @@ const char* openblas_core_name() {
 
 namespace {
 
-// Cores OpenBLAS uses when it does not recognise the CPU (generic SSE-era kernels).
-bool is_generic_core(std::string_view core) {
-    for (const char* c : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Katmai",
-                          "Coppermine", "Northwood", "Banias", "Atom", "Barcelona", "Opteron"}) {
+bool is_one_of(std::string_view core, std::initializer_list<const char*> cores) {
+    for (const char* c : cores)
         if (core == std::string_view(c)) return true;
-    }
     return false;
+}
+
+// OpenBLAS 0.3.21's cores whose sgemm kernels use AVX-512 (Cooperlake adds bf16 routines ETE does
+// not call; Sapphirerapids from 0.3.22 on), and those with AVX2+FMA kernels (Zen and Excavator run
+// Haswell's).
+bool is_avx512_core(std::string_view core) {
+    return is_one_of(core, {"SkylakeX", "Cooperlake", "Sapphirerapids"});
+}
+bool is_avx2_core(std::string_view core) {
+    return is_avx512_core(core) || is_one_of(core, {"Haswell", "Zen", "Excavator"});
 }
 
 }  // namespace
 
+// The rule (docs/benchmarks.md, "OpenBLAS core choice", has the measurements): the widest
+// kernels the CPU can run. OpenBLAS 0.3.21 predates Zen 5 and recent Intel parts and picks an
+// AVX2 core on them (Zen 5: Haswell's kernels, which trained ETE fp32 at 0.55-0.60x the speed of
+// SkylakeX's) or a generic SSE one (an Emerald Rapids Xeon: Prescott). On Zen 4, whose AVX-512
+// units are 256 bits wide, AVX-512 and AVX2 kernels measure alike.
 const char* openblas_core_override(std::string_view current_core, bool has_avx512,
                                    bool has_avx2_fma) {
-    if (!is_generic_core(current_core)) return nullptr;
-    if (has_avx512) return "SkylakeX";
-    if (has_avx2_fma) return "Haswell";
+    if (has_avx512 && !is_avx512_core(current_core)) return "SkylakeX";
+    if (!has_avx512 && has_avx2_fma && !is_avx2_core(current_core)) return "Haswell";
     return nullptr;
 }
 
+namespace {
+
+bool cpu_has_avx512() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+bool cpu_has_avx2_fma() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+}  // namespace
+
 void openblas_fix_coretype(char** argv) {
     if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("ETE_OPENBLAS_FIXED")) return;
-    __builtin_cpu_init();
-    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    const char* core = openblas_core_override(openblas_get_corename(), avx512, avx2);
+    const char* detected = openblas_get_corename();
+    const char* core = openblas_core_override(detected, cpu_has_avx512(), cpu_has_avx2_fma());
     if (!core) return;
     setenv("OPENBLAS_CORETYPE", core, 1);
-    setenv("ETE_OPENBLAS_FIXED", "1", 1);  // never loop, even if the library ignores the value
+    // Never loop, even if the library ignores the value; and say what OpenBLAS had picked.
+    setenv("ETE_OPENBLAS_FIXED", detected, 1);
     execv("/proc/self/exe", argv);
-    // exec failed (no /proc): keep running with the generic kernel; results are still correct.
+    // exec failed (no /proc): keep running with OpenBLAS's choice; results are still correct.
+}
+
+std::string openblas_core_why() {
+    const char* fixed = std::getenv("ETE_OPENBLAS_FIXED");
+    const char* user = std::getenv("OPENBLAS_CORETYPE");
+    const std::string_view core = openblas_get_corename();
+    if (fixed && user && core == std::string_view(user))
+        return fmt::format("set by ete: OpenBLAS picked {}, {} on a CPU with {}", fixed,
+                           is_avx2_core(fixed) ? "an AVX2 kernel" : "a generic kernel",
+                           cpu_has_avx512() ? "AVX-512" : "AVX2 and FMA");
+    if (user) return fmt::format("OPENBLAS_CORETYPE={} set by the user", user);
+    return fmt::format("OpenBLAS's own choice{}", cpu_has_avx512()     ? ", an AVX-512 kernel"
+                                                  : cpu_has_avx2_fma() ? ", an AVX2 kernel"
+                                                                       : "");
 }
 
 }  // namespace ete::cpu

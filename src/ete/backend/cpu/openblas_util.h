@@ -6,16 +6,20 @@
 
 namespace ete::cpu {
 
-// OpenBLAS core type (DESIGN.md §8): Debian's OpenBLAS 0.3.21 does not know recent CPUs and falls
-// back to a generic kernel. Called first thing in main(): when OPENBLAS_CORETYPE is unset and the
-// library picked a generic core on a CPU that has AVX-512 (or AVX2+FMA), sets the variable and
-// re-executes the process once so the library loads with the right kernels. A user's own value
-// always wins; CPUs without the instructions are left alone.
+// OpenBLAS core type (DESIGN.md §8): Debian's OpenBLAS 0.3.21 does not know recent CPUs and picks
+// an older kernel for them (a generic SSE one on an Emerald Rapids Xeon, Haswell's AVX2 one on
+// Zen 5). Called first thing in main(): when OPENBLAS_CORETYPE is unset and the library picked a
+// core narrower than the CPU (openblas_core_override), sets the variable and re-executes the
+// process once so the library loads with the right kernels. A user's own value always wins.
 void openblas_fix_coretype(char** argv);
-// The decision itself: the core to force, or null to leave OpenBLAS's choice alone (it already
-// picked a specific core, or the CPU lacks the instructions).
+// The decision itself: the core to force, or null to leave OpenBLAS's choice alone. SkylakeX on a
+// CPU with AVX-512 (F, BW, DQ, VL) unless OpenBLAS already picked an AVX-512 core; Haswell on one
+// with AVX2 and FMA but no AVX-512 unless it picked an AVX2 core; nothing on older CPUs.
 const char* openblas_core_override(std::string_view current_core, bool has_avx512,
                                    bool has_avx2_fma);
+// Why this process runs the core it does, e.g. "set by ete: OpenBLAS picked Zen, an AVX2 kernel
+// on a CPU with AVX-512", "OPENBLAS_CORETYPE=Haswell set by the user", "OpenBLAS's own choice".
+std::string openblas_core_why();
 // "SkylakeX", "Prescott", ... as OpenBLAS reports it.
 const char* openblas_core_name();
 

@@ -52,10 +52,22 @@ bool dnnl_gemm_s8_scaled(int64_t, const void*, int64_t, DType, const PackedS8&, 
 }
 
 std::string dnnl_gemm_s8_impl(int64_t, int64_t, int64_t, int64_t, DType, int64_t, int64_t) {
-    return "loops";
+    return fmt::format("exact:{}", gemm_s8_exact_isa());
 }
 
-size_t dnnl_cached_primitives() {
+std::string dnnl_gemm_s8_check() {
+    return "";
+}
+
+bool dnnl_gemm_s8_uses_onednn() {
+    return false;
+}
+
+std::string dnnl_s8_info() {
+    return fmt::format("exact {} kernel (no oneDNN)", gemm_s8_exact_isa());
+}
+
+size_t dnnl_cache_entries() {
     return 0;
 }
 
