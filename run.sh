@@ -4,6 +4,7 @@
 #                   small Llama on CPU, save it as an HF model dir, print a generated sample, then
 #                   QLoRA-fine-tune it to name the book of a verse (answers before and after)
 #   ./run.sh test   install what is missing, build (warnings as errors), run the whole test suite,
+#                   then every numerics-bearing test again under the kernel choices of other CPUs,
 #                   then the unit tests again under address/undefined sanitizers, then fuzz the
 #                   safetensors reader for FUZZ_SECONDS (default 60)
 # Environment: BUILD_DIR (default build), JOBS (default nproc), ETE_SKIP_INSTALL=1 to skip apt.
@@ -124,12 +125,45 @@ cuda_flags() {
     return 0
 }
 
+# The kernel choices other CPUs make, as environment settings of this one (docs/numerics.md): a
+# CPU with AVX2 but no AVX-512 or VNNI (Zen 2/3, Haswell..Skylake clients) runs OpenBLAS's
+# Haswell kernels and oneDNN's AVX2 ones; an AVX-512 CPU without VNNI or BF16 (Skylake-SP)
+# OpenBLAS's SkylakeX kernels and oneDNN's avx512_core ones; and the 16-bit GEMM engine that this
+# CPU does not pick by itself (ete --version says which it picks).
+kernel_profiles() {
+    local ete=$1
+    echo "OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2"
+    if grep -qw avx512bw /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo &&
+        grep -qw avx512vl /proc/cpuinfo; then
+        echo "OPENBLAS_CORETYPE=SkylakeX ONEDNN_MAX_CPU_ISA=AVX512_CORE"
+    fi
+    if "$ete" --version 2>/dev/null | grep -q "bf16 GEMMs: oneDNN"; then
+        echo "ETE_GEMM16=sgemm"
+    else
+        echo "ETE_GEMM16=onednn"
+    fi
+}
+
+# Every test that compares numbers (ctest label `numerics`) again under each profile: a tolerance
+# that holds only for this CPU's kernels fails here, not on a user's machine.
+kernel_matrix() {
+    local dir=$1 profile profiles
+    mapfile -t profiles < <(kernel_profiles "$dir/ete")
+    for profile in "${profiles[@]}"; do
+        log "ctest -L numerics under $profile ($dir)"
+        # shellcheck disable=SC2086  # the profile is words
+        (cd "$dir" && env -u ETE_OPENBLAS_FIXED $profile ctest --output-on-failure -j "$JOBS" \
+            -L numerics)
+    done
+}
+
 run_tests() {
     install_missing "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}"
     # shellcheck disable=SC2046  # the flags are words
     build "$BUILD_DIR" -DETE_WERROR=ON $(cuda_flags)
     log "ctest ($BUILD_DIR)"
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS")
+    kernel_matrix "$BUILD_DIR"
     build "$BUILD_DIR-asan" -DETE_WERROR=ON -DETE_SANITIZE=ON -DETE_BUILD_BENCH=OFF \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo
     log "unit tests under address/undefined sanitizers ($BUILD_DIR-asan)"

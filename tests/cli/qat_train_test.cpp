@@ -19,6 +19,21 @@ namespace {
 
 using namespace parallel_test;
 
+// QAT layouts compute a quantizer's input in other summation orders, so besides fp32 noise an
+// input within that noise of a tie of its grid can round one step apart: a tie flip
+// (docs/numerics.md). In this job a flip moves a loss by ~1e-5 relative (1.25e-5 seen, see
+// ExportsQatOverLoraWithItsAdapter) and one run has ~1 of them: the losses of QAT layouts are held
+// to parity_tolerance plus four flips. A flip also changes the gradients downstream of it a
+// little, which AdamW's normalised steps (~lr each) turn into a small part of a step: the weights
+// get parity_tolerance plus lr / 100 (seen: 3.1e-5 with a quantized tied head at pp = 2).
+constexpr double kTieFlipLoss = 1.25e-5;
+inline Parity qat_parity() {
+    Parity p = parity_tolerance();
+    p.ltol += 4 * kTieFlipLoss;
+    p.watol += 1e-2f / 100;
+    return p;
+}
+
 class QatTrain : public ParallelTrain {
   protected:
     // The output of a training run that must fail (a non-zero exit).
@@ -76,10 +91,8 @@ TEST_F(QatTrain, WarmsUpUnchangedThenQuantizesAndResumesBitExactly) {
 // QAT on every layout: the observers' step ranges are reduced over all ranks (min and max are
 // exact in any order), the weights' per-channel ranges over tp where a row-parallel linear splits
 // the channel. Layouts still sum products in other orders, and an activation within that noise
-// of a rounding tie of the 8-bit grid lands one step away: the weights stay within the fp32
-// tolerance of the other layout tests, the losses within 5e-5 relative instead of 1e-5.
-// (Measured: pp alone bit for bit; losses 3.4e-6 on dp, 1.1e-5 on tp = 2; weights 8.4e-6 at
-// most.)
+// of a rounding tie of the 8-bit grid lands one step away: held to qat_parity(). (Measured: pp
+// alone bit for bit; losses 3.4e-6 on dp, 1.1e-5 on tp = 2; weights 8.4e-6 at most.)
 TEST_F(QatTrain, EveryLayoutMatchesOneProcess) {
     const std::string qat =
         " --set qat.enabled=true --set qat.points=weight,linear_in,post_norm "
@@ -94,21 +107,24 @@ TEST_F(QatTrain, EveryLayoutMatchesOneProcess) {
         const std::string what = fmt::format("qat ({},{},{})", l[0], l[1], l[2]);
         RunResult got = train(l[0] * l[1] * l[2],
                               mesh(l[0], l[1], l[2]) + qat + " --set train.checkpoint_every=2");
-        expect_same(one, got, what, 1e-5f, 5e-5);
-        // The observers every layout saved: the same ranges, to fp32 summation noise (layer 0's
-        // attention input, which no sum over ranks precedes, exactly).
+        const Parity tol = qat_parity();
+        expect_same(one, got, what, tol.wtol, tol.ltol, tol.watol);
+        // The observers every layout saved: the same ranges, to fp32 summation noise along the
+        // chain before them (parity_tolerance's ltol bounds the whole chain; layer 0's attention
+        // input, which no sum over ranks precedes, exactly).
         const nlohmann::json obs = observers(last_out_);
         ASSERT_EQ(obs.size(), one_obs.size()) << what;
         EXPECT_EQ(obs["0.0"], one_obs["0.0"]) << what;
         for (const auto& [key, want] : one_obs.items())
             for (size_t i = 0; i < want.size(); ++i)
                 EXPECT_NEAR(obs[key][i].get<double>(), want[i].get<double>(),
-                            1e-5 * std::fabs(want[i].get<double>()))
+                            parity_tolerance().ltol * std::fabs(want[i].get<double>()))
                     << what << " observer " << key;
     }
     // A (2,2,2) checkpoint taken during the warm-up resumes on one process.
     const std::string ckpt = last_out_ + "/checkpoints/step_00000002";
-    expect_same(one, train(1, qat + " --resume " + ckpt), "qat (2,2,2) -> (1,1,1)", 1e-5f, 5e-5);
+    expect_same(one, train(1, qat + " --resume " + ckpt), "qat (2,2,2) -> (1,1,1)",
+                qat_parity().wtol, qat_parity().ltol, qat_parity().watol);
     // The projections' outputs and the residual stream. A pipeline (recomputing) changes no
     // sum: bit for bit. Quantizing the residual stream per tensor turns fp32 noise in an element
     // near a rounding tie into a step of the grid (~0.03 here) that every later layer sees, so a
@@ -275,21 +291,22 @@ TEST_F(QatTrain, LearnsTheWeightScales) {
     // Every layout: fp32 noise in a scale's gradient moves its factor, and so the grid of every
     // weight it scales, a little; an element near a rounding tie or the clamp then lands one
     // step away or changes its mask bit, and its gradient changes (AdamW's first steps are about
-    // lr whatever the gradient's size). The losses and factors stay within QAT's tolerances;
-    // 99% of the weights within fp32 noise, the others within lr / 10. (Measured: tp = 2 all
+    // lr whatever the gradient's size). The losses stay within qat_parity(); 99% of the weights
+    // within parity_tolerance (fp32 noise), the others within lr / 10. (Measured: tp = 2 all
     // within 6.2e-6, pp bit for bit; dp = 2 0.17% off, by 1.2e-4 at most; per tensor at tp = 4
     // 0.08%, by 2.6e-5.)
     auto expect_close = [&](const RunResult& want, const RunResult& got, const std::string& what) {
         ASSERT_EQ(got.losses.size(), want.losses.size()) << what << "\n" << got.log;
         for (size_t i = 0; i < got.losses.size(); ++i)
-            EXPECT_NEAR(got.losses[i], want.losses[i], 5e-5 * want.losses[i]) << what << i;
+            EXPECT_NEAR(got.losses[i], want.losses[i], qat_parity().ltol * want.losses[i])
+                << what << i;
         ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
         size_t off = 0, n = 0;
         double worst = 0;
         for (const auto& [name, w] : want.weights)
             for (size_t i = 0; i < w.size(); ++i, ++n) {
                 const double d = std::fabs(got.weights.at(name)[i] - w[i]);
-                off += d > 1e-5 + 1e-5 * std::fabs(w[i]);
+                off += d > parity_tolerance().watol + parity_tolerance().wtol * std::fabs(w[i]);
                 worst = std::max(worst, d);
             }
         EXPECT_LT(off, n / 100) << what << ": " << off << " of " << n << ", worst " << worst;
@@ -365,8 +382,11 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
     const std::string head = qat + " --set qat.linears=all-linear,lm_head";
     const RunResult h1 = train(1, head);
     const std::string head_run = last_out_;
-    expect_same(h1, train(2, mesh(1, 2, 1) + head), "qat lm_head tp=2", 1e-5f, 5e-5);
-    expect_same(h1, train(2, mesh(1, 1, 2) + head), "qat lm_head pp=2", 1e-5f, 5e-5);
+    const Parity tol = qat_parity();
+    expect_same(h1, train(2, mesh(1, 2, 1) + head), "qat lm_head tp=2", tol.wtol, tol.ltol,
+                tol.watol);
+    expect_same(h1, train(2, mesh(1, 1, 2) + head), "qat lm_head pp=2", tol.wtol, tol.ltol,
+                tol.watol);
     EXPECT_NE(ok("export int8 --run " + head_run + " --out " + head_run + "/int8")
                   .find("29 weights in 8-bit integers"),
               std::string::npos);
@@ -383,7 +403,8 @@ TEST_F(QatTrain, ExportsAnIntegerModelThatEvaluatesLikeTheFakeQuantizedOne) {
     const RunResult t1 = train(1, tied);
     const std::string tied_run = last_out_;
     expect_same(t1, train(2, mesh(1, 2, 1) + tied), "qat tied head tp=2", 0.0f, 2e-4, 3e-3f);
-    expect_same(t1, train(2, mesh(1, 1, 2) + tied), "qat tied head pp=2", 1e-5f, 5e-5, 1e-4f);
+    expect_same(t1, train(2, mesh(1, 1, 2) + tied), "qat tied head pp=2", tol.wtol, tol.ltol,
+                tol.watol);
     // Training quantizes the tied head: the run differs from one whose head stays fp32.
     EXPECT_NE(t1.losses.back(),
               train(1, qat + " --set model.arch=gpt2 --set model.num_kv_heads=4").losses.back());
