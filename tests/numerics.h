@@ -58,5 +58,9 @@ inline double decoder_chain(int64_t layers, int64_t C, int64_t hd, int64_t T, in
     const double layer = double(5 * C + hd + 2 * T + F);
     return 2.0 * (double(layers) * layer + double(2 * C + V)) + double(N);
 }
+// The forward half alone, up to the logits (no loss): the layers, the final norm and the head.
+inline double decoder_forward_chain(int64_t layers, int64_t C, int64_t hd, int64_t T, int64_t F) {
+    return double(layers) * double(5 * C + hd + 2 * T + F) + double(2 * C);
+}
 
 }  // namespace ete::testing
