@@ -3,7 +3,7 @@
 // Every numeric bound in the tests is one of two kinds:
 //  - bit equality, where the code guarantees the same operations in the same order;
 //  - an error estimate of the computation, stated in one line beside the bound, built from
-//      u   the unit roundoff of the type that rounds: fp32 2^-24, bf16 2^-9, fp16 2^-11;
+//      u   the unit roundoff of the type that rounds: fp32 2^-24, bf16 2^-8, fp16 2^-11;
 //      n   the accumulation length: the terms of one sum or dot product, or, for a value at the
 //          end of a chain of them (a network's forward and backward), the sum of the chain's
 //          lengths (decoder_chain);
@@ -28,7 +28,7 @@
 namespace ete::testing {
 
 inline constexpr double kUnitF32 = 0x1p-24;
-inline constexpr double kUnitBf16 = 0x1p-9;
+inline constexpr double kUnitBf16 = 0x1p-8;
 inline constexpr double kUnitF16 = 0x1p-11;
 inline constexpr double kLambda = 6.0;
 

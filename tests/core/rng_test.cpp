@@ -40,6 +40,8 @@ TEST(Rng, StreamsAndIndicesAreIndependentOfOrder) {
         sum += x;
         sq += x * x;
     }
+    // Statistical: 0.01 is 4.5σ of the sample mean and 3.2σ of the sample second moment over
+    // 200000 draws (σ = 1/√n, √(2/n)); the draws are fixed by the seed, so this cannot flake.
     EXPECT_NEAR(sum / n, 0.0, 0.01);
     EXPECT_NEAR(sq / n, 1.0, 0.01);
 }

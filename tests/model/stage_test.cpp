@@ -167,8 +167,10 @@ class PipelineSplit : public ::testing::TestWithParam<SplitCase> {};
 
 // Two micro-batches in flight in slots 0 and 1, in the order F0 F1 B0 B1: the same losses and
 // gradients as the unsplit model running them one after the other. Every kernel sees the same
-// inputs, so the results are bitwise equal — except a tied embedding, whose two copies' sum
-// adds the same terms in another order (1e-6).
+// inputs, so the results are bitwise equal — except a tied embedding, whose element adds its
+// head part (one GEMM per micro-batch) and its embedding rows (at most one per token) in another
+// association: at most N + 2 summands, N = 44 tokens, within reorder_worst(N + 2) of their
+// magnitudes, √N of the tensor's largest as for any gradient (numerics.h): 3.6e-5.
 TEST_P(PipelineSplit, MatchesTheUnsplitModel) {
     const SplitCase& p = GetParam();
     ModelConfig c = p.arch == Arch::Llama ? testing::tp_llama() : testing::tp_gpt2();
@@ -211,7 +213,10 @@ TEST_P(PipelineSplit, MatchesTheUnsplitModel) {
                 << sp.name;
         }
     }
-    testing::expect_grads_match(whole->params(), global, 1e-6, "pipeline");
+    const int64_t N = 2 * B * T;
+    testing::expect_grads_match(whole->params(), global,
+                                testing::reorder_worst(double(N + 2)) * std::sqrt(double(N)),
+                                "pipeline");
 }
 
 std::string split_case_name(const ::testing::TestParamInfo<SplitCase>& info) {
@@ -346,9 +351,9 @@ MeshRankOut run_mesh_rank(Communicator& w, const MeshCase& mc, const Transformer
 
 class TpTimesPp : public ::testing::TestWithParam<MeshCase> {};
 
-// Losses and gradients equal the whole model's (1e-5: tp sums in parts, as in tp_test), and
-// with the tied gradients summed, each element counted once over the 4 ranks gives the whole
-// model's squared gradient norm.
+// Losses and gradients equal the whole model's (tp sums in parts, as in tp_test: the layout
+// tolerance of parallel_util.h), and with the tied gradients summed, each element counted once
+// over the 4 ranks gives the whole model's squared gradient norm.
 TEST_P(TpTimesPp, MatchesTheWholeModel) {
     const MeshCase& mc = GetParam();
     auto be = make_backend("cpu");
@@ -366,12 +371,12 @@ TEST_P(TpTimesPp, MatchesTheWholeModel) {
         out[size_t(w.rank())] = run_mesh_rank(w, mc, *whole, mbs, d_scale, B, T);
     });
 
-    constexpr double kTol = 1e-5;
-    EXPECT_NEAR(out[2].loss, want, kTol * want);
+    const testing::LayoutTolerance tol = testing::layout_tolerance(mc.cfg, T, 2 * B * T);
+    EXPECT_NEAR(out[2].loss, want, tol.loss * want);
     EXPECT_EQ(out[3].loss, out[2].loss);
     std::vector<float> global(size_t(whole->params().numel()), 0.0f);
     for (const MeshRankOut& o : out) testing::add_to_global(o.grads, whole->params(), global);
-    testing::expect_grads_match(whole->params(), global, kTol, "tp x pp");
+    testing::expect_grads_match(whole->params(), global, tol.grad, "tp x pp");
 
     // The trainer sums a tied copy's gradient into stage 0's embedding (same tp rank, same
     // layout) before clipping; then counts_in_norm counts every element once.
@@ -396,7 +401,7 @@ TEST_P(TpTimesPp, MatchesTheWholeModel) {
         }
     }
     for (float g : whole->params().download_grads()) want_sq += double(g) * g;
-    EXPECT_NEAR(counted, want_sq, kTol * want_sq);
+    EXPECT_NEAR(counted, want_sq, tol.norm_sq * want_sq);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -6,6 +6,7 @@
 // differences see a deterministic function; shards number their columns globally).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "ete/nn/linear.h"
 #include "ete/parallel/fake_comm.h"
 #include "ete/quant/nf4.h"
+#include "numerics.h"
 #include "test_util.h"
 
 namespace ete {
@@ -110,6 +112,29 @@ struct Case {
         ac.dx_drop = mat(dxd, N, in);
         return ac;
     }
+    // Upper bounds on Σ |terms|, the magnitude rounding errors are relative to, from each
+    // operand's largest element (an NF4 weight is at most its block's largest |w|): of the loss
+    // Σ g ⊙ y, each y = W·x + b + scale·B·(A·x'), x' = x·keep / (1 - p) the adapter's input; and
+    // of any one output of forward or backward (y, d_x, d_W, d_b, d_A, d_B).
+    struct Magnitudes {
+        double loss, any;
+    };
+    Magnitudes magnitudes() const {
+        auto mx = [](const std::vector<T>& v) {
+            double m = 0;
+            for (T e : v) m = std::max(m, std::fabs(double(e)));
+            return m;
+        };
+        const double keep = 1.0 / (1.0 - double(drop.p)), s = scale, R = double(r_max);
+        const double y =
+            double(in) * mx(w) * mx(x) + mx(b) + s * R * mx(bb) * double(in) * mx(a) * mx(x) * keep;
+        const double dx =
+            double(out) * mx(w) * mx(g) + s * R * mx(a) * keep * double(out) * mx(bb) * mx(g);
+        const double dw = double(N) * mx(g) * mx(x),
+                     d_a = double(N) * s * double(out) * mx(bb) * mx(g) * mx(x) * keep;
+        const double d_bb = double(N) * s * mx(g) * double(in) * mx(a) * mx(x) * keep;
+        return {double(N * out) * mx(g) * y, std::max({y, dx, dw, double(N) * mx(g), d_a, d_bb})};
+    }
     // Σ g ⊙ y for the current parameters.
     double loss(Backend& be) {
         Linear lin = linear();
@@ -127,10 +152,17 @@ struct Case {
     }
 };
 
-// Central differences of c.loss over every element of v against the analytic gradient.
+// Central differences of c.loss over every element of v against the analytic gradient. The loss
+// is linear in each single element (y is linear in x, W, b, A and B separately, the dropout mask
+// fixed), so the quotient has no truncation error, only the rounding of the two losses in double
+// (u = 2^-53): each within γ_n of the loss's magnitude, n = in + r_max + 2 + N·out the longest
+// chain (a y, then the sum of N·out terms), so the quotient within γ_n·Σ|terms| / h (numerics.h;
+// 3e-7 here). A wrong gradient term is off by O(1).
 void fd_check(Case<double>& c, Backend& be, std::vector<double>& v, const std::vector<double>& grad,
               const char* what) {
     const double h = 1e-5;
+    const double n = double(c.in + c.r_max + 2 + c.N * c.out);
+    const double tol = testing::gamma_worst(n, 0x1p-53) * c.magnitudes().loss / h;
     for (size_t i = 0; i < v.size(); ++i) {
         const double keep = v[i];
         v[i] = keep + h;
@@ -139,7 +171,7 @@ void fd_check(Case<double>& c, Backend& be, std::vector<double>& v, const std::v
         const double lm = c.loss(be);
         v[i] = keep;
         const double fd = (lp - lm) / (2 * h);
-        ASSERT_NEAR(grad[i], fd, 1e-6 * (1 + std::fabs(fd))) << what << " [" << i << "]";
+        ASSERT_NEAR(grad[i], fd, tol) << what << " [" << i << "]";
     }
 }
 
@@ -195,23 +227,34 @@ TEST(LoraLinear, ForwardIsBasePlusScaledBA) {
         for (int64_t n = 0; n < c.N; ++n)
             for (int64_t o = 0; o < c.out; ++o) {
                 double base = c.b[size_t(o)], ad = 0;
-                for (int64_t i = 0; i < c.in; ++i)
+                double mag = std::fabs(base), ad_mag = 0;  // Σ |terms| of y
+                for (int64_t i = 0; i < c.in; ++i) {
                     base += double(c.x[size_t(n * c.in + i)]) * wd[size_t(o * c.in + i)];
+                    mag += std::fabs(double(c.x[size_t(n * c.in + i)]) * wd[size_t(o * c.in + i)]);
+                }
                 for (int64_t k = 0; k < c.r_max; ++k) {
-                    double ax = 0;
+                    double ax = 0, ax_mag = 0;
                     for (int64_t i = 0; i < c.in; ++i) {
                         // The adapter (only) reads x · keep / (1 - p).
                         double xi = c.x[size_t(n * c.in + i)];
                         if (p > 0) xi = kept(c, n, i) ? xi / (1.0 - p) : 0.0;
                         dropped += p > 0 && o == 0 && k == 0 && !kept(c, n, i);
                         ax += double(c.a[size_t(k * c.in + i)]) * xi;
+                        ax_mag += std::fabs(double(c.a[size_t(k * c.in + i)]) * xi);
                     }
                     ad += double(c.bb[size_t(o * c.r_max + k)]) * ax;
+                    ad_mag += std::fabs(double(c.bb[size_t(o * c.r_max + k)])) * ax_mag;
                 }
-                ASSERT_NEAR(c.y[size_t(n * c.out + o)], base + c.scale * ad, 2e-5) << n << "," << o;
+                // f32 against this double sum: the longest chain is x' (1 / (1 - p) and the
+                // product), u = A·x' (in terms), B·u (r_max), the scale and the add to y; an NF4
+                // weight's dequantization rounds once too: γ_(in + r_max + 5) of Σ |terms|, any
+                // order (numerics.h). A wrong scale or mask is off by O(1).
+                const double tol =
+                    testing::gamma_worst(double(c.in + c.r_max + 5)) * (mag + c.scale * ad_mag);
+                ASSERT_NEAR(c.y[size_t(n * c.out + o)], base + c.scale * ad, tol) << n << "," << o;
             }
-        if (p > 0) {
-            EXPECT_NEAR(double(dropped) / double(c.N * c.in), p, 0.1);  // not vacuous
+        if (p > 0) {  // not vacuous; statistical: 0.1 is ~4σ of the rate over 360 fixed draws
+            EXPECT_NEAR(double(dropped) / double(c.N * c.in), p, 0.1);
         }
     }
 }
@@ -279,10 +322,15 @@ void tp_parity(TpMode mode, float p) {
         LoraActs ac = c.acts();
         tl.forward(*be, mat(c.y, N, c.out), mat(c.x, N, c.in), false, {}, &ac);
         tl.backward(*be, mat(c.dx, N, c.in), mat(c.g, N, c.out), mat(c.x, N, c.in), &ac);
-        auto near = [](const FVec& got, const FVec& want, const char* what) {
+        // The same products, tp's halves summed apart and then all-reduced: two orders of a
+        // chain of at most in + out + N + r_max + 4 additions (the adapter's input and
+        // activations, the scale and the add each round once), within reorder_worst of the
+        // largest Σ |terms| of any output (numerics.h): <= 1.8e-4, where a wrong shard is O(1).
+        const double tol =
+            testing::reorder_worst(double(in + out + N + R + 4)) * full.magnitudes().any;
+        auto near = [tol](const FVec& got, const FVec& want, const char* what) {
             ASSERT_EQ(got.size(), want.size()) << what;
-            for (size_t i = 0; i < got.size(); ++i)
-                ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << what << i;
+            for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << what << i;
         };
         if (col) {
             near(c.y, slice_cols(full.y, N, out, k * lo, lo), "y");

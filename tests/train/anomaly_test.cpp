@@ -45,7 +45,7 @@ TEST(Anomaly, LossWindowJudgesOnceFullAndRoundTrips) {
         EXPECT_FALSE(w.zscore(100.0)) << "not full yet";
         w.push(l);
     }
-    // mean 2, population sd sqrt(0.02) = 0.1414...
+    // mean 2, population sd sqrt(0.02) = 0.1414... (1e-12: a few double roundings, ~1e-15)
     EXPECT_NEAR(*w.zscore(3.0), 1.0 / std::sqrt(0.02), 1e-12);
     EXPECT_LT(*w.zscore(1.0), 0.0);
     w.push(std::nan(""));  // never enters the window

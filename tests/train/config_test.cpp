@@ -93,6 +93,7 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
     EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Cosine, 0, 110, 10, 1.0, 0.1), 0.1);
     EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Cosine, 9, 110, 10, 1.0, 0.1), 1.0);
     EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Cosine, 10, 110, 10, 1.0, 0.1), 1.0);
+    // 1e-12: a few double roundings (~1e-16 each) of the schedule's formula.
     EXPECT_NEAR(lr_at(LrSchedule::Cosine, 109, 110, 10, 1.0, 0.1), 0.1, 1e-12);
     EXPECT_NEAR(lr_at(LrSchedule::Cosine, 59, 110, 10, 1.0, 0.1),
                 0.55 + 0.45 * std::cos(M_PI * 49 / 99), 1e-12);

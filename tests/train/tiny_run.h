@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include <filesystem>
@@ -15,6 +16,7 @@
 
 #include "ete/data/token_shard.h"
 #include "ete/train/config.h"
+#include "numerics.h"
 
 namespace ete {
 
@@ -50,6 +52,36 @@ inline std::vector<double> metric_column(const std::filesystem::path& metrics, c
         }
     }
     return out;
+}
+
+// How far two runs of a job may be apart when they compute the same products in other summation
+// orders (another packing, another backend's kernels), step by step (numerics.h; the AdamW
+// argument of tests/model/golden_test.cpp):
+//  - a loss: its own rounding, two orders along the forward chain and the log-sum-exp,
+//    reorder_prob(n_fwd + V); and the earlier steps' weights: a step moves a weight by
+//    lr·m̂/(√v̂ + ε), which a gradient's relative noise ρ moves by at most 2ρ of itself, so the
+//    loss's fall since step 0 is off by at most 2ρ of itself, ρ = reorder_prob(n)·√N (decoder_chain
+//    over the N tokens of a step, whose per-token terms cancel to ~1/√N of their magnitudes);
+//  - a final weight: 2ρ·lr a step, Σ lr <= steps·lr, plus each run's rounding of w - lr·step,
+//    u·|w| a step.
+// Steps computed from wrong data (a leak across packed documents, a dropped row) move a loss by
+// 1e-3 or more.
+struct RunTolerance {
+    double loss0, rho, weight_abs;
+    int64_t steps;
+    double loss(double l0, double ls) const { return loss0 + 2 * rho * std::abs(l0 - ls) / ls; }
+    double weight(double w) const {
+        return weight_abs + 2.0 * double(steps) * testing::kUnitF32 * std::abs(w);
+    }
+};
+inline RunTolerance run_tolerance(const RunConfig& c, const ModelConfig& m) {
+    const int64_t L = m.num_layers, C = m.hidden_size, D = m.D(), T = c.seq_len;
+    const int64_t F = m.intermediate_size, V = m.vocab_size;
+    const int64_t N = int64_t(c.micro_batch) * c.grad_accum * T;
+    const double fwd = testing::decoder_forward_chain(L, C, D, T, F);
+    const double rho =
+        testing::reorder_prob(testing::decoder_chain(L, C, D, T, F, V, N)) * std::sqrt(double(N));
+    return {testing::reorder_prob(fwd + double(V)), rho, 2 * rho * double(c.steps) * c.lr, c.steps};
 }
 
 // Fixture: dir_ holds toks.bin, a learnable stream (a repeating pattern with some noise) over

@@ -136,20 +136,25 @@ TEST_F(TrainerTest, SftPackingTrainsLikeOneExamplePerRow) {
     auto b = read_metrics((dir_ / "packed" / "metrics.jsonl").string());
     ASSERT_EQ(a.size(), 3u);
     ASSERT_EQ(b.size(), 3u);
-    for (size_t i = 0; i < 3; ++i) {
-        EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]);
-        EXPECT_NEAR(b[i]["loss"].get<double>(), a[i]["loss"].get<double>(),
-                    1e-5 * a[i]["loss"].get<double>());
-    }
+    // The same products in other GEMM blockings (run_tolerance, tiny_run.h: 2.1e-5 on the first
+    // loss, 6.5e-6 on a weight); attention leaking across packed examples moves a loss by about
+    // 1e-2 (tests/model/packing_test.cpp).
     auto be = make_cpu_backend();
     ModelConfig mc = load_hf_config((dir_ / "flat" / "final").string());
+    const RunTolerance tol = run_tolerance(flat, mc);
+    const double l0 = a[0]["loss"].get<double>();
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]);
+        const double want = a[i]["loss"].get<double>();
+        EXPECT_NEAR(b[i]["loss"].get<double>(), want, tol.loss(l0, want) * want);
+    }
     Transformer ma(mc, *be), mb(mc, *be);
     load_hf_weights((dir_ / "flat" / "final").string(), ma.params());
     load_hf_weights((dir_ / "packed" / "final").string(), mb.params());
     HostParams ha = ma.params().to_host(), hb = mb.params().to_host();
     const float* wa = ha.data();
     const float* wb = hb.data();
-    for (int64_t i = 0; i < ha.numel(); ++i) ASSERT_NEAR(wa[i], wb[i], 1e-5f) << i;
+    for (int64_t i = 0; i < ha.numel(); ++i) ASSERT_NEAR(wa[i], wb[i], tol.weight(wa[i])) << i;
 }
 
 }  // namespace
