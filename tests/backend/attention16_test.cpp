@@ -3,11 +3,11 @@
 // accumulations, each output rounded once). One activation dtype for qkv, out, d_out and d_qkv;
 // lse and the RoPE tables are F32. Views are strided (ld wider than the rows) throughout.
 //
-// Tolerances, normalised by the largest reference magnitude as in attention_test.cpp: the f32
-// kernels' own error (kAttnTol, kRopeTol there) plus one rounding of the output, at most one ulp
-// <= eps(dtype) * |value| <= eps * max. The backward reads the forward's 16-bit `out` (a rounded
-// intermediate) for D_i = dO . O; both backends are given the same out, so that rounding cancels
-// from the comparison (it is part of what 16-bit training computes).
+// Bounds, element by element as in attention_test.cpp: the f32 computation's error estimate on
+// the exact 16-bit inputs (backend_test_util.h attention_*_bound, rope_bound) plus one rounding of
+// the output, at most one ulp <= eps(dtype) * |value|. The backward reads the forward's 16-bit
+// `out` (a rounded intermediate) for D_i = dO . O; both backends are given the same out, so that
+// rounding cancels from the comparison (it is part of what 16-bit training computes).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,15 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "backend_test_util.h"
 #include "ete/core/error.h"
+#include "kernel_bounds.h"
 
 namespace ete {
 namespace {
 
 using namespace backend_test;
 
-constexpr double kAttnTol = 1e-5;  // the f32 kernels' (attention_test.cpp)
 constexpr DType k16[] = {DType::BF16, DType::F16};
 
 class Attention16 : public ::testing::Test {
@@ -53,25 +52,25 @@ struct Case16 {
 void expect_matches_ref(Backend& cpu, Backend& ref, const Case16& c) {
     const DType t = c.qkv.dtype();
     SCOPED_TRACE(std::string(dname(t)) + " " + describe(c.d));
-    const double tol = eps_of(t) + kAttnTol;
     Buf out = c.out_buf(), out_ref = out;
     FVec lse(size_t(c.d.B) * c.d.H * c.d.T), lse_ref(lse.size());
     cpu.attention_forward(out.mat(), host_vec(lse), c.qkv.cmat(), c.d, c.scale);
     ref.attention_forward(out_ref.mat(), host_vec(lse_ref), c.qkv.cmat(), c.d, c.scale);
-    const std::string k = std::string(" ") + dname(t);
-    expect_norm_err(out.values(), out_ref.values(), tol, "attention out" + k);
-    expect_norm_err(lse, lse_ref, kAttnTol, "attention lse (16-bit qkv)");  // f32, exact inputs
+    const DVec qkv = c.qkv.values();
+    const AttnFwdBound fb = attention_forward_bound(qkv, c.d, c.scale, Impl::kCpu);
+    expect_rounded_within(out, out_ref, fb.out, "attention out", "attention out");
+    expect_within_bound(dvec(lse), dvec(lse_ref), fb.lse, "attention lse",
+                        "attention lse (16-bit qkv)");  // f32, exact inputs
 
     Buf d_qkv = c.d_qkv_buf(), d_qkv_ref = d_qkv;
     cpu.attention_backward(d_qkv.mat(), c.d_out.cmat(), out_ref.cmat(), host_cvec(lse_ref),
                            c.qkv.cmat(), c.d, c.scale);
     ref.attention_backward(d_qkv_ref.mat(), c.d_out.cmat(), out_ref.cmat(), host_cvec(lse_ref),
                            c.qkv.cmat(), c.d, c.scale);
-    const DVec g = d_qkv.values(), w = d_qkv_ref.values();
-    for (Part p : {Part::kQ, Part::kK, Part::kV}) {
-        SCOPED_TRACE(p == Part::kQ ? "d_q" : p == Part::kK ? "d_k" : "d_v");
-        expect_norm_err(part_of(g, c.d, p), part_of(w, c.d, p), tol, "attention d_qkv" + k);
-    }
+    const DVec bb = attention_backward_bound(qkv, c.d_out.values(), out_ref.values(), dvec(lse_ref),
+                                             c.d, c.scale, Impl::kCpu)
+                        .total();
+    expect_rounded_within(d_qkv, d_qkv_ref, bb, "attention d_qkv", "attention d_qkv");
     expect_padding(d_qkv, -7.0f, "attention d_qkv");
 }
 
@@ -110,8 +109,8 @@ TEST_F(Attention16, RejectsMixedDtypes) {
 }
 
 // RoPE rotates each (j, j + D/2) pair once in f32 and rounds: per element, one rounding of the
-// output on top of f32 rounding of two products and a sum of terms <= 1 (atol 1e-6). The value
-// heads are not touched; the backward (inverse rotation) likewise.
+// output on top of the f32 rotation's (rope_bound). The value heads are not touched; the backward
+// (inverse rotation) likewise.
 void expect_rope_matches_ref(Backend& cpu, Backend& ref, DType t, const AttnDims& d,
                              uint32_t seed) {
     SCOPED_TRACE(std::string(dname(t)) + " " + describe(d));
@@ -126,9 +125,9 @@ void expect_rope_matches_ref(Backend& cpu, Backend& ref, DType t, const AttnDims
     Buf x = Buf::of(t, random_vec(size_t(N * S), seed), N, S, S + 3), y = x, y_ref = x;
     cpu.rope_forward(y.mat(), c, s, d);
     ref.rope_forward(y_ref.mat(), c, s, d);
-    expect_close_rounded(y, y_ref, 0, 1e-6, "rope_forward", "rope forward");
+    const DVec xv = x.values(), yv = y.values(), cv = dvec(cos), sv = dvec(sin);
+    expect_rounded_within(y, y_ref, rope_bound(xv, cv, sv, d, 1), "rope_forward", "rope forward");
     expect_padding(y, -7.0f, "rope_forward");
-    const DVec xv = x.values(), yv = y.values();
     EXPECT_EQ(part_of(yv, d, Part::kV), part_of(xv, d, Part::kV));  // values untouched
     if (d.T > 1) {
         EXPECT_GT(norm_err(yv, xv), 0.1);  // q and k did rotate (t = 0 does not)
@@ -136,9 +135,21 @@ void expect_rope_matches_ref(Backend& cpu, Backend& ref, DType t, const AttnDims
     Buf z = y, z_ref = y;
     cpu.rope_backward(z.mat(), c, s, d);
     ref.rope_backward(z_ref.mat(), c, s, d);
-    expect_close_rounded(z, z_ref, 0, 1e-6, "rope_backward", "rope backward");
-    // Backward undoes forward up to the two roundings of each element.
-    EXPECT_LE(norm_err(z.values(), xv), 2 * eps_of(t) + 1e-6);
+    expect_rounded_within(z, z_ref, rope_bound(yv, cv, sv, d, -1), "rope_backward",
+                          "rope backward");
+    // Backward undoes forward up to the two rotations' fp32 roundings, each 16-bit rounding
+    // (y's carried through the inverse rotation) and cos^2 + sin^2 - 1 of the fp32 tables.
+    std::vector<Ev> r(xv.size());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = f32(xv[i]);
+    rope_ev(r, cv, sv, d, 1);
+    for (Ev& e : r) e = stored(e, t);
+    rope_ev(r, cv, sv, d, -1);
+    DVec round_trip(r.size());
+    for (size_t i = 0; i < r.size(); ++i) {
+        const Ev zi = stored(r[i], t);
+        round_trip[i] = zi.e + std::fabs(zi.v - xv[i]);
+    }
+    expect_within_bound(z.values(), xv, round_trip, "rope backward of forward");
 }
 
 TEST_F(Attention16, RopeMatchesRefForwardAndBackward) {

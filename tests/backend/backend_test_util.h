@@ -1,11 +1,12 @@
 // tests/backend/backend_test_util.h — what the backend op tests share: random inputs, host
 // buffers of any float dtype wrapped in views (the cpu and ref backends both address host
-// memory), and the comparisons (bit for bit, elementwise tolerance, normalised error).
+// memory) and the comparisons (bit for bit, elementwise bound, normalised error). The error
+// estimates the bounds come from are in kernel_bounds.h.
 //
-// 16-bit tolerances are written as rtol * |want| + atol with rtol = eps(dtype) + the f32 test's
-// rtol: an output rounded once to a 16-bit dtype lies within half an ulp of its exact value on
-// both sides, so two roundings of nearly equal values differ by at most one ulp <= eps * |want|
-// (eps = 2^-7 bf16, 2^-10 fp16: the ulp at 1).
+// A 16-bit output adds eps(dtype) * |want| to the f32 computation's bound: an output rounded
+// once to a 16-bit dtype lies within half an ulp of its exact value on both sides, so two
+// roundings of nearly equal values differ by at most one ulp <= eps * |want| (eps = 2^-7 bf16,
+// 2^-10 fp16: the ulp at 1).
 //
 // Set ETE_TEST_ERRORS=1 to print, at exit, the worst measured error of every (check, dtype).
 #pragma once
@@ -25,6 +26,7 @@
 
 #include "ete/backend/backend.h"
 #include "ete/core/dtype.h"
+#include "numerics.h"
 #include "test_util.h"
 
 namespace ete::backend_test {
@@ -252,12 +254,6 @@ inline void expect_close(const DVec& got, const DVec& want, double rtol, double 
     if (!key.empty()) ErrorLog::get().note(key + " (fraction of tol)", worst, 1.0);
 }
 
-inline void expect_close(const FVec& got, const FVec& want, double rtol, double atol,
-                         const std::string& what, const std::string& key = "") {
-    expect_close(DVec(got.begin(), got.end()), DVec(want.begin(), want.end()), rtol, atol, what,
-                 key);
-}
-
 inline void expect_close(const Buf& got, const Buf& want, double rtol, double atol,
                          const std::string& what, const std::string& key = "") {
     expect_close(got.values(), want.values(), rtol, atol, what, key);
@@ -300,13 +296,40 @@ double norm_err(const std::vector<A>& a, const std::vector<B>& b) {
     return mag > 0 ? diff / mag : diff;
 }
 
-// norm_err(got, want) <= tol, logged under key.
-template <typename A, typename B>
-void expect_norm_err(const std::vector<A>& got, const std::vector<B>& want, double tol,
-                     const std::string& key) {
-    const double e = norm_err(got, want);
-    EXPECT_LE(e, tol) << key;
-    ErrorLog::get().note(key + " (normalised)", e, tol);
+// |got - want| <= bound[i] for every element (the estimates below); reports the first offenders
+// and logs the worst |got - want| / bound under `key` (when given).
+inline void expect_within_bound(const DVec& got, const DVec& want, const DVec& bound,
+                                const std::string& what, const std::string& key = "") {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    ASSERT_EQ(got.size(), bound.size()) << what;
+    int bad = 0;
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double d = std::fabs(got[i] - want[i]);
+        worst = std::max(worst, bound[i] > 0 ? d / bound[i] : d > 0 ? INFINITY : 0.0);
+        if (!(d <= bound[i]) && bad++ < 3)
+            ADD_FAILURE() << what << "[" << i << "]: got " << dump(got[i]) << " want "
+                          << dump(want[i]) << " (bound " << bound[i] << ")";
+    }
+    EXPECT_EQ(bad, 0) << what << ": elements outside their error bound";
+    if (!key.empty()) ErrorLog::get().note(key + " (fraction of bound)", worst, 1.0);
+}
+
+inline DVec dvec(const FVec& v) {
+    return DVec(v.begin(), v.end());
+}
+
+// An output of dtype t against the reference's: the f32 computation's bound32[i], plus for a
+// 16-bit t one rounding of each side into it (file header), logged under `key` + the dtype.
+inline void expect_rounded_within(const Buf& got, const Buf& want, const DVec& bound32,
+                                  const std::string& what, const std::string& key) {
+    const DType t = want.dtype();
+    const double e16 = t == DType::F32 ? 0.0 : eps_of(t);
+    const DVec w = want.values();
+    DVec bound(bound32.size());
+    for (size_t i = 0; i < bound.size() && i < w.size(); ++i)
+        bound[i] = (bound32[i] + e16 * std::fabs(w[i])) * (1 + e16) + tiny_of(t);
+    expect_within_bound(got.values(), w, bound, what, key + " " + dname(t));
 }
 
 // ---- awkward sizes ----

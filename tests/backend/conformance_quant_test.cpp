@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "backend_test_util.h"
 #include "device_buf.h"
 #include "ete/backend/backend.h"
 #include "ete/core/fake_quant.h"
+#include "kernel_bounds.h"
 
 namespace ete::backend_test {
 namespace {
@@ -71,7 +71,8 @@ TEST_P(QuantOps, GemmS8IsExact) {
 
 // y = scale[n] · (exact bracket) + beta · y: the bracket's conversion to fp32, the product and
 // the addition are up to three fp32 roundings on each side (backend.h: "may differ from the
-// reference's by fp32 rounding"): within 2^-21 (|bracket · scale| + |beta · y|).
+// reference's by fp32 rounding"): two evaluations within gamma_3 (|bracket · scale| + |beta · y|)
+// of the exact value each.
 TEST_P(QuantOps, GemmS8ScaledIsTheBracketScaledOnce) {
     uint32_t seed = 50;
     for (GemmDims d : kS8Dims)
@@ -102,7 +103,8 @@ TEST_P(QuantOps, GemmS8ScaledIsTheBracketScaledOnce) {
                             bracket += (x - zero) * double(o.w.at(n, k));
                         }
                         const double yv = beta != 0 ? std::fabs(y0.at(m, n)) : 0.0;
-                        tol.push_back(0x1p-21 * (std::fabs(bracket * sc[size_t(n)]) + yv));
+                        tol.push_back(testing::reorder_worst(3) *
+                                      (std::fabs(bracket * sc[size_t(n)]) + yv));
                     }
                 expect_within(y.download(), want, tol, "gemm_s8_scaled");
             }
@@ -143,7 +145,7 @@ TEST_P(QuantOps, QuantizeS8IsExact) {
 
 // y = a_scale · w_scale · (exact bracket) + beta · y: the bracket's conversion, the scales'
 // product, their product and the fused addition are up to four fp32 roundings on each side:
-// within 2^-21 (|value| + |beta · y|), plus y's own rounding.
+// two evaluations within gamma_4 (|value| + |beta · y|) each, plus a 16-bit y's own rounding.
 TEST_P(QuantOps, DequantizeS32) {
     const int64_t M = 13, N = 21;
     const auto acc = random_ints<int32_t>(DType::I32, M, N, N + 2, -2000000, 2000000, 70);
@@ -175,7 +177,7 @@ TEST_P(QuantOps, DequantizeS32) {
                             const double v = bracket * a.s.at(0, k) * ws[size_t(n)];
                             const double yv = beta != 0 ? std::fabs(y0.at(m, n)) : 0.0;
                             tol.push_back(
-                                0x1p-21 * (std::fabs(v) + yv) +
+                                testing::reorder_worst(4) * (std::fabs(v) + yv) +
                                 (yt == kF32 ? 0.0 : eps_of(yt) * std::fabs(want.at(m, n))));
                         }
                     expect_within(y.download(), want, tol, "dequantize_s32");

@@ -9,9 +9,9 @@
 #include <random>
 #include <string_view>
 
-#include "backend_test_util.h"
 #include "ete/backend/cpu/dnnl_gemm.h"
 #include "ete/backend/cpu/dnnl_gemm_internal.h"
+#include "kernel_bounds.h"
 
 namespace ete::backend_test {
 namespace {

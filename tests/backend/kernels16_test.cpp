@@ -6,8 +6,9 @@
 // Ops that load, do one f32 operation and store (copy, fill, add, scale, bias, embeddings) round
 // the same f32 value the reference rounds: bit-identical. Ops with transcendental functions or
 // reductions (norms, SwiGLU, GELU) differ from the reference in f32 before the one rounding:
-// at most one ulp of the output dtype (eps * |want|, see backend_test_util.h) plus the f32 test's
-// tolerance. Outputs and inputs are strided (ld > cols) where the op takes a row stride.
+// the f32 computation's error estimate on these exact inputs (backend_test_util.h, as the f32
+// tests) plus one ulp of the output dtype (eps * |want|). Outputs and inputs are strided
+// (ld > cols) where the op takes a row stride.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "backend_test_util.h"
 #include "ete/backend/backend.h"
 #include "ete/core/dtype.h"
 #include "ete/core/error.h"
+#include "kernel_bounds.h"
 
 namespace ete {
 namespace {
@@ -121,9 +122,11 @@ TEST_F(Kernels16, ScaleAndSumSquaresMatchRef) {
         for (int64_t n : {1, 7, 31, 32, 33, 1000, 100003}) {
             const std::string what = std::string(dname(t)) + " n=" + std::to_string(n);
             Buf x = Buf::of(t, random_vec(size_t(n), 5, -3.0, 3.0)), x_ref = x;
-            // double sums in another order: ~n * 1e-16 relative.
+            // squares exact in double, summed in another order: two orders of n positive terms.
             const double want = ref_->sum_squares(x.cvec());
-            EXPECT_NEAR(cpu_->sum_squares(x.cvec()), want, 1e-12 * want) << "sum_squares " << what;
+            EXPECT_NEAR(cpu_->sum_squares(x.cvec()), want,
+                        testing::reorder_worst(double(n), kUnitF64) * want)
+                << "sum_squares " << what;
             cpu_->scale(x.vec(), 0.3f);
             ref_->scale(x_ref.vec(), 0.3f);
             expect_bitwise(x, x_ref, "scale " + what);
@@ -206,23 +209,29 @@ TEST_F(Kernels16, RmsNormOnSixteenBitViewsMatchesRef) {
                 cpu_->rmsnorm_forward(out.mat(), host_vec(rstd), x.cmat(), host_cvec(w), eps);
                 ref_->rmsnorm_forward(out_ref.mat(), host_vec(r_ref), x.cmat(), host_cvec(w), eps);
                 // f32 statistics of the same exact inputs: as the f32 test; out rounded once.
-                expect_close(rstd, r_ref, 1e-6, 0, "rmsnorm rstd " + what);
-                expect_close_rounded(out, out_ref, 1e-6, 1e-7, "rmsnorm out " + what,
-                                     "rmsnorm out");
+                const NormBound fb =
+                    rmsnorm_forward_bound(x.values(), dvec(w), s.N, s.C, eps, Impl::kCpu);
+                expect_within_bound(dvec(rstd), dvec(r_ref), fb.rstd, "rmsnorm rstd " + what,
+                                    "rmsnorm rstd (16-bit inputs)");
+                expect_rounded_within(out, out_ref, fb.out, "rmsnorm out " + what, "rmsnorm out");
 
                 // Backward: d_out in the output's dtype, x in its own; d_x, d_w F32 (+=).
                 Buf d_out = rnd(ot, s, 18);
                 FVec d_x = random_vec(size_t(s.N) * s.C, 19), d_w = random_vec(size_t(s.C), 20);
+                const FVec d_x0 = d_x, d_w0 = d_w;
                 FVec d_x_ref = d_x, d_w_ref = d_w;
                 cpu_->rmsnorm_backward(host_mat(d_x, s.N, s.C), host_vec(d_w), d_out.cmat(),
                                        x.cmat(), host_cvec(w), host_cvec(r_ref));
                 ref_->rmsnorm_backward(host_mat(d_x_ref, s.N, s.C), host_vec(d_w_ref), d_out.cmat(),
                                        x.cmat(), host_cvec(w), host_cvec(r_ref));
-                // f32 outputs of exact inputs: the f32 test's tolerances and reasons
-                expect_close(d_x, d_x_ref, 1e-5, 1e-5, "rmsnorm d_x " + what,
-                             "rmsnorm d_x (16-bit inputs)");
-                expect_close(d_w, d_w_ref, 1e-5, 1e-4, "rmsnorm d_w " + what,
-                             "rmsnorm d_w (16-bit inputs)");
+                // f32 outputs of exact inputs: the f32 test's estimate
+                const NormBound bb =
+                    rmsnorm_backward_bound(x.values(), dvec(w), dvec(r_ref), d_out.values(),
+                                           dvec(d_x0), dvec(d_w0), s.N, s.C, Impl::kCpu);
+                expect_within_bound(dvec(d_x), dvec(d_x_ref), bb.out, "rmsnorm d_x " + what,
+                                    "rmsnorm d_x (16-bit inputs)");
+                expect_within_bound(dvec(d_w), dvec(d_w_ref), bb.d_w, "rmsnorm d_w " + what,
+                                    "rmsnorm d_w (16-bit inputs)");
             }
         }
 }
@@ -241,27 +250,36 @@ TEST_F(Kernels16, LayerNormOnSixteenBitViewsMatchesRef) {
                                         host_cvec(w), host_cvec(b), eps);
                 ref_->layernorm_forward(out_ref.mat(), host_vec(mean_ref), host_vec(rstd_ref),
                                         x.cmat(), host_cvec(w), host_cvec(b), eps);
-                expect_close(mean, mean_ref, 1e-6, 1e-7, "layernorm mean " + what);
-                expect_close(rstd, rstd_ref, 1e-6, 0, "layernorm rstd " + what);
-                expect_close_rounded(out, out_ref, 1e-5, 1e-6, "layernorm out " + what,
-                                     "layernorm out");
+                const NormBound fb = layernorm_forward_bound(x.values(), dvec(w), dvec(b), s.N, s.C,
+                                                             eps, Impl::kCpu);
+                expect_within_bound(dvec(mean), dvec(mean_ref), fb.mean, "layernorm mean " + what,
+                                    "layernorm mean (16-bit inputs)");
+                expect_within_bound(dvec(rstd), dvec(rstd_ref), fb.rstd, "layernorm rstd " + what,
+                                    "layernorm rstd (16-bit inputs)");
+                expect_rounded_within(out, out_ref, fb.out, "layernorm out " + what,
+                                      "layernorm out");
 
                 Buf d_out = rnd(ot, s, 24);
                 FVec d_x = random_vec(size_t(s.N) * s.C, 25), d_w = random_vec(size_t(s.C), 26);
                 FVec d_b = random_vec(size_t(s.C), 27), d_x_ref = d_x, d_w_ref = d_w;
                 FVec d_b_ref = d_b;
+                const FVec d_x0 = d_x, d_w0 = d_w, d_b0 = d_b;
                 cpu_->layernorm_backward(host_mat(d_x, s.N, s.C), host_vec(d_w), host_vec(d_b),
                                          d_out.cmat(), x.cmat(), host_cvec(w), host_cvec(mean_ref),
                                          host_cvec(rstd_ref));
                 ref_->layernorm_backward(host_mat(d_x_ref, s.N, s.C), host_vec(d_w_ref),
                                          host_vec(d_b_ref), d_out.cmat(), x.cmat(), host_cvec(w),
                                          host_cvec(mean_ref), host_cvec(rstd_ref));
-                // as the f32 test: d_x's cancellation scaled by rstd (C = 1: rstd 316)
-                float rstd_max = *std::max_element(rstd_ref.begin(), rstd_ref.end());
-                expect_close(d_x, d_x_ref, 1e-5, 1e-5 * rstd_max, "layernorm d_x " + what,
-                             "layernorm d_x (16-bit inputs)");
-                expect_close(d_w, d_w_ref, 1e-5, 1e-4, "layernorm d_w " + what);
-                expect_close(d_b, d_b_ref, 1e-5, 1e-4, "layernorm d_b " + what);
+                // as the f32 test: d_x's cancelling terms scaled by rstd (C = 1: rstd 316)
+                const NormBound bb = layernorm_backward_bound(
+                    x.values(), dvec(w), dvec(mean_ref), dvec(rstd_ref), d_out.values(), dvec(d_x0),
+                    dvec(d_w0), dvec(d_b0), s.N, s.C, Impl::kCpu);
+                expect_within_bound(dvec(d_x), dvec(d_x_ref), bb.out, "layernorm d_x " + what,
+                                    "layernorm d_x (16-bit inputs)");
+                expect_within_bound(dvec(d_w), dvec(d_w_ref), bb.d_w, "layernorm d_w " + what,
+                                    "layernorm d_w (16-bit inputs)");
+                expect_within_bound(dvec(d_b), dvec(d_b_ref), bb.d_b, "layernorm d_b " + what,
+                                    "layernorm d_b (16-bit inputs)");
             }
         }
 }
@@ -293,11 +311,11 @@ TEST_F(Kernels16, SwigluOnSixteenBitViewsMatchesRef) {
             ref_->swiglu_forward(out_ref.mat(), gu.cmat());
             cpu_->swiglu_backward(d_gu.mat(), d_out.cmat(), gu.cmat());
             ref_->swiglu_backward(d_gu_ref.mat(), d_out.cmat(), gu.cmat());
-            // the f32 test's tolerances (exp ~1.3 ulp, the cancellation of silu' near g = -1.28)
-            // plus one rounding of the output
-            expect_close_rounded(out, out_ref, 1e-5, 1e-6, "swiglu out " + what, "swiglu out");
-            expect_close_rounded(d_gu, d_gu_ref, 1e-5, 1e-5, "swiglu d_gate_up " + what,
-                                 "swiglu d_gate_up");
+            // the f32 test's estimate on these exact inputs, plus one rounding of the output
+            const ActBound bd = swiglu_bound(gu.values(), d_out.values(), s.N, F, Impl::kCpu);
+            expect_rounded_within(out, out_ref, bd.out, "swiglu out " + what, "swiglu out");
+            expect_rounded_within(d_gu, d_gu_ref, bd.d_in, "swiglu d_gate_up " + what,
+                                  "swiglu d_gate_up");
             expect_padding(d_gu, -7.0f, "swiglu d_gate_up " + what);
         }
 }
@@ -313,10 +331,10 @@ TEST_F(Kernels16, GeluOnSixteenBitViewsMatchesRef) {
             ref_->gelu_forward(out_ref.mat(), x.cmat());
             cpu_->gelu_backward(d_x.mat(), d_out.cmat(), x.cmat());
             ref_->gelu_backward(d_x_ref.mat(), d_out.cmat(), x.cmat());
-            // the f32 test's (exp-based sigmoid vs tanh; the zero of gelu' near x = -0.75)
-            // plus one rounding of the output
-            expect_close_rounded(out, out_ref, 1e-5, 1e-6, "gelu out " + what, "gelu out");
-            expect_close_rounded(d_x, d_x_ref, 1e-5, 1e-6, "gelu d_x " + what, "gelu d_x");
+            // the f32 test's estimate on these exact inputs, plus one rounding of the output
+            const ActBound bd = gelu_bound(x.values(), d_out.values(), Impl::kCpu);
+            expect_rounded_within(out, out_ref, bd.out, "gelu out " + what, "gelu out");
+            expect_rounded_within(d_x, d_x_ref, bd.d_in, "gelu d_x " + what, "gelu d_x");
             expect_padding(d_x, -7.0f, "gelu d_x " + what);
         }
 }

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "backend_test_util.h"
 #include "ete/backend/backend.h"
 #include "ete/core/error.h"
+#include "kernel_bounds.h"
 
 namespace ete {
 namespace {
@@ -50,14 +50,12 @@ Mat m(FVec& v, int64_t rows, int64_t cols, int64_t ld = -1) {
     return host_mat(v, rows, cols, ld);
 }
 
-// The largest |z - lse| of a case: the float subtraction z - lse inside exp costs
-// 2^-24 |z - lse| relative error in p (on top of ~1.3 ulp of exp_fast).
-double max_gap(const FVec& z, const FVec& lse, CeCase cs) {
-    double g = 0;
+// Columns [c0, c0 + cols) of every row of logits (N, V).
+DVec columns(const FVec& z, CeCase cs, int c0, int cols) {
+    DVec r;
     for (int n = 0; n < cs.N; ++n)
-        for (int v = 0; v < cs.V; ++v)
-            g = std::max(g, std::fabs(double(z[size_t(n) * cs.V + v]) - lse[size_t(n)]));
-    return g;
+        for (int v = c0; v < c0 + cols; ++v) r.push_back(z[size_t(n) * cs.V + v]);
+    return r;
 }
 
 class Loss : public ::testing::Test {
@@ -78,10 +76,14 @@ TEST_F(Loss, CrossEntropyForwardBackwardMatchesRef) {
         cpu_->cross_entropy_forward_backward(g, host_vec(loss), host_cvec(targets), d_scale, g);
         ref_->cross_entropy_forward_backward(gr, host_vec(loss_ref), host_cvec(targets), d_scale,
                                              gr);
-        // float exp (~1.3 ulp), float chunk sums and a float scale per chunk vs double: a few ulp
-        // on p (measured < 1e-8 relative); atol for p - 1 at the target, which cancels.
-        expect_close(loss, loss_ref, 1e-6, 1e-6, "ce loss" + cs.name(), "ce loss F32");
-        expect_close(grad, grad_ref, 1e-6, 1e-8, "ce d_logits" + cs.name(), "ce d_logits F32");
+        // exp_fast (5u) of z - max, fp32 chunk sums (gamma of a chunk of <= 640 terms), the row
+        // in double, against double; the target's p - 1 cancels: bounds relative to the terms.
+        const CeBound b =
+            cross_entropy_bound(dvec(logits), targets, cs.N, cs.V, d_scale, Impl::kCpu);
+        expect_within_bound(dvec(loss), dvec(loss_ref), b.loss, "ce loss" + cs.name(),
+                            "ce loss F32");
+        expect_within_bound(dvec(grad), dvec(grad_ref), b.grad, "ce d_logits" + cs.name(),
+                            "ce d_logits F32");
         for (int n = 1; n < cs.N; n += 4) {  // ignored rows: loss 0, gradient exactly 0
             EXPECT_EQ(loss[size_t(n)], 0.0f);
             for (int v = 0; v < cs.V; ++v) ASSERT_EQ(grad[size_t(n) * cs.V + v], 0.0f) << cs.name();
@@ -104,6 +106,7 @@ TEST_F(Loss, CrossEntropyIntoSixteenBitGradientMatchesRef) {
             FVec logits;
             std::vector<int32_t> targets;
             ce_inputs(cs, logits, targets);
+            const DVec logits_d = dvec(logits);
             Buf z = Buf::of(DType::F32, logits, cs.N, cs.V, cs.V + 5), z_ref = z;
             // NaN where the op must write, -7 in the padding columns it must not touch
             Buf d = Buf::of(t, FVec(logits.size(), NAN), cs.N, cs.V, cs.V + 3), d_ref = d;
@@ -112,8 +115,11 @@ TEST_F(Loss, CrossEntropyIntoSixteenBitGradientMatchesRef) {
                                                  d_scale, d.mat());
             ref_->cross_entropy_forward_backward(z_ref.mat(), host_vec(loss_ref),
                                                  host_cvec(targets), d_scale, d_ref.mat());
-            expect_close(loss, loss_ref, 1e-6, 1e-6, "ce loss" + what, "ce loss (16-bit grad)");
-            expect_close_rounded(d, d_ref, 1e-6, 1e-8, "ce d_logits" + what, "ce d_logits");
+            const CeBound b =
+                cross_entropy_bound(logits_d, targets, cs.N, cs.V, d_scale, Impl::kCpu);
+            expect_within_bound(dvec(loss), dvec(loss_ref), b.loss, "ce loss" + what,
+                                "ce loss (16-bit grad)");
+            expect_rounded_within(d, d_ref, b.grad, "ce d_logits" + what, "ce d_logits");
             expect_padding(d, -7.0f, "ce d_logits" + what);
             for (int n = 1; n < cs.N; n += 4)
                 for (int v = 0; v < cs.V; ++v) ASSERT_EQ(d.at(n, v), 0.0) << "ignored row" << what;
@@ -128,7 +134,10 @@ TEST_F(Loss, CrossEntropyForwardMatchesRefAndLeavesLogits) {
         FVec before = logits, loss(size_t(cs.N), -1.0f), loss_ref(size_t(cs.N));
         cpu_->cross_entropy_forward(host_vec(loss), m(logits, cs.N, cs.V), host_cvec(targets));
         ref_->cross_entropy_forward(host_vec(loss_ref), m(logits, cs.N, cs.V), host_cvec(targets));
-        expect_close(loss, loss_ref, 1e-6, 1e-6, "ce forward loss" + cs.name());  // as above
+        expect_within_bound(
+            dvec(loss), dvec(loss_ref),  // as above
+            cross_entropy_bound(dvec(logits), targets, cs.N, cs.V, 1.0, Impl::kCpu).loss,
+            "ce forward loss" + cs.name());
         expect_bitwise(logits, before, "ce forward logits" + cs.name());
     }
 }
@@ -185,7 +194,9 @@ TEST_F(Loss, CrossEntropyStatsMatchRef) {
         ref_->cross_entropy_stats(host_vec(lse_ref), host_vec(zt_ref), m(logits, cs.N, cs.V),
                                   host_cvec(targets));
         // the online softmax of the fused loss (chunk sums in float, row sum and log in double)
-        expect_close(lse, lse_ref, 1e-6, 1e-6, "ce stats lse" + cs.name(), "ce stats lse F32");
+        expect_within_bound(dvec(lse), dvec(lse_ref),
+                            ce_lse_bound(dvec(logits), cs.N, cs.V, Impl::kCpu),
+                            "ce stats lse" + cs.name(), "ce stats lse F32");
         expect_bitwise(zt, zt_ref, "ce stats target logit" + cs.name());  // a copy, or 0
         for (int n = 0; n < cs.N; ++n) {
             const int t = targets[size_t(n)];
@@ -221,9 +232,11 @@ TEST_F(Loss, CrossEntropyBackwardMatchesRef) {
                                      host_cvec(targets), d_scale);
         ref_->cross_entropy_backward(m(d_ref, cs.N, cs.V), m(logits, cs.N, cs.V), host_cvec(lse),
                                      host_cvec(targets), d_scale);
-        // exp_fast (~1.3 ulp) of the float difference z - lse (2^-24 |z - lse|) vs double.
-        const double rtol = (4 + max_gap(logits, lse, cs)) * 0x1p-24;
-        expect_close(d, d_ref, rtol, 1e-8, "ce backward" + cs.name(), "ce backward F32");
+        // exp_fast (5u) of the fp32 difference z - lse (u |z - lse|), times d_scale, vs double.
+        const DVec bound =
+            ce_backward_bound(dvec(logits), dvec(lse), targets, cs.N, cs.V, d_scale, Impl::kCpu);
+        expect_within_bound(dvec(d), dvec(d_ref), bound, "ce backward" + cs.name(),
+                            "ce backward F32");
         Mat ip = m(in_place, cs.N, cs.V);
         cpu_->cross_entropy_backward(ip, ip, host_cvec(lse), host_cvec(targets), d_scale);
         expect_bitwise(in_place, d, "ce backward in place" + cs.name());
@@ -233,8 +246,9 @@ TEST_F(Loss, CrossEntropyBackwardMatchesRef) {
                                          host_cvec(targets), d_scale);
             ref_->cross_entropy_backward(d16_ref.mat(), m(logits, cs.N, cs.V), host_cvec(lse),
                                          host_cvec(targets), d_scale);
-            expect_close_rounded(d16, d16_ref, rtol, 1e-8,
-                                 std::string("ce backward ") + dname(t) + cs.name(), "ce backward");
+            expect_rounded_within(d16, d16_ref, bound,
+                                  std::string("ce backward ") + dname(t) + cs.name(),
+                                  "ce backward");
             expect_padding(d16, -7.0f, std::string("ce backward ") + dname(t) + cs.name());
         }
     }
@@ -264,7 +278,12 @@ TEST_F(Loss, CrossEntropyOfTwoColumnBlocksIsTheFullRowCrossEntropy) {
             cpu_->cross_entropy_stats(host_vec(lse[k]), host_vec(zt[k]), blocks[k],
                                       host_cvec(tg[k]));
         FVec lse_global(size_t(cs.N)), loss(size_t(cs.N));
-        double lse_max = 0;
+        // Each block's lse (fp32, the precision policy) is within its stats bound; their
+        // log-sum-exp in double moves by at most the larger, then rounds into fp32 (u |l|).
+        const DVec lb[2] = {
+            ce_lse_bound(columns(logits, cs, 0, V1), cs.N, V1, Impl::kCpu),
+            ce_lse_bound(columns(logits, cs, V1, cs.V - V1), cs.N, cs.V - V1, Impl::kCpu)};
+        DVec lse_err(size_t(cs.N), 0.0);
         for (int n = 0; n < cs.N; ++n) {
             if (targets[size_t(n)] == kIgnoreIndex) continue;
             const double mx = std::max(lse[0][size_t(n)], lse[1][size_t(n)]);
@@ -272,22 +291,40 @@ TEST_F(Loss, CrossEntropyOfTwoColumnBlocksIsTheFullRowCrossEntropy) {
                 mx + std::log(std::exp(lse[0][size_t(n)] - mx) + std::exp(lse[1][size_t(n)] - mx));
             lse_global[size_t(n)] = float(l);
             loss[size_t(n)] = float(l - zt[0][size_t(n)] - zt[1][size_t(n)]);
-            lse_max = std::max(lse_max, std::fabs(l));
+            lse_err[size_t(n)] = std::max(lb[0][size_t(n)], lb[1][size_t(n)]) +
+                                 testing::gamma_worst(8, kUnitF64) * (std::fabs(l) + 1);
         }
-        // Each block's lse is stored in f32 (the precision policy): its rounding, 2^-24 |lse|,
-        // carries into the loss in absolute terms (the +1000 row: ~6e-5).
-        expect_close(loss, loss_full, 1e-6, 1e-6 + 2 * lse_max * 0x1p-24,
-                     "two-block loss" + cs.name());
+        // The full row's loss (its own bound) and the blocks' (their lse's, then the fp32
+        // rounding of l - z_t, u |loss|), against the exact loss.
+        const CeBound full =
+            cross_entropy_bound(dvec(logits), targets, cs.N, cs.V, d_scale, Impl::kCpu);
+        DVec loss_bound(size_t(cs.N));
+        for (size_t n = 0; n < loss_bound.size(); ++n)
+            loss_bound[n] = full.loss[n] + lse_err[n] + kUnitF32 * std::fabs(loss[n]);
+        expect_within_bound(dvec(loss), dvec(loss_full), loss_bound, "two-block loss" + cs.name(),
+                            "ce two-block loss F32");
 
         FVec grad(logits.size(), -7.0f);
         Mat gm = m(grad, cs.N, cs.V);
         for (int k = 0; k < 2; ++k)
             cpu_->cross_entropy_backward(gm.col_slice(k ? V1 : 0, k ? cs.V - V1 : V1), blocks[k],
                                          host_cvec(lse_global), host_cvec(tg[k]), d_scale);
-        // p = e^(z - lse) with lse rounded to f32 (2^-24 |lse|) and z - lse rounded (2^-24 gap).
-        const double rtol = (4 + lse_max + max_gap(logits, lse_global, cs)) * 0x1p-24;
-        expect_close(grad, grad_full, rtol, 1e-8, "two-block gradient" + cs.name(),
-                     "ce two-block gradient F32");
+        // Each block's backward from the fp32 lse_global (its own bound), whose distance from
+        // the exact lse (lse_err + u |l|) moves p = e^(z - lse) by as much relative; the fused
+        // full-row gradient within its bound.
+        const DVec bwd = ce_backward_bound(dvec(logits), dvec(lse_global), targets, cs.N, cs.V,
+                                           d_scale, Impl::kCpu);
+        DVec grad_bound(grad.size(), 0.0);  // ignored rows: exact zeros
+        for (int n = 0; n < cs.N; ++n)
+            for (int v = 0; v < cs.V && targets[size_t(n)] != kIgnoreIndex; ++v) {
+                const size_t i = size_t(n) * cs.V + v;
+                const double l = lse_global[size_t(n)];
+                const double p = std::exp(double(logits[i]) - l);
+                grad_bound[i] = full.grad[i] + bwd[i] +
+                                d_scale * p * (lse_err[size_t(n)] + kUnitF32 * std::fabs(l));
+            }
+        expect_within_bound(dvec(grad), dvec(grad_full), grad_bound,
+                            "two-block gradient" + cs.name(), "ce two-block gradient F32");
     }
 }
 

@@ -10,16 +10,17 @@
 #include <string>
 #include <vector>
 
-#include "backend_test_util.h"
 #include "ete/backend/backend.h"
+#include "kernel_bounds.h"
 
 namespace ete {
 namespace {
 
 using namespace backend_test;
 
-// d f / d theta[i] for every i, by central differences. With h = 1e-6 and f = O(10) the error is
-// ~1e-9 (rounding) + ~1e-12 (truncation).
+// d f / d theta[i] for every i, by central differences in double. With h = 1e-6 and f = O(10)
+// the error is ~1e-9 (rounding: 2^-53 |f| times a few operations, over h) plus h^2 / 6 |f'''|
+// ~ 1e-12 |f'''| (truncation): expect_grad allows 1e-8 absolute and 1e-6 relative.
 DVec numeric_grad(DVec& theta, const std::function<double()>& f) {
     const double h = 1e-6;
     DVec g(theta.size());
