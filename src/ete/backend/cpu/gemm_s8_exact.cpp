@@ -10,12 +10,13 @@
 // 2^31 (65536 · 32640 = 2139095040), so no intermediate is ever rounded or clamped and the result
 // equals the plain loop's (integer sums do not depend on their order).
 //
-// Tiles of MR rows of A by NR rows of W share each widened load; the whole K of a tile is summed
-// in registers (one int32 lane per pair of k) and reduced at the end. Compiled for AVX-512BW
+// Both operands are widened to int16 once per call (in chunks of rows, zero-padded to whole
+// vectors); tiles of MR rows of A by NR rows of W share each load, and the whole K of a tile is
+// summed in registers (one int32 lane per pair of k), reduced at the end. Compiled for AVX-512BW
 // (32 int16 lanes) or AVX2 (16) as the build targets; other builds keep the scalar loops.
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
+#include <vector>
 
 #include "ete/backend/cpu/dnnl_gemm_internal.h"
 
@@ -42,22 +43,17 @@ void gemm_s8_scalar_rows(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t
         }
 }
 
+#if ETE_S8_AVX512 || ETE_S8_AVX2
 #if ETE_S8_AVX512
 using Vec = __m512i;
-constexpr int64_t kStep = 32;  // k per widened vector
+constexpr int64_t kStep = 32;  // int16 lanes per vector
 constexpr int kMR = 4, kNR = 4;
 
-[[gnu::always_inline]] inline __mmask32 lanes(int64_t n) {
-    return n >= 32 ? ~__mmask32(0) : __mmask32((uint64_t(1) << n) - 1);
+[[gnu::always_inline]] inline Vec load(const int16_t* p) {
+    return _mm512_loadu_si512(p);
 }
-[[gnu::always_inline]] inline Vec widen(const uint8_t* p, __mmask32 k) {
-    return _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, p));
-}
-[[gnu::always_inline]] inline Vec widen(const int8_t* p, __mmask32 k) {
-    return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, p));
-}
-// (_mm512_reduce_add_epi32 is built on _mm256_undefined_si256(), which GCC 12 flags as
-// maybe-uninitialized under -Werror; the maskz extract takes every input explicitly.)
+// (_mm512_reduce_add_epi32 and _mm512_castsi512_si256 are built on _mm256_undefined_si256(),
+// which GCC 12 flags as maybe-uninitialized under -Werror; the maskz extract takes every input.)
 [[gnu::always_inline]] inline int32_t reduce(Vec v) {
     const __m256i h = _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xFF, v, 0),
                                        _mm512_maskz_extracti64x4_epi64(0xFF, v, 1));
@@ -72,26 +68,13 @@ constexpr int kMR = 4, kNR = 4;
 [[gnu::always_inline]] inline Vec madd_add(Vec acc, Vec a, Vec w) {
     return _mm512_add_epi32(acc, _mm512_madd_epi16(a, w));
 }
-#elif ETE_S8_AVX2
+#else
 using Vec = __m256i;
 constexpr int64_t kStep = 16;
 constexpr int kMR = 4, kNR = 3;  // 12 accumulators + 3 weights + 1 activation = 16 registers
 
-// AVX2 has no masked byte load: the tail goes through a zero-padded copy.
-template <typename T>
-[[gnu::always_inline]] inline Vec widen_full(const T* p) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    if constexpr (std::is_same_v<T, uint8_t>)
-        return _mm256_cvtepu8_epi16(b);
-    else
-        return _mm256_cvtepi8_epi16(b);
-}
-template <typename T>
-[[gnu::always_inline]] inline Vec widen(const T* p, int64_t n) {
-    if (n >= kStep) return widen_full(p);
-    alignas(16) T tmp[kStep] = {};
-    std::copy(p, p + n, tmp);
-    return widen_full(tmp);
+[[gnu::always_inline]] inline Vec load(const int16_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 [[gnu::always_inline]] inline int32_t reduce(Vec v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -107,24 +90,18 @@ template <typename T>
 }
 #endif
 
-#if ETE_S8_AVX512 || ETE_S8_AVX2
-// One tile: rows [m, m + mr) of A by rows [n, n + nr) of W, the whole K.
-template <int MR, int NR, typename A>
-void tile(const A* a, int64_t lda, const int8_t* w, int64_t ldw, int64_t K, int32_t* c,
-          int64_t ldc) {
+// One tile: MR rows of the widened A by NR rows of the widened W (row length kp, a multiple of
+// kStep with zeros past K).
+template <int MR, int NR>
+void tile(const int16_t* a, const int16_t* w, int64_t kp, int32_t* c, int64_t ldc) {
     Vec acc[MR][NR];
     for (int i = 0; i < MR; ++i)
         for (int j = 0; j < NR; ++j) acc[i][j] = zero();
-    for (int64_t k = 0; k < K; k += kStep) {
-#if ETE_S8_AVX512
-        const auto part = lanes(K - k);
-#else
-        const int64_t part = K - k;
-#endif
+    for (int64_t k = 0; k < kp; k += kStep) {
         Vec wv[NR];
-        for (int j = 0; j < NR; ++j) wv[j] = widen(w + j * ldw + k, part);
+        for (int j = 0; j < NR; ++j) wv[j] = load(w + j * kp + k);
         for (int i = 0; i < MR; ++i) {
-            const Vec av = widen(a + i * lda + k, part);
+            const Vec av = load(a + i * kp + k);
             for (int j = 0; j < NR; ++j) acc[i][j] = madd_add(acc[i][j], av, wv[j]);
         }
     }
@@ -132,46 +109,69 @@ void tile(const A* a, int64_t lda, const int8_t* w, int64_t ldw, int64_t K, int3
         for (int j = 0; j < NR; ++j) c[i * ldc + j] = reduce(acc[i][j]);
 }
 
-// Rows [m0, m1) of C by columns [n0, n1), in full tiles and then the ragged edges.
-template <typename A>
-void block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const A* a, int64_t lda,
-           const int8_t* w, int64_t ldw, int32_t* c, int64_t ldc) {
+// Rows [m0, m1) of A by rows [n0, n1) of W (indices into the widened chunks), full tiles, then
+// the ragged edges.
+void block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, const int16_t* a, const int16_t* w,
+           int64_t kp, int32_t* c, int64_t ldc) {
     int64_t m = m0;
     for (; m + kMR <= m1; m += kMR) {
         int64_t n = n0;
         for (; n + kNR <= n1; n += kNR)
-            tile<kMR, kNR>(a + m * lda, lda, w + n * ldw, ldw, K, c + m * ldc + n, ldc);
-        for (; n < n1; ++n)
-            tile<kMR, 1>(a + m * lda, lda, w + n * ldw, ldw, K, c + m * ldc + n, ldc);
+            tile<kMR, kNR>(a + m * kp, w + n * kp, kp, c + m * ldc + n, ldc);
+        for (; n < n1; ++n) tile<kMR, 1>(a + m * kp, w + n * kp, kp, c + m * ldc + n, ldc);
     }
     for (; m < m1; ++m) {
         int64_t n = n0;
         for (; n + kNR <= n1; n += kNR)
-            tile<1, kNR>(a + m * lda, lda, w + n * ldw, ldw, K, c + m * ldc + n, ldc);
-        for (; n < n1; ++n) tile<1, 1>(a + m * lda, lda, w + n * ldw, ldw, K, c + m * ldc + n, ldc);
+            tile<1, kNR>(a + m * kp, w + n * kp, kp, c + m * ldc + n, ldc);
+        for (; n < n1; ++n) tile<1, 1>(a + m * kp, w + n * kp, kp, c + m * ldc + n, ldc);
+    }
+}
+
+// rows x K of x (leading dimension ld) widened to int16 rows of kp, zero past K.
+template <typename T>
+void widen_rows(int16_t* out, const T* x, int64_t rows, int64_t K, int64_t ld, int64_t kp) {
+#pragma omp parallel for schedule(static) if (rows * K > (int64_t(1) << 16))
+    for (int64_t r = 0; r < rows; ++r) {
+        int16_t* o = out + r * kp;
+        const T* in = x + r * ld;
+        for (int64_t k = 0; k < K; ++k) o[k] = int16_t(in[k]);
+        for (int64_t k = K; k < kp; ++k) o[k] = 0;
+    }
+}
+
+// Both operands widened to int16 in chunks of rows (kMC of A, kNC of W: at most 1024 · kp
+// int16s each), the chunk pair's C in blocks shared among the OpenMP threads, each block's rows
+// of W (kNB · kp · 2 bytes) staying in L2 while the block's rows of A stream past them.
+template <typename A>
+void gemm_s8_blocked(int64_t M, int64_t N, int64_t K, const A* a, int64_t lda, const int8_t* w,
+                     int64_t ldw, int32_t* c, int64_t ldc) {
+    constexpr int64_t kMC = 1024, kNC = 1024, kMB = 64, kNB = 96;
+    const int64_t kp = std::max<int64_t>(kStep, (K + kStep - 1) / kStep * kStep);
+    std::vector<int16_t> aw(size_t(std::min(M, kMC) * kp)), ww(size_t(std::min(N, kNC) * kp));
+    for (int64_t m0 = 0; m0 < M; m0 += kMC) {
+        const int64_t mc = std::min(kMC, M - m0);
+        widen_rows(aw.data(), a + m0 * lda, mc, K, lda, kp);
+        for (int64_t n0 = 0; n0 < N; n0 += kNC) {
+            const int64_t nc = std::min(kNC, N - n0);
+            widen_rows(ww.data(), w + n0 * ldw, nc, K, ldw, kp);
+            const int64_t mb = (mc + kMB - 1) / kMB, nb = (nc + kNB - 1) / kNB;
+            int32_t* cc = c + m0 * ldc + n0;
+#pragma omp parallel for schedule(dynamic) collapse(2) if (mc * nc * K > (int64_t(1) << 18))
+            for (int64_t j = 0; j < nb; ++j)
+                for (int64_t i = 0; i < mb; ++i)
+                    block(i * kMB, std::min(mc, (i + 1) * kMB), j * kNB,
+                          std::min(nc, (j + 1) * kNB), aw.data(), ww.data(), kp, cc, ldc);
+        }
     }
 }
 #else
 template <typename A>
-void block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const A* a, int64_t lda,
-           const int8_t* w, int64_t ldw, int32_t* c, int64_t ldc) {
-    gemm_s8_scalar_rows(m0, m1, n0, n1, K, a, lda, w, ldw, c, ldc);
-}
-#endif
-
-// Blocks of C sized so a block's rows of W (kNB · K bytes) stay in L2 while the rows of A stream
-// past them; the blocks are shared among the OpenMP threads.
-template <typename A>
 void gemm_s8_blocked(int64_t M, int64_t N, int64_t K, const A* a, int64_t lda, const int8_t* w,
                      int64_t ldw, int32_t* c, int64_t ldc) {
-    constexpr int64_t kMB = 64, kNB = 96;
-    const int64_t mb = (M + kMB - 1) / kMB, nb = (N + kNB - 1) / kNB;
-#pragma omp parallel for schedule(dynamic) collapse(2) if (M * N * K > (int64_t(1) << 18))
-    for (int64_t j = 0; j < nb; ++j)
-        for (int64_t i = 0; i < mb; ++i)
-            block(i * kMB, std::min(M, (i + 1) * kMB), j * kNB, std::min(N, (j + 1) * kNB), K, a,
-                  lda, w, ldw, c, ldc);
+    gemm_s8_scalar_rows(0, M, 0, N, K, a, lda, w, ldw, c, ldc);
 }
+#endif
 
 }  // namespace
 
