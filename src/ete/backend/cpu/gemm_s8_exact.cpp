@@ -148,20 +148,29 @@ void gemm_s8_blocked(int64_t M, int64_t N, int64_t K, const A* a, int64_t lda, c
                      int64_t ldw, int32_t* c, int64_t ldc) {
     constexpr int64_t kMC = 1024, kNC = 1024, kMB = 64, kNB = 96;
     const int64_t kp = std::max<int64_t>(kStep, (K + kStep - 1) / kStep * kStep);
-    std::vector<int16_t> aw(size_t(std::min(M, kMC) * kp)), ww(size_t(std::min(N, kNC) * kp));
+    // The calling thread's staging, kept between calls (widen_rows writes every element used):
+    // an integer model's forward makes the same calls again and page-faults nothing after the
+    // first.
+    // The pointers, not the thread_local names, go into the parallel loops: there a name would
+    // be each worker's own (empty) buffer.
+    thread_local std::vector<int16_t> a_stage, w_stage;
+    a_stage.resize(std::max(a_stage.size(), size_t(std::min(M, kMC) * kp)));
+    w_stage.resize(std::max(w_stage.size(), size_t(std::min(N, kNC) * kp)));
+    int16_t* const aw = a_stage.data();
+    int16_t* const ww = w_stage.data();
     for (int64_t m0 = 0; m0 < M; m0 += kMC) {
         const int64_t mc = std::min(kMC, M - m0);
-        widen_rows(aw.data(), a + m0 * lda, mc, K, lda, kp);
+        widen_rows(aw, a + m0 * lda, mc, K, lda, kp);
         for (int64_t n0 = 0; n0 < N; n0 += kNC) {
             const int64_t nc = std::min(kNC, N - n0);
-            widen_rows(ww.data(), w + n0 * ldw, nc, K, ldw, kp);
+            widen_rows(ww, w + n0 * ldw, nc, K, ldw, kp);
             const int64_t mb = (mc + kMB - 1) / kMB, nb = (nc + kNB - 1) / kNB;
             int32_t* cc = c + m0 * ldc + n0;
 #pragma omp parallel for schedule(dynamic) collapse(2) if (mc * nc * K > (int64_t(1) << 18))
             for (int64_t j = 0; j < nb; ++j)
                 for (int64_t i = 0; i < mb; ++i)
                     block(i * kMB, std::min(mc, (i + 1) * kMB), j * kNB,
-                          std::min(nc, (j + 1) * kNB), aw.data(), ww.data(), kp, cc, ldc);
+                          std::min(nc, (j + 1) * kNB), aw, ww, kp, cc, ldc);
         }
     }
 }
