@@ -63,4 +63,24 @@ inline double decoder_forward_chain(int64_t layers, int64_t C, int64_t hd, int64
     return double(layers) * double(5 * C + hd + 2 * T + F) + double(2 * C);
 }
 
+// The same chains of a model config (ModelConfig's fields; a template, so this header needs none
+// of the engine's), over T positions and N tokens a step.
+template <typename Config>
+double model_chain(const Config& c, int64_t T, int64_t N) {
+    return decoder_chain(c.num_layers, c.hidden_size, c.D(), T, c.intermediate_size, c.vocab_size,
+                         N);
+}
+template <typename Config>
+double model_forward_chain(const Config& c, int64_t T) {
+    return decoder_forward_chain(c.num_layers, c.hidden_size, c.D(), T, c.intermediate_size);
+}
+
+// A model's logits against a float64 golden on the same f32 weights (rounded once to f32): its
+// own f32 rounding along the forward chain, with 4 more roundings a layer for the kernels'
+// approximate exp, tanh and sigmoid (a few ulp each).
+template <typename Config>
+double golden_logit_bound(const Config& c, int64_t T) {
+    return gamma_prob(model_forward_chain(c, T) + 4.0 * double(c.num_layers) + 1.0);
+}
+
 }  // namespace ete::testing

@@ -41,9 +41,7 @@ ModelConfig tiny_llama(int layers, int vocab = 29) {
 // in-process training model sum the same products in other orders: within reorder_prob of the
 // chain of reductions to the loss (numerics.h).
 double eval_tolerance(const ModelConfig& c, int64_t T, int64_t N) {
-    return testing::reorder_prob(testing::decoder_chain(c.num_layers, c.hidden_size,
-                                                        c.hidden_size / c.num_heads, T,
-                                                        c.intermediate_size, c.vocab_size, N));
+    return testing::reorder_prob(testing::model_chain(c, T, N));
 }
 
 TEST(CliEval, LossAndLogitsFollowTheContract) {

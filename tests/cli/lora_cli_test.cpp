@@ -41,10 +41,7 @@ ModelConfig tiny_llama() {
 // base + adapter): within reorder_prob of the chain of reductions to the loss (numerics.h), plus
 // `extra` terms (an adapter's rank and the merge's rounding).
 double forward_tolerance(const ModelConfig& c, int64_t T, int64_t N, int64_t extra = 0) {
-    return testing::reorder_prob(testing::decoder_chain(c.num_layers, c.hidden_size,
-                                                        c.hidden_size / c.num_heads, T,
-                                                        c.intermediate_size, c.vocab_size, N) +
-                                 double(extra));
+    return testing::reorder_prob(testing::model_chain(c, T, N) + double(extra));
 }
 
 class LoraCli : public ::testing::Test {

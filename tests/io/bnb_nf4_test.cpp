@@ -209,11 +209,7 @@ TEST(BnbNf4, ReadsADirWrittenInBitsandbytesLayout) {
     // The golden is float64 maths on the dequantized weights (rounded once to f32): ETE's own f32
     // rounding along the forward chain, with 4 more roundings a layer for its approximate
     // exp/sigmoid (numerics.h; as tests/io/hf_dirs_test.cpp).
-    const double tol = testing::gamma_prob(
-        testing::decoder_forward_chain(c.num_layers, c.hidden_size, c.hidden_size / c.num_heads, T,
-                                       c.intermediate_size) +
-        4.0 * double(c.num_layers) + 1.0);
-    EXPECT_LT(err / scale, tol);
+    EXPECT_LT(err / scale, testing::golden_logit_bound(c, T));
 }
 
 }  // namespace

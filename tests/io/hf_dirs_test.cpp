@@ -32,10 +32,7 @@ using Tensors = std::vector<std::pair<std::string, Tensor>>;
 // models, measured ~2.7e-7). A wrong layout, a transposed Conv1D or a mis-converted BF16 weight
 // gives errors of order 1.
 double logit_tolerance(const ModelConfig& c, int64_t T) {
-    return testing::gamma_prob(testing::decoder_forward_chain(c.num_layers, c.hidden_size,
-                                                              c.hidden_size / c.num_heads, T,
-                                                              c.intermediate_size) +
-                               4.0 * double(c.num_layers) + 1.0);
+    return testing::golden_logit_bound(c, T);
 }
 
 std::string hf_dir(const std::string& name) {

@@ -162,9 +162,8 @@ TEST(Int8Model, MatchesTheFakeQuantizedModel) {
         plain.params().from_host(host);
         plain.setup(B, T);
         const double lf = loss(*fake), lq = loss(*q), lp = loss(plain);
-        const double n_fwd = testing::decoder_forward_chain(c.num_layers, c.hidden_size, c.D(), T,
-                                                            c.intermediate_size);
-        EXPECT_NEAR(lq, lf, testing::reorder_prob(n_fwd + c.vocab_size) * lf);
+        EXPECT_NEAR(lq, lf,
+                    testing::reorder_prob(testing::model_forward_chain(c, T) + c.vocab_size) * lf);
         EXPECT_GT(std::fabs(lq - lp), 20 * std::fabs(lq - lf)) << "quantization changed nothing";
     }
 }

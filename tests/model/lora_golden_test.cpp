@@ -180,9 +180,8 @@ TEST(LoraModel, ZeroBLeavesTheBaseModelUnchanged) {
     // B = 0 adds exact zeros: the same sums in another blocking, two orders along the forward
     // chain, the head's C products cancelling to ~1/√C of the largest logit (numerics.h):
     // reorder_prob(n_fwd)·√C, 1.8e-4. B = 0.1 below moves the logits by 0.3.
-    const double n_fwd = testing::decoder_forward_chain(cfg.num_layers, cfg.hidden_size, cfg.D(), T,
-                                                        cfg.intermediate_size);
-    EXPECT_LT(rel_max_err(b, a), testing::reorder_prob(n_fwd) * std::sqrt(double(cfg.hidden_size)));
+    EXPECT_LT(rel_max_err(b, a), testing::reorder_prob(testing::model_forward_chain(cfg, T)) *
+                                     std::sqrt(double(cfg.hidden_size)));
     // ... while a non-zero B does change it.
     const int ib = lora.params().find_lora(ParamRole::Q, 0, true);
     lora.params().upload(ib, std::vector<float>(size_t(lora.params().numel(ib)), 0.1f).data());

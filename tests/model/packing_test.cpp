@@ -131,10 +131,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 // doc_start the summed loss moves by 0.8% (Llama) and 11% (GPT-2).
 double tolerance(const char* backend, const ModelConfig& c) {
     if (std::string(backend) == "ref") return 1e-12;  // guarded runs the cpu kernels
-    const int64_t hd = c.hidden_size / c.num_heads;
-    const double n = testing::decoder_chain(c.num_layers, c.hidden_size, hd, kPackedT,
-                                            c.intermediate_size, c.vocab_size, kPackedT);
-    return testing::reorder_prob(n) * std::sqrt(double(kPackedT));
+    return testing::reorder_prob(testing::model_chain(c, kPackedT, kPackedT)) *
+           std::sqrt(double(kPackedT));
 }
 
 class PackingTest : public ::testing::TestWithParam<Case> {

@@ -162,12 +162,10 @@ struct LayoutTolerance {
     double loss, logits, grad, norm_sq;
 };
 inline LayoutTolerance layout_tolerance(const ModelConfig& c, int64_t T, int64_t N) {
-    const int64_t L = c.num_layers, C = c.hidden_size, D = c.D(), F = c.intermediate_size;
-    const double fwd = decoder_forward_chain(L, C, D, T, F);
-    const double grad =
-        reorder_prob(decoder_chain(L, C, D, T, F, c.vocab_size, N)) * std::sqrt(double(N));
-    return {reorder_prob(fwd + c.vocab_size), reorder_prob(fwd) * std::sqrt(double(C)), grad,
-            2 * grad};
+    const double fwd = model_forward_chain(c, T);
+    const double grad = reorder_prob(model_chain(c, T, N)) * std::sqrt(double(N));
+    return {reorder_prob(fwd + c.vocab_size), reorder_prob(fwd) * std::sqrt(double(c.hidden_size)),
+            grad, 2 * grad};
 }
 
 // Every parameter's gradient in `global` matches the whole model's within rel_tol (max error

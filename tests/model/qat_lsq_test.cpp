@@ -97,8 +97,7 @@ TEST_P(QatLsq, FactorGradientsMatchAcrossTensorParallelism) {
     // head counted twice, is off by the whole gradient.
     const int64_t N = 2 * B * T;
     const testing::LayoutTolerance tol = testing::layout_tolerance(c, T, N);
-    const double n = testing::decoder_chain(c.num_layers, c.hidden_size, c.D(), T,
-                                            c.intermediate_size, c.vocab_size, N);
+    const double n = testing::model_chain(c, T, N);
     const ParamStore& wp = whole->params();
     testing::expect_grads_match(wp, global, tol.grad, "lsq tp", [&](const ParamSpec& s) {
         if (s.role != ParamRole::QatScale) return tol.grad;

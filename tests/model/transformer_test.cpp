@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ete/core/rng.h"
-#include "numerics.h"
+#include "parallel_util.h"
 
 namespace ete {
 namespace {
@@ -82,28 +82,10 @@ double rel_max_err(const float* a, const float* b, int64_t n) {
 }
 
 // Two runs of the same model that differ only in summation order (GEMMs over other row counts,
-// the batch in micro-batches) each round within the error estimate of the computation along its
-// chains of reductions, so differ by at most twice it (numerics.h; C = 48, head dim 12, T = 13,
-// N = B·T = 26 tokens; for Llama):
-//  - a loss, a sum of per-token terms lse - z_t >= 0 about as large as their parts: the forward
-//    chain and the log-sum-exp, reorder_prob(n_fwd + V) = 2.1e-5;
-//  - logits against the largest: the head's C products cancel to ~1/√C of their magnitudes,
-//    reorder_prob(n_fwd)·√C = 1.4e-4;
-//  - a gradient against its tensor's largest: forward and backward (decoder_chain), its N
-//    per-token terms cancelling likewise, reorder_prob(n)·√N = 1.5e-4.
-// A leak across positions or a missing micro-batch term moves these by 1e-2 or more.
-struct Reorder {
-    double loss, logits, grad;
-};
-
-Reorder reorder_tolerance(const ModelConfig& c, int B, int T) {
-    const int64_t L = c.num_layers, C = c.hidden_size, D = c.D(), F = c.intermediate_size;
-    const double fwd = testing::decoder_forward_chain(L, C, D, T, F);
-    const double all = testing::decoder_chain(L, C, D, T, F, c.vocab_size, int64_t(B) * T);
-    return {testing::reorder_prob(fwd + c.vocab_size),
-            testing::reorder_prob(fwd) * std::sqrt(double(C)),
-            testing::reorder_prob(all) * std::sqrt(double(B) * T)};
-}
+// the batch in micro-batches) are held to layout_tolerance (parallel_util.h: two orders along
+// the chains of reductions; here C = 48, head dim 12, T = 13, N = B·T = 26 tokens, for Llama:
+// loss 2.1e-5, logits 1.4e-4, gradients 1.5e-4). A leak across positions or a missing
+// micro-batch term moves these by 1e-2 or more.
 
 struct Case {
     Arch arch;
@@ -117,10 +99,10 @@ class TransformerTest : public ::testing::TestWithParam<Case> {
         be_ = make_backend(GetParam().backend);
         make_batch(B_, T_, cfg_.vocab_size, inputs_, targets_);
         d_scale_ = 1.0f / float(count_targets(targets_));
-        tol_ = reorder_tolerance(cfg_, B_, T_);
+        tol_ = testing::layout_tolerance(cfg_, T_, int64_t(B_) * T_);
     }
     ModelConfig cfg_;
-    Reorder tol_{};
+    testing::LayoutTolerance tol_{};
     std::unique_ptr<Backend> be_;
     int B_ = 2, T_ = 13;
     std::vector<int32_t> inputs_, targets_;

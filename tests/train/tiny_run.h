@@ -75,13 +75,10 @@ struct RunTolerance {
     }
 };
 inline RunTolerance run_tolerance(const RunConfig& c, const ModelConfig& m) {
-    const int64_t L = m.num_layers, C = m.hidden_size, D = m.D(), T = c.seq_len;
-    const int64_t F = m.intermediate_size, V = m.vocab_size;
-    const int64_t N = int64_t(c.micro_batch) * c.grad_accum * T;
-    const double fwd = testing::decoder_forward_chain(L, C, D, T, F);
-    const double rho =
-        testing::reorder_prob(testing::decoder_chain(L, C, D, T, F, V, N)) * std::sqrt(double(N));
-    return {testing::reorder_prob(fwd + double(V)), rho, 2 * rho * double(c.steps) * c.lr, c.steps};
+    const int64_t T = c.seq_len, N = int64_t(c.micro_batch) * c.grad_accum * T;
+    const double rho = testing::reorder_prob(testing::model_chain(m, T, N)) * std::sqrt(double(N));
+    return {testing::reorder_prob(testing::model_forward_chain(m, T) + double(m.vocab_size)), rho,
+            2 * rho * double(c.steps) * c.lr, c.steps};
 }
 
 // Fixture: dir_ holds toks.bin, a learnable stream (a repeating pattern with some noise) over

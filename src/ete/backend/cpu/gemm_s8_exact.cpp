@@ -44,6 +44,14 @@ void gemm_s8_scalar_rows(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t
 }
 
 #if ETE_S8_AVX512 || ETE_S8_AVX2
+// The sum of 8 int32 lanes.
+[[gnu::always_inline]] inline int32_t reduce256(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
 #if ETE_S8_AVX512
 using Vec = __m512i;
 constexpr int64_t kStep = 32;  // int16 lanes per vector
@@ -55,12 +63,8 @@ constexpr int kMR = 4, kNR = 4;
 // (_mm512_reduce_add_epi32 and _mm512_castsi512_si256 are built on _mm256_undefined_si256(),
 // which GCC 12 flags as maybe-uninitialized under -Werror; the maskz extract takes every input.)
 [[gnu::always_inline]] inline int32_t reduce(Vec v) {
-    const __m256i h = _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xFF, v, 0),
-                                       _mm512_maskz_extracti64x4_epi64(0xFF, v, 1));
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
+    return reduce256(_mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xFF, v, 0),
+                                      _mm512_maskz_extracti64x4_epi64(0xFF, v, 1)));
 }
 [[gnu::always_inline]] inline Vec zero() {
     return _mm512_setzero_si512();
@@ -77,10 +81,7 @@ constexpr int kMR = 4, kNR = 3;  // 12 accumulators + 3 weights + 1 activation =
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 [[gnu::always_inline]] inline int32_t reduce(Vec v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
+    return reduce256(v);
 }
 [[gnu::always_inline]] inline Vec zero() {
     return _mm256_setzero_si256();

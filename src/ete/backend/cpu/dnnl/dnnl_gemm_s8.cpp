@@ -46,6 +46,11 @@ struct KeyS8 {
     auto operator<=>(const KeyS8&) const = default;
 };
 
+// What dnnl_gemm_s8_impl names ETE's exact kernel.
+std::string exact_impl() {
+    return fmt::format("exact:{}", gemm_s8_exact_isa());
+}
+
 // The int8 matmul for k as oneDNN builds it, or an entry without a primitive (the loops run it)
 // when oneDNN has only its reference kernel or none. Not gated on s8_engine: its check uses this.
 Entry build_s8(const KeyS8& k) {
@@ -80,7 +85,7 @@ Entry build_s8(const KeyS8& k) {
                                         cpu_engine());
         const std::string impl = pd.impl_info_str();
         if (impl.rfind("ref", 0) == 0) {
-            e.impl = fmt::format("exact:{}", gemm_s8_exact_isa());
+            e.impl = exact_impl();
             e.why = impl;
             return e;
         }
@@ -91,7 +96,7 @@ Entry build_s8(const KeyS8& k) {
     } catch (const dnnl::error& err) {
         ETE_CHECK(err.status == dnnl_unimplemented, "[gemm_s8] oneDNN int8 matmul {}x{}x{}: {}",
                   k.M, k.N, k.K, err.what());
-        e.impl = fmt::format("exact:{}", gemm_s8_exact_isa());
+        e.impl = exact_impl();
     }
     return e;
 }
@@ -225,7 +230,7 @@ const S8Engine& s8_engine() {
 Entry make_entry_s8(const KeyS8& k) {
     if (const S8Engine& s = s8_engine(); !s.onednn) {
         Entry e;
-        e.impl = fmt::format("exact:{}", gemm_s8_exact_isa());
+        e.impl = exact_impl();
         e.why = s.why;
         return e;
     }
@@ -388,7 +393,7 @@ std::string dnnl_gemm_s8_impl(int64_t M, int64_t N, int64_t K, int64_t lda, DTyp
     static const int8_t dummy = 0;
     dnnl_gemm_s8_check_args(M, N, K, &dummy, lda, a_dtype, &dummy, ldw,
                             reinterpret_cast<const int32_t*>(&dummy), ldc);
-    if (M == 0 || N == 0 || K == 0) return fmt::format("exact:{}", gemm_s8_exact_isa());
+    if (M == 0 || N == 0 || K == 0) return exact_impl();
     return cached_entry_s8({M, N, K, lda, ldw, ldc, a_dtype, omp_get_max_threads()}).impl;
 }
 
