@@ -23,6 +23,7 @@
 #include "ete/core/file_util.h"
 #include "ete/data/token_shard.h"
 #include "ete/io/safetensors.h"
+#include "ete/train/trainer.h"
 #include "parallel_fixture.h"
 #include "shell.h"
 
@@ -538,17 +539,16 @@ TEST_F(ParallelTrain, AHostThatDoesNotAnswerIsLeftOut) {
         << few.out;
 }
 
-// SIGTERM to `ete launch` (Kubernetes' pod termination, an operator's kill): every rank saves a
-// checkpoint and the job exits 0 — before the fix mpirun killed the ranks a second after
-// forwarding SIGTERM, before a larger model's checkpoint was written.
-TEST_F(ParallelTrain, SigtermToTheLauncherCheckpointsEveryRank) {
-    const std::string out = (dir_ / "term").string();
-    const std::string ete = std::string(ETE_BINARY_DIR) + "/ete",
-                      job = (dir_ / "job.toml").string();
+// Starts `ete launch -n 2 -- train` with steps of at least `step_ms`, waits for its second step
+// and sends SIGTERM `times` times (to the launcher alone, or with `group` to every process of the
+// job at once, as Slurm's scancel does); the job's exit code and the steps it logged.
+std::pair<int, size_t> stop_launched_job(const std::string& out, const std::string& job,
+                                         int step_ms, bool group, int times) {
+    const std::string ete = std::string(ETE_BINARY_DIR) + "/ete";
     const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
     if (pid == 0) {
-        setenv("ETE_FAULT", "slow@ms=200", 1);
+        if (group) ::setpgid(0, 0);
+        setenv("ETE_FAULT", fmt::format("slow@ms={}", step_ms).c_str(), 1);
         setenv("OMP_NUM_THREADS", "1", 1);
         setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
         const int null = ::open("/dev/null", O_WRONLY);
@@ -557,21 +557,44 @@ TEST_F(ParallelTrain, SigtermToTheLauncherCheckpointsEveryRank) {
               out.c_str(), "--set", "train.steps=200", static_cast<char*>(nullptr));
         _exit(127);
     }
+    if (pid < 0) return {-1, 0};
     auto lines = [&] {
         std::ifstream in(out + "/metrics.jsonl");
         size_t n = 0;
         for (std::string l; std::getline(in, l);) ++n;
         return n;
     };
-    for (int i = 0; i < 3000 && lines() < 2; ++i)
+    for (int i = 0; i < 6000 && lines() < 2; ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    for (int i = 0; i < times; ++i) {
+        ::kill(group ? -pid : pid, SIGTERM);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0);
-    const size_t done = lines();
+    if (waitpid(pid, &status, 0) != pid) return {-1, 0};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), lines()};
+}
+
+// SIGTERM to `ete launch` (Kubernetes' pod termination, an operator's kill): every rank saves a
+// checkpoint and the job exits 4 (stopped, resumable) — before the fix mpirun killed the ranks a
+// second after forwarding SIGTERM, before a larger model's checkpoint was written.
+TEST_F(ParallelTrain, SigtermToTheLauncherCheckpointsEveryRank) {
+    const std::string out = (dir_ / "term").string();
+    const auto [code, done] = stop_launched_job(out, (dir_ / "job.toml").string(), 200, false, 1);
+    EXPECT_EQ(code, kExitStopped);
     EXPECT_LT(done, 200u);
+    EXPECT_TRUE(fs::exists(out + fmt::format("/checkpoints/step_{:08d}/state.json", done)))
+        << "no checkpoint after step " << done;
+    EXPECT_FALSE(fs::exists(out + "/final"));
+}
+
+// Slurm's scancel and time limit: SIGTERM to every process of the job at once (launcher, mpirun,
+// ranks), twice within milliseconds, with 1.5 s steps. Before, mpirun answered its own SIGTERM by
+// killing the ranks a second later and the second SIGTERM ended them: no checkpoint.
+TEST_F(ParallelTrain, SigtermsToEveryProcessOfTheJobStillCheckpoint) {
+    const std::string out = (dir_ / "group").string();
+    const auto [code, done] = stop_launched_job(out, (dir_ / "job.toml").string(), 1500, true, 2);
+    EXPECT_EQ(code, kExitStopped);
     EXPECT_TRUE(fs::exists(out + fmt::format("/checkpoints/step_{:08d}/state.json", done)))
         << "no checkpoint after step " << done;
     EXPECT_FALSE(fs::exists(out + "/final"));

@@ -107,8 +107,10 @@ TEST_F(ResumeTest, TornCheckpointIsIgnoredAndOldOnesPruned) {
     EXPECT_THROW(run_training(cfg_, (dir_ / "x").string(), {torn.string(), {}}), Error);
 }
 
-// The real binary: SIGTERM finishes the step, saves a checkpoint, exits 0; --resume auto then
-// completes the run with the same final weights as an uninterrupted one.
+// The real binary: SIGTERM finishes the step, saves a checkpoint, exits 4 (stopped, resumable);
+// a second SIGTERM right after it (Slurm sends two at a time limit, mpirun one more) changes
+// nothing; --resume auto then completes the run with the same final weights as an uninterrupted
+// one.
 TEST_F(ResumeTest, SigtermSavesAndResumeCompletes) {
     cfg_.model.hidden_size = 128;  // steps of a few ms, so the signal lands mid-run
     cfg_.model.intermediate_size = 256;
@@ -129,10 +131,12 @@ TEST_F(ResumeTest, SigtermSavesAndResumeCompletes) {
     for (int i = 0; i < 3000 && losses(metrics).size() < 3; ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0);
+    ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), kExitStopped);
     auto ckpt = latest_checkpoint(out);
     ASSERT_TRUE(ckpt.has_value()) << "no checkpoint after SIGTERM";
     size_t done = losses(metrics).size();
@@ -145,6 +149,36 @@ TEST_F(ResumeTest, SigtermSavesAndResumeCompletes) {
     EXPECT_EQ(losses(metrics), losses(dir_ / "straight" / "metrics.jsonl"));
     EXPECT_EQ(read_file(out + "/final/model.safetensors"),
               read_file((dir_ / "straight" / "final" / "model.safetensors").string()));
+}
+
+// Slurm's `--signal=USR1@T` can land while a rank is still starting up (before the trainer
+// exists): the request is kept, not the default action that killed rank 0 with exit 138; the run
+// checkpoints after its first step and finishes.
+TEST_F(ResumeTest, ACheckpointRequestDuringStartUpIsKept) {
+    cfg_.steps = 6;
+    cfg_.eval_every = 0;
+    const std::string cfg_path = (dir_ / "cfg.toml").string(), out = (dir_ / "usr1").string();
+    write_file_atomic(cfg_path, dump_toml(cfg_));
+    const std::string ete = std::string(ETE_BINARY_DIR) + "/ete";
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        // A 1-second pause in the first step keeps the signal ahead of the first step boundary.
+        setenv("ETE_FAULT", "slow@ms=1000,step=1", 1);
+        execl(ete.c_str(), ete.c_str(), "train", cfg_path.c_str(), "--out", out.c_str(),
+              static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    // ete.lock is taken while the trainer is being built, long after main's first instruction.
+    for (int i = 0; i < 3000 && !fs::exists(fs::path(out) / "ete.lock"); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ASSERT_EQ(::kill(pid, SIGUSR1), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    EXPECT_TRUE(fs::exists(fs::path(out) / "checkpoints" / "step_00000001" / "state.json"));
+    EXPECT_TRUE(fs::exists(fs::path(out) / "final"));
 }
 
 // kill -9 at arbitrary moments of a run that checkpoints every step (saves dominate the step
@@ -161,6 +195,9 @@ TEST_F(ResumeTest, KillDashNineDuringCheckpointWritesNeverCorrupts) {
     cfg_.eval_every = 0;
     cfg_.checkpoint_every = 1;
     cfg_.keep_checkpoints = 2;
+    // Kills that land during start-up leave attempts that resumed from the same step and never
+    // ended: three in a row would (rightly) stop a requeue loop; here they are the test's doing.
+    cfg_.max_attempts_without_progress = 0;
     std::string cfg_path = (dir_ / "cfg.toml").string();
     write_file_atomic(cfg_path, dump_toml(cfg_));
     std::string out = (dir_ / "k").string(), ete = std::string(ETE_BINARY_DIR) + "/ete";

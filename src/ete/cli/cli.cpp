@@ -28,11 +28,10 @@ std::string config_keys_text() {
     g.rank_step_s = g.rank_compute_s = {0};
     for (const MetricFamily& f : run_metric_families(g))
         s += fmt::format("  {:<36} {:<7} {}\n", f.name, f.type, f.help);
-    s +=
-        "\nExit codes: 0 done or stopped cleanly (SIGTERM, SIGINT, SIGHUP: checkpoint saved), 1 an "
-        "error, 2 a usage error, 3 stopped on repeated anomalies (anomaly.on_repeated), 75 a "
-        "communication "
-        "failure (timeout, lost rank: a restart can fix it)\n";
+    s += "\nExit codes: 0 done, 1 an error, 2 a usage error, 3 stopped on repeated anomalies "
+         "(anomaly.on_repeated), 4 stopped by a signal (SIGTERM, SIGINT, SIGHUP, SIGUSR2: "
+         "checkpoint saved; --resume auto continues), 75 a communication failure (timeout, lost "
+         "rank: a restart can fix it)\n";
     return s;
 }
 

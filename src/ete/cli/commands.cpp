@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +29,19 @@ namespace ete {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// A requeued Slurm job (SLURM_RESTART_COUNT > 0) without --resume continues from the newest
+// checkpoint of its --out: the job script that started it the first time runs again as it is.
+std::string requeue_resume() {
+    const char* n = std::getenv("SLURM_RESTART_COUNT");
+    if (!n || std::strtol(n, nullptr, 10) <= 0) return "";
+    log_info("Slurm requeue (SLURM_RESTART_COUNT={}): --resume auto", n);
+    return "auto";
+}
+
+}  // namespace
+
 int cmd_train(const TrainArgs& a) {
     RunConfig cfg = default_run_config();
     if (!a.config_path.empty()) apply_toml(cfg, read_file(a.config_path), a.config_path);
@@ -37,9 +51,11 @@ int cmd_train(const TrainArgs& a) {
         std::fputs(dump_toml(cfg).c_str(), stdout);
         return 0;
     }
-    const TrainSummary s = run_training(cfg, a.out_dir, {a.resume, a.resume_force});
-    // 0 also after a clean stop on SIGTERM/SIGINT/SIGHUP: the checkpoint is saved.
-    return s.diverged ? kExitDiverged : 0;
+    ResumeOptions resume{a.resume, a.resume_force};
+    if (resume.from.empty()) resume.from = requeue_resume();
+    const TrainSummary s = run_training(cfg, a.out_dir, resume);
+    if (s.diverged) return kExitDiverged;
+    return s.interrupted ? kExitStopped : 0;
 }
 
 namespace {

@@ -112,8 +112,9 @@ void add_launch_command(CLI::App& app, LaunchArgs& a, std::function<int()>& run)
     c->footer(
         "\nEach rank runs this ete binary with ARGS. Without --hostfile the ranks share this "
         "node's cores\n(OMP_NUM_THREADS = cores / N unless set). SIGTERM/SIGINT/SIGHUP: every "
-        "rank checkpoints and stops;\nSIGUSR1: checkpoint now. Exit codes: the job's (0, 1, 3, "
-        "75 = restartable). See docs/operations.md.");
+        "rank checkpoints and stops (exit 4);\nSIGUSR1: checkpoint now. Exit codes: the job's (0, "
+        "1, "
+        "3, 4, 75 = restartable). See docs/operations.md.");
     c->callback([&] { run = [&] { return cmd_launch(a); }; });
 }
 

@@ -45,9 +45,10 @@ LaunchHost launch_host();
 std::vector<std::string> mpirun_argv(const LaunchArgs& a, const LaunchHost& host);
 
 // Runs mpirun as a child and supervises it (launch_supervise.cpp): SIGTERM, SIGINT and SIGHUP
-// become SIGUSR2 to the job (every rank checkpoints and stops; a second signal is forwarded as
-// is), SIGUSR1 is forwarded (checkpoint now); a restartable failure (exit 75 or a rank killed by
-// a signal) is relaunched from the newest checkpoint up to --max-restarts times. With
+// become SIGUSR2 to the job (every rank checkpoints and stops with exit 4; repeats are ignored, a
+// second SIGINT ends the launcher at once), SIGUSR1 is forwarded (checkpoint now); a restartable
+// failure (exit 75 or a rank killed by a signal) is relaunched from the newest checkpoint up to
+// --max-restarts times. With
 // --min-ranks, before every attempt each host of the hostfile is probed (probe_hosts) and the
 // attempt runs on the slots of the hosts that answered, when at least --min-ranks remain (the
 // hostfile is re-read, so a scheduler may also rewrite it). Returns the job's exit code.

@@ -17,19 +17,13 @@
 
 #include "ete/cli/launch.h"
 #include "ete/core/error.h"
+#include "ete/core/signals.h"
 #include "ete/parallel/mpi_comm.h"
+#include "ete/train/trainer.h"
 
 namespace ete {
 
 namespace {
-
-volatile std::sig_atomic_t g_stop = 0, g_checkpoint = 0;
-extern "C" void on_supervisor_signal(int sig) {
-    if (sig == SIGUSR1)
-        g_checkpoint = 1;
-    else
-        g_stop = g_stop + 1;
-}
 
 std::string join_args(const std::vector<std::string>& argv) {
     std::string s;
@@ -42,6 +36,7 @@ std::string describe_exit(int code) {
     if (code == kExitCommFailure) return "exit 75 (a timeout or a lost peer)";
     if (code > 128) return fmt::format("exit {} (a rank killed by signal {})", code, code - 128);
     if (code == 3) return "exit 3 (stopped on repeated anomalies)";
+    if (code == kExitStopped) return "exit 4 (stopped by a signal, checkpoint saved)";
     return fmt::format("exit {}", code);
 }
 
@@ -59,9 +54,16 @@ int run_job(std::vector<std::string> argv, bool* stopped) {
     ETE_CHECK(pid >= 0, "ete launch: fork: {}", std::strerror(errno));
     if (pid == 0) {
         ::close(ready[0]);
-        // mpirun ends when the launcher dies (a killed supervisor leaves no job behind). It stays
-        // in the launcher's process group: mpirun reads the terminal for rank 0's stdin.
-        ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+        // mpirun never sees SIGTERM, SIGINT or SIGHUP: it would answer them by killing the ranks
+        // a second later (SIGCONT, SIGTERM after odls_base_sigkill_timeout, SIGKILL after twice
+        // it), before a checkpoint of a large model is written, and Slurm's scancel signals every
+        // process of the job, mpirun too. They stay blocked across exec (mpirun leaves them so;
+        // it unblocks everything for the ranks), and the launcher turns them into SIGUSR2, which
+        // mpirun forwards. A launcher that dies sends the same clean stop (no job is left
+        // behind). mpirun stays in the launcher's process group: it reads the terminal for rank
+        // 0's stdin.
+        block_termination_signals();
+        ::prctl(PR_SET_PDEATHSIG, SIGUSR2);
         ::execvp(c_argv[0], c_argv.data());
         const int err = errno;
         if (::write(ready[1], &err, sizeof(err)) < 0) _exit(127);
@@ -79,21 +81,19 @@ int run_job(std::vector<std::string> argv, bool* stopped) {
                   argv[0]);
         throw_error(fmt::format("mpirun '{}': cannot run it: {}", argv[0], std::strerror(err)));
     }
-    int forwarded_stops = 0, status = 0;
+    int status = 0;
     for (;;) {
         const pid_t w = ::waitpid(pid, &status, WNOHANG);
         if (w == pid) break;
-        if (g_stop > forwarded_stops) {
-            // The first stop: SIGUSR2, which mpirun forwards and every rank answers with a
-            // checkpoint; a second one: SIGTERM, mpirun's own (hard) stop.
-            ::kill(pid, forwarded_stops == 0 ? SIGUSR2 : SIGTERM);
-            forwarded_stops = g_stop;
+        if (stop_signal() != 0 && !*stopped) {
+            // SIGUSR2, which mpirun forwards and every rank answers with a checkpoint (mpirun
+            // answers SIGTERM itself, by killing the ranks). Repeats change nothing: Slurm sends
+            // SIGTERM twice at a time limit; a second Ctrl-C ends the launcher at once
+            // (core/signals.h) and mpirun with it.
+            ::kill(pid, SIGUSR2);
             *stopped = true;
         }
-        if (g_checkpoint) {
-            g_checkpoint = 0;
-            ::kill(pid, SIGUSR1);
-        }
+        if (take_checkpoint_signal()) ::kill(pid, SIGUSR1);
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -184,10 +184,7 @@ int cmd_launch(const LaunchArgs& a) {
               a.min_ranks);
     ETE_CHECK(a.min_ranks <= a.n, "launch --min-ranks {}: expected at most -n {}", a.min_ranks,
               a.n);
-    struct sigaction sa {};
-    sa.sa_handler = on_supervisor_signal;
-    sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaction(sig, &sa, nullptr);
+    install_signal_handlers(SignalMode::Deferred);  // main did already, unless a test calls this
     const LaunchHost host = launch_host();
     std::vector<std::string> history;
     std::string live_hostfile;  // the answering hosts, when some did not
@@ -227,7 +224,8 @@ int cmd_launch(const LaunchArgs& a) {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         history.push_back(fmt::format("attempt {}: {} ranks, {} after {:.0f} s", attempt + 1, cur.n,
                                       describe_exit(code), took));
-        const bool again = !stopped && restartable_exit(code) && attempt < a.max_restarts;
+        const bool again =
+            !stopped && stop_signal() == 0 && restartable_exit(code) && attempt < a.max_restarts;
         if (!again) {
             if (attempt > 0 || (restartable_exit(code) && a.max_restarts > 0)) {
                 std::fprintf(stderr, "ete launch: %zu attempt%s:\n", history.size(),

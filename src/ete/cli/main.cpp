@@ -1,8 +1,12 @@
-// ete — the one binary. Everything lives in ete_cli; main only fixes OpenBLAS and dispatches.
+// ete — the one binary. Everything lives in ete_cli; main only takes the signals over (before
+// anything else, so a signal during start-up is recorded: core/signals.h), fixes OpenBLAS and
+// dispatches.
 #include "ete/backend/cpu/openblas_util.h"
 #include "ete/cli/cli.h"
+#include "ete/core/signals.h"
 
 int main(int argc, char** argv) {
+    ete::install_signal_handlers(ete::signal_mode_for(argc, argv));
     ete::cpu::openblas_fix_coretype(argv);
     return ete::cli_main(argc, argv);
 }

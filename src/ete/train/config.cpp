@@ -139,11 +139,17 @@ const std::vector<Key>& keys() {
         t.push_back(field("train.loss_scale_window", &R::loss_scale_window,
                           "fp16: clean steps before the loss scale doubles"));
         t.push_back(field("train.checkpoint_every", &R::checkpoint_every,
-                          "steps between checkpoints (0 = only on SIGTERM/SIGINT)"));
+                          "steps between checkpoints (0 = only on a signal or the clock)"));
         t.push_back(field("train.checkpoint_minutes", &R::checkpoint_minutes,
                           "wall-clock minutes between checkpoints (0 = off)"));
         t.push_back(field("train.keep_checkpoints", &R::keep_checkpoints,
                           "newest checkpoints kept (0 = all)"));
+        t.push_back(
+            field("train.checkpoint_before_end_s", &R::checkpoint_before_end_s,
+                  "under Slurm: checkpoint this long before the job's time limit (0 = off)"));
+        t.push_back(field("train.max_attempts_without_progress", &R::max_attempts_without_progress,
+                          "failed attempts in a row from the same step before a restart is "
+                          "refused (0 = no limit)"));
         t.push_back(field("train.memory_check", &R::memory_check,
                           "stop before allocating when the memory estimate exceeds what is free"));
         t.push_back(field("data.format", &R::data_format,
@@ -469,6 +475,12 @@ void validate(const RunConfig& c) {
               c.keep_checkpoints);
     ETE_CHECK(c.checkpoint_minutes >= 0, "train.checkpoint_minutes = {}: expected >= 0 (0 = off)",
               c.checkpoint_minutes);
+    ETE_CHECK(c.checkpoint_before_end_s >= 0,
+              "train.checkpoint_before_end_s = {}: expected >= 0 (0 = off)",
+              c.checkpoint_before_end_s);
+    ETE_CHECK(c.max_attempts_without_progress >= 0,
+              "train.max_attempts_without_progress = {}: expected >= 0 (0 = no limit)",
+              c.max_attempts_without_progress);
     validate_anomaly(anomaly_config(c));
     if (c.qat_enabled) {
         const QatSpec q = qat_spec(c);  // parses every qat.* string

@@ -44,7 +44,13 @@ struct RunConfig {
     int64_t checkpoint_every = 0;      // steps between checkpoints (0 = only on SIGTERM/SIGINT)
     double checkpoint_minutes = 30;    // wall-clock minutes between checkpoints (0 = off)
     int keep_checkpoints = 3;          // newest committed checkpoints kept (0 = all)
-    bool memory_check = true;          // refuse a run whose memory estimate exceeds what is free
+    // Under Slurm: checkpoint this many seconds before the job's end time (0 = off).
+    double checkpoint_before_end_s = 300;
+    // Attempts in a row that resumed from the same step and ended without a clean stop (crashed,
+    // killed, failed) before the next one refuses to start (0 = no limit): a requeued or
+    // relaunched job that fails the same step every time stops instead of looping.
+    int max_attempts_without_progress = 3;
+    bool memory_check = true;  // refuse a run whose memory estimate exceeds what is free
     // [data]
     std::string data_format = "tokens";  // "tokens" (ETETOK01 shard) or "sft" (JSONL records)
     std::string data_train = "data/kjv.bin";

@@ -7,6 +7,7 @@
 
 #include "ete/core/file_util.h"
 #include "ete/core/log.h"
+#include "ete/core/signals.h"
 #include "ete/data/loader.h"
 #include "ete/data/sft.h"
 #include "ete/io/hf_model.h"
@@ -20,64 +21,26 @@ double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-namespace {
-volatile std::sig_atomic_t g_stop_signal = 0;
-volatile std::sig_atomic_t g_checkpoint_request = 0;
-extern "C" void on_stop_signal(int sig) {
-    g_stop_signal = sig;
-}
-extern "C" void on_checkpoint_signal(int) {
-    g_checkpoint_request = 1;
-}
-}  // namespace
-
-StopSignals::StopSignals() {
-    g_stop_signal = 0;
-    g_checkpoint_request = 0;
-    for (size_t i = 0; i < std::size(kSignals); ++i) {
-        struct sigaction sa {};
-        sigemptyset(&sa.sa_mask);
-        const int sig = kSignals[i];
-        if (sig == SIGPIPE) {
-            sa.sa_handler = SIG_IGN;
-        } else if (sig == SIGUSR1) {
-            sa.sa_handler = on_checkpoint_signal;
-            sa.sa_flags = SA_RESTART;
-        } else {
-            sa.sa_handler = on_stop_signal;
-            sa.sa_flags = SA_RESETHAND | SA_RESTART;
-        }
-        sigaction(sig, &sa, &old_[i]);
-    }
+StopSignals::StopSignals() : installed_here_(install_signal_handlers(SignalMode::Deferred)) {
+    struct sigaction sa {};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, &old_pipe_);
 }
 
 StopSignals::~StopSignals() {
-    for (size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &old_[i], nullptr);
+    sigaction(SIGPIPE, &old_pipe_, nullptr);
+    if (!installed_here_) return;
+    uninstall_signal_handlers();
+    reset_signal_requests();
 }
 
 int StopSignals::pending() const {
-    return g_stop_signal;
+    return stop_signal();
 }
 
 bool StopSignals::take_checkpoint_request() {
-    if (!g_checkpoint_request) return false;
-    g_checkpoint_request = 0;
-    return true;
-}
-
-std::string signal_name(int sig) {
-    switch (sig) {
-        case SIGTERM:
-            return "SIGTERM";
-        case SIGINT:
-            return "SIGINT";
-        case SIGHUP:
-            return "SIGHUP";
-        case SIGUSR2:
-            return "SIGUSR2";
-        default:
-            return fmt::format("signal {}", sig);
-    }
+    return take_checkpoint_signal();
 }
 
 ModelConfig resolve_model(RunConfig& cfg, const std::optional<Tokenizer>& tok) {

@@ -1,6 +1,6 @@
 // ete/train/run_setup.h — the pieces of a training job around the loop (internal to train/):
 // the resolved model config, the tokenizer, the data source, the settings a resume must find
-// unchanged, metrics truncation on resume, and the SIGTERM/SIGINT stop request.
+// unchanged, metrics truncation on resume, and the stop and checkpoint signals.
 #pragma once
 
 #include <chrono>
@@ -21,30 +21,28 @@ namespace ete {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0);
 
-// SIGTERM, SIGINT, SIGHUP and SIGUSR2 ask for a clean stop (SIGUSR2 is what `ete launch` sends
-// through mpirun, which forwards it to every rank but answers SIGTERM with SIGKILL a second
-// later): the current step finishes, a checkpoint is
-// saved, the run exits 0. The handler resets itself, so a second signal terminates at once.
-// SIGUSR1 asks for a checkpoint after the current step, and training goes on (Slurm's
-// `--signal=USR1@120` warning before pre-emption). SIGPIPE is ignored while training: a closed
-// stdout or stderr (`ete train ... | head -1`) never kills a run, its writes just fail.
+// The trainer's view of the process's signals (core/signals.h; `ete train` installs the
+// handlers at the first instruction of main, so a request made during start-up is kept): SIGTERM,
+// SIGINT, SIGHUP and SIGUSR2 (what `ete launch` sends through mpirun) ask for a clean stop — the
+// current step finishes, a checkpoint is saved, the run exits kExitStopped; repeats never
+// interrupt the save (a second SIGINT ends at once). SIGUSR1 asks for a checkpoint after the
+// current step, and training goes on. SIGPIPE is ignored while training: a closed stdout or
+// stderr (`ete train ... | head -1`) never kills a run, its writes just fail. A scope that finds
+// no handlers (a test calling run_training) installs them and removes them again.
 class StopSignals {
   public:
     StopSignals();
     ~StopSignals();
     StopSignals(const StopSignals&) = delete;
     StopSignals& operator=(const StopSignals&) = delete;
-    int pending() const;  // the stop signal's number, or 0
+    int pending() const;  // the first stop signal's number, or 0
     // Whether SIGUSR1 arrived since the last call (the request is consumed).
     bool take_checkpoint_request();
 
   private:
-    static constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR2, SIGUSR1, SIGPIPE};
-    struct sigaction old_[6] = {};
+    bool installed_here_ = false;
+    struct sigaction old_pipe_ = {};
 };
-
-// "SIGTERM", "SIGINT", "SIGHUP", "SIGUSR2", or "signal N".
-std::string signal_name(int sig);
 
 // The model config for this run: from model.init_from, or [model] with the vocabulary and
 // special ids taken from the tokenizer. Also writes it back into cfg.model.

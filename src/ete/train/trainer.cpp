@@ -16,6 +16,7 @@
 #include "ete/core/dir_lock.h"
 #include "ete/core/file_util.h"
 #include "ete/core/log.h"
+#include "ete/core/signals.h"
 #include "ete/io/hf_model.h"
 #include "ete/parallel/device_comm.h"
 #include "ete/parallel/flight_recorder.h"
@@ -408,6 +409,7 @@ Trainer::Requests Trainer::agree_requests(StopSignals& signals, Clock::time_poin
     if (dist_.main() && cfg_.checkpoint_minutes > 0 &&
         seconds_since(last_checkpoint) >= cfg_.checkpoint_minutes * 60)
         r[1] = 1;
+    if (end_checkpoint_due()) r[1] = 1;  // rank 0: the Slurm time limit is near
     if (dist_.world->size() > 1) dist_.world->all_reduce(r, 2, DType::I32, ReduceOp::Max);
     return {r[0] != 0, r[1] != 0};
 }
@@ -450,6 +452,7 @@ bool Trainer::on_repeated_anomalies(TrainSummary& sum) {
                         why, n, out_)
                 .c_str());
     sum.diverged = true;
+    end_attempt("diverged", sum.steps);  // final (exit 3): not a failure to count
     return false;
 }
 
@@ -526,12 +529,14 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
     }
     TrainSummary sum;
     sum.start_step = sum.steps = start(resume);
+    begin_attempt(sum.start_step);
     if (QatRuntime* q = model_.qat()) q->begin_step(sum.start_step);
     if (dist_.main()) write_file_atomic(out_ + "/config.toml", dump_toml(cfg_));
     log_start();
     std::optional<Progress> progress;
     if (dist_.main()) progress.emplace(out_ + "/metrics.jsonl", cfg_.steps, cfg_.log_every);
     StopSignals signals;
+    if (stop_before_first_step(signals, sum)) return sum;
     std::vector<double> tps;
     run_start_ = Clock::now();
     auto last_checkpoint = run_start_;
@@ -550,7 +555,11 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         if (watchdog_) watchdog_->set_step(s + 1);
         StepMetrics m = step(s);
         bool last = s + 1 == cfg_.steps;
-        if (s + 1 == std::min<int64_t>(sum.start_step + 3, cfg_.steps)) log_memory_measured();
+        last_step_s_ = m.step_ms * 1e-3;
+        if (s + 1 == std::min<int64_t>(sum.start_step + 3, cfg_.steps)) {
+            log_memory_measured();
+            check_stop_grace(last_step_s_);
+        }
         if (loader_->num_val_samples() > 0 && cfg_.eval_every > 0 &&
             ((s + 1) % cfg_.eval_every == 0 || last)) {
             m.val_loss = evaluate();
@@ -571,9 +580,16 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         if (req.stop && !last) {
             if (progress) progress->finish();
             const int sig = signals.pending();
-            log_info("received {}: saving a checkpoint after step {}",
-                     sig ? signal_name(sig) : "a stop request from another rank", sum.steps);
+            log_info(
+                "received {}: saving a checkpoint after step {}",
+                sig ? fmt::format("{} {:.1f} s ago", signal_name(sig), seconds_since_stop_signal())
+                    : std::string("a stop request from another rank"),
+                sum.steps);
             save(sum.steps, true);
+            if (sig)
+                log_info("checkpoint committed {:.1f} s after {}", seconds_since_stop_signal(),
+                         signal_name(sig));
+            end_attempt("stopped", sum.steps);
             log_info("stopped; continue with `ete train ... --out {} --resume auto`", out_);
             sum.interrupted = true;
             return sum;
@@ -581,7 +597,10 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         // train.checkpoint_every, SIGUSR1 or train.checkpoint_minutes (the last step's model
         // goes to final/ anyway).
         const bool every = cfg_.checkpoint_every > 0 && sum.steps % cfg_.checkpoint_every == 0;
-        if (every || (req.checkpoint && !last)) save(sum.steps, false);
+        if (every || (req.checkpoint && !last)) {
+            save(sum.steps, false);
+            check_stop_grace(last_step_s_);  // now with a measured checkpoint time
+        }
     }
     if (progress) progress->finish();
     if (!tps.empty()) {
@@ -589,6 +608,7 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         sum.tokens_per_s = tps[tps.size() / 2];
     }
     save_final();
+    end_attempt("done", sum.steps);
     log_info(
         "done: {} steps in {} | final loss {:.4f} | median {:.0f} tok/s | model saved to "
         "{}/final",

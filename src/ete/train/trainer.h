@@ -1,5 +1,5 @@
 // ete/train/trainer.h — the training loop: data -> forward/backward -> clip -> AdamW -> metrics,
-// with checkpoints, bit-exact resume and a clean stop on SIGTERM/SIGINT.
+// with checkpoints, bit-exact resume and a clean stop on a signal.
 #pragma once
 
 #include <string>
@@ -12,6 +12,10 @@ namespace ete {
 // `ete train`'s exit code when the run stopped on repeated anomalies (docs/operations.md): not an
 // error a restart can fix, so supervisors must not retry it.
 constexpr int kExitDiverged = 3;
+// `ete train`'s exit code when a signal stopped the run before its last step and the checkpoint
+// of the last step is committed: resumable (`--resume auto`), what Slurm requeue rules and
+// `ete launch` read as a clean stop. 0 is kept for a run that finished.
+constexpr int kExitStopped = 4;
 
 struct ResumeOptions {
     std::string from;                // "" = fresh run, "auto" = newest in the run dir, or a path
@@ -21,7 +25,7 @@ struct ResumeOptions {
 struct TrainSummary {
     int64_t start_step = 0;    // steps already done when this invocation began (resume)
     int64_t steps = 0;         // steps done when it ended
-    bool interrupted = false;  // stopped by SIGTERM/SIGINT/SIGHUP after saving a checkpoint
+    bool interrupted = false;  // stopped by a signal (checkpoint saved): kExitStopped
     // Stopped by anomaly.on_repeated (after saving a checkpoint of the last good weights): the
     // CLI exits with kExitDiverged.
     bool diverged = false;

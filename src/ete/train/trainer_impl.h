@@ -125,6 +125,23 @@ class Trainer {
         bool stop = false, checkpoint = false;
     };
     Requests agree_requests(StopSignals& signals, Clock::time_point last_checkpoint);
+
+    // The scheduler's limits (trainer_job.cpp, job_limits.h). Collective: records this start in
+    // DIR/.ete/attempts.json and refuses it after train.max_attempts_without_progress failed
+    // attempts in a row from the same step.
+    void begin_attempt(int64_t start_step);
+    void end_attempt(const char* how, int64_t step);  // rank 0: "done" or "stopped"
+    // Rank 0: whether the job's end time is train.checkpoint_before_end_s away (once per end
+    // time; the end time is read again every few minutes: an operator may extend it).
+    bool end_checkpoint_due();
+    // Rank 0: warns once when a step and a checkpoint take longer than a stop signal leaves.
+    void check_stop_grace(double step_s);
+    // A stop requested before the first step (collective): nothing new to save.
+    bool stop_before_first_step(StopSignals& signals, TrainSummary& sum);
+    std::optional<int64_t> job_end_;
+    Clock::time_point job_end_read_{};
+    bool job_end_known_ = false, end_checkpoint_done_ = false, grace_warned_ = false;
+    double last_step_s_ = 0, last_save_s_ = 0;
     void log_start() const;
     // After the first steps: the measured peak RSS beside the estimate of log_start (collective).
     void log_memory_measured();

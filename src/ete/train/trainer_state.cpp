@@ -294,7 +294,8 @@ bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
     }
     if (dist_.main() && ok) {
         prune_checkpoints(out_, cfg_.keep_checkpoints);
-        log_info("checkpoint: {} ({:.1f}s)", dir, seconds_since(t0));
+        last_save_s_ = seconds_since(t0);
+        log_info("checkpoint: {} ({:.1f}s)", dir, last_save_s_);
     }
     dist_.world->barrier();  // nobody moves on (or exits) before the checkpoint is committed
     return ok;

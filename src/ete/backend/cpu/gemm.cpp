@@ -12,6 +12,7 @@
 #include "ete/backend/cpu/dnnl_gemm.h"
 #include "ete/backend/cpu/gemm_host.h"
 #include "ete/backend/cpu/openblas_util.h"
+#include "ete/core/signals.h"
 
 namespace ete::cpu {
 
@@ -123,7 +124,9 @@ void openblas_fix_coretype(char** argv) {
     setenv("OPENBLAS_CORETYPE", core, 1);
     // Never loop, even if the library ignores the value; and say what OpenBLAS had picked.
     setenv("ETE_OPENBLAS_FIXED", detected, 1);
+    const sigset_t mask = block_signals_for_exec();  // pending across exec, never lost
     execv("/proc/self/exe", argv);
+    pthread_sigmask(SIG_SETMASK, &mask, nullptr);
     // exec failed (no /proc): keep running with OpenBLAS's choice; results are still correct.
 }
 
