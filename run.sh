@@ -17,7 +17,8 @@ BUILD_PKGS=(cmake ninja-build g++ pkg-config libopenblas-dev libopenblas0-openmp
             libtomlplusplus-dev libcli11-dev libfmt-dev libpcre2-dev libopenmpi-dev openmpi-bin
             libdnnl-dev libxxhash-dev libcpp-httplib-dev)
 TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
-           prometheus python3-prometheus-client python3-protobuf protobuf-compiler python3-crcmod)
+           prometheus python3-prometheus-client python3-protobuf protobuf-compiler python3-crcmod
+           slurm-wlm munge)
 DEMO_PKGS=(bible-kjv)
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -164,8 +165,21 @@ run_tests() {
     log "ctest ($BUILD_DIR)"
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS")
     kernel_matrix "$BUILD_DIR"
+    # A real single-node Slurm (tests/slurm/): scancel, time limit, requeue, SIGUSR1 under srun,
+    # mpirun and `ete launch`. Its jobs mostly wait on Slurm's timers, so it runs beside the
+    # sanitizer build; exit 77 = this machine cannot run slurmd (it says why).
+    log "Slurm end-to-end test (tests/slurm/slurm_test.sh), beside the sanitizer build"
+    ETE="$BUILD_DIR/ete" tests/slurm/slurm_test.sh > "$BUILD_DIR/slurm_test.log" 2>&1 &
+    local slurm_pid=$!
     build "$BUILD_DIR-asan" -DETE_WERROR=ON -DETE_SANITIZE=ON -DETE_BUILD_BENCH=OFF \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    local slurm_rc=0
+    wait "$slurm_pid" || slurm_rc=$?
+    cat "$BUILD_DIR/slurm_test.log"
+    if [ "$slurm_rc" -ne 0 ] && [ "$slurm_rc" -ne 77 ]; then
+        echo "Slurm end-to-end test failed (exit $slurm_rc)" >&2
+        return 1
+    fi
     log "unit tests under address/undefined sanitizers ($BUILD_DIR-asan)"
     (cd "$BUILD_DIR-asan" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$JOBS" \
         -LE slow)

@@ -23,6 +23,7 @@
 #include "ete/train/anomaly.h"
 #include "ete/train/dist.h"
 #include "ete/train/fault.h"
+#include "ete/train/job_limits.h"
 #include "ete/train/layout.h"
 #include "ete/train/monitor.h"
 #include "ete/train/progress.h"
@@ -140,7 +141,9 @@ class Trainer {
     bool stop_before_first_step(StopSignals& signals, TrainSummary& sum);
     std::optional<int64_t> job_end_;
     Clock::time_point job_end_read_{};
-    bool job_end_known_ = false, end_checkpoint_done_ = false, grace_warned_ = false;
+    std::optional<StopGrace> grace_;
+    bool job_end_known_ = false, end_checkpoint_done_ = false, grace_read_ = false,
+         grace_warned_ = false;
     double last_step_s_ = 0, last_save_s_ = 0;
     void log_start() const;
     // After the first steps: the measured peak RSS beside the estimate of log_start (collective).

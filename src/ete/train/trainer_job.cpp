@@ -70,7 +70,11 @@ bool Trainer::end_checkpoint_due() {
 
 void Trainer::check_stop_grace(double step_s) {
     if (!dist_.main() || grace_warned_) return;
-    const std::optional<StopGrace> g = stop_grace();
+    if (!grace_read_) {  // scontrol twice under Slurm: once a run
+        grace_ = stop_grace();
+        grace_read_ = true;
+    }
+    const std::optional<StopGrace>& g = grace_;
     if (!g) return;
     const double need = step_s + last_save_s_;
     if (need <= g->seconds) return;
