@@ -224,14 +224,29 @@ check_time_limit() {
     pass $name
 }
 
+# Waits for two logged steps in $D/run, scancels the job and waits for it to end; prints why not.
+scancel_after_two_steps() {
+    local job=$1
+    wait_for 60 at_least_lines "$D/run" 2 || { echo "fewer than 2 steps after 60 s (job $(job_state "$job"))"; return 1; }
+    scancel "$job"
+    wait_for 40 job_done "$job" || { echo "job $job still $(job_state "$job") 40 s after scancel"; return 1; }
+}
+
 # 0. 1-process reference, run directly (outside Slurm).
 REF1=$WORK/ref1
 "$ETE" train --out "$REF1" "${TRAIN[@]}" --set train.steps=$STEPS >"$WORK/ref1.log" 2>&1 ||
     echo "reference run failed: see $WORK/ref1.log" >&2
 
 # 1. srun_basics: a 2-rank srun job completes (exit 0, final/), with the
-# 1-process losses (within 1e-4: the reduction order differs).  Its run dir is
-# the 2-rank reference of the resume cases.
+# 1-process losses within 1e-4 relative. Estimate: dp = 2 only reorders the fp32
+# sums of the gradients (and of the loss): per element a relative change of at
+# most gamma_prob(n) = 6 sqrt(n) u ~ 1.6e-5 for n ~ 2048 summed terms (u = 2^-24,
+# tests/numerics.h); AdamW's update m/sqrt(v) is scale-free, so each of the 12
+# steps moves a weight by at most lr (1e-3) x that, ~2e-7 over the run, far
+# below what changes a loss of ~4-10 by 1e-4 relative. The C++ parity tests
+# (tests/cli/parallel_fixture.h, parity_tolerance) hold the same runs tighter,
+# under every kernel choice. Its run dir is the 2-rank reference of the
+# resume cases.
 REF2=
 case_srun_basics() {
     local name=srun_basics job why
@@ -258,9 +273,7 @@ case_scancel_srun() {
 run $SRUN \$ETE train --out $D/run \"\${TRAIN[@]}\" --set train.steps=$STEPS
 echo \$? >$D/rc"
     job=$(submit --no-requeue)
-    wait_for 60 at_least_lines "$D/run" 2 || { fail $name "fewer than 2 steps after 60 s (job $(job_state "$job"))"; return; }
-    scancel "$job"
-    wait_for 40 job_done "$job" || { fail $name "job $job still $(job_state "$job") 40 s after scancel"; return; }
+    why=$(scancel_after_two_steps "$job") || { fail $name "$why"; return; }
     rc_is "$D/rc" 4 || { fail $name "srun exit code $(rc_of "$D/rc") after scancel, expected 4"; return; }
     why=$(stop_checks) || { fail $name "$why"; return; }
     [ "$(last_step "$D/run")" -lt $STEPS ] || { fail $name "the run finished before the scancel"; return; }
@@ -288,9 +301,7 @@ case_scancel_mpirun() {
 exec mpirun -n 2 --oversubscribe --mca odls_base_sigkill_timeout 60 \\
     \$ETE train --out $D/run \"\${TRAIN[@]}\" --set train.steps=$STEPS"
     job=$(submit --no-requeue)
-    wait_for 60 at_least_lines "$D/run" 2 || { fail $name "fewer than 2 steps after 60 s (job $(job_state "$job"))"; return; }
-    scancel "$job"
-    wait_for 40 job_done "$job" || { fail $name "job $job still $(job_state "$job") 40 s after scancel"; return; }
+    why=$(scancel_after_two_steps "$job") || { fail $name "$why"; return; }
     why=$(stop_checks nolog) || { fail $name "$why"; return; }
     pass $name
 }
@@ -304,9 +315,7 @@ case_scancel_launch() {
 run \$ETE launch -n 2 -- train --out $D/run \"\${TRAIN[@]}\" --set train.steps=$STEPS
 echo \$? >$D/rc"
     job=$(submit --no-requeue)
-    wait_for 60 at_least_lines "$D/run" 2 || { fail $name "fewer than 2 steps after 60 s (job $(job_state "$job"))"; return; }
-    scancel "$job"
-    wait_for 40 job_done "$job" || { fail $name "job $job still $(job_state "$job") 40 s after scancel"; return; }
+    why=$(scancel_after_two_steps "$job") || { fail $name "$why"; return; }
     rc_is "$D/rc" 4 || { fail $name "ete launch exit code $(rc_of "$D/rc") after scancel, expected 4"; return; }
     why=$(stop_checks) || { fail $name "$why"; return; }
     pass $name
