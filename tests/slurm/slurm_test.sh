@@ -69,18 +69,36 @@ if [ "$up_rc" != 0 ]; then
 fi
 export SLURM_CONF=$CLUSTER/slurm.conf
 
+# The corpus: the repository's own docs (committed, so a fresh clone has it; data/ is the demo's
+# and absent there), a 512-token BPE trained on it, and its token shard.
+DATA=$WORK/data
+mkdir -p "$DATA"
+cat "$REPO"/README.md "$REPO"/docs/*.md >"$DATA/corpus.txt"
+if ! "$ETE" tokenizer train --vocab-size 512 --out "$DATA/tokenizer.json" "$DATA/corpus.txt" \
+        >"$DATA/prep.log" 2>&1 ||
+   ! "$ETE" tokenize --tokenizer "$DATA/tokenizer.json" --out "$DATA/corpus.bin" \
+        "$DATA/corpus.txt" >>"$DATA/prep.log" 2>&1; then
+    echo "preparing the corpus failed:"; sed 's/^/    /' "$DATA/prep.log" | tail -n 8
+    FAILED=1; exit 1
+fi
+
 # The tiny model every case trains; absolute data paths (jobs run anywhere).
 TRAIN=(--set model.hidden_size=64 --set model.intermediate_size=128
     --set model.num_layers=2 --set model.num_heads=4 --set model.num_kv_heads=2
     --set train.eval_every=0
-    --set "data.train=$REPO/data/kjv.bin" --set "data.tokenizer=$REPO/data/tokenizer.json")
+    --set "data.train=$DATA/corpus.bin" --set "data.tokenizer=$DATA/tokenizer.json")
 STEPS=12              # length of every "full" run: the references use it too
 SLOW=slow@ms=1500     # ETE_FAULT making each step last >= 1.5 s
 
 # ---------------------------------------------------------------- helpers
 
 pass() { echo "PASS $1"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); }
+# fail NAME WHY: also shows the end of the case's job output (CI keeps no files).
+fail() {
+    echo "FAIL $1: $2"; FAILED=$((FAILED + 1))
+    [ -s "${D:-}/slurm.out" ] && tail -n 8 "$D/slurm.out" | sed 's/^/    | /'
+    return 0
+}
 
 # wait_for SECONDS CMD...: poll CMD every 0.2 s; 1 on timeout.
 wait_for() {
@@ -106,7 +124,10 @@ job_running() { [ "$(job_state "$1")" = RUNNING ]; }
 # metrics_lines DIR: steps logged so far in DIR/metrics.jsonl.
 metrics_lines() { local n=0; [ -f "$1/metrics.jsonl" ] && n=$(wc -l <"$1/metrics.jsonl"); echo "$n"; }
 at_least_lines() { [ "$(metrics_lines "$1")" -ge "$2" ]; }
-last_step() { [ -s "$1/metrics.jsonl" ] && tail -n1 "$1/metrics.jsonl" | jq -r .step; }
+last_step() {
+    [ -s "$1/metrics.jsonl" ] && tail -n1 "$1/metrics.jsonl" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["step"])'
+}
 
 # committed_checkpoints DIR: steps (ascending) of DIR/checkpoints/step_N that
 # are committed (hold state.json).
@@ -234,8 +255,11 @@ scancel_after_two_steps() {
 
 # 0. 1-process reference, run directly (outside Slurm).
 REF1=$WORK/ref1
-"$ETE" train --out "$REF1" "${TRAIN[@]}" --set train.steps=$STEPS >"$WORK/ref1.log" 2>&1 ||
-    echo "reference run failed: see $WORK/ref1.log" >&2
+if ! "$ETE" train --out "$REF1" "${TRAIN[@]}" --set train.steps=$STEPS >"$WORK/ref1.log" 2>&1; then
+    echo "the 1-process reference run (outside Slurm) failed; every case needs it:"
+    tail -n 8 "$WORK/ref1.log" | sed 's/^/    | /'
+    FAILED=1; exit 1
+fi
 
 # 1. srun_basics: a 2-rank srun job completes (exit 0, final/), with the
 # 1-process losses within 1e-4 relative. Estimate: dp = 2 only reorders the fp32
