@@ -5,7 +5,8 @@
 # each round and the median, with the step time and checkpoint time beside it.
 #   CONFIG (default examples/llama_bench.toml), SET (extra --set args, e.g. "--set
 #   model.init_from=/tmp/llama-1b --set train.precision=bf16"), RANKS (1, or N for `ete launch
-#   -n N`), ROUNDS (default 5), BUILD_DIR (default build), OUT (default /tmp/ete_stop_bench).
+#   -n N`: the ranks then time from the SIGUSR2 the launcher turns the SIGTERM into), ROUNDS
+#   (default 5), BUILD_DIR (default build), OUT (default /tmp/ete_stop_bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -30,7 +31,7 @@ for r in $(seq 1 "$ROUNDS"); do
     sleep "$(python3 -c "import random,sys; print(random.uniform(0, float(sys.argv[1])))" "$step_s")"
     kill -TERM "$pid"
     rc=0; wait "$pid" || rc=$?
-    committed=$(sed -n 's/.*checkpoint committed \([0-9.]*\) s after SIGTERM.*/\1/p' "$run.log" | head -1)
+    committed=$(sed -n 's/.*checkpoint committed \([0-9.]*\) s after SIG[A-Z0-9]*.*/\1/p' "$run.log" | head -1)
     save=$(sed -n 's/^checkpoint: .*(\([0-9.]*\)s)$/\1/p' "$run.log" | tail -1)
     echo "round $r: exit $rc | step ${step_s} s | checkpoint ${save:-?} s | SIGTERM -> committed ${committed:-none} s"
     echo "$committed" >> "$OUT/committed.txt"

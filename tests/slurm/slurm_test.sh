@@ -212,7 +212,7 @@ SRUN="srun -n 2 --mpi=pmix"
 
 # ---------------------------------------------------------------- cases
 
-# 7 (submitted first, checked last). time_limit: `-t 1` job with slow steps
+# 8 (submitted first, checked last). time_limit: `-t 1` job with slow steps
 # and checkpoint_before_end_s=50: a checkpoint ~10 s in (before the limit),
 # then SIGTERM at the limit (60 s + up to 30 s for slurmctld's periodic check):
 # the current step finishes, a checkpoint is committed, exit 4.
@@ -223,7 +223,8 @@ start_time_limit() {
 run $SRUN \$ETE train --out $D/run \"\${TRAIN[@]}\" --set train.steps=100 \\
     --set train.checkpoint_before_end_s=50
 echo \$? >$D/rc"
-    TL_JOB=$(submit -t 1 --no-requeue)
+    # partition high: the pre-emption case below must pre-empt its own job, never this one
+    TL_JOB=$(submit -t 1 --no-requeue -p high)
 }
 check_time_limit() {
     local name=time_limit why last ckpts term before=0 c m
@@ -380,12 +381,13 @@ eligible() {   # the job's EligibleTime has passed
     t=$(scontrol show job "$1" 2>/dev/null | grep -o 'EligibleTime=[^ ]*' | cut -d= -f2)
     [ -n "$t" ] && [ "$t" != Unknown ] && [ "$(date -d "$t" +%s)" -le "$(date +%s)" ]
 }
-restarted_and_done() {   # poke the scheduler while the requeued job waits
+poke_requeued() {   # start the requeued job JOB once its hold is over
     if [ "$(job_state "$1")" = PENDING ] && eligible "$1"; then
         scontrol update JobId="$1" StartTime=now >/dev/null 2>&1
     fi
-    [ -f "$D/rc.1" ] && job_done "$1"
+    return 0
 }
+restarted_and_done() { poke_requeued "$1"; [ -f "$D/rc.1" ] && job_done "$1"; }
 case_requeue_resume() {
     local name=requeue_resume job why
     new_case $name
@@ -408,6 +410,58 @@ echo \$? >$D/rc.\${SLURM_RESTART_COUNT:-0}"
     pass $name
 }
 
+# 7. preempt_requeue: the shipped examples/slurm/srun.sbatch, --requeue in
+# partition low (GraceTime 30 s), pre-empted by a job in high: srun's tasks get
+# SIGTERM at once, checkpoint at the last step and exit 4.  Slurm requeues only
+# a job still running when GraceTime is over (FINDINGS.md, 5): the script must
+# requeue itself.  The requeued attempt resumes by itself and ends with the
+# uninterrupted losses.  Sizes: the node has 8 CPUs, the time_limit job holds
+# 2 (in high: not pre-emptable), this one 4 (-c 2), the pre-emptor asks for 5:
+# it fits only once this job is gone, with or without the time_limit job.
+committed_after_sigterm() { grep -q "checkpoint committed .* after SIGTERM" "$D/slurm.out" 2>/dev/null; }
+resumed_and_done() {   # the requeued attempt logged its resume and the job ended
+    poke_requeued "$1"
+    grep -q "SLURM_RESTART_COUNT=1.*--resume auto" "$D/slurm.out" && job_done "$1"
+}
+case_preempt_requeue() {
+    local name=preempt_requeue job why
+    new_case $name
+    # the example reads its settings from a config file: the same run as TRAIN
+    cat >"$D/tiny.toml" <<EOF
+[model]
+hidden_size = 64
+intermediate_size = 128
+num_layers = 2
+num_heads = 4
+num_kv_heads = 2
+[train]
+eval_every = 0
+steps = $STEPS
+[data]
+train = "$DATA/corpus.bin"
+tokenizer = "$DATA/tokenizer.json"
+EOF
+    # The example's #SBATCH lines ask for 2 nodes x 16 CPUs and 24G: one node here.
+    job=$(ETE=$ETE CONFIG=$D/tiny.toml RUN_DIR=$D/run ETE_FAULT=$SLOW \
+        sbatch --parsable -N 1 -n 2 --ntasks-per-node=2 -c 2 --mem=100 -J ete-$name \
+        --output="$D/slurm.out" "$REPO/examples/slurm/srun.sbatch" | cut -d';' -f1)
+    [ -n "$job" ] || { fail $name "sbatch examples/slurm/srun.sbatch failed"; return; }
+    wait_for 60 at_least_lines "$D/run" 2 || { fail $name "fewer than 2 steps after 60 s (job $(job_state "$job"))"; return; }
+    sbatch -Q -p high -n 5 -J ete-preemptor -o /dev/null --wrap true ||
+        { fail $name "could not submit the pre-empting job"; return; }
+    # A requeued job is held CRED_EXPIRE s: the stopped attempt's files stay as it left them.
+    wait_for 40 committed_after_sigterm ||
+        { fail $name "no 'checkpoint committed ... after SIGTERM' 40 s after the pre-empting job (job $(job_state "$job"))"; return; }
+    why=$(stop_checks) || { fail $name "$why"; return; }
+    [ "$(last_step "$D/run")" -lt $STEPS ] || { fail $name "the run finished before the pre-emption"; return; }
+    wait_for $((CRED_EXPIRE + 90)) resumed_and_done "$job" ||
+        { fail $name "no resumed attempt that finished after $((CRED_EXPIRE + 90)) s (job $(job_state "$job")): not requeued?"; return; }
+    [ -d "$D/run/final" ] || { fail $name "no final/"; return; }
+    [ -n "$REF2" ] || { fail $name "no 2-rank reference (srun_basics failed)"; return; }
+    why=$(losses_equal "$D/run" "$REF2" 0 2>&1) || { fail $name "requeued vs uninterrupted: $why"; return; }
+    pass $name
+}
+
 # ---------------------------------------------------------------- run
 
 [ "${SKIP_TIME_LIMIT:-0}" = 1 ] || start_time_limit
@@ -417,6 +471,7 @@ case_scancel_mpirun
 case_scancel_launch
 case_usr1_startup
 case_requeue_resume
+case_preempt_requeue
 [ -z "$TL_JOB" ] || check_time_limit
 
 echo "($((SECONDS - T_START)) s)" >&2

@@ -20,6 +20,7 @@
 #include "ete/io/hf_model.h"
 #include "ete/io/safetensors.h"
 #include "ete/model/transformer.h"
+#include "ete/parallel/launch_env.h"
 #include "ete/train/config.h"
 #include "ete/train/generate.h"
 #include "ete/train/inference_model.h"
@@ -36,7 +37,8 @@ namespace {
 std::string requeue_resume() {
     const char* n = std::getenv("SLURM_RESTART_COUNT");
     if (!n || std::strtol(n, nullptr, 10) <= 0) return "";
-    log_info("Slurm requeue (SLURM_RESTART_COUNT={}): --resume auto", n);
+    if (detect_launch().rank == 0)
+        log_info("Slurm requeue (SLURM_RESTART_COUNT={}): --resume auto", n);
     return "auto";
 }
 
