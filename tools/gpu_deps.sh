@@ -11,7 +11,7 @@ PKGS=(
     libopenblas-dev libopenblas-openmp-dev libopenblas0 libopenblas0-openmp libgfortran5
     nlohmann-json3-dev libtomlplusplus-dev libtomlplusplus3 libcli11-dev libfmt-dev libfmt9
     libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
-    libxxhash-dev libxxhash0 libcpp-httplib-dev libcpp-httplib0.11 libbrotli1 libbrotli-dev libssl3
+    libxxhash-dev libxxhash0 libbrotli1 libbrotli-dev libssl3
     libssl-dev zlib1g zlib1g-dev
     libdnnl-dev libdnnl2 libgtest-dev libgmock-dev
     libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libhwloc15 libevent-core-2.1-7

@@ -5,7 +5,9 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "ete/backend/backend.h"
@@ -367,6 +369,73 @@ TEST_F(LoraCli, BadLoraConfigIsAOneLineError) {
                           " --tokens " + path("t.bin") + " --seq 4 2>&1"));
     EXPECT_NE(r.code, 0);
     EXPECT_NE(r.out.find("adapter_config.json is missing"), std::string::npos) << r.out;
+}
+
+// Rewrites one tensor of a safetensors file through f (the others as they were, in F32).
+void edit_tensor(const std::string& file, const std::string& name,
+                 const std::function<void(std::vector<float>&)>& f) {
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    auto all = read_all(file);
+    ASSERT_TRUE(all.count(name)) << name;
+    f(all[name]);
+    const auto src = SafetensorsFile::open(file);
+    for (auto& [n, v] : all) {
+        Tensor t = Tensor::empty(src.info(n).shape);
+        std::copy(v.begin(), v.end(), t.f32());
+        tensors.emplace_back(n, std::move(t));
+    }
+    write_safetensors(file, tensors, {{"format", "pt"}});
+}
+
+// A NaN or infinity in an adapter or a model is refused on load, naming the file, the tensor and
+// the element; finite adapters whose merge overflows float are refused before anything is
+// written; `eval` whose loss is not finite exits non-zero after printing it.
+TEST_F(LoraCli, NonFiniteAdaptersAndModelsAreRefused) {
+    const std::string a = "base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight";
+    write_peft_style_dir(path("nan"), cfg_, 2);
+    edit_tensor(path("nan/adapter_model.safetensors"), a, [](auto& v) { v[3] = NAN; });
+    const std::string merge = "export merged --model " + path("base") + " --adapter ";
+    ShellResult r = run_shell(ete_cmd(merge + path("nan") + " --out " + path("m1") + " 2>&1"));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find(path("nan/adapter_model.safetensors") + ": tensor '" + a +
+                         "' element 3 is nan, expected a finite value"),
+              std::string::npos)
+        << r.out;
+    EXPECT_FALSE(fs::exists(path("m1")));
+    const std::string eval =
+        "eval --model " + path("base") + " --tokens " + path("t.bin") + " --batch 2 --seq 6";
+    r = run_shell(ete_cmd(eval + " --adapter " + path("nan") + " 2>&1"));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("element 3 is nan"), std::string::npos) << r.out;
+
+    // Finite, but B·A overflows float: 1e20 x 1e20 x scale.
+    write_peft_style_dir(path("huge"), cfg_, 2);
+    for (const char* m : {"lora_A", "lora_B"})
+        edit_tensor(path("huge/adapter_model.safetensors"),
+                    "base_model.model.model.layers.0.mlp.down_proj." + std::string(m) + ".weight",
+                    [](auto& v) { std::fill(v.begin(), v.end(), 1e20f); });
+    r = run_shell(ete_cmd(merge + path("huge") + " --out " + path("m2") + " 2>&1"));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("export merged: 'model.layers.0.mlp.down_proj.weight' + its adapter "
+                         "overflows to inf at element 0"),
+              std::string::npos)
+        << r.out;
+    EXPECT_FALSE(fs::exists(path("m2")));
+    r = run_shell(ete_cmd(eval + " --adapter " + path("huge") + " --json 2>&1"));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("eval: the loss is "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("computes non-finite logits on this data"), std::string::npos) << r.out;
+
+    // A model dir with an infinity in one weight.
+    fs::copy(path("base"), path("inf"), fs::copy_options::recursive);
+    edit_tensor(path("inf/model.safetensors"), "model.layers.0.mlp.up_proj.weight",
+                [](auto& v) { v[7] = -INFINITY; });
+    r = run_shell(ete_cmd("eval --model " + path("inf") + " --tokens " + path("t.bin") +
+                          " --batch 2 --seq 6 2>&1"));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("tensor 'model.layers.0.mlp.up_proj.weight' element 7 is -inf"),
+              std::string::npos)
+        << r.out;
 }
 
 }  // namespace

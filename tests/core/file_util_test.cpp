@@ -229,5 +229,45 @@ TEST_F(FileUtilTest, SpecialFilesAreRefused) {
         std::string::npos);
 }
 
+// replace_dir swaps a complete directory in: the old contents are gone, nothing is left beside.
+TEST_F(FileUtilTest, ReplaceDirSwapsInOneStep) {
+    const std::string target = dir_ + "/final", tmp = dir_ + "/final.tmp.1",
+                      aside = dir_ + "/final.old.1";
+    fs::create_directories(tmp);
+    write_file_atomic(tmp + "/a", "new");
+    replace_dir(tmp, target, aside);  // no target yet
+    EXPECT_EQ(read_file(target + "/a"), "new");
+    fs::create_directories(tmp);
+    write_file_atomic(tmp + "/b", "newer");
+    replace_dir(tmp, target, aside);
+    EXPECT_EQ(read_file(target + "/b"), "newer");
+    EXPECT_FALSE(fs::exists(target + "/a"));
+    EXPECT_EQ(listing(), std::vector<std::string>{"final"});
+    write_dir_atomic(target, "saving",
+                     [](const std::string& t) { write_file_atomic(t + "/c", "x"); });
+    EXPECT_EQ(read_file(target + "/c"), "x");
+    EXPECT_EQ(listing(), std::vector<std::string>{"final"});
+}
+
+// What killed saves of other processes leave: a half-written dir.tmp.PID is deleted; a complete
+// dir.old.PID goes back when dir is missing (a kill between the fallback's two renames), and is
+// deleted when dir is there. This process's own are left alone.
+TEST_F(FileUtilTest, LeftoversOfKilledSavesAreRecovered) {
+    const std::string target = dir_ + "/final", mine = std::to_string(::getpid());
+    fs::create_directories(target + ".tmp.999999");
+    fs::create_directories(target + ".old.999998");
+    write_file_atomic(target + ".old.999998/model", "the only copy");
+    fs::create_directories(target + ".tmp." + mine);
+    fs::create_directories(dir_ + "/finale.tmp.999999");  // another name
+    EXPECT_EQ(recover_dir_leftovers(target), 2);
+    EXPECT_EQ(read_file(target + "/model"), "the only copy");
+    EXPECT_EQ(listing(),
+              (std::vector<std::string>{"final", "final.tmp." + mine, "finale.tmp.999999"}));
+    fs::create_directories(target + ".old.999997");
+    EXPECT_EQ(recover_dir_leftovers(target), 1);
+    EXPECT_EQ(read_file(target + "/model"), "the only copy");
+    EXPECT_FALSE(fs::exists(target + ".old.999997"));
+}
+
 }  // namespace
 }  // namespace ete

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,6 +77,31 @@ TEST_F(Durability, ARunOwnsItsDirectory) {
               std::string::npos);
     run_training(cfg_, out.string());  // the dead holder's lock is free
     EXPECT_TRUE(fs::exists(out / "final" / "model.safetensors"));
+}
+
+// A planted ete.lock that links elsewhere would have its target truncated and overwritten with the
+// holder's line: a symbolic link, a hard link and a FIFO are each refused by name, the target
+// untouched.
+TEST_F(Durability, TheRunLockNeverWritesThroughALink) {
+    const fs::path out = dir_ / "run";
+    const fs::path victim = dir_ / "victim.txt";
+    fs::create_directories(out);
+    write_file_atomic(victim.string(), "precious\n");
+    fs::create_symlink(victim, out / "ete.lock");
+    std::string e = error_of([&] { DirLock lock(out.string()); });
+    EXPECT_NE(e.find("is a symbolic link; ETE never writes through one"), std::string::npos) << e;
+    fs::remove(out / "ete.lock");
+    fs::create_hard_link(victim, out / "ete.lock");
+    e = error_of([&] { DirLock lock(out.string()); });
+    EXPECT_NE(e.find("is a file with other hard links"), std::string::npos) << e;
+    EXPECT_EQ(read_file(victim.string()), "precious\n");
+    fs::remove(out / "ete.lock");
+    ASSERT_EQ(::mkfifo((out / "ete.lock").c_str(), 0644), 0);
+    e = error_of([&] { DirLock lock(out.string()); });
+    EXPECT_NE(e.find("is not a regular file"), std::string::npos) << e;
+    fs::remove(out / "ete.lock");
+    DirLock lock(out.string());  // a plain lock is fine again
+    EXPECT_NE(read_file((out / "ete.lock").string()).find("pid "), std::string::npos);
 }
 
 // A full disk mid-line: the partial line is cut off again (the file stays whole JSON lines), the
@@ -192,6 +218,28 @@ TEST_F(Durability, CorruptCheckpointsAreRefusedAndAutoFallsBack) {
     EXPECT_NE(e.find("--resume-force train.stepz: not a setting a resume checks"),
               std::string::npos)
         << e;
+}
+
+// A save killed while replacing a checkpoint of the same step on a file system without
+// RENAME_EXCHANGE leaves the old copy set aside as step_N.tmp.old.PID: the next run puts it back
+// and resumes from it (it was deleted before, with the half-written new copy); what a killed
+// final save left (final.tmp.PID) is removed.
+TEST_F(Durability, AKilledReplaceKeepsTheOnlyCopyOfItsStep) {
+    cfg_.checkpoint_every = 4;
+    cfg_.keep_checkpoints = 0;
+    const fs::path out = dir_ / "run", ck = out / "checkpoints";
+    run_training(cfg_, out.string());
+    fs::rename(ck / "step_00000008", ck / "step_00000008.tmp.old.999999");
+    fs::create_directories(ck / "step_00000008.tmp.999999");
+    write_file_atomic((ck / "step_00000008.tmp.999999" / "model.safetensors").string(), "half");
+    fs::create_directories(out / "final.tmp.999998");
+    cfg_.steps = 10;
+    const TrainSummary s = run_training(cfg_, out.string(), {"auto", {"train.steps"}});
+    EXPECT_EQ(s.start_step, 8);
+    EXPECT_TRUE(fs::exists(ck / "step_00000008" / "state.json"));
+    EXPECT_FALSE(fs::exists(ck / "step_00000008.tmp.999999"));
+    EXPECT_FALSE(fs::exists(ck / "step_00000008.tmp.old.999999"));
+    EXPECT_FALSE(fs::exists(out / "final.tmp.999998"));
 }
 
 // No memory check before: train.micro_batch = 100000000 grew for minutes and ended in

@@ -91,6 +91,7 @@ Tokenizer eval_tokenizer(const EvalArgs& a, const char* option) {
 }
 
 // seconds: the forward's wall time when measured (< 0: not).
+// A non-finite loss is printed, then an error (exit 1): a NaN model never passes a check.
 void print_eval(const EvalArgs& a, double loss_sum, int64_t tokens, const char* extra_key,
                 int64_t extra, double seconds = -1) {
     const double loss = loss_sum / double(std::max<int64_t>(tokens, 1));
@@ -105,6 +106,10 @@ void print_eval(const EvalArgs& a, double loss_sum, int64_t tokens, const char* 
         if (extra_key) std::printf(" | %s: %lld", extra_key, (long long)extra);
         std::printf("\n");
     }
+    std::fflush(stdout);
+    ETE_CHECK(std::isfinite(loss),
+              "eval: the loss is {}: the model{} computes non-finite logits on this data", loss,
+              a.adapter.empty() ? "" : " with its adapter");
 }
 
 // The first `need` token ids of --tokens (a shard) or --text (encoded with the model's tokenizer).

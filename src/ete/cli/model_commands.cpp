@@ -59,6 +59,13 @@ int merge_adapters(Transformer& lora, HostParams& merged) {
                         d += double(B[size_t(o * R + k)]) * double(A[size_t(k * in + i)]);
                     w[o * in + i] = float(double(w[o * in + i]) + scale * d);
                 }
+            // Finite adapters (checked on load) can still overflow float here: nothing is saved.
+            const float* bad =
+                std::find_if(w, w + out * in, [](float x) { return !std::isfinite(x); });
+            ETE_CHECK(bad == w + out * in,
+                      "export merged: '{}' + its adapter overflows to {} at element {}: the "
+                      "adapter's values are too large to merge; nothing written",
+                      module + ".weight", *bad, bad - w);
             ++n;
         }
     }

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -40,9 +41,25 @@ std::string read_holder(int fd) {
 }  // namespace
 
 DirLock::DirLock(const std::string& dir) : path_(dir + "/ete.lock") {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // The lock is truncated and rewritten: never through a symbolic link (O_NOFOLLOW), and never
+    // into a FIFO, a device or a file linked from elsewhere, whose target would be overwritten.
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    ETE_CHECK(fd_ >= 0 || errno != ELOOP,
+              "--out '{}': the run lock '{}' is a symbolic link; ETE never writes through one: "
+              "remove it",
+              dir, path_);
     ETE_CHECK(fd_ >= 0, "--out '{}': cannot create the run lock '{}' ({})", dir, path_,
               std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+        const bool regular = S_ISREG(st.st_mode);
+        ::close(fd_);
+        fd_ = -1;
+        throw_error(fmt::format(
+            "--out '{}': the run lock '{}' is {}; ETE writes only a plain file of its own there: "
+            "remove it",
+            dir, path_, regular ? "a file with other hard links" : "not a regular file"));
+    }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
         const int err = errno;
         if (err == EWOULDBLOCK) {

@@ -10,7 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
-#include <cstdio>
+#include <cstdio>  // renameat2
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -368,6 +368,51 @@ void fsync_dir(const std::string& dir) {
 
 }  // namespace
 
+void replace_dir(const std::string& tmp, const std::string& target, const std::string& aside) {
+    namespace fs = std::filesystem;
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+        fs::remove_all(tmp);  // the old target
+        return;
+    }
+    const int err = errno;
+    if (err != ENOENT && err != EINVAL && err != ENOSYS)
+        throw fs::filesystem_error("exchange", tmp, target,
+                                   std::error_code(err, std::generic_category()));
+    // ENOENT: no target yet; EINVAL/ENOSYS: no exchange on this file system.
+    const bool had = fs::exists(target);
+    if (had) fs::rename(target, aside);
+    try {
+        fs::rename(tmp, target);
+    } catch (...) {
+        if (had) fs::rename(aside, target);
+        throw;
+    }
+    if (had) fs::remove_all(aside);
+}
+
+int recover_dir_leftovers(const std::string& dir) {
+    namespace fs = std::filesystem;
+    const fs::path target = fs::absolute(dir);
+    const fs::path parent = target.parent_path();
+    if (!fs::is_directory(parent)) return 0;
+    const std::string base = target.filename().string(), mine = std::to_string(::getpid());
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(parent)) names.push_back(e.path().filename());
+    int n = 0;
+    for (const std::string& name : names) {
+        for (const char* kind : {".tmp.", ".old."}) {
+            const std::string prefix = base + kind;
+            if (name.rfind(prefix, 0) != 0 || name.substr(prefix.size()) == mine) continue;
+            if (kind[1] == 'o' && !fs::exists(target))
+                fs::rename(parent / name, target);
+            else
+                fs::remove_all(parent / name);
+            ++n;
+        }
+    }
+    return n;
+}
+
 void write_dir_atomic(const std::string& dir, const std::string& what,
                       const std::function<void(const std::string& tmp)>& fill) {
     namespace fs = std::filesystem;
@@ -380,10 +425,8 @@ void write_dir_atomic(const std::string& dir, const std::string& what,
     try {
         fill(tmp);
         fsync_dir(tmp);
-        if (fs::exists(target)) fs::rename(target, old);
-        fs::rename(tmp, target);
+        replace_dir(tmp, target.string(), old);
         fsync_dir(target.parent_path().string());
-        fs::remove_all(old);
     } catch (const std::exception& e) {
         std::error_code ec;
         fs::remove_all(tmp, ec);

@@ -85,6 +85,19 @@ uint64_t write_file_atomic(const std::string& path, const FileWriter& writer);
 void write_dir_atomic(const std::string& dir, const std::string& what,
                       const std::function<void(const std::string& tmp)>& fill);
 
+// Puts the complete directory `tmp` at `target` (same file system). An existing target is swapped
+// with tmp in one step (renameat2 RENAME_EXCHANGE), so no crash leaves target missing; its old
+// contents end at tmp, which is then removed. Where the file system cannot exchange, the old
+// target is renamed to `aside` first, and a crash between the two renames leaves it complete
+// there. Throws std::filesystem::filesystem_error (the target as it was).
+void replace_dir(const std::string& tmp, const std::string& target, const std::string& aside);
+
+// What write_dir_atomic(dir) calls of other processes left when killed: `dir.tmp.PID` (half
+// written) is deleted, `dir.old.PID` (a complete old copy set aside by replace_dir's fallback) is
+// put back when dir is missing, else deleted. Only where no other process can be writing dir
+// (the run lock held). Returns the number of entries acted on.
+int recover_dir_leftovers(const std::string& dir);
+
 // Appends `bytes` to an O_APPEND descriptor whole or not at all: a short or failed write (disk
 // full, EFBIG) is cut back off the file. Returns 0, or the errno of the failure.
 int append_whole(int fd, std::string_view bytes);

@@ -49,9 +49,7 @@ Tensor tensor_of(const std::vector<T>& v, Shape shape, DType dtype) {
 }
 
 void check_finite(const std::vector<float>& v, const SafetensorsFile& f, const std::string& name) {
-    for (size_t i = 0; i < v.size(); ++i)
-        ETE_CHECK(std::isfinite(v[i]), "{}: tensor '{}' element {} is {}, expected a finite value",
-                  f.path(), name, i, v[i]);
+    ete::check_finite(v.data(), int64_t(v.size()), f.path(), name);
 }
 
 }  // namespace

@@ -180,16 +180,15 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
         throw_error(fmt::format("checkpoint '{}': {} (the partial save was removed)",
                                 final_dir.string(), e.what()));
     }
-    // A re-save of the same step: the old directory leaves under a temporary name first, so a
-    // crash between the renames leaves one complete copy under some name, never a torn one.
+    // A re-save of the same step replaces the old directory in one exchange; where the file
+    // system cannot exchange, the old one leaves under `old` first and a crash between the
+    // renames leaves it complete there (prune_checkpoints puts it back).
     fs::path old = root / (step_name(st.step) + ".tmp.old." + std::to_string(::getpid()));
     std::error_code ec;
     try {
-        if (fs::exists(final_dir)) fs::rename(final_dir, old);
-        fs::rename(tmp, final_dir);
+        replace_dir(tmp.string(), final_dir.string(), old.string());
         fsync_path(root.string());
     } catch (const std::exception& e) {
-        if (!fs::exists(final_dir) && fs::exists(old)) fs::rename(old, final_dir, ec);
         fs::remove_all(tmp, ec);
         throw_error(fmt::format("checkpoint '{}': {} (the new save was removed)",
                                 final_dir.string(), e.what()));
@@ -296,18 +295,32 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
     return all.back().string();
 }
 
-void prune_checkpoints(const std::string& run_dir, int keep) {
-    // Temporary directories of saves that were killed half-way are never loaded; drop them.
+void recover_checkpoint_dirs(const std::string& run_dir) {
     fs::path root = fs::path(run_dir) / "checkpoints";
-    std::string mine = ".tmp." + std::to_string(::getpid());
-    if (fs::is_directory(root)) {
-        for (const auto& e : fs::directory_iterator(root)) {
-            std::string n = e.path().filename().string();
-            if (n.find(".tmp.") != std::string::npos && n.find(mine) == std::string::npos) {
-                fs::remove_all(e.path());
-            }
+    if (!fs::is_directory(root)) return;
+    const std::string mine = "." + std::to_string(::getpid());
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename());
+    for (const std::string& n : names) {
+        const size_t at = n.find(".tmp.");
+        if (at == std::string::npos) continue;
+        if (n.size() >= mine.size() && n.compare(n.size() - mine.size(), mine.size(), mine) == 0)
+            continue;  // this process's save in progress
+        // A complete old copy set aside by a save killed before its new copy took the name
+        // (file systems without RENAME_EXCHANGE): the only copy of that step, so it goes back.
+        const fs::path committed_name = root / n.substr(0, at);
+        if (n.compare(at, 9, ".tmp.old.") == 0 && !fs::exists(committed_name)) {
+            fs::rename(root / n, committed_name);
+            log_warn("checkpoint {}: restored from {} (a save was killed while replacing it)",
+                     committed_name.string(), n);
+            continue;
         }
+        fs::remove_all(root / n);  // a save killed half-way: never loaded
     }
+}
+
+void prune_checkpoints(const std::string& run_dir, int keep) {
+    recover_checkpoint_dirs(run_dir);
     if (keep <= 0) return;
     auto all = committed(run_dir);
     for (size_t i = 0; i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i]);

@@ -81,8 +81,13 @@ std::optional<std::string> newest_verified_checkpoint(const std::string& run_dir
 // The newest committed checkpoint of a run, if any (temporary directories are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
-// Deletes committed checkpoints beyond the newest `keep` (keep <= 0 keeps all) and the temporary
-// directories that saves killed half-way left behind.
+// What saves killed by another process left in run_dir/checkpoints: half-written directories are
+// deleted; an old copy set aside while being replaced (file systems without RENAME_EXCHANGE,
+// core/file_util.h replace_dir) whose step has no committed directory is put back (a warning).
+void recover_checkpoint_dirs(const std::string& run_dir);
+
+// recover_checkpoint_dirs, then deletes committed checkpoints beyond the newest `keep` (keep <= 0
+// keeps all).
 void prune_checkpoints(const std::string& run_dir, int keep);
 
 }  // namespace ete

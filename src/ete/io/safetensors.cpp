@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -413,6 +414,12 @@ bool is_valid_utf8(std::string_view s) {
         i += len;
     }
     return true;
+}
+
+void check_finite(const float* v, int64_t n, const std::string& path, const std::string& name) {
+    const float* bad = std::find_if(v, v + n, [](float x) { return !std::isfinite(x); });
+    ETE_CHECK(bad == v + n, "{}: tensor '{}' element {} is {}, expected a finite value", path, name,
+              bad - v, *bad);
 }
 
 }  // namespace ete

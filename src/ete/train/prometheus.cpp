@@ -1,8 +1,6 @@
 // ete/train/prometheus.cpp
 #include "ete/train/prometheus.h"
 
-#include <httplib.h>
-
 #include <cmath>
 
 #include "ete/core/error.h"
@@ -53,30 +51,6 @@ std::string render_exposition(const std::vector<MetricFamily>& families) {
         }
     }
     return out;
-}
-
-struct MetricsServer::Impl {
-    httplib::Server server;
-};
-
-MetricsServer::MetricsServer(const std::string& addr, int port, std::function<std::string()> body)
-    : impl_(std::make_unique<Impl>()) {
-    impl_->server.Get("/metrics", [body](const httplib::Request&, httplib::Response& res) {
-        res.set_content(body(), "text/plain; version=0.0.4; charset=utf-8");
-    });
-    impl_->server.Get("/", [](const httplib::Request&, httplib::Response& res) {
-        res.set_content("ete: metrics at /metrics\n", "text/plain");
-    });
-    ETE_CHECK(impl_->server.bind_to_port(addr, port),
-              "monitor.prometheus_addr = '{}', monitor.prometheus_port = {}: cannot listen there "
-              "(in use, or not an address of this host)",
-              addr, port);
-    thread_ = std::thread([this] { impl_->server.listen_after_bind(); });
-}
-
-MetricsServer::~MetricsServer() {
-    impl_->server.stop();
-    if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace ete

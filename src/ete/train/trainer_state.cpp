@@ -11,6 +11,7 @@
 
 #include <fmt/ranges.h>
 
+#include "ete/core/file_util.h"
 #include "ete/core/log.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/peft.h"
@@ -170,6 +171,12 @@ std::optional<std::string> Trainer::newest_good_checkpoint() {
 
 // Initialises or resumes; returns the number of steps already done.
 int64_t Trainer::start(const ResumeOptions& resume) {
+    // Before anything looks for checkpoints: a copy set aside by a killed save goes back.
+    if (dist_.main()) {
+        recover_checkpoint_dirs(out_);
+        if (recover_dir_leftovers(out_ + "/final") > 0)
+            log_info("removed what a killed final save left in {}", out_);
+    }
     std::optional<std::string> from;
     bool verified = false;
     if (resume.from == "auto") {
