@@ -332,5 +332,44 @@ TEST(TokenizerHostile, IdsOutOfRangeAreErrorsAtUse) {
     expect_has(error_of([&] { t.decode(Ids{-1}); }), {"-1", "not in the vocabulary"});
 }
 
+// A normalizer Sequence nested 20,000 deep (780 KB) overflowed the stack of the reader that walks
+// it: the JSON is refused at its nesting before any component is built. 64 levels still load.
+TEST(TokenizerHostile, DeepNestingIsRefusedNotACrash) {
+    auto nested = [](int depth) {
+        std::string open, close;
+        for (int i = 0; i < depth; ++i) {
+            open += R"({"type": "Sequence", "normalizers": [)";
+            close += "]}";
+        }
+        std::string j = base_file().dump();
+        const std::string key = R"("normalizer":null)";
+        return j.replace(j.find(key), key.size(), R"("normalizer":)" + open + close);
+    };
+    const std::string e = error_of([&] { Tokenizer::from_json(nested(20000), "deep.json"); });
+    expect_has(e, {"deep.json", "invalid JSON (arrays and objects nested deeper than 64 levels)"});
+    EXPECT_LT(e.size(), 300u);
+    EXPECT_NO_THROW(Tokenizer::from_json(nested(30), "ok.json"));  // 62 levels of JSON
+}
+
+// Three chained Replace normalizers of 100 characters each grew a 13 KB text to 4.3 GB: a step,
+// or a Sequence, that grows a text more than 16x is an error naming it.
+TEST(TokenizerHostile, ANormalizerThatExplodesTheTextIsRefused) {
+    json j = base_file();
+    const json grow = {
+        {"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", std::string(100, 'a')}};
+    j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {grow, grow, grow}}};
+    const Tokenizer t = Tokenizer::from_json(j.dump(), "grow.json");
+    expect_has(error_of([&] { t.encode(std::string(13000, 'a')); }),
+               {"tokenizer.json Replace to \"aaaa",
+                "would grow a 13000-byte text to 1300000 bytes "
+                "(more than 16x)"});
+    const json twice = {{"type", "Replace"}, {"pattern", {{"String", "b"}}}, {"content", "bbbb"}};
+    j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {twice, twice, twice}}};
+    const Tokenizer u = Tokenizer::from_json(j.dump(), "grow4.json");  // 4x, then 16x, then 64x
+    expect_has(error_of([&] { u.encode(std::string(10000, 'b')); }),
+               {"normalizer Sequence: grows a 10000-byte text to 640000 bytes (more than 16x)"});
+    EXPECT_EQ(u.encode("ab").size(), 64u);  // short texts pass: "ab" + 63 "b" (64x, under 4 KiB)
+}
+
 }  // namespace
 }  // namespace ete

@@ -7,6 +7,7 @@
 
 #include "ete/cli/commands.h"
 #include "ete/core/file_util.h"
+#include "ete/core/json_file.h"
 #include "ete/io/bnb_nf4.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/peft.h"
@@ -34,7 +35,7 @@ int cmd_quantize(const QuantizeArgs& a) {
 namespace {
 
 bool is_quantized_dir(const std::string& dir) {
-    const auto j = nlohmann::json::parse(read_file((fs::path(dir) / "config.json").string()));
+    const auto j = read_json_file((fs::path(dir) / "config.json").string());
     return j.contains("quantization_config");
 }
 

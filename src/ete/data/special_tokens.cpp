@@ -6,6 +6,7 @@
 
 #include "ete/core/error.h"
 #include "ete/core/file_util.h"
+#include "ete/core/json_file.h"
 #include "ete/core/log.h"
 #include "ete/data/tokenizer.h"
 
@@ -14,14 +15,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-json read_json_file(const fs::path& p) {
-    try {
-        return json::parse(read_file(p.string()));
-    } catch (const json::parse_error& e) {
-        throw_error(fmt::format("{}: invalid JSON ({})", p.string(), e.what()));
-    }
-}
 
 }  // namespace
 

@@ -79,7 +79,15 @@ class Sequence final : public Normalizer {
   public:
     explicit Sequence(std::vector<std::unique_ptr<Normalizer>> items) : items_(std::move(items)) {}
     void normalize(std::string& s) const override {
-        for (const auto& n : items_) n->normalize(s);
+        const size_t in = s.size(), limit = max_normalized_bytes(in);
+        for (const auto& n : items_) {
+            n->normalize(s);
+            ETE_CHECK(s.size() <= limit,
+                      "tokenizer.json normalizer Sequence: grows a {}-byte text to {} bytes (more "
+                      "than 16x): refused (real tokenizers change a text by a few bytes per "
+                      "character)",
+                      in, s.size());
+        }
     }
 
   private:

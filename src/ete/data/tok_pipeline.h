@@ -30,6 +30,11 @@ class Normalizer {
     virtual void normalize(std::string& s) const = 0;
 };
 
+// The most a normalizer (and a Replace step) may grow a text: 16x plus 4 KiB. Real normalizers
+// change a text by a few bytes per character (NFKC's widest expansion is 11x); a hostile
+// tokenizer.json chaining Replaces grew 13 KB to 4.3 GB. Beyond it an ete::Error names the step.
+size_t max_normalized_bytes(size_t input_bytes);
+
 struct Pieces {
     std::vector<std::string_view> list;
     std::deque<std::string> owned;  // stable storage for rewritten pieces
@@ -95,8 +100,9 @@ struct Pattern {
     std::shared_ptr<const RegexSplitter> regex;  // set: regex
     // Appends the [begin, end) spans of the non-overlapping matches in `s`.
     void find(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const;
-    // Every match in `s` replaced by `content` (HF's Replace normalizer and decoder).
-    void replace(std::string& s, const std::string& content) const;
+    // Every match in `s` replaced by `content` (HF's Replace normalizer and decoder); an
+    // ete::Error naming `what` when the result would exceed max_normalized_bytes(s.size()).
+    void replace(std::string& s, const std::string& content, const char* what = "Replace") const;
 };
 
 // Splits `piece` into the pieces HF's NormalizedString::split gives for these matches.

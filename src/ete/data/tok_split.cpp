@@ -18,11 +18,23 @@ void Pattern::find(std::string_view s, std::vector<std::pair<size_t, size_t>>& o
     }
 }
 
-void Pattern::replace(std::string& s, const std::string& content) const {
+size_t max_normalized_bytes(size_t input_bytes) {
+    return 16 * input_bytes + 4096;
+}
+
+void Pattern::replace(std::string& s, const std::string& content, const char* what) const {
     std::vector<std::pair<size_t, size_t>> m;
     find(s, m);
     if (m.empty()) return;
+    size_t matched = 0;
+    for (auto [b, e] : m) matched += e - b;
+    const size_t size = s.size() - matched + m.size() * content.size();
+    ETE_CHECK(size <= max_normalized_bytes(s.size()),
+              "tokenizer.json {} to {:?}: would grow a {}-byte text to {} bytes (more than "
+              "16x): refused (real tokenizers change a text by a few bytes per character)",
+              what, content.substr(0, 40), s.size(), size);
     std::string out;
+    out.reserve(size);
     size_t prev = 0;
     for (auto [b, e] : m) {
         out.append(s, prev, b - prev);

@@ -13,6 +13,7 @@
 
 #include "ete/core/error.h"
 #include "ete/core/file_util.h"
+#include "ete/core/json_file.h"
 #include "ete/data/byte_level.h"
 #include "ete/data/pretokenize.h"
 #include "ete/data/tok_json.h"
@@ -251,12 +252,7 @@ Tokenizer TokenizerJson::read(std::string_view text, std::string_view src) {
 }
 
 Tokenizer TokenizerJson::read_unescaped(std::string_view text, std::string_view src) {
-    json root;
-    try {
-        root = json::parse(text);
-    } catch (const json::parse_error& e) {
-        throw_error(fmt::format("{}: invalid JSON, expected a tokenizer.json: {}", src, e.what()));
-    }
+    const json root = parse_json(text, std::string(src) + " (a tokenizer.json)");
     ETE_CHECK(root.is_object(), "{}: expected a JSON object (tokenizer.json)", src);
     const json* model = field(root, "model");
     ETE_CHECK(model != nullptr && model->is_object(), "{}: missing object 'model'", src);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ete/core/file_util.h"
+#include "ete/core/json_file.h"
 #include "ete/io/hf_model.h"
 #include "ete/model/param_spec.h"
 
@@ -71,13 +72,9 @@ Nf4Tensor read_bnb_nf4(const SafetensorsFile& f, const std::string& name, const 
     ETE_CHECK(shape.size() == 2, "{}: a quantized tensor where the model has a {}-d parameter",
               where, shape.size());
     const auto state_bytes = f.bytes(name + kBnbNf4State);
-    json st;
-    try {
-        st = json::parse(
-            std::string(reinterpret_cast<const char*>(state_bytes.data()), state_bytes.size()));
-    } catch (const json::exception& e) {
-        throw_error(fmt::format("{}: its quant state is not valid JSON ({})", where, e.what()));
-    }
+    const json st = parse_json(
+        std::string_view(reinterpret_cast<const char*>(state_bytes.data()), state_bytes.size()),
+        where + ": its quant state");
     ETE_CHECK(st.is_object() && st.value("quant_type", "") == "nf4",
               "{}: quant state quant_type '{}', expected nf4", where,
               st.is_object() ? st.value("quant_type", "") : "");
@@ -159,7 +156,7 @@ double quantize_model_dir(const std::string& in, const std::string& out,
     ETE_CHECK(fs::absolute(in) != fs::absolute(out),
               "ete quantize: --out must differ from --model");
     const ModelConfig cfg = load_hf_config(in);
-    json cj = json::parse(read_file((fs::path(in) / "config.json").string()));
+    json cj = read_json_file((fs::path(in) / "config.json").string());
     ETE_CHECK(!cj.contains("quantization_config"),
               "ete quantize: '{}' is already quantized (its config.json has quantization_config)",
               in);

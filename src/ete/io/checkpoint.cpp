@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "ete/core/file_util.h"
+#include "ete/core/json_file.h"
 #include "ete/core/log.h"
 #include "ete/io/safetensors.h"
 
@@ -212,13 +213,8 @@ CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table,
     fs::path d(dir);
     ETE_CHECK(is_committed_name(d.filename().string()) && fs::is_directory(d),
               "checkpoint '{}': expected a committed checkpoint directory step_XXXXXXXX", dir);
-    json state;
     std::string state_path = (d / "state.json").string();
-    try {
-        state = json::parse(read_file(state_path));
-    } catch (const json::exception& e) {
-        throw_error(fmt::format("{}: invalid JSON ({})", state_path, e.what()));
-    }
+    json state = read_json_file(state_path);
     int version = state.value("format_version", -1);
     ETE_CHECK(version == kCheckpointFormatVersion,
               "{}: format_version {} is not supported "
@@ -248,7 +244,7 @@ std::string checkpoint_problem(const std::string& dir) {
     const fs::path d(dir);
     json state;
     try {
-        state = json::parse(read_file((d / "state.json").string()));
+        state = read_json_file((d / "state.json").string());
     } catch (const std::exception& e) {
         return fmt::format("state.json is unreadable ({})", e.what());
     }

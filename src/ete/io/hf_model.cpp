@@ -1,6 +1,7 @@
 // ete/io/hf_model.cpp — HF model dirs: config, single-file or sharded weights, atomic save.
 #include "ete/io/hf_model.h"
 
+#include "ete/core/json_file.h"
 #include "ete/core/rng.h"
 #include "ete/io/bnb_nf4.h"
 
@@ -33,12 +34,7 @@ ModelConfig load_hf_config(const std::string& dir) {
     std::string path = (fs::path(dir) / "config.json").string();
     ETE_CHECK(fs::is_directory(dir), "model dir '{}': not a directory", dir);
     ETE_CHECK(fs::exists(path), "model dir '{}': config.json is missing", dir);
-    json j;
-    try {
-        j = json::parse(read_file(path));
-    } catch (const json::exception& e) {
-        throw_error(fmt::format("{}: invalid JSON ({})", path, e.what()));
-    }
+    const json j = read_json_file(path);
     return config_from_hf_json(j, path);
 }
 
@@ -120,12 +116,7 @@ void load_file(const SafetensorsFile& f, const ParamTable& store, const TensorSi
 
 // Parses the index into file -> tensor names (std::map: shards opened in name order).
 std::map<std::string, std::vector<std::string>> read_index(const std::string& path) {
-    json j;
-    try {
-        j = json::parse(read_file(path));
-    } catch (const json::exception& e) {
-        throw_error(fmt::format("{}: invalid JSON ({})", path, e.what()));
-    }
+    const json j = read_json_file(path);
     ETE_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
               "{}: expected an object with a \"weight_map\" object", path);
     std::map<std::string, std::vector<std::string>> shards;

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "ete/core/file_util.h"
+#include "ete/core/json_file.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/peft.h"
 #include "ete/io/safetensors.h"
@@ -27,11 +28,7 @@ std::string scale_name(const std::string& weight) {
 json read_config_json(const std::string& dir) {
     const std::string path = (fs::path(dir) / "config.json").string();
     ETE_CHECK(fs::exists(path), "model dir '{}': config.json is missing", dir);
-    try {
-        return json::parse(read_file(path));
-    } catch (const json::exception& e) {
-        throw_error(fmt::format("{}: invalid JSON ({})", path, e.what()));
-    }
+    return read_json_file(path);
 }
 
 Tensor tensor_from(const void* data, Shape shape, DType t) {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "ete/core/file_util.h"
+#include "ete/core/json_file.h"
 #include "ete/io/safetensors.h"
 #include "ete/model/transformer.h"
 
@@ -98,12 +99,7 @@ void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraS
 
 std::string peft_base_model(const std::string& dir) {
     const std::string path = (fs::path(dir) / kConfigFile).string();
-    json j;
-    try {
-        j = json::parse(read_file(path));
-    } catch (const json::exception& e) {
-        throw_error(fmt::format("{}: invalid JSON ({})", path, e.what()));
-    }
+    const json j = read_json_file(path);
     const auto it = j.is_object() ? j.find("base_model_name_or_path") : j.end();
     return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
@@ -112,12 +108,7 @@ PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c) {
     const std::string path = (fs::path(dir) / kConfigFile).string();
     ETE_CHECK(fs::exists(path), "adapter dir '{}': {} is missing (not a PEFT adapter dir)", dir,
               kConfigFile);
-    json j;
-    try {
-        j = json::parse(read_file(path));
-    } catch (const json::exception& e) {
-        throw_error(fmt::format("{}: invalid JSON ({})", path, e.what()));
-    }
+    const json j = read_json_file(path);
     ETE_CHECK(j.is_object(), "{}: expected a JSON object", path);
     auto get = [&](const char* key, auto fallback) {
         using T = decltype(fallback);

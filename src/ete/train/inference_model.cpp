@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "ete/core/file_util.h"
+#include "ete/core/json_file.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/int8_dir.h"
 #include "ete/io/peft.h"
@@ -67,12 +68,7 @@ QatState read_qat_state(const std::string& dir) {
               "'{}' has no {}: expected the final model of a QAT run (qat.enabled = true); a "
               "plain model is quantized with ete quantize --scheme w8a8 --calib SHARD",
               dir, kQatStateFile);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-        throw_error(fmt::format("{}: invalid JSON ({})", path, e.what()));
-    }
+    const nlohmann::json j = read_json_file(path);
     ETE_CHECK(j.is_object() && j.value("format", "") == "ete-qat" &&
                   j.value("format_version", 0) == 1 && j.contains("spec") &&
                   j.contains("observers") && j["observers"].is_object(),
