@@ -387,6 +387,41 @@ void edit_tensor(const std::string& file, const std::string& name,
     write_safetensors(file, tensors, {{"format", "pt"}});
 }
 
+// alpha_pattern gives the q_proj adapters 64 / 2 = 32 instead of 16 / 2 = 8: the same model as
+// the plain config with those B scaled by 4, bit for bit (powers of two scale exactly) — in eval
+// and in the merged weights. It was ignored before (the scale silently 8).
+TEST_F(LoraCli, AlphaPatternScalesItsAdapters) {
+    write_peft_style_dir(path("ap"), cfg_, 2);
+    json cfg = json::parse(read_file(path("ap/adapter_config.json")));
+    cfg["alpha_pattern"] = {{"q_proj", 64}};
+    write_file_atomic(path("ap/adapter_config.json"), cfg.dump(2));
+    write_peft_style_dir(path("x4"), cfg_, 2);
+    for (int l = 0; l < cfg_.num_layers; ++l)
+        edit_tensor(
+            path("x4/adapter_model.safetensors"),
+            fmt::format("base_model.model.model.layers.{}.self_attn.q_proj.lora_B.weight", l),
+            [](auto& v) {
+                for (float& x : v) x *= 4;
+            });
+    const std::string eval = "eval --model " + path("base") + " --tokens " + path("t.bin") +
+                             " --batch 2 --seq 6 --json --adapter ";
+    const ShellResult a = run_shell(ete_cmd(eval + path("ap"))),
+                      b = run_shell(ete_cmd(eval + path("x4")));
+    ASSERT_EQ(a.code, 0) << a.out;
+    ASSERT_EQ(b.code, 0) << b.out;
+    EXPECT_EQ(json::parse(a.out)["loss"], json::parse(b.out)["loss"]);
+    const std::string merge = "export merged --model " + path("base") + " --adapter ";
+    ASSERT_EQ(run_shell(ete_cmd(merge + path("ap") + " --out " + path("m_ap"))).code, 0);
+    ASSERT_EQ(run_shell(ete_cmd(merge + path("x4") + " --out " + path("m_x4"))).code, 0);
+    EXPECT_EQ(read_file(path("m_ap/model.safetensors")), read_file(path("m_x4/model.safetensors")));
+    // Without the pattern the same tensors score differently: the pattern is what matched.
+    cfg.erase("alpha_pattern");
+    write_file_atomic(path("ap/adapter_config.json"), cfg.dump(2));
+    const ShellResult c = run_shell(ete_cmd(eval + path("ap")));
+    ASSERT_EQ(c.code, 0) << c.out;
+    EXPECT_NE(json::parse(c.out)["loss"], json::parse(b.out)["loss"]);
+}
+
 // A NaN or infinity in an adapter or a model is refused on load, naming the file, the tensor and
 // the element; finite adapters whose merge overflows float are refused before anything is
 // written; `eval` whose loss is not finite exits non-zero after printing it.

@@ -11,6 +11,7 @@
 #include "ete/io/peft.h"
 #include "ete/io/safetensors.h"
 #include "ete/model/param_spec.h"
+#include "ete/nn/lora.h"
 #include "test_util.h"
 
 namespace ete {
@@ -112,6 +113,12 @@ TEST(Peft, RankPatternWritesAndReadsSmallerAdapters) {
     load_peft_weights(d / "a", c, back, [&](int i, const float* v) {
         std::copy(v, v + back.numel(i), back.param(i));
     });
+    // PEFT scales that adapter by alpha / 2: the alpha_pattern entry keeps ETE's one scale.
+    const float scale = lora_scale(s.alpha, s.r, s.rslora);
+    EXPECT_EQ(cfg["alpha_pattern"], json({{"model.layers.0.self_attn.v_proj", scale * 2}}));
+    EXPECT_EQ(info.rank_of("model.layers.0.self_attn.v_proj"), 2);
+    EXPECT_EQ(info.scale_of("model.layers.0.self_attn.v_proj"), scale);
+    EXPECT_EQ(info.scale_of("model.layers.1.self_attn.v_proj"), scale);
     // v_proj of layer 0 came back at rank 2: its A rows 2, 3 and B columns 2, 3 are zero.
     const int ia = back.index("model.layers.0.self_attn.v_proj.lora_A.weight");
     for (int k = 0; k < 2 * 16; ++k) EXPECT_EQ(back.param(ia)[k], h.param(ia)[k]);
@@ -154,6 +161,39 @@ TEST(Peft, DirsThatDoNotFitTheBaseAreOneLineErrors) {
                   load_peft_config(d / "nothing", c);
               }).find("adapter_config.json is missing"),
               std::string::npos);
+}
+
+// rank_pattern / alpha_pattern keys as PEFT reads them: a regex matching a whole suffix of the
+// module path at a "." boundary (get_pattern_key: (.*\.)?(key)$). alpha_pattern was ignored
+// before: adapters using it were evaluated, merged and trained at the wrong scale.
+TEST(Peft, PatternKeysMatchModulesAsPeftDoes) {
+    PeftAdapterInfo info;
+    info.spec.r = 8;
+    info.spec.alpha = 16;
+    info.rank_pattern = {{"q_proj", 4}, {"layers.1.mlp.down_proj", 2}};
+    info.alpha_pattern = {{"layers\\.[0-9]+\\.self_attn\\.k_proj", 64.0f}};
+    EXPECT_EQ(info.rank_of("model.layers.0.self_attn.q_proj"), 4);
+    EXPECT_EQ(info.rank_of("model.layers.7.self_attn.q_proj"), 4);
+    EXPECT_EQ(info.rank_of("model.layers.0.self_attn.xq_proj"), 8);  // not at a "." boundary
+    EXPECT_EQ(info.rank_of("model.layers.1.mlp.down_proj"), 2);
+    EXPECT_EQ(info.rank_of("model.layers.11.mlp.down_proj"), 8);
+    EXPECT_EQ(info.alpha_of("model.layers.3.self_attn.k_proj"), 64.0f);
+    EXPECT_EQ(info.alpha_of("model.layers.3.self_attn.v_proj"), 16.0f);
+    EXPECT_EQ(info.scale_of("model.layers.3.self_attn.k_proj"), 8.0f);  // 64 / 8
+    EXPECT_EQ(info.scale_of("model.layers.3.self_attn.q_proj"), 4.0f);  // 16 / 4
+    info.spec.rslora = true;
+    EXPECT_EQ(info.scale_of("model.layers.3.self_attn.q_proj"), 8.0f);  // 16 / √4
+    info.arch = Arch::GPT2;  // PEFT sees GPT-2's modules under "transformer."
+    info.rank_pattern = {{"transformer.h.0.attn.c_attn", 4}};
+    EXPECT_EQ(info.rank_of("h.0.attn.c_attn"), 4);
+    info.arch = Arch::Llama;
+    info.rank_pattern = {{"q_proj", 4}, {"self_attn.q_proj", 2}};
+    EXPECT_NE(error_of([&] {
+                  info.rank_of("model.layers.0.self_attn.q_proj");
+              }).find("rank_pattern keys 'q_proj' and 'self_attn.q_proj' both match"),
+              std::string::npos);
+    info.rank_pattern = {{"q_proj", 4}, {"self_attn.q_proj", 4}};  // the same value: fine
+    EXPECT_EQ(info.rank_of("model.layers.0.self_attn.q_proj"), 4);
 }
 
 }  // namespace

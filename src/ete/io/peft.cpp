@@ -2,8 +2,10 @@
 #include "ete/io/peft.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
 #include "ete/core/file_util.h"
@@ -30,6 +32,11 @@ std::string module_of(const std::string& name) {
     return name.substr(0, name.rfind(".lora_"));
 }
 
+// The module's path as PEFT's LoraModel names it (GPT-2's modules sit under "transformer.").
+std::string peft_module_path(const std::string& module, Arch arch) {
+    return (arch == Arch::GPT2 ? "transformer." : "") + module;
+}
+
 std::vector<std::string> target_names(const LoraSpec& spec, const ModelConfig& c) {
     std::vector<std::string> out;
     for (ParamRole r : lora_target_roles(spec, c)) {
@@ -49,7 +56,7 @@ void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraS
                        const HostParams& adapters, const std::string& base_model,
                        const std::function<int(const std::string&)>& rank, DType dtype,
                        const std::vector<std::pair<std::string, std::string>>& extra) {
-    json rank_pattern = json::object();
+    json rank_pattern = json::object(), alpha_pattern = json::object();
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (int i = 0; i < adapters.size(); ++i) {
         const ParamSpec& s = adapters.specs()[size_t(i)];
@@ -59,7 +66,13 @@ void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraS
         const int64_t rows = s.shape[0], cols = s.shape[1];
         const bool a = s.role == ParamRole::LoraA;
         ETE_ASSERT(r > 0 && r <= (a ? rows : cols));
-        if (r != spec.r && a) rank_pattern[module] = r;
+        if (r != spec.r && a) {
+            // PEFT scales an adapter by alpha / its own rank: the alpha that keeps the one scale
+            // every adapter was trained with.
+            rank_pattern[module] = r;
+            const float scale = lora_scale(spec.alpha, spec.r, spec.rslora);
+            alpha_pattern[module] = scale * (spec.rslora ? std::sqrt(float(r)) : float(r));
+        }
         const Shape shape = a ? Shape{r, cols} : Shape{rows, r};
         std::vector<float> v;
         const float* p = adapters.param(i);
@@ -82,7 +95,7 @@ void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraS
                 {"fan_in_fan_out", c.arch == Arch::GPT2},
                 {"modules_to_save", nullptr},
                 {"rank_pattern", rank_pattern},
-                {"alpha_pattern", json::object()},
+                {"alpha_pattern", alpha_pattern},
                 {"init_lora_weights", true},
                 {"inference_mode", true}};
     const std::map<std::string, std::string> meta = {
@@ -102,6 +115,68 @@ std::string peft_base_model(const std::string& dir) {
     const json j = read_json_file(path);
     const auto it = j.is_object() ? j.find("base_model_name_or_path") : j.end();
     return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+namespace {
+
+// The entries of a rank_pattern / alpha_pattern object (null or absent: none); each key must be a
+// regex std::regex compiles.
+std::vector<std::pair<std::string, json>> pattern_items(const json& j, const char* field,
+                                                        const std::string& path) {
+    std::vector<std::pair<std::string, json>> out;
+    if (!j.contains(field) || j[field].is_null()) return out;
+    ETE_CHECK(j[field].is_object(), "{}: {} must be an object (module pattern -> value)", path,
+              field);
+    for (const auto& [key, v] : j[field].items()) {
+        ETE_CHECK(!key.empty() && key.size() <= 512, "{}: {} key '{}': expected 1-512 characters",
+                  path, field, key.substr(0, 64));
+        // A quantified group ("(a*)*") can backtrack for longer than a job runs; module
+        // patterns never need one.
+        ETE_CHECK(!std::regex_search(key, std::regex(R"(\)[*+?{])")),
+                  "{}: {} key '{}': a quantified group is not supported", path, field, key);
+        try {
+            std::regex re(key);
+        } catch (const std::regex_error& e) {
+            throw_error(fmt::format("{}: {} key '{}' is not a regular expression ({})", path, field,
+                                    key, e.what()));
+        }
+        out.emplace_back(key, v);
+    }
+    return out;
+}
+
+// PEFT's get_pattern_key: the value of the key whose regex (.*\.)?(key) matches the module's
+// path whole; `fallback` when none does.
+template <typename T>
+T pattern_value(const std::map<std::string, T>& pattern, const std::string& module_path, T fallback,
+                const char* field) {
+    const std::string* found = nullptr;
+    T value = fallback;
+    for (const auto& [key, v] : pattern) {
+        if (!std::regex_match(module_path, std::regex("(.*\\.)?(" + key + ")"))) continue;
+        ETE_CHECK(!found || v == value,
+                  "adapter_config.json: {} keys '{}' and '{}' both match '{}' with different "
+                  "values (PEFT takes the first in the file; ETE refuses the ambiguity)",
+                  field, *found, key, module_path);
+        found = &key;
+        value = v;
+    }
+    return value;
+}
+
+}  // namespace
+
+int PeftAdapterInfo::rank_of(const std::string& module) const {
+    return pattern_value(rank_pattern, peft_module_path(module, arch), spec.r, "rank_pattern");
+}
+
+float PeftAdapterInfo::alpha_of(const std::string& module) const {
+    return pattern_value(alpha_pattern, peft_module_path(module, arch), spec.alpha,
+                         "alpha_pattern");
+}
+
+float PeftAdapterInfo::scale_of(const std::string& module) const {
+    return lora_scale(alpha_of(module), rank_of(module), spec.rslora);
 }
 
 PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c) {
@@ -156,13 +231,18 @@ PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c) {
         }
     }
     int r_max = s.r;
-    if (j.contains("rank_pattern") && j["rank_pattern"].is_object()) {
-        for (const auto& [module, r] : j["rank_pattern"].items()) {
-            ETE_CHECK(r.is_number_integer() && r.get<int>() > 0,
-                      "{}: rank_pattern['{}'] must be a positive integer", path, module);
-            info.ranks[module] = r.get<int>();
-            r_max = std::max(r_max, r.get<int>());
-        }
+    info.arch = c.arch;
+    for (const auto& [key, r] : pattern_items(j, "rank_pattern", path)) {
+        ETE_CHECK(r.is_number_integer() && r.get<int64_t>() > 0 && r.get<int64_t>() <= 65536,
+                  "{}: rank_pattern['{}'] = {}: expected an integer in [1, 65536]", path, key,
+                  r.dump());
+        info.rank_pattern[key] = r.get<int>();
+        r_max = std::max(r_max, r.get<int>());
+    }
+    for (const auto& [key, a] : pattern_items(j, "alpha_pattern", path)) {
+        ETE_CHECK(a.is_number() && std::isfinite(a.get<double>()) && a.get<double>() > 0,
+                  "{}: alpha_pattern['{}'] = {}: expected a positive number", path, key, a.dump());
+        info.alpha_pattern[key] = a.get<float>();
     }
     s.r_max = r_max;
     // ETE's own record of the base the adapter was trained over (absent in PEFT's files).
@@ -194,8 +274,7 @@ void load_peft_weights(const std::string& dir, const ModelConfig& c, const Param
         expected.insert(key);
         ETE_CHECK(f.has(key), "{}: tensor '{}' is missing (the adapter of '{}')", path, key,
                   module);
-        const auto it = info.ranks.find(module);
-        const int r = it == info.ranks.end() ? info.spec.r : it->second;
+        const int r = info.rank_of(module);
         const bool a = s.role == ParamRole::LoraA;
         const int64_t rows = s.shape[0], cols = s.shape[1];
         const Shape want = a ? Shape{r, cols} : Shape{rows, r};
@@ -224,8 +303,9 @@ void load_peft_into(Transformer& m, const std::string& dir, const PeftAdapterInf
     for (int i = 0; i < cfg.num_layers; ++i)
         for (auto [lin, a] : m.adapted_linears(i)) {
             const std::string& name = ps.specs()[size_t(a)].name;
-            const auto it = info.ranks.find(name.substr(0, name.rfind(".lora_A")));
-            lin->set_rank(it == info.ranks.end() ? info.spec.r : it->second);
+            const std::string module = name.substr(0, name.rfind(".lora_A"));
+            lin->set_rank(info.rank_of(module));
+            lin->set_adapter_scale(info.scale_of(module));
         }
 }
 

@@ -26,9 +26,21 @@ namespace ete {
 class Transformer;
 
 struct PeftAdapterInfo {
-    LoraSpec spec;                     // enabled, r, alpha, rslora, targets, base format
-    std::string base_model;            // base_model_name_or_path
-    std::map<std::string, int> ranks;  // module path -> rank, where it differs from spec.r
+    LoraSpec spec;           // enabled, r, alpha, rslora, targets, base format
+    std::string base_model;  // base_model_name_or_path
+    // rank_pattern and alpha_pattern as PEFT reads them: key -> value, a key applying to a module
+    // whose path matches the regex (.*\.)?(key) whole.
+    std::map<std::string, int> rank_pattern;
+    std::map<std::string, float> alpha_pattern;
+    Arch arch = Arch::Llama;
+
+    // The rank and alpha PEFT gives the adapter of `module` (ETE's module name, e.g.
+    // "model.layers.0.self_attn.q_proj"): the pattern entry matching it, else r / lora_alpha.
+    // Two matching keys with different values are an ete::Error naming both (PEFT would take
+    // the first in the file's order).
+    int rank_of(const std::string& module) const;
+    float alpha_of(const std::string& module) const;
+    float scale_of(const std::string& module) const;  // lora_scale(alpha_of, rank_of, rslora)
 };
 
 // The PEFT tensor name of an ETE adapter parameter ("model.layers.0.self_attn.q_proj.lora_A.weight"

@@ -58,6 +58,12 @@ void Linear::set_rank(int r) {
     lora_.rank = r;
 }
 
+void Linear::set_adapter_scale(float scale) {
+    ETE_CHECK(has_adapter() && std::isfinite(scale), "lora: scale {} for {}", scale,
+              has_adapter() ? "this adapter" : "a linear without an adapter");
+    lora_.scale = scale;
+}
+
 const Nf4View& Linear::nf4_weight() const {
     ETE_CHECK(!p_.nf4->empty(), "linear: its ({}, {}) NF4 weight was used before it was loaded",
               p_.nf4->rows, p_.nf4->cols);

@@ -71,6 +71,8 @@ class Linear {
     const LoraParams& adapter() const { return lora_; }
     bool has_adapter() const { return !lora_.empty(); }
     void set_rank(int r);  // the adapter's active rank, 0 < r <= r_max
+    // The adapter's scale (PEFT: alpha / r of its own rank_pattern / alpha_pattern entry).
+    void set_adapter_scale(float scale);
 
     // y (N, out) = x (N, in) · Wᵀ + b (+ adapter), or with accumulate y += .... A Row layer
     // under tp sums the product over tp before the bias; accumulating then needs `scratch`

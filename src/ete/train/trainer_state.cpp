@@ -58,9 +58,13 @@ void Trainer::load_adapter_init(const std::string& dir) {
     const PeftAdapterInfo info = load_peft_config(dir, mc_);
     const LoraSpec run = lora_spec(cfg_);
     const std::string what = fmt::format("lora.init_from = '{}'", dir);
-    ETE_CHECK(info.spec.r == run.r && info.ranks.empty(),
+    ETE_CHECK(info.spec.r == run.r && info.rank_pattern.empty(),
               "{}: its adapters have rank {}{}, but lora.r = {} (expected the same rank)", what,
-              info.spec.r, info.ranks.empty() ? "" : " with a rank_pattern", run.r);
+              info.spec.r, info.rank_pattern.empty() ? "" : " with a rank_pattern", run.r);
+    ETE_CHECK(info.alpha_pattern.empty(),
+              "{}: its alpha_pattern gives some adapters another scale; lora.init_from needs one "
+              "lora_alpha for every adapter",
+              what);
     ETE_CHECK(info.spec.alpha == run.alpha && info.spec.rslora == run.rslora,
               "{}: lora_alpha {} use_rslora {}, but this run has lora.alpha = {} lora.use_rslora "
               "= {} (expected the same scale)",
