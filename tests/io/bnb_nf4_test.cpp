@@ -126,6 +126,33 @@ TEST(BnbNf4, MalformedTensorsAreOneLineErrors) {
               std::string::npos);
 }
 
+// Numbers are never narrowed (64.5 read as 64, "64" a bare JSON type error) and the statistics
+// are checked for range, not only finiteness (a negative absmax flips a block; an all-zero map
+// decodes every absmax to the offset; 3e38 overflowed every product).
+TEST(BnbNf4, QuantStateNumbersAndStatisticsAreChecked) {
+    TmpDir d;
+    const std::string dir = d / "";
+    for (const char* bs : {"64.5", "\"64\"", "true", "18446744073709551616"}) {
+        const std::string e = error_with(
+            dir, "", std::nullopt,
+            fmt::format(R"({{"quant_type": "nf4", "blocksize": {}, "shape": [8, 64]}})", bs));
+        EXPECT_NE(e.find("quant state: field 'blocksize' = "), std::string::npos)
+            << bs << ": " << e;
+    }
+    Tensor neg = Tensor::zeros({1}, DType::F32);
+    neg.f32()[0] = -0.5f;
+    EXPECT_NE(
+        error_with(dir, "w.weight.nested_absmax", neg).find("element 0 is -0.5, expected [0,"),
+        std::string::npos);
+    Tensor huge = Tensor::zeros({1}, DType::F32);
+    huge.f32()[0] = 3e38f;
+    const std::string e_huge = error_with(dir, "w.weight.nested_absmax", huge);
+    EXPECT_NE(e_huge.find("element 0 is 3e+38, expected [0, "), std::string::npos) << e_huge;
+    EXPECT_NE(error_with(dir, "w.weight.nested_quant_map", Tensor::zeros({256}, DType::F32))
+                  .find("is not bitsandbytes' dynamic map"),
+              std::string::npos);
+}
+
 TEST(BnbNf4, QuantizedDirLoadsTheBuffersQuantizeOnLoadGives) {
     TmpDir d;
     ModelConfig c;

@@ -163,6 +163,47 @@ TEST(Peft, DirsThatDoNotFitTheBaseAreOneLineErrors) {
               std::string::npos);
 }
 
+// Numbers in adapter_config.json and the weights' metadata are read strictly: r = 2^32 + 4 loaded
+// as 4, r = 4.5 as 4, and "abc" or "maybe" in the metadata as stoi's error or false.
+TEST(Peft, NumbersAreNeverNarrowed) {
+    TmpDir d;
+    const ModelConfig c = tiny(Arch::Llama);
+    const LoraSpec s = spec({"q_proj"});
+    save_peft_adapter(d / "a", c, s, random_adapters(c, s), "",
+                      [&](const std::string&) { return s.r; });
+    const std::string cfg_path = d / "a/adapter_config.json";
+    const json good = json::parse(read_file(cfg_path));
+    for (const json& r : {json(4294967300LL), json(4.5), json("4"), json(true)}) {
+        json j = good;
+        j["r"] = r;
+        write_file_atomic(cfg_path, j.dump());
+        EXPECT_NE(error_of([&] {
+                      load_peft_config(d / "a", c);
+                  }).find("adapter_config.json: field 'r' = " + r.dump() + ": expected "),
+                  std::string::npos)
+            << r.dump();
+    }
+    write_file_atomic(cfg_path, good.dump());
+    const std::string w = d / "a/adapter_model.safetensors";
+    auto f = SafetensorsFile::open(w);
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const std::string& n : f.names()) tensors.emplace_back(n, f.to_f32(n));
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, std::string>>{{"ete.nf4_blocksize", "abc"},
+                                                          {"ete.nf4_blocksize", "64.5"},
+                                                          {"ete.double_quant", "maybe"}}) {
+        auto meta = f.metadata();
+        meta[key] = value;
+        write_safetensors(w + ".new", tensors, meta);
+        std::filesystem::rename(w + ".new", w);
+        EXPECT_NE(error_of([&] {
+                      load_peft_config(d / "a", c);
+                  }).find("metadata " + key + ": '" + value + "': expected"),
+                  std::string::npos)
+            << key << "=" << value;
+    }
+}
+
 // rank_pattern / alpha_pattern keys as PEFT reads them: a regex matching a whole suffix of the
 // module path at a "." boundary (get_pattern_key: (.*\.)?(key)$). alpha_pattern was ignored
 // before: adapters using it were evaluated, merged and trained at the wrong scale.

@@ -1,6 +1,8 @@
 // ete/core/json_file.cpp
 #include "ete/core/json_file.h"
 
+#include <charconv>
+
 #include "ete/core/error.h"
 #include "ete/core/file_util.h"
 
@@ -44,6 +46,27 @@ Json parse_json(std::string_view text, const std::string& where, int max_depth) 
     ETE_CHECK(!dom.too_deep(), "{}: invalid JSON (arrays and objects nested deeper than {} levels)",
               where, max_depth);
     return root;
+}
+
+std::string json_excerpt(const Json& v) {
+    std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+    if (s.size() > 64) s = s.substr(0, 60) + "...";
+    return s;
+}
+
+int64_t parse_int_field(const std::string& text, int64_t lo, int64_t hi, const std::string& where) {
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    ETE_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() && v >= lo &&
+                  v <= hi,
+              "{}: '{}': expected an integer in [{}, {}]", where, text.substr(0, 64), lo, hi);
+    return v;
+}
+
+bool parse_bool_field(const std::string& text, const std::string& where) {
+    ETE_CHECK(text == "true" || text == "false", "{}: '{}': expected true or false", where,
+              text.substr(0, 64));
+    return text == "true";
 }
 
 Json read_json_file(const std::string& path, int max_depth) {

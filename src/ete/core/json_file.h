@@ -4,9 +4,15 @@
 // deep overflowed the stack), and every error names the file.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <type_traits>
+
+#include "ete/core/error.h"
 
 namespace ete {
 
@@ -19,5 +25,56 @@ nlohmann::json parse_json(std::string_view text, const std::string& where,
                           int max_depth = kMaxJsonDepth);
 // parse_json of the file's contents (core/file_util.h read_file), named by its path.
 nlohmann::json read_json_file(const std::string& path, int max_depth = kMaxJsonDepth);
+
+// What a bad value looks like in an error: its JSON, cut at 64 characters (a million-digit
+// number would make a megabyte-long line).
+std::string json_excerpt(const nlohmann::json& v);
+
+// j[key] as T, strictly — every reader of a user's file takes numbers through here, so nothing
+// is narrowed: an integer where an integer belongs, in T's range (not 2.5, not 2^32 + 4, not
+// "64", not true), a finite number for floats, a boolean for flags, a string for strings. A
+// missing key gives the fallback; an explicit null does too unless nullable is false. Errors:
+// "WHERE: field 'KEY' = VALUE: expected ...".
+template <typename T>
+T json_get(const nlohmann::json& j, const char* key, T fallback, const std::string& where,
+           bool nullable = true) {
+    if (!j.is_object() || !j.contains(key)) return fallback;
+    const nlohmann::json& v = j[key];
+    auto bad = [&](const char* expected) {
+        throw_error(
+            fmt::format("{}: field '{}' = {}: expected {}", where, key, json_excerpt(v), expected));
+    };
+    if (v.is_null()) {
+        if (!nullable) bad("a value, not null");
+        return fallback;
+    }
+    if constexpr (std::is_same_v<T, bool>) {
+        if (!v.is_boolean()) bad("true or false");
+        return v.get<bool>();
+    } else if constexpr (std::is_integral_v<T>) {
+        if (!v.is_number_integer()) bad("an integer");
+        if (v.is_number_unsigned()) {
+            if (v.get<uint64_t>() > uint64_t(std::numeric_limits<T>::max())) bad("an int in range");
+        } else if (v.get<int64_t>() < int64_t(std::numeric_limits<T>::min()) ||
+                   v.get<int64_t>() > int64_t(std::numeric_limits<T>::max())) {
+            bad("an int in range");
+        }
+        return T(v.get<int64_t>());
+    } else if constexpr (std::is_floating_point_v<T>) {
+        if (!v.is_number() || !std::isfinite(v.get<double>())) bad("a finite number");
+        if (std::fabs(v.get<double>()) > double(std::numeric_limits<T>::max()))
+            bad("a number in range");
+        return T(v.get<double>());
+    } else {
+        if (!v.is_string()) bad("a string");
+        return v.get<T>();
+    }
+}
+
+// A metadata string holding a plain decimal integer in [lo, hi] ("64", not "64.5", " 64", "0x40"
+// or "abc"); else an ete::Error "WHERE: 'TEXT': expected an integer in [lo, hi]".
+int64_t parse_int_field(const std::string& text, int64_t lo, int64_t hi, const std::string& where);
+// "true" or "false"; else an ete::Error naming where.
+bool parse_bool_field(const std::string& text, const std::string& where);
 
 }  // namespace ete

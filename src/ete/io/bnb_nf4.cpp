@@ -1,6 +1,7 @@
 // ete/io/bnb_nf4.cpp
 #include "ete/io/bnb_nf4.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -53,6 +54,18 @@ void check_finite(const std::vector<float>& v, const SafetensorsFile& f, const s
     ete::check_finite(v.data(), int64_t(v.size()), f.path(), name);
 }
 
+// Finite and in [lo, hi]: a block's absmax is a magnitude (negative flips its block's signs) and
+// no real weight is near 1e8 (3e38 made every product overflow: NaN losses, exit 0).
+void check_range(const std::vector<float>& v, float lo, float hi, const SafetensorsFile& f,
+                 const std::string& name) {
+    check_finite(v, f, name);
+    for (size_t i = 0; i < v.size(); ++i)
+        ETE_CHECK(v[i] >= lo && v[i] <= hi, "{}: tensor '{}' element {} is {}, expected [{}, {}]",
+                  f.path(), name, i, v[i], lo, hi);
+}
+
+constexpr float kMaxAbsmax = 1e8f;
+
 }  // namespace
 
 bool is_bnb_aux_name(const std::string& name) {
@@ -81,7 +94,7 @@ Nf4Tensor read_bnb_nf4(const SafetensorsFile& f, const std::string& name, const 
     ETE_CHECK(st.contains("shape") && st["shape"] == json(shape),
               "{}: quant state shape {}, expected {}", where,
               st.contains("shape") ? st["shape"].dump() : "missing", shape_str(shape));
-    const int64_t bs = st.value("blocksize", int64_t(0));
+    const int64_t bs = json_get(st, "blocksize", int64_t(0), where + ": quant state");
     nf4_check_blocksize(bs, where.c_str());
     Nf4Tensor t;
     t.rows = shape[0];
@@ -100,9 +113,10 @@ Nf4Tensor read_bnb_nf4(const SafetensorsFile& f, const std::string& name, const 
     const bool dq = f.has(name + ".nested_absmax");
     if (!dq) {
         t.absmax = entry<float>(f, name + ".absmax", DType::F32, nb, "the block absmax");
-        check_finite(t.absmax, f, name + ".absmax");
+        check_range(t.absmax, 0.0f, kMaxAbsmax, f, name + ".absmax");
     } else {
-        t.nested_blocksize = int(st.value("nested_blocksize", int64_t(kNf4NestedBlock)));
+        t.nested_blocksize =
+            json_get(st, "nested_blocksize", int(kNf4NestedBlock), where + ": quant state");
         ETE_CHECK(t.nested_blocksize > 0 && t.nested_blocksize <= (1 << 20),
                   "{}: nested_blocksize {} out of range", where, t.nested_blocksize);
         const size_t nn = (nb + size_t(t.nested_blocksize) - 1) / size_t(t.nested_blocksize);
@@ -111,12 +125,21 @@ Nf4Tensor read_bnb_nf4(const SafetensorsFile& f, const std::string& name, const 
             entry<float>(f, name + ".nested_absmax", DType::F32, nn, "the nested absmax");
         t.nested_map =
             entry<float>(f, name + ".nested_quant_map", DType::F32, 256, "the 8-bit map");
-        check_finite(t.nested_absmax, f, name + ".nested_absmax");
-        check_finite(t.nested_map, f, name + ".nested_quant_map");
+        check_range(t.nested_absmax, 0.0f, kMaxAbsmax, f, name + ".nested_absmax");
+        // bitsandbytes' signed dynamic map: 256 values in [-1, 1] reaching 1 (all zeros decoded
+        // every absmax to the offset).
+        check_range(t.nested_map, -1.0f, 1.0f, f, name + ".nested_quant_map");
+        ETE_CHECK(*std::max_element(t.nested_map.begin(), t.nested_map.end()) >= 0.5f,
+                  "{}: tensor '{}' is not bitsandbytes' dynamic map (its largest value is {}, "
+                  "expected 1)",
+                  f.path(), name + ".nested_quant_map",
+                  *std::max_element(t.nested_map.begin(), t.nested_map.end()));
         ETE_CHECK(st.contains("nested_offset") && st["nested_offset"].is_number(),
                   "{}: quant state has no numeric nested_offset", where);
-        t.offset = st["nested_offset"].get<float>();
-        ETE_CHECK(std::isfinite(t.offset), "{}: nested_offset is not finite", where);
+        t.offset = json_get(st, "nested_offset", 0.0f, where + ": quant state", false);
+        ETE_CHECK(std::isfinite(t.offset) && std::fabs(t.offset) <= kMaxAbsmax,
+                  "{}: nested_offset {} is out of range (expected |offset| <= {})", where, t.offset,
+                  kMaxAbsmax);
     }
     t.check(where.c_str());
     return t;

@@ -185,15 +185,7 @@ PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c) {
               kConfigFile);
     const json j = read_json_file(path);
     ETE_CHECK(j.is_object(), "{}: expected a JSON object", path);
-    auto get = [&](const char* key, auto fallback) {
-        using T = decltype(fallback);
-        if (!j.contains(key) || j[key].is_null()) return fallback;
-        try {
-            return j[key].get<T>();
-        } catch (const json::exception&) {
-            throw_error(fmt::format("{}: field '{}' has the wrong type", path, key));
-        }
-    };
+    auto get = [&](const char* key, auto fallback) { return json_get(j, key, fallback, path); };
     ETE_CHECK(get("peft_type", std::string("LORA")) == "LORA", "{}: peft_type '{}', expected LORA",
               path, get("peft_type", std::string()));
     ETE_CHECK(get("bias", std::string("none")) == "none",
@@ -251,8 +243,12 @@ PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c) {
     const auto f = SafetensorsFile::open(weights);
     const auto& meta = f.metadata();
     s.base_format = meta.count("ete.base_format") ? meta.at("ete.base_format") : "f32";
-    if (meta.count("ete.nf4_blocksize")) s.nf4_block = std::stoi(meta.at("ete.nf4_blocksize"));
-    if (meta.count("ete.double_quant")) s.nf4_double_quant = meta.at("ete.double_quant") == "true";
+    if (meta.count("ete.nf4_blocksize"))
+        s.nf4_block = int(parse_int_field(meta.at("ete.nf4_blocksize"), 1, 1 << 20,
+                                          weights + ": metadata ete.nf4_blocksize"));
+    if (meta.count("ete.double_quant"))
+        s.nf4_double_quant =
+            parse_bool_field(meta.at("ete.double_quant"), weights + ": metadata ete.double_quant");
     try {
         check_lora_spec(s, c);
     } catch (const Error& e) {

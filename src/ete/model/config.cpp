@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ete/core/error.h"
+#include "ete/core/json_file.h"
 
 namespace ete {
 
@@ -42,43 +43,6 @@ void ModelConfig::validate() const {
 
 namespace {
 
-// A field of config.json as T, strictly: an integer where an integer belongs (in T's range, not
-// 2.5 or true), a finite number for floats, a boolean for flags. A missing field takes the
-// fallback (HF's class default); an explicit null does too unless the field may not be null.
-template <typename T>
-T get_or(const json& j, const char* key, T fallback, const std::string& where,
-         bool nullable = true) {
-    if (!j.contains(key)) return fallback;
-    const json& v = j[key];
-    auto bad = [&](const char* expected) {
-        throw_error(
-            fmt::format("{}: field '{}' = {}: expected {}", where, key, v.dump(), expected));
-    };
-    if (v.is_null()) {
-        if (!nullable) bad("a value, not null");
-        return fallback;
-    }
-    if constexpr (std::is_same_v<T, bool>) {
-        if (!v.is_boolean()) bad("true or false");
-        return v.get<bool>();
-    } else if constexpr (std::is_integral_v<T>) {
-        if (!v.is_number_integer()) bad("an integer");
-        if (v.is_number_unsigned()) {
-            if (v.get<uint64_t>() > uint64_t(std::numeric_limits<T>::max())) bad("an int in range");
-        } else if (v.get<int64_t>() < int64_t(std::numeric_limits<T>::min()) ||
-                   v.get<int64_t>() > int64_t(std::numeric_limits<T>::max())) {
-            bad("an int in range");
-        }
-        return T(v.get<int64_t>());
-    } else if constexpr (std::is_floating_point_v<T>) {
-        if (!v.is_number() || !std::isfinite(v.get<double>())) bad("a finite number");
-        return T(v.get<double>());
-    } else {
-        if (!v.is_string()) bad("a string");
-        return v.get<T>();
-    }
-}
-
 int first_id(const json& j, const char* key) {
     if (!j.contains(key) || j[key].is_null()) return -1;
     if (j[key].is_array()) return j[key].empty() ? -1 : j[key][0].get<int>();
@@ -94,11 +58,11 @@ RopeScaling parse_rope_scaling(const json& r, const std::string& where) {
               "{}: rope type '{}' is not implemented (supported: default, llama3)", where, type);
     s.type = type;
     if (type == "llama3") {
-        s.factor = get_or<double>(r, "factor", 8.0, where);
-        s.low_freq_factor = get_or<double>(r, "low_freq_factor", 1.0, where);
-        s.high_freq_factor = get_or<double>(r, "high_freq_factor", 4.0, where);
+        s.factor = json_get<double>(r, "factor", 8.0, where);
+        s.low_freq_factor = json_get<double>(r, "low_freq_factor", 1.0, where);
+        s.high_freq_factor = json_get<double>(r, "high_freq_factor", 4.0, where);
         s.original_max_position_embeddings =
-            get_or<int>(r, "original_max_position_embeddings", 8192, where);
+            json_get<int>(r, "original_max_position_embeddings", 8192, where);
         // Each of these out of range divides by zero or takes a log of <= 0: NaN frequencies.
         ETE_CHECK(s.factor >= 1 && s.low_freq_factor > 0 &&
                       s.high_freq_factor > s.low_freq_factor &&
@@ -115,27 +79,27 @@ RopeScaling parse_rope_scaling(const json& r, const std::string& where) {
 ModelConfig llama_from_json(const json& j, const std::string& w) {
     ModelConfig c;
     c.arch = Arch::Llama;
-    c.vocab_size = get_or(j, "vocab_size", 32000, w, false);
-    c.hidden_size = get_or(j, "hidden_size", 4096, w, false);
-    c.intermediate_size = get_or(j, "intermediate_size", 11008, w, false);
-    c.num_layers = get_or(j, "num_hidden_layers", 32, w, false);
-    c.num_heads = get_or(j, "num_attention_heads", 32, w, false);
-    c.num_kv_heads = get_or(j, "num_key_value_heads", c.num_heads, w);
-    c.head_dim = get_or(j, "head_dim", 0, w);
-    c.max_position_embeddings = get_or(j, "max_position_embeddings", 2048, w, false);
-    c.norm_eps = get_or(j, "rms_norm_eps", 1e-6, w);
-    c.tie_word_embeddings = get_or(j, "tie_word_embeddings", false, w);
-    c.attention_bias = get_or(j, "attention_bias", false, w);
-    c.mlp_bias = get_or(j, "mlp_bias", false, w);
-    c.initializer_range = get_or(j, "initializer_range", 0.02, w);
-    std::string act = get_or<std::string>(j, "hidden_act", "silu", w);
+    c.vocab_size = json_get(j, "vocab_size", 32000, w, false);
+    c.hidden_size = json_get(j, "hidden_size", 4096, w, false);
+    c.intermediate_size = json_get(j, "intermediate_size", 11008, w, false);
+    c.num_layers = json_get(j, "num_hidden_layers", 32, w, false);
+    c.num_heads = json_get(j, "num_attention_heads", 32, w, false);
+    c.num_kv_heads = json_get(j, "num_key_value_heads", c.num_heads, w);
+    c.head_dim = json_get(j, "head_dim", 0, w);
+    c.max_position_embeddings = json_get(j, "max_position_embeddings", 2048, w, false);
+    c.norm_eps = json_get(j, "rms_norm_eps", 1e-6, w);
+    c.tie_word_embeddings = json_get(j, "tie_word_embeddings", false, w);
+    c.attention_bias = json_get(j, "attention_bias", false, w);
+    c.mlp_bias = json_get(j, "mlp_bias", false, w);
+    c.initializer_range = json_get(j, "initializer_range", 0.02, w);
+    std::string act = json_get<std::string>(j, "hidden_act", "silu", w);
     ETE_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (expected silu)", w, act);
     // Rope settings: newer files use one rope_parameters dict, older ones rope_theta +
     // rope_scaling (with `type` or `rope_type`).
-    c.rope_theta = get_or(j, "rope_theta", 10000.0, w);
+    c.rope_theta = json_get(j, "rope_theta", 10000.0, w);
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
         const json& rp = j["rope_parameters"];
-        c.rope_theta = get_or(rp, "rope_theta", c.rope_theta, w);
+        c.rope_theta = json_get(rp, "rope_theta", c.rope_theta, w);
         c.rope_scaling = parse_rope_scaling(rp, w);
     } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
         c.rope_scaling = parse_rope_scaling(j["rope_scaling"], w);
@@ -146,17 +110,17 @@ ModelConfig llama_from_json(const json& j, const std::string& w) {
 ModelConfig gpt2_from_json(const json& j, const std::string& w) {
     ModelConfig c;
     c.arch = Arch::GPT2;
-    c.vocab_size = get_or(j, "vocab_size", 50257, w);
-    c.hidden_size = get_or(j, "n_embd", 768, w);
-    c.num_layers = get_or(j, "n_layer", 12, w);
-    c.num_heads = get_or(j, "n_head", 12, w);
+    c.vocab_size = json_get(j, "vocab_size", 50257, w);
+    c.hidden_size = json_get(j, "n_embd", 768, w);
+    c.num_layers = json_get(j, "n_layer", 12, w);
+    c.num_heads = json_get(j, "n_head", 12, w);
     c.num_kv_heads = c.num_heads;
-    c.intermediate_size = get_or(j, "n_inner", 4 * c.hidden_size, w);
-    c.max_position_embeddings = get_or(j, "n_positions", 1024, w);
-    c.norm_eps = get_or(j, "layer_norm_epsilon", 1e-5, w);
+    c.intermediate_size = json_get(j, "n_inner", 4 * c.hidden_size, w);
+    c.max_position_embeddings = json_get(j, "n_positions", 1024, w);
+    c.norm_eps = json_get(j, "layer_norm_epsilon", 1e-5, w);
     c.tie_word_embeddings = true;
-    c.initializer_range = get_or(j, "initializer_range", 0.02, w);
-    std::string act = get_or<std::string>(j, "activation_function", "gelu_new", w);
+    c.initializer_range = json_get(j, "initializer_range", 0.02, w);
+    std::string act = json_get<std::string>(j, "activation_function", "gelu_new", w);
     ETE_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
               "{}: activation_function '{}' is not supported (expected gelu_new)", w, act);
     return c;
@@ -166,7 +130,7 @@ ModelConfig gpt2_from_json(const json& j, const std::string& w) {
 
 ModelConfig config_from_hf_json(const json& j, const std::string& where) {
     ETE_CHECK(j.is_object(), "{}: expected a JSON object", where);
-    std::string type = get_or<std::string>(j, "model_type", "", where);
+    std::string type = json_get<std::string>(j, "model_type", "", where);
     ModelConfig c;
     if (type == "llama" || type == "mistral") {
         c = llama_from_json(j, where);
