@@ -20,12 +20,14 @@
 #include <nlohmann/json.hpp>
 
 #include "ete/backend/backend.h"
+#include "ete/core/dir_lock.h"
 #include "ete/core/file_util.h"
 #include "ete/data/token_shard.h"
 #include "ete/io/safetensors.h"
 #include "ete/train/trainer.h"
 #include "parallel_fixture.h"
 #include "shell.h"
+#include "test_util.h"
 
 namespace ete {
 namespace {
@@ -543,7 +545,7 @@ TEST_F(ParallelTrain, AHostThatDoesNotAnswerIsLeftOut) {
 // and sends SIGTERM `times` times (to the launcher alone, or with `group` to every process of the
 // job at once, as Slurm's scancel does); the job's exit code and the steps it logged.
 std::pair<int, size_t> stop_launched_job(const std::string& out, const std::string& job,
-                                         int step_ms, bool group, int times) {
+                                         int step_ms, bool group, int times, int sig = SIGTERM) {
     const std::string ete = std::string(ETE_BINARY_DIR) + "/ete";
     const pid_t pid = fork();
     if (pid == 0) {
@@ -567,7 +569,7 @@ std::pair<int, size_t> stop_launched_job(const std::string& out, const std::stri
     for (int i = 0; i < 6000 && lines() < 2; ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     for (int i = 0; i < times; ++i) {
-        ::kill(group ? -pid : pid, SIGTERM);
+        ::kill(group ? -pid : pid, sig);
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     int status = 0;
@@ -586,6 +588,29 @@ TEST_F(ParallelTrain, SigtermToTheLauncherCheckpointsEveryRank) {
     EXPECT_TRUE(fs::exists(out + fmt::format("/checkpoints/step_{:08d}/state.json", done)))
         << "no checkpoint after step " << done;
     EXPECT_FALSE(fs::exists(out + "/final"));
+}
+
+// kill -9 of `ete launch` left mpirun and the ranks training unsupervised, holding the run lock.
+// mpirun now gets SIGUSR2 when the launcher dies (PDEATHSIG), which it forwards: every rank
+// checkpoints at its step and exits, and the lock is free again.
+TEST_F(ParallelTrain, AKilledLauncherStillStopsItsRanksCleanly) {
+    const std::string out = (dir_ / "kill9").string();
+    const auto [code, done] =
+        stop_launched_job(out, (dir_ / "job.toml").string(), 200, false, 1, SIGKILL);
+    EXPECT_EQ(code, 128 + SIGKILL);
+    bool free = false;
+    for (int i = 0; i < 600 && !free; ++i) {
+        free = error_of([&] { DirLock lock(out); }) == "<no error>";
+        if (!free) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(free) << "the ranks still hold " << out << "/ete.lock 60 s after the launcher died";
+    std::ifstream in(out + "/metrics.jsonl");
+    size_t steps = 0;
+    for (std::string l; std::getline(in, l);) ++steps;
+    EXPECT_GE(steps, done);
+    EXPECT_LT(steps, 200u);
+    EXPECT_TRUE(fs::exists(out + fmt::format("/checkpoints/step_{:08d}/state.json", steps)))
+        << "no checkpoint after step " << steps;
 }
 
 // Slurm's scancel and time limit: SIGTERM to every process of the job at once (launcher, mpirun,

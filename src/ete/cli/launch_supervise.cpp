@@ -50,6 +50,7 @@ int run_job(std::vector<std::string> argv, bool* stopped) {
     int ready[2];
     // Closed on exec: the child writes to it only when execvp fails.
     ETE_CHECK(::pipe2(ready, O_CLOEXEC) == 0, "ete launch: pipe: {}", std::strerror(errno));
+    const pid_t launcher = ::getpid();
     const pid_t pid = ::fork();
     ETE_CHECK(pid >= 0, "ete launch: fork: {}", std::strerror(errno));
     if (pid == 0) {
@@ -64,6 +65,7 @@ int run_job(std::vector<std::string> argv, bool* stopped) {
         // 0's stdin.
         block_termination_signals();
         ::prctl(PR_SET_PDEATHSIG, SIGUSR2);
+        if (::getppid() != launcher) _exit(1);  // it died before the death signal was set
         ::execvp(c_argv[0], c_argv.data());
         const int err = errno;
         if (::write(ready[1], &err, sizeof(err)) < 0) _exit(127);
