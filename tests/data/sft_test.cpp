@@ -266,6 +266,27 @@ TEST_F(SftTest, TooManyMalformedLinesThrowNamingFileCountAndFirstLine) {
     EXPECT_NE(msg.find("first at line 4: invalid JSON"), std::string::npos) << msg;
 }
 
+// One number beyond double (1e999, or a million digits) aborted the whole load with no file or
+// line and outside max_bad_fraction: now it is one malformed line, its reason short.
+TEST_F(SftTest, AnOutOfRangeNumberIsOneMalformedLine) {
+    std::string text;
+    for (int i = 0; i < 3; ++i) text += good_line(i);
+    text += R"({"prompt": "p", "completion": "c", "weight": 1e999})"
+            "\n";
+    text +=
+        R"({"prompt": "p", "completion": "c", "weight": 1)" + std::string(1000000, '0') + "e999}\n";
+    SftOptions opt;
+    opt.max_bad_fraction = 1.0;
+    SftDataset d(write(text), byte_tokenizer(), 16, opt, 1, 0.0);
+    EXPECT_EQ(d.num_examples(), 3u);
+    ASSERT_EQ(d.stats().first_bad.size(), 2u);
+    for (const auto& b : d.stats().first_bad) {
+        EXPECT_NE(b.reason.find("invalid JSON ("), std::string::npos) << b.reason.substr(0, 200);
+        EXPECT_LT(b.reason.size(), 140u);
+    }
+    EXPECT_EQ(d.stats().first_bad[0].line, 4u);
+}
+
 TEST_F(SftTest, ClearErrors) {
     const std::string path = write(good_line(0) + good_line(1));
     SftOptions no_instruction;
