@@ -6,7 +6,7 @@
 #   ./run.sh test   install what is missing, build (warnings as errors), run the whole test suite,
 #                   then every numerics-bearing test again under the kernel choices of other CPUs,
 #                   then the unit tests again under address/undefined sanitizers, then fuzz the
-#                   safetensors reader for FUZZ_SECONDS (default 60)
+#                   safetensors and tokenizer.json readers for FUZZ_SECONDS (default 60, split)
 # Environment: BUILD_DIR (default build), JOBS (default nproc), ETE_SKIP_INSTALL=1 to skip apt.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -183,7 +183,7 @@ run_tests() {
     log "unit tests under address/undefined sanitizers ($BUILD_DIR-asan)"
     (cd "$BUILD_DIR-asan" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$JOBS" \
         -LE slow)
-    log "fuzzing the safetensors reader for ${FUZZ_SECONDS:-60}s ($BUILD_DIR-fuzz)"
+    log "fuzzing the safetensors and tokenizer.json readers for ${FUZZ_SECONDS:-60}s ($BUILD_DIR-fuzz)"
     FUZZ_BUILD_DIR="$BUILD_DIR-fuzz" fuzz/run_fuzz.sh
 }
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# fuzz/run_fuzz.sh — builds the safetensors libFuzzer target in build-fuzz/ (clang, separate from
-# the GCC build) and fuzzes it for a bounded time on a copy of fuzz/seeds/ (the committed corpus
-# is never modified). Prints one summary line; exits non-zero on any crash, leak, timeout, OOM or
-# sanitizer report, leaving the reproducer in build-fuzz/artifacts/.
+# fuzz/run_fuzz.sh — builds the libFuzzer targets in build-fuzz/ (clang, separate from the GCC
+# build) — the safetensors reader and the tokenizer.json reader — and fuzzes each for half of
+# FUZZ_SECONDS on a copy of its seeds (fuzz/seeds/; the tokenizer goldens and
+# fuzz/tokenizer_seeds/; the committed files are never modified). Prints one summary line per
+# target; exits non-zero on any crash, leak, timeout, OOM or sanitizer report, leaving the
+# reproducer in build-fuzz/artifacts_<target>/.
 # Env: FUZZ_SECONDS (default 60), FUZZ_BUILD_DIR (default <repo>/build-fuzz), CXX (default
 # clang++-14, else clang++). Needs Debian packages clang and libclang-rt-14-dev.
 set -euo pipefail
@@ -15,49 +17,58 @@ cxx="${CXX:-$(command -v clang++-14 || command -v clang++ || true)}"
 
 cmake -S "$root/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
 # A failed build says why (its output was discarded before, so CI failed without a word).
-ninja -C "$build" safetensors_fuzz >"$build/build.log" 2>&1 ||
+ninja -C "$build" safetensors_fuzz tokenizer_fuzz >"$build/build.log" 2>&1 ||
     { tail -n 30 "$build/build.log" >&2; echo "run_fuzz: the fuzz build failed" >&2; exit 1; }
 
-# Fresh corpus copy per run (the fuzzer adds to it; fuzz/seeds/ stays as committed).
-corpus="$build/corpus"
-artifacts="$build/artifacts"
-rm -rf "$corpus" "$artifacts"
-mkdir -p "$corpus" "$artifacts"
-cp "$root"/fuzz/seeds/* "$corpus"/
-log="$build/fuzz.log"
+# fuzz NAME SECONDS MAX_LEN DICT SEED...: fuzzes build/NAME on a fresh copy of the seeds (the
+# committed files are never modified); prints one summary line; returns 1 on any finding.
+fuzz() {
+    local name=$1 secs=$2 max_len=$3 dict=$4
+    shift 4
+    local corpus="$build/corpus_$name" artifacts="$build/artifacts_$name" log="$build/$name.log"
+    rm -rf "$corpus" "$artifacts"
+    mkdir -p "$corpus" "$artifacts"
+    cp "$@" "$corpus"/
+    local start rc elapsed last cov ft corp runs eps result
+    start=$(date +%s)
+    set +e
+    ASAN_OPTIONS="detect_leaks=1:abort_on_error=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+        UBSAN_OPTIONS="print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
+        "$build/$name" "$corpus" -max_total_time="$secs" -max_len="$max_len" \
+        -timeout=10 -rss_limit_mb=2048 ${dict:+-dict="$dict"} -print_final_stats=1 \
+        -artifact_prefix="$artifacts/" >"$log" 2>&1
+    rc=$?
+    set -e
+    elapsed=$(($(date +%s) - start))
+    # libFuzzer's last status line, e.g. "#123 DONE cov: 812 ft: 2400 corp: 310/40Kb ...".
+    last="$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)"
+    cov="$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$last")"
+    ft="$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<<"$last")"
+    corp="$(sed -nE 's/.* corp: ([0-9]+\/[0-9]+[a-zA-Z]*).*/\1/p' <<<"$last")"
+    runs="$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log")"
+    eps="$(sed -nE 's/^stat::average_exec_per_sec: *([0-9]+).*/\1/p' "$log")"
+    # A clean run exits 0 and leaves no artifact; anything else (crash, leak, timeout, OOM,
+    # sanitizer report, uncaught non-ete::Error exception) fails the step.
+    if [[ $rc -eq 0 ]] && [[ -z "$(ls -A "$artifacts")" ]] &&
+        ! grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:' "$log"; then
+        result=PASS
+    else
+        result=FAIL
+    fi
+    echo "$name: $result in ${elapsed}s: ${runs:-?} runs (${eps:-?} exec/s)," \
+        "cov ${cov:-?} edges, ft ${ft:-?}, corpus ${corp:-?} (from $# seeds), rc $rc"
+    if [[ $result == FAIL ]]; then
+        grep -E -A 30 "$name: |ERROR: |runtime error:" "$log" | head -n 60 >&2 || true
+        echo "run_fuzz: full log $log; reproducers: $(find "$artifacts" -type f -printf '%f ')" >&2
+        return 1
+    fi
+}
 
-start=$(date +%s)
-set +e
-ASAN_OPTIONS="detect_leaks=1:abort_on_error=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
-    UBSAN_OPTIONS="print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
-    "$build/safetensors_fuzz" "$corpus" -max_total_time="$seconds" -max_len=4096 \
-    -timeout=10 -rss_limit_mb=2048 -dict="$root/fuzz/safetensors.dict" -print_final_stats=1 \
-    -artifact_prefix="$artifacts/" >"$log" 2>&1
-rc=$?
-set -e
-elapsed=$(($(date +%s) - start))
-
-# libFuzzer's last status line, e.g. "#123 DONE cov: 812 ft: 2400 corp: 310/40Kb ... exec/s: 9000".
-last="$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)"
-cov="$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$last")"
-ft="$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<<"$last")"
-corp="$(sed -nE 's/.* corp: ([0-9]+\/[0-9]+[a-zA-Z]*).*/\1/p' <<<"$last")"
-runs="$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log")"
-eps="$(sed -nE 's/^stat::average_exec_per_sec: *([0-9]+).*/\1/p' "$log")"
-seeds="$(find "$root/fuzz/seeds" -type f | wc -l)"
-
-# A clean run exits 0 and leaves no artifact; anything else (crash, leak, timeout, OOM,
-# sanitizer report, uncaught non-ete::Error exception) fails the step.
-if [[ $rc -eq 0 ]] && [[ -z "$(ls -A "$artifacts")" ]] &&
-    ! grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:' "$log"; then
-    result=PASS
-else
-    result=FAIL
-fi
-echo "safetensors_fuzz: $result in ${elapsed}s: ${runs:-?} runs (${eps:-?} exec/s)," \
-    "cov ${cov:-?} edges, ft ${ft:-?}, corpus ${corp:-?} (from $seeds seeds), rc $rc"
-if [[ $result == FAIL ]]; then
-    grep -E -A 30 'safetensors_fuzz: |ERROR: |runtime error:' "$log" | head -n 60 >&2 || true
-    echo "run_fuzz: full log $log; reproducers: $(find "$artifacts" -type f -printf '%f ')" >&2
-    exit 1
-fi
+# The time splits between the targets; each replays its seeds (crash_* reproducers) first.
+half=$(((seconds + 1) / 2))
+status=0
+fuzz safetensors_fuzz "$half" 4096 "$root/fuzz/safetensors.dict" "$root"/fuzz/seeds/* || status=1
+# tokenizer.json: the test goldens of four families and small files of every component.
+fuzz tokenizer_fuzz "$half" 65536 "" "$root"/tests/golden/tokenizers/{gpt2,llama2_legacy,llama2_metaspace,llama3}.json \
+    "$root"/fuzz/tokenizer_seeds/* || status=1
+exit $status
