@@ -422,6 +422,21 @@ TEST_F(LoraCli, AlphaPatternScalesItsAdapters) {
     EXPECT_NE(json::parse(c.out)["loss"], json::parse(b.out)["loss"]);
 }
 
+// A failed allocation (ulimit -v, a cgroup without overcommit) ended in a bare std::bad_alloc:
+// now one line that names the cause, exit 1. (This fixture has the run's data; no adapter.)
+TEST_F(LoraCli, AFailedAllocationIsAOneLineError) {
+    const ShellResult r = run_shell(
+        "ETE_FAULT=oom@step=2 " +
+        ete_cmd("train --set model.init_from=" + path("base") + " --set train.steps=3" +
+                " --set train.micro_batch=2 --set train.seq_len=8 --set train.eval_every=0" +
+                " --set data.train=" + path("t.bin") + " --set data.tokenizer=\"\" --out " +
+                path("oom") + " 2>&1"));
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("ete: error: out of memory (an allocation failed;"), std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("bad_alloc"), std::string::npos) << r.out;
+}
+
 // A NaN or infinity in an adapter or a model is refused on load, naming the file, the tensor and
 // the element; finite adapters whose merge overflows float are refused before anything is
 // written; `eval` whose loss is not finite exits non-zero after printing it.

@@ -220,6 +220,24 @@ TEST_F(Durability, CorruptCheckpointsAreRefusedAndAutoFallsBack) {
         << e;
 }
 
+// Removing the file hashes from state.json (keeping its checksum) turned verification off with
+// only a warning; an older ETE's checkpoint has neither, and that still resumes with the warning.
+TEST_F(Durability, RemovedHashesAreAnEditNotAnOlderCheckpoint) {
+    cfg_.checkpoint_every = 4;
+    cfg_.keep_checkpoints = 0;
+    const fs::path out = dir_ / "run", ck = out / "checkpoints" / "step_00000004";
+    run_training(cfg_, out.string());
+    const std::string state_path = (ck / "state.json").string();
+    nlohmann::json st = nlohmann::json::parse(read_file(state_path));
+    st.erase("files");
+    write_file_atomic(state_path, st.dump(2));
+    EXPECT_EQ(checkpoint_problem(ck.string()),
+              "state.json was changed after it was saved (its file hashes were removed)");
+    st.erase("checksum");
+    write_file_atomic(state_path, st.dump(2));
+    EXPECT_EQ(checkpoint_problem(ck.string()), "");  // an older ETE's: not verified, a warning
+}
+
 // A save killed while replacing a checkpoint of the same step on a file system without
 // RENAME_EXCHANGE leaves the old copy set aside as step_N.tmp.old.PID: the next run puts it back
 // and resumes from it (it was deleted before, with the half-written new copy); what a killed

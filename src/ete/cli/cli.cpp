@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <new>
 
 #include "ete/backend/backend.h"
 #include "ete/backend/cpu/openblas_util.h"
@@ -269,6 +270,13 @@ int cli_main(int argc, char** argv) {
     // collective): mpi_abort_job_at_exit.
     try {
         return run ? run() : 2;
+    } catch (const std::bad_alloc&) {
+        // `ulimit -v`, or a cgroup without overcommit: name the cause instead of std::bad_alloc.
+        std::fprintf(stderr,
+                     "ete: error: out of memory (an allocation failed; see the memory estimate "
+                     "in the log, and ulimit -v / the job's memory limit)\n");
+        mpi_abort_job_at_exit(1);
+        return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "ete: error: %s\n", e.what());
         // A failed transport (timeout, lost peer) is worth a restart; anything else is not.

@@ -248,11 +248,14 @@ std::string checkpoint_problem(const std::string& dir) {
     } catch (const std::exception& e) {
         return fmt::format("state.json is unreadable ({})", e.what());
     }
-    if (!state.contains("files")) {
+    // An older ETE wrote neither; one without the other was edited.
+    if (!state.contains("files") && !state.contains("checksum")) {
         log_warn("checkpoint '{}' has no content hashes (saved by an older ETE): not verified",
                  dir);
         return "";
     }
+    if (!state.contains("files"))
+        return "state.json was changed after it was saved (its file hashes were removed)";
     if (!state.contains("checksum") || !state["checksum"].is_string() ||
         state["checksum"].get<std::string>() != state_checksum(state))
         return "state.json was changed after it was saved (its checksum does not match)";

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <new>
 #include <thread>
 
 #include "ete/core/error.h"
@@ -36,7 +37,8 @@ Fault parse_one(const std::string& text) {
     Fault f;
     f.kind = text.substr(0, at);
     ETE_CHECK(f.kind == "nan_grad" || f.kind == "nan_loss" || f.kind == "spike" ||
-                  f.kind == "hang" || f.kind == "kill" || f.kind == "error" || f.kind == "slow",
+                  f.kind == "hang" || f.kind == "kill" || f.kind == "error" || f.kind == "slow" ||
+                  f.kind == "oom",
               "ETE_FAULT '{}': unknown fault '{}' ({})", text, f.kind, kForm);
     const std::string args = at == std::string::npos ? "" : text.substr(at + 1);
     for (size_t pos = 0; pos < args.size();) {
@@ -111,6 +113,7 @@ int64_t FaultPlan::slow_ms(int64_t step, int rank) const {
 void FaultPlan::at_step_start(int64_t step, int rank) const {
     if (faults_.empty()) return;
     ETE_CHECK(!fires("error", step, rank), "ETE_FAULT: world rank {} fails at step {}", rank, step);
+    if (fires("oom", step, rank)) throw std::bad_alloc();  // what a failed allocation throws
     if (fires("kill", step, rank)) {
         log_warn("ETE_FAULT: world rank {} kills itself at step {}", rank, step);
         ::raise(SIGKILL);
