@@ -81,6 +81,24 @@ TEST_F(StopTest, RefusesTheAttemptAfterThreeFailuresFromTheSameStep) {
     EXPECT_EQ(read_attempts(out).back().end_step, 6);
 }
 
+// Resuming a run that already finished trained nothing and printed "final loss 0.0000 | median
+// 0 tok/s" as if it had: now it says there was nothing left, and final/ is there.
+TEST_F(StopTest, ResumingAFinishedRunSaysThereIsNothingLeft) {
+    cfg_.steps = 4;
+    cfg_.checkpoint_every = 4;
+    const std::string out = (dir_ / "finished").string();
+    run_training(cfg_, out);
+    ::testing::internal::CaptureStderr();
+    const TrainSummary s = run_training(cfg_, out, {"auto", {}});
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(s.start_step, 4);
+    EXPECT_NE(log.find("done: nothing left to train (4 of 4 steps were done before)"),
+              std::string::npos)
+        << log;
+    EXPECT_EQ(log.find("final loss 0.0000"), std::string::npos) << log;
+    EXPECT_TRUE(std::filesystem::exists(out + "/final/model.safetensors"));
+}
+
 // A stop requested while the run was starting (before the first step): no step is trained, no
 // checkpoint written, the run reports a clean stop (exit 4), and --resume auto then trains it all.
 TEST_F(StopTest, AStopBeforeTheFirstStepSavesNothing) {

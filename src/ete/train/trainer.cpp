@@ -609,6 +609,13 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
     }
     save_final();
     end_attempt("done", sum.steps);
+    if (tps.empty()) {  // resumed at its last step: no loss or speed of this attempt to report
+        log_info(
+            "done: nothing left to train ({} of {} steps were done before) | model saved to "
+            "{}/final",
+            sum.steps, cfg_.steps, out_);
+        return sum;
+    }
     log_info(
         "done: {} steps in {} | final loss {:.4f} | median {:.0f} tok/s | model saved to "
         "{}/final",
