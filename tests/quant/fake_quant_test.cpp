@@ -146,6 +146,16 @@ TEST(Observer, StateRoundTripsAndABadOneIsNamed) {
               "2 x 2 channels)");
     EXPECT_EQ(error_of([] { observer_kind_from_name("ema", "qat.observer"); }),
               "qat.observer = 'ema': expected minmax or moving_average");
+    // A saved range with lo > hi, beyond ±1e30 or not finite was accepted (scales overflowed);
+    // an unobserved state's values are not ranges and stay free.
+    for (const std::vector<float>& bad :
+         {std::vector<float>{1, 3, 0, 2, 1}, std::vector<float>{1, -1e38f, 0, 1e38f, 1},
+          std::vector<float>{1, 0, 0, INFINITY, 1}}) {
+        const std::string e = error_of([&] { back.restore(bad, "qat.json observer 0.1"); });
+        EXPECT_NE(e.find("qat.json observer 0.1: channel 0 range ["), std::string::npos) << e;
+        EXPECT_NE(e.find("expected finite lo <= hi within +-1e+30"), std::string::npos) << e;
+    }
+    EXPECT_EQ(error_of([&] { back.restore({0, 3, 0, 2, 1}, "unobserved"); }), "<no error>");
 }
 
 TEST(QuantGrid, BitsAndRules) {

@@ -396,8 +396,13 @@ void QatRuntime::restore(const nlohmann::json& state, const std::string& what) {
         ETE_CHECK(std::sscanf(key.c_str(), "%d.%d", &l, &s) == 2 && l >= 0 && l <= layers_ &&
                       s >= 0 && s < kQatSites,
                   "{}: qat observer '{}' is not a point of this model", what, key);
-        points_[size_t(point_index(s, l))].obs.restore(
-            value.get<std::vector<float>>(), fmt::format("{} qat observer {}", what, key));
+        const std::string where = fmt::format("{} qat observer {}", what, key);
+        ETE_CHECK(value.is_array() && std::all_of(value.begin(), value.end(),
+                                                  [](const auto& v) { return v.is_number(); }),
+                  "{}: expected an array of numbers", where);
+        std::vector<float> st;
+        for (const auto& v : value) st.push_back(float(v.template get<double>()));
+        points_[size_t(point_index(s, l))].obs.restore(st, where);
     }
     upload_scales();
 }

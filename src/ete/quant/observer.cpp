@@ -92,9 +92,18 @@ void Observer::restore(const std::vector<float>& state, const std::string& what)
     ETE_CHECK(state.size() == 1 + 2 * lo_.size() && (state[0] == 0.0f || state[0] == 1.0f),
               "{}: observer state of {} values, expected {} (1 + 2 x {} channels)", what,
               state.size(), 1 + 2 * lo_.size(), lo_.size());
+    const size_t n = lo_.size();
+    if (state[0] == 1.0f)  // an observed range: finite, ordered, and of a size activations have
+        for (size_t c = 0; c < n; ++c) {
+            const float lo = state[1 + c], hi = state[1 + n + c];
+            ETE_CHECK(std::isfinite(lo) && std::isfinite(hi) && lo <= hi &&
+                          std::fabs(lo) <= kMaxObservedRange && std::fabs(hi) <= kMaxObservedRange,
+                      "{}: channel {} range [{}, {}]: expected finite lo <= hi within +-{}", what,
+                      c, lo, hi, kMaxObservedRange);
+        }
     observed_ = state[0] == 1.0f;
-    std::copy(state.begin() + 1, state.begin() + 1 + long(lo_.size()), lo_.begin());
-    std::copy(state.begin() + 1 + long(lo_.size()), state.end(), hi_.begin());
+    std::copy(state.begin() + 1, state.begin() + 1 + long(n), lo_.begin());
+    std::copy(state.begin() + 1 + long(n), state.end(), hi_.begin());
 }
 
 }  // namespace ete

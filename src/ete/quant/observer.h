@@ -50,7 +50,10 @@ class Observer {
     // Per channel scale and zero point on grid g (an unobserved channel: the range [0, 0]).
     void params(const QuantGrid& g, std::vector<float>* scale, std::vector<float>* zero) const;
 
-    // The state a checkpoint keeps: [observed, lo..., hi...] as floats; restore() checks the size.
+    // The state a checkpoint keeps: [observed, lo..., hi...] as floats; restore() checks the size
+    // and, when observed, that each range is finite, lo <= hi and within ±kMaxObservedRange (a
+    // wider one makes a scale overflow), throwing ete::Error naming `what`.
+    static constexpr float kMaxObservedRange = 1e30f;
     std::vector<float> state() const;
     void restore(const std::vector<float>& state, const std::string& what);
 
