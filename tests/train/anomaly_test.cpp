@@ -110,6 +110,12 @@ TEST(Fault, BadSpecsSayWhatIsExpected) {
             EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
         }
     }
+    // A key given twice was taken silently (the last); a 100 KB spec was echoed whole.
+    EXPECT_NE(error_of([] { parse_faults("kill@step=2,step=5"); }).find("'step' given twice"),
+              std::string::npos);
+    const std::string huge(100000, 'x');
+    EXPECT_EQ(error_of([&] { parse_faults(huge); }),
+              "ETE_FAULT: 100000 characters, expected at most 4096");
 }
 
 using AnomalyRun = TinyRunTest;

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <new>
+#include <set>
 #include <thread>
 
 #include "ete/core/error.h"
@@ -19,10 +20,8 @@ namespace ete {
 namespace {
 
 constexpr const char* kForm =
-    "expected kind@key=value,... with kind nan_grad, nan_loss, spike, hang, kill, error or slow "
-    "and "
-    "keys "
-    "step, rank, ms, always, attempt";
+    "expected kind@key=value,... with kind nan_grad, nan_loss, spike, hang, kill, error, oom or "
+    "slow and keys step, rank, ms, always, attempt, each at most once";
 
 int64_t parse_int(const std::string& fault, const std::string& key, const std::string& v) {
     int64_t x = 0;
@@ -34,6 +33,7 @@ int64_t parse_int(const std::string& fault, const std::string& key, const std::s
 
 Fault parse_one(const std::string& text) {
     const size_t at = text.find('@');
+    std::set<std::string> seen;
     Fault f;
     f.kind = text.substr(0, at);
     ETE_CHECK(f.kind == "nan_grad" || f.kind == "nan_loss" || f.kind == "spike" ||
@@ -47,6 +47,8 @@ Fault parse_one(const std::string& text) {
         const size_t eq = kv.find('=');
         ETE_CHECK(eq != std::string::npos, "ETE_FAULT '{}': '{}': {}", text, kv, kForm);
         const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+        ETE_CHECK(seen.insert(key).second, "ETE_FAULT '{}': '{}' given twice ({})", text, key,
+                  kForm);
         const int64_t x = parse_int(text, key, value);
         if (key == "step") {
             ETE_CHECK(x >= 1, "ETE_FAULT '{}': step = {}: expected >= 1", text, x);
@@ -72,6 +74,8 @@ Fault parse_one(const std::string& text) {
 }  // namespace
 
 std::vector<Fault> parse_faults(const std::string& spec) {
+    // Errors quote the spec: a drill's is a few dozen characters, never a 100 KB echo.
+    ETE_CHECK(spec.size() <= 4096, "ETE_FAULT: {} characters, expected at most 4096", spec.size());
     std::vector<Fault> out;
     for (size_t pos = 0; pos < spec.size();) {
         const size_t end = std::min(spec.find(';', pos), spec.size());
