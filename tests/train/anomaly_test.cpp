@@ -11,6 +11,7 @@
 #include "ete/train/anomaly.h"
 #include "ete/train/fault.h"
 #include "ete/train/trainer.h"
+#include "test_util.h"
 #include "tiny_run.h"
 
 namespace ete {
