@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "ete/core/error.h"
 #include "ete/train/prometheus.h"
@@ -164,11 +165,15 @@ struct MetricsServer::Impl {
         for (;;) {
             const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0) {
-                if ((errno == EMFILE || errno == ENFILE) && !conns.empty()) {
+                if (errno != EMFILE && errno != ENFILE) return;  // EAGAIN: nothing pending
+                if (!conns.empty()) {
                     close_at(oldest());  // no descriptor to spare: make one
                     continue;
                 }
-                return;  // EAGAIN, or nothing to give up
+                // The process has none left and this server holds none: wait instead of
+                // spinning on a listening socket that stays readable.
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                return;
             }
             if (int(conns.size()) >= cap) close_at(oldest());
             Conn c;
