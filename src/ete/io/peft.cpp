@@ -119,6 +119,11 @@ std::string peft_base_model(const std::string& dir) {
 
 namespace {
 
+// How PEFT's get_pattern_key matches a key: (.*\.)?(key) against the whole module path.
+std::regex key_regex(const std::string& key) {
+    return std::regex("(.*\\.)?(" + key + ")");
+}
+
 // The entries of a rank_pattern / alpha_pattern object (null or absent: none); each key must be a
 // regex std::regex compiles.
 std::vector<std::pair<std::string, json>> pattern_items(const json& j, const char* field,
@@ -135,7 +140,7 @@ std::vector<std::pair<std::string, json>> pattern_items(const json& j, const cha
         ETE_CHECK(!std::regex_search(key, std::regex(R"(\)[*+?{])")),
                   "{}: {} key '{}': a quantified group is not supported", path, field, key);
         try {
-            std::regex re(key);
+            key_regex(key);
         } catch (const std::regex_error& e) {
             throw_error(fmt::format("{}: {} key '{}' is not a regular expression ({})", path, field,
                                     key, e.what()));
@@ -145,15 +150,26 @@ std::vector<std::pair<std::string, json>> pattern_items(const json& j, const cha
     return out;
 }
 
-// PEFT's get_pattern_key: the value of the key whose regex (.*\.)?(key) matches the module's
-// path whole; `fallback` when none does.
 template <typename T>
-T pattern_value(const std::map<std::string, T>& pattern, const std::string& module_path, T fallback,
-                const char* field) {
+std::vector<std::regex> compile_keys(const std::map<std::string, T>& pattern) {
+    std::vector<std::regex> out;
+    for (const auto& kv : pattern) out.push_back(key_regex(kv.first));
+    return out;
+}
+
+// The value of the key whose regex matches the module's path; `fallback` when none does.
+// `compiled`: the keys' regexes in map order, or empty (compiled here).
+template <typename T>
+T pattern_value(const std::map<std::string, T>& pattern, const std::vector<std::regex>& compiled,
+                const std::string& module_path, T fallback, const char* field) {
     const std::string* found = nullptr;
     T value = fallback;
+    size_t i = 0;
     for (const auto& [key, v] : pattern) {
-        if (!std::regex_match(module_path, std::regex("(.*\\.)?(" + key + ")"))) continue;
+        const bool match = compiled.size() == pattern.size()
+                               ? std::regex_match(module_path, compiled[i++])
+                               : std::regex_match(module_path, key_regex(key));
+        if (!match) continue;
         ETE_CHECK(!found || v == value,
                   "adapter_config.json: {} keys '{}' and '{}' both match '{}' with different "
                   "values (PEFT takes the first in the file; ETE refuses the ambiguity)",
@@ -167,11 +183,12 @@ T pattern_value(const std::map<std::string, T>& pattern, const std::string& modu
 }  // namespace
 
 int PeftAdapterInfo::rank_of(const std::string& module) const {
-    return pattern_value(rank_pattern, peft_module_path(module, arch), spec.r, "rank_pattern");
+    return pattern_value(rank_pattern, rank_regex, peft_module_path(module, arch), spec.r,
+                         "rank_pattern");
 }
 
 float PeftAdapterInfo::alpha_of(const std::string& module) const {
-    return pattern_value(alpha_pattern, peft_module_path(module, arch), spec.alpha,
+    return pattern_value(alpha_pattern, alpha_regex, peft_module_path(module, arch), spec.alpha,
                          "alpha_pattern");
 }
 
@@ -237,6 +254,8 @@ PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c) {
         info.alpha_pattern[key] = a.get<float>();
     }
     s.r_max = r_max;
+    info.rank_regex = compile_keys(info.rank_pattern);
+    info.alpha_regex = compile_keys(info.alpha_pattern);
     // ETE's own record of the base the adapter was trained over (absent in PEFT's files).
     const std::string weights = (fs::path(dir) / kWeightsFile).string();
     ETE_CHECK(fs::exists(weights), "adapter dir '{}': {} is missing", dir, kWeightsFile);

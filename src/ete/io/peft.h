@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <map>
+#include <regex>
 #include <string>
 
 #include "ete/model/config.h"
@@ -33,6 +34,9 @@ struct PeftAdapterInfo {
     std::map<std::string, int> rank_pattern;
     std::map<std::string, float> alpha_pattern;
     Arch arch = Arch::Llama;
+    // The keys' regexes in map order, compiled once by load_peft_config (when empty — an info
+    // built by hand — each lookup compiles them).
+    std::vector<std::regex> rank_regex, alpha_regex;
 
     // The rank and alpha PEFT gives the adapter of `module` (ETE's module name, e.g.
     // "model.layers.0.self_attn.q_proj"): the pattern entry matching it, else r / lora_alpha.
