@@ -11,6 +11,7 @@
 #include "ete/io/bnb_nf4.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/peft.h"
+#include "ete/io/safetensors.h"
 #include "ete/train/inference_model.h"
 
 namespace ete {
@@ -61,12 +62,11 @@ int merge_adapters(Transformer& lora, HostParams& merged) {
                     w[o * in + i] = float(double(w[o * in + i]) + scale * d);
                 }
             // Finite adapters (checked on load) can still overflow float here: nothing is saved.
-            const float* bad =
-                std::find_if(w, w + out * in, [](float x) { return !std::isfinite(x); });
-            ETE_CHECK(bad == w + out * in,
+            const int64_t bad = first_non_finite(w, out * in);
+            ETE_CHECK(bad == out * in,
                       "export merged: '{}' + its adapter overflows to {} at element {}: the "
                       "adapter's values are too large to merge; nothing written",
-                      module + ".weight", *bad, bad - w);
+                      module + ".weight", w[bad], bad);
             ++n;
         }
     }

@@ -51,7 +51,7 @@ Tensor tensor_of(const std::vector<T>& v, Shape shape, DType dtype) {
 }
 
 void check_finite(const std::vector<float>& v, const SafetensorsFile& f, const std::string& name) {
-    ete::check_finite(v.data(), int64_t(v.size()), f.path(), name);
+    check_tensor_finite(v.data(), int64_t(v.size()), f.path(), name);
 }
 
 // Finite and in [lo, hi]: a block's absmax is a magnitude (negative flips its block's signs) and

@@ -64,8 +64,7 @@ std::string state_checksum(json state) {
 }  // namespace
 
 void check_finite(const std::string& name, const float* v, size_t n) {
-    const size_t bad =
-        size_t(std::find_if(v, v + n, [](float x) { return !std::isfinite(x); }) - v);
+    const size_t bad = size_t(first_non_finite(v, int64_t(n)));
     ETE_CHECK(bad == n,
               "parameter '{}' holds a non-finite value ({} at element {}): not saved, so the last "
               "saved checkpoint stays the newest",

@@ -103,7 +103,7 @@ void load_file(const SafetensorsFile& f, const ParamTable& store, const TensorSi
         ETE_CHECK(loaded.insert(n).second, "{}: tensor '{}' appears twice", path, n);
         Tensor t = f.to_f32(name);
         f.release(name);
-        check_finite(t.f32(), t.numel(), path, name);
+        check_tensor_finite(t.f32(), t.numel(), path, name);
         if (!s.hf_transposed) {  // HF's layout is ETE's: no second copy of a large tensor
             take(i, t.f32());
             continue;

@@ -299,7 +299,7 @@ void load_peft_weights(const std::string& dir, const ModelConfig& c, const Param
         ETE_CHECK(r <= (a ? rows : cols), "{}: tensor '{}' has rank {} > the allocated {}", path,
                   key, r, a ? rows : cols);
         Tensor t = f.to_f32(key);
-        check_finite(t.f32(), t.numel(), path, key);
+        check_tensor_finite(t.f32(), t.numel(), path, key);
         std::vector<float> v(size_t(rows * cols), 0.0f);
         for (int64_t y = 0; y < want[0]; ++y)
             for (int64_t x = 0; x < want[1]; ++x)

@@ -416,10 +416,15 @@ bool is_valid_utf8(std::string_view s) {
     return true;
 }
 
-void check_finite(const float* v, int64_t n, const std::string& path, const std::string& name) {
-    const float* bad = std::find_if(v, v + n, [](float x) { return !std::isfinite(x); });
-    ETE_CHECK(bad == v + n, "{}: tensor '{}' element {} is {}, expected a finite value", path, name,
-              bad - v, *bad);
+int64_t first_non_finite(const float* v, int64_t n) {
+    return std::find_if(v, v + n, [](float x) { return !std::isfinite(x); }) - v;
+}
+
+void check_tensor_finite(const float* v, int64_t n, const std::string& path,
+                         const std::string& name) {
+    const int64_t bad = first_non_finite(v, n);
+    ETE_CHECK(bad == n, "{}: tensor '{}' element {} is {}, expected a finite value", path, name,
+              bad, v[bad]);
 }
 
 }  // namespace ete

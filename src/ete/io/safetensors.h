@@ -64,10 +64,13 @@ class SafetensorsFile {
     std::map<std::string, std::string> metadata_;
 };
 
+// The index of the first NaN or infinity in v[0, n), or n when every value is finite.
+int64_t first_non_finite(const float* v, int64_t n);
 // Throws ete::Error "PATH: tensor 'NAME' element I is nan, expected a finite value" at the first
 // NaN or infinity of v[0, n): every tensor a user hands ETE (weights, adapters, quantization
 // statistics) passes here, so a broken file is refused instead of producing NaN results.
-void check_finite(const float* v, int64_t n, const std::string& path, const std::string& name);
+void check_tensor_finite(const float* v, int64_t n, const std::string& path,
+                         const std::string& name);
 
 // Writes tensors (any dtype, contiguous) atomically. Data is ordered like the official writer:
 // by dtype alignment (element size) descending, then by name, so every tensor's offset inside the
