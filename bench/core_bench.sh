@@ -25,7 +25,7 @@ if [ -z "${CORES:-}" ]; then
     grep -qw avx512_bf16 /proc/cpuinfo && CORES="$CORES Cooperlake"
 fi
 ete=$BUILD_DIR/bench/ete_bench_train
-[ -x "$ete" ] || { echo "core_bench.sh: build $ete first (cmake --build $BUILD_DIR)" >&2; exit 1; }
+[ -x "$ete" ] || { echo "core_bench.sh: build $ete first (cmake -DETE_BUILD_BENCH=ON $BUILD_DIR && cmake --build $BUILD_DIR)" >&2; exit 1; }
 ete_blas_dir=$(dirname "$(ldd "$ete" | awk '/libopenblas/ {print $3}')")
 clean=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_THREAD_TIMEOUT -u LD_LIBRARY_PATH
        -u OPENBLAS_CORETYPE -u ETE_OPENBLAS_FIXED)
