@@ -78,6 +78,58 @@ def llama_config(V, C, H, KV, F_, L, head_dim=None, max_pos=64, tie=False, rope_
     return cfg
 
 
+def qwen2_config(V, C, H, KV, F_, L, max_pos=64, tie=False, window=None, window_from=None):
+    """Qwen2ForCausalLM: Llama's decoder with q/k/v biases (and no o_proj or MLP biases); with a
+    window, the layers from max_window_layers slide."""
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "vocab_size": V,
+        "hidden_size": C,
+        "intermediate_size": F_,
+        "num_hidden_layers": L,
+        "num_attention_heads": H,
+        "num_key_value_heads": KV,
+        "hidden_act": "silu",
+        "max_position_embeddings": max_pos,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": None,
+        "tie_word_embeddings": tie,
+        "use_sliding_window": window is not None,
+        "sliding_window": window,
+        "max_window_layers": L if window_from is None else window_from,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "torch_dtype": "float32",
+    }
+
+
+def mistral_config(V, C, H, KV, F_, L, head_dim, sliding_window, max_pos=64):
+    """MistralForCausalLM: Llama's decoder without biases, attention over the last
+    sliding_window positions."""
+    return {
+        "architectures": ["MistralForCausalLM"],
+        "model_type": "mistral",
+        "vocab_size": V,
+        "hidden_size": C,
+        "intermediate_size": F_,
+        "num_hidden_layers": L,
+        "num_attention_heads": H,
+        "num_key_value_heads": KV,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": max_pos,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 1000000.0,
+        "sliding_window": sliding_window,
+        "tie_word_embeddings": False,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "torch_dtype": "float32",
+    }
+
+
 def gpt2_config(V, C, H, L, n_positions):
     return {
         "architectures": ["GPT2LMHeadModel"],
@@ -102,14 +154,24 @@ def gpt2_config(V, C, H, L, n_positions):
 # Only "matrix" gets weight decay (ete::param_decays).
 
 
+def llama_biases(cfg):
+    """(q/k/v, o_proj, MLP) biases of a Llama-layout family (ete::ModelConfig::has_*_bias)."""
+    if cfg["model_type"] == "qwen2":
+        return True, False, False
+    if cfg["model_type"] == "mistral":
+        return False, False, False
+    return cfg["attention_bias"], cfg["attention_bias"], cfg["mlp_bias"]
+
+
 def llama_param_table(cfg):
     C, V, F_ = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D = cfg.get("head_dim", C // H)
     t = [("model.embed_tokens.weight", (V, C), "embedding")]
-    attn = [("q_proj", H * D, C), ("k_proj", KV * D, C), ("v_proj", KV * D, C),
-            ("o_proj", C, H * D)]
+    qkv = [("q_proj", H * D, C), ("k_proj", KV * D, C), ("v_proj", KV * D, C)]
+    o = [("o_proj", C, H * D)]
     mlp = [("gate_proj", F_, C), ("up_proj", F_, C), ("down_proj", C, F_)]
+    qkv_bias, o_bias, mlp_bias = llama_biases(cfg)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
 
@@ -120,9 +182,12 @@ def llama_param_table(cfg):
             return out
 
         t.append((p + "input_layernorm.weight", (C,), "norm"))
-        t += linears("self_attn", attn, cfg["attention_bias"])
+        if qkv_bias == o_bias:  # the four weights, then the four biases (or none)
+            t += linears("self_attn", qkv + o, qkv_bias)
+        else:
+            t += linears("self_attn", qkv, qkv_bias) + linears("self_attn", o, o_bias)
         t.append((p + "post_attention_layernorm.weight", (C,), "norm"))
-        t += linears("mlp", mlp, cfg["mlp_bias"])
+        t += linears("mlp", mlp, mlp_bias)
     t.append(("model.norm.weight", (C,), "norm"))
     if not cfg["tie_word_embeddings"]:
         t.append(("lm_head.weight", (V, C), "matrix"))
@@ -203,13 +268,26 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
-def causal_attention(q, k, v, scale):
-    # q (B, H, T, D); k, v (B, H, T, D) after repeat_kv.
+def causal_attention(q, k, v, scale, window=None):
+    # q (B, H, T, D); k, v (B, H, T, D) after repeat_kv. window: HF's sliding_window_overlay,
+    # query i sees key j only if j > i - window.
     T = q.shape[2]
     s = (q @ k.transpose(-1, -2)) * scale
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    if window is not None:
+        mask |= torch.ones(T, T, dtype=torch.bool).tril(-window)
     s = s.masked_fill(mask, float("-inf"))
     return torch.softmax(s, dim=-1) @ v
+
+
+def layer_window(cfg, i):
+    """The sliding window of layer i (HF layer_types: Mistral every layer, Qwen2 the layers from
+    max_window_layers when use_sliding_window), or None."""
+    if cfg["model_type"] == "mistral":
+        return cfg.get("sliding_window")
+    if cfg["model_type"] == "qwen2" and cfg.get("use_sliding_window"):
+        return cfg["sliding_window"] if i >= cfg["max_window_layers"] else None
+    return None
 
 
 def linear(x, P, name):
@@ -236,7 +314,8 @@ def llama_forward(cfg, P, inputs):
         # repeat_kv: query head h uses kv head h // (H / KV)
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
-        a = causal_attention(q, k, v, D ** -0.5).transpose(1, 2).reshape(B, T, H * D)
+        a = causal_attention(q, k, v, D ** -0.5, layer_window(cfg, i))
+        a = a.transpose(1, 2).reshape(B, T, H * D)
         x = x + linear(a, P, p + "self_attn.o_proj")
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
         m = F.silu(linear(h, P, p + "mlp.gate_proj")) * linear(h, P, p + "mlp.up_proj")
@@ -372,8 +451,15 @@ def variants():
                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                         "original_max_position_embeddings": 32},
                           attention_bias=True, mlp_bias=True)
+    # Qwen2: q/k/v biases only, GQA, rope_theta 1e6, tied; layer 0 full, layer 1 a window of 5
+    # (max_window_layers 1). Mistral: no biases, head_dim 16 (H·D = 64 != C), every layer a window
+    # of 4. The sequences (T = 9) are longer than both windows.
+    qwen2 = qwen2_config(V=97, C=32, H=4, KV=2, F_=56, L=2, tie=True, window=5, window_from=1)
+    mistral = mistral_config(V=97, C=32, H=4, KV=2, F_=56, L=2, head_dim=16, sliding_window=4)
     return [
         ("llama_gqa", llama, llama_param_table(llama), llama_forward, 1001),
+        ("qwen2_bias", qwen2, llama_param_table(qwen2), llama_forward, 1004),
+        ("mistral_window", mistral, llama_param_table(mistral), llama_forward, 1005),
         ("gpt2", gpt2, gpt2_param_table(gpt2), gpt2_forward, 1002),
         ("llama3_rope_tied", llama3, llama_param_table(llama3), llama_forward, 1003),
     ]

@@ -22,6 +22,7 @@
 
 #include "ete/core/error.h"
 #include "kernel_bounds.h"
+#include "test_util.h"
 
 namespace ete {
 namespace {
@@ -307,6 +308,56 @@ TEST(AttentionCpuPacked, MatchesRefWithAwkwardDocuments) {
                 c.d.doc_start = host_cvec(starts);
                 expect_cpu_matches_ref(c);
             }
+}
+
+// Sliding windows (AttnDims::window), cpu vs ref, alone and over packed rows: windows of one key,
+// inside one tile, the size of a tile, across tiles, and as long as the row (no effect), so every
+// tile kind meets a window start: skipped before it, masked across it, whole after it.
+TEST(AttentionCpuWindow, MatchesRefWithAndWithoutDocuments) {
+    const int heads[2][2] = {{4, 2}, {8, 2}};
+    uint32_t seed = 701;
+    for (int T : {131, 33})
+        for (int window : {1, 5, 32, 33, 70, T})
+            for (bool packed : {false, true})
+                for (auto& hk : heads) {
+                    AttnCase c = make_case({4, T, hk[0], hk[1], 24}, seed++);
+                    std::vector<int32_t> starts = starts_of(kAwkwardRows, T);
+                    if (packed) c.d.doc_start = host_cvec(starts);
+                    c.d.window = window;
+                    expect_cpu_matches_ref(c);
+                }
+}
+
+// The definition on the reference: query i over keys [i - W + 1, i] equals a row of its own that
+// holds only those keys (positions in the row do not matter to attention: RoPE came before it).
+TEST(AttentionRefWindow, EachQueryMatchesItsWindowAsARow) {
+    const int T = 12, W = 4;
+    AttnCase c = make_case({1, T, 4, 2, 16}, 751);
+    c.d.window = W;
+    const int S = c.d.qkv_stride(), HD = c.d.H * c.d.D;
+    std::vector<float> out(c.out_size()), lse(c.lse_size());
+    attn_forward(ref_be(), out, lse, c.qkv, c.d, c.scale);
+    for (int i = 0; i < T; ++i) {
+        const int j0 = std::max(0, i - W + 1), n = i - j0 + 1;
+        AttnCase row = c;
+        row.d = {1, n, 4, 2, 16};
+        row.qkv.assign(c.qkv.begin() + size_t(j0) * S, c.qkv.begin() + size_t(i + 1) * S);
+        std::vector<float> o(size_t(n) * HD), l(size_t(4 * n));
+        attn_forward(ref_be(), o, l, row.qkv, row.d, c.scale);
+        for (int e = 0; e < HD; ++e)
+            ASSERT_EQ(out[size_t(i) * HD + e], o[size_t(n - 1) * HD + e]) << "query " << i;
+        for (int h = 0; h < 4; ++h)
+            ASSERT_EQ(lse[size_t(h) * T + i], l[size_t(h) * n + n - 1]) << "query " << i;
+    }
+}
+
+// A negative window is refused by name.
+TEST(AttentionCpuWindow, RejectsANegativeWindow) {
+    AttnCase c = make_case({1, 8, 2, 2, 16}, 761);
+    c.d.window = -1;
+    std::vector<float> out(c.out_size()), lse(c.lse_size());
+    EXPECT_EQ(error_of([&] { attn_forward(cpu_be(), out, lse, c.qkv, c.d, c.scale); }),
+              "attention_forward: window -1 must be >= 0");
 }
 
 // The definition: attention over a packed row equals attention over each document run as a row

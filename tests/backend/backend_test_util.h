@@ -441,7 +441,8 @@ inline const std::vector<std::vector<int>> kAwkwardRows = {
 inline std::string describe(const AttnDims& d) {
     return "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) + " H=" + std::to_string(d.H) +
            " KV=" + std::to_string(d.KV) + " D=" + std::to_string(d.D) +
-           (d.doc_start.empty() ? "" : " packed");
+           (d.doc_start.empty() ? "" : " packed") +
+           (d.window > 0 ? " window=" + std::to_string(d.window) : "");
 }
 
 }  // namespace ete::backend_test

@@ -530,6 +530,11 @@ inline int doc_start_of(const AttnDims& d, int b, int t) {
     return s ? s[size_t(b) * d.T + t] : 0;
 }
 
+// The first key query t of row b sees: its document's start, or the sliding window's.
+inline int first_key_of(const AttnDims& d, int b, int t) {
+    return d.first_key(doc_start_of(d, b, t), t);
+}
+
 // rope_forward (sign 1) or rope_backward (-1) of x (B*T, S) as every backend computes it, in
 // place on values with their errors: each (x0, x1) pair of a q or k head becomes
 // (x0 c - x1 s', x1 c + x0 s') in fp32, s' = sign * sin, at position t - doc_start; cos and sin
@@ -594,7 +599,7 @@ inline AttnFwdBound attention_forward_bound(const DVec& qkv, const AttnDims& d, 
     for (int bb = 0; bb < d.B; ++bb)
         for (int h = 0; h < d.H; ++h)
             for (int i = 0; i < d.T; ++i) {
-                const int j0 = doc_start_of(d, bb, i), nk = i - j0 + 1;
+                const int j0 = first_key_of(d, bb, i), nk = i - j0 + 1;
                 const double* q = qkv.data() + (size_t(bb) * d.T + i) * S + size_t(h) * D;
                 double M = -INFINITY, Smax = 0, Z = 0;
                 for (int j = j0; j <= i; ++j) {
@@ -693,7 +698,7 @@ inline AttnBwdBound attention_backward_bound(const DVec& qkv, const DVec& d_out,
                     Di += dy[e] * o[e], Ci += std::fabs(dy[e] * o[e]);
                     if (out_err) eD += std::fabs(dy[e]) * (*out_err)[orow + size_t(h) * D + e];
                 }
-                for (int j = doc_start_of(d, bb, i); j <= i; ++j) {
+                for (int j = first_key_of(d, bb, i); j <= i; ++j) {
                     const size_t krow = (size_t(bb) * T + j) * S;
                     const double* k = qkv.data() + krow + kc;
                     const double* v = qkv.data() + krow + vc;

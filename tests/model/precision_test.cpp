@@ -125,7 +125,7 @@ TEST_P(Precision, LossAndLayerGradientsNearTheFp32Golden) {
     EXPECT_NE(f32.forward_loss(inputs_.data(), targets_.data(), B_, T_) / count_, got);
     EXPECT_EQ(model_->params().weight(0).dtype, GetParam().dtype);
     const ParamStore& ps = model_->params();
-    for (int i : {ps.find(cfg_.arch == Arch::Llama ? ParamRole::Q : ParamRole::Qkv, 0),
+    for (int i : {ps.find(cfg_.family().layout == Layout::Llama ? ParamRole::Q : ParamRole::Qkv, 0),
                   ps.find(ParamRole::Down, cfg_.num_layers - 1)}) {
         const std::string& name = ps.specs()[size_t(i)].name;
         std::vector<float> g = ps.download_grad(i), gold(g.size());
@@ -170,6 +170,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"llama_gqa", DType::BF16}, Case{"gpt2", DType::BF16},
                       Case{"llama3_rope_tied", DType::BF16}, Case{"llama_gqa", DType::F16},
                       Case{"gpt2", DType::F16}, Case{"llama3_rope_tied", DType::F16},
+                      Case{"qwen2_bias", DType::BF16}, Case{"mistral_window", DType::BF16},
+                      Case{"qwen2_bias", DType::F16}, Case{"mistral_window", DType::F16},
                       Case{"llama_gqa", DType::BF16, "cuda"}, Case{"gpt2", DType::BF16, "cuda"},
                       Case{"llama3_rope_tied", DType::BF16, "cuda"}),
     case_name);

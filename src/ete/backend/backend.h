@@ -24,8 +24,13 @@
 // either s == doc_start[b*T + t-1] (same document) or s == t (a new one). Documents never see
 // each other: causal attention for query t sees keys j in [s, t] only, and RoPE and the position
 // embedding use position t - s. Empty = one document per row (positions are t).
+//
+// Sliding-window attention (AttnDims::window = W > 0; Mistral, Qwen2, Gemma's local layers):
+// query t also sees only the last W positions, keys j in [max(s, t - W + 1), t], as Hugging
+// Face's sliding_window_overlay (kv > q - W). Positions are unchanged.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -41,7 +46,10 @@ namespace ete {
 struct AttnDims {
     int B, T, H, KV, D;
     CVec doc_start{};  // (B*T) I32 in backend memory, or empty; see the file header
+    int window = 0;    // > 0: sliding-window attention over this many positions (file header)
     int qkv_stride() const { return (H + 2 * KV) * D; }
+    // The first key query t of a row sees, given its document start s.
+    int first_key(int s, int t) const { return window > 0 ? std::max(s, t - window + 1) : s; }
 };
 
 // Throws ete::Error unless doc_start (B*T, host memory; null is always valid) follows the rule of

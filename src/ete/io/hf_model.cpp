@@ -51,8 +51,8 @@ bool is_int8_model_dir(const std::string& dir) {
 namespace {
 
 // The ETE name for a tensor name found in a file, or "" for names to ignore.
-std::string canonical_name(Arch arch, const std::string& name) {
-    if (arch != Arch::GPT2) return name;
+std::string canonical_name(Layout layout, const std::string& name) {
+    if (layout != Layout::GPT2) return name;
     std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
     auto ends_with = [&](const char* s) {
         std::string_view v(n), suffix(s);
@@ -71,10 +71,10 @@ std::string canonical_name(Arch arch, const std::string& name) {
 void load_file(const SafetensorsFile& f, const ParamTable& store, const TensorSink& take,
                const Nf4Sink& take_nf4, std::unordered_set<std::string>& loaded) {
     const std::string& path = f.path();
-    Arch arch = store.has("wte.weight") ? Arch::GPT2 : Arch::Llama;
+    const Layout layout = store.has("wte.weight") ? Layout::GPT2 : Layout::Llama;
     for (const std::string& name : f.names()) {
         if (is_bnb_aux_name(name)) continue;  // read with its quantized weight
-        std::string n = canonical_name(arch, name);
+        std::string n = canonical_name(layout, name);
         if (n.empty()) continue;
         ETE_CHECK(store.has(n), "{}: tensor '{}' is not a parameter of this model config", path,
                   name);

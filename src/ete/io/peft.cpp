@@ -34,7 +34,7 @@ std::string module_of(const std::string& name) {
 
 // The module's path as PEFT's LoraModel names it (GPT-2's modules sit under "transformer.").
 std::string peft_module_path(const std::string& module, Arch arch) {
-    return (arch == Arch::GPT2 ? "transformer." : "") + module;
+    return (family(arch).layout == Layout::GPT2 ? "transformer." : "") + module;
 }
 
 std::vector<std::string> target_names(const LoraSpec& spec, const ModelConfig& c) {
@@ -49,7 +49,8 @@ std::vector<std::string> target_names(const LoraSpec& spec, const ModelConfig& c
 }  // namespace
 
 std::string peft_tensor_name(const std::string& ete_name, Arch arch) {
-    return std::string("base_model.model.") + (arch == Arch::GPT2 ? "transformer." : "") + ete_name;
+    return std::string("base_model.model.") +
+           (family(arch).layout == Layout::GPT2 ? "transformer." : "") + ete_name;
 }
 
 void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraSpec& spec,
@@ -92,7 +93,7 @@ void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraS
                 {"target_modules", target_names(spec, c)},
                 {"bias", "none"},
                 {"use_rslora", spec.rslora},
-                {"fan_in_fan_out", c.arch == Arch::GPT2},
+                {"fan_in_fan_out", c.family().layout == Layout::GPT2},
                 {"modules_to_save", nullptr},
                 {"rank_pattern", rank_pattern},
                 {"alpha_pattern", alpha_pattern},
@@ -225,7 +226,8 @@ PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c) {
     ETE_CHECK(s.dropout >= 0.0f && s.dropout < 1.0f, "{}: lora_dropout {}, expected [0, 1)", path,
               s.dropout);
     info.base_model = get("base_model_name_or_path", std::string());
-    ETE_CHECK(get("fan_in_fan_out", c.arch == Arch::GPT2) == (c.arch == Arch::GPT2),
+    const bool conv1d = c.family().layout == Layout::GPT2;
+    ETE_CHECK(get("fan_in_fan_out", conv1d) == conv1d,
               "{}: fan_in_fan_out = {} does not match a {} base", path,
               get("fan_in_fan_out", false), arch_name(c.arch));
     const json& t = j.contains("target_modules") ? j["target_modules"] : json();

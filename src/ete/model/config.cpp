@@ -13,8 +13,19 @@ namespace ete {
 
 using json = nlohmann::json;
 
-std::string arch_name(Arch a) {
-    return a == Arch::Llama ? "llama" : "gpt2";
+bool ModelConfig::has_qkv_bias() const {
+    const BiasRule r = family().bias;
+    return r == BiasRule::All || r == BiasRule::Qkv || (r == BiasRule::FromConfig && attention_bias);
+}
+
+bool ModelConfig::has_o_bias() const {
+    const BiasRule r = family().bias;
+    return r == BiasRule::All || (r == BiasRule::FromConfig && attention_bias);
+}
+
+bool ModelConfig::has_mlp_bias() const {
+    const BiasRule r = family().bias;
+    return r == BiasRule::All || (r == BiasRule::FromConfig && mlp_bias);
 }
 
 void ModelConfig::validate() const {
@@ -29,13 +40,19 @@ void ModelConfig::validate() const {
     ETE_CHECK(head_dim > 0 || hidden_size % num_heads == 0,
               "model.hidden_size = {} is not divisible by model.num_heads = {}", hidden_size,
               num_heads);
-    ETE_CHECK(D() % 2 == 0 || arch == Arch::GPT2, "model.head_dim = {}: expected an even number",
+    ETE_CHECK(D() % 2 == 0 || !family().rope, "model.head_dim = {}: expected an even number",
               D());
     ETE_CHECK(num_heads % num_kv_heads == 0,
               "model.num_heads = {} is not a multiple of model.num_kv_heads = {}", num_heads,
               num_kv_heads);
-    ETE_CHECK(arch != Arch::GPT2 || (num_kv_heads == num_heads && D() * num_heads == hidden_size),
+    ETE_CHECK(family().layout != Layout::GPT2 ||
+                  (num_kv_heads == num_heads && D() * num_heads == hidden_size),
               "gpt2: expected num_kv_heads == num_heads and head_dim * num_heads == hidden_size");
+    ETE_CHECK(sliding_window >= 0 && (sliding_window == 0 || family().sliding_window),
+              "model.sliding_window = {}: expected 0{}", sliding_window,
+              family().sliding_window ? " (none) or a window > 0" : std::string(" for ") + family().name);
+    ETE_CHECK(window_from_layer >= 0 && window_from_layer <= num_layers,
+              "max_window_layers = {}: expected 0..{}", window_from_layer, num_layers);
     ETE_CHECK(norm_eps > 0 && norm_eps < 1, "model.norm_eps = {}: expected in (0, 1)", norm_eps);
     ETE_CHECK(rope_theta > 1 && std::isfinite(rope_theta),
               "model.rope_theta = {}: expected a finite number > 1", rope_theta);
@@ -76,24 +93,56 @@ RopeScaling parse_rope_scaling(const json& r, const std::string& where) {
     return s;
 }
 
-ModelConfig llama_from_json(const json& j, const std::string& w) {
+// The attention window of a Llama-layout family (family().sliding_window): Mistral's
+// sliding_window (null: none) on every layer; Qwen2's when use_sliding_window, on the layers from
+// max_window_layers (the layer_types list newer files carry must agree).
+void read_window(ModelConfig& c, const json& j, const std::string& w) {
+    const bool qwen2 = c.arch == Arch::Qwen2;
+    if (qwen2 && !json_get(j, "use_sliding_window", false, w)) return;
+    if (!j.contains("sliding_window") || j["sliding_window"].is_null()) return;
+    c.sliding_window = json_get<int>(j, "sliding_window", 0, w);
+    ETE_CHECK(c.sliding_window > 0, "{}: sliding_window = {}: expected > 0 or null", w,
+              c.sliding_window);
+    if (qwen2) c.window_from_layer = json_get(j, "max_window_layers", 28, w);
+    c.window_from_layer = std::min(c.window_from_layer, c.num_layers);
+    if (!j.contains("layer_types") || j["layer_types"].is_null()) return;
+    const json& types = j["layer_types"];
+    ETE_CHECK(types.is_array() && types.size() == size_t(c.num_layers),
+              "{}: layer_types: expected a list of {} entries", w, c.num_layers);
+    for (int l = 0; l < c.num_layers; ++l) {
+        const std::string want = c.layer_slides(l) ? "sliding_attention" : "full_attention";
+        ETE_CHECK(types[size_t(l)] == want,
+                  "{}: layer_types[{}] = {}: expected \"{}\" (from sliding_window and "
+                  "max_window_layers; per-layer patterns are not supported for {})",
+                  w, l, types[size_t(l)].dump(), want, c.family().model_type);
+    }
+}
+
+// Llama, Qwen2 and Mistral: the same keys, but for biases and the window.
+ModelConfig llama_layout_from_json(Arch arch, const json& j, const std::string& w) {
     ModelConfig c;
-    c.arch = Arch::Llama;
+    c.arch = arch;
     c.vocab_size = json_get(j, "vocab_size", 32000, w, false);
     c.hidden_size = json_get(j, "hidden_size", 4096, w, false);
     c.intermediate_size = json_get(j, "intermediate_size", 11008, w, false);
     c.num_layers = json_get(j, "num_hidden_layers", 32, w, false);
     c.num_heads = json_get(j, "num_attention_heads", 32, w, false);
     c.num_kv_heads = json_get(j, "num_key_value_heads", c.num_heads, w);
-    c.head_dim = json_get(j, "head_dim", 0, w);
+    c.head_dim = j.contains("head_dim") && j["head_dim"].is_null() ? 0
+                                                                     : json_get(j, "head_dim", 0, w);
     c.max_position_embeddings = json_get(j, "max_position_embeddings", 2048, w, false);
     c.norm_eps = json_get(j, "rms_norm_eps", 1e-6, w);
     c.tie_word_embeddings = json_get(j, "tie_word_embeddings", false, w);
-    c.attention_bias = json_get(j, "attention_bias", false, w);
-    c.mlp_bias = json_get(j, "mlp_bias", false, w);
+    if (arch == Arch::Llama) {  // the other families' classes have no such keys (HF ignores them)
+        c.attention_bias = json_get(j, "attention_bias", false, w);
+        c.mlp_bias = json_get(j, "mlp_bias", false, w);
+    }
     c.initializer_range = json_get(j, "initializer_range", 0.02, w);
     std::string act = json_get<std::string>(j, "hidden_act", "silu", w);
     ETE_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (expected silu)", w, act);
+    // Dropout inside attention changes what training computes; ETE has none.
+    const double drop = json_get(j, "attention_dropout", 0.0, w);
+    ETE_CHECK(drop == 0.0, "{}: attention_dropout = {} is not supported (expected 0)", w, drop);
     // Rope settings: newer files use one rope_parameters dict, older ones rope_theta +
     // rope_scaling (with `type` or `rope_type`).
     c.rope_theta = json_get(j, "rope_theta", 10000.0, w);
@@ -104,6 +153,7 @@ ModelConfig llama_from_json(const json& j, const std::string& w) {
     } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
         c.rope_scaling = parse_rope_scaling(j["rope_scaling"], w);
     }
+    if (c.family().sliding_window) read_window(c, j, w);
     return c;
 }
 
@@ -131,68 +181,87 @@ ModelConfig gpt2_from_json(const json& j, const std::string& w) {
 ModelConfig config_from_hf_json(const json& j, const std::string& where) {
     ETE_CHECK(j.is_object(), "{}: expected a JSON object", where);
     std::string type = json_get<std::string>(j, "model_type", "", where);
-    ModelConfig c;
-    if (type == "llama" || type == "mistral") {
-        c = llama_from_json(j, where);
-    } else if (type == "gpt2") {
-        c = gpt2_from_json(j, where);
-    } else {
-        throw_error(fmt::format("{}: model_type '{}' is not supported (expected llama or gpt2)",
-                                where, type));
+    const Family* f = family_of_model_type(type);
+    if (!f) {
+        std::string types;
+        for (const Family& x : families())
+            types += fmt::format("{}{}", types.empty() ? "" : ", ", x.model_type);
+        throw_error(
+            fmt::format("{}: model_type '{}' is not supported (expected {})", where, type, types));
     }
+    ModelConfig c = f->layout == Layout::GPT2 ? gpt2_from_json(j, where)
+                                              : llama_layout_from_json(f->arch, j, where);
     c.bos_token_id = first_id(j, "bos_token_id");
     c.eos_token_id = first_id(j, "eos_token_id");
     c.validate();
     return c;
 }
 
-json config_to_hf_json(const ModelConfig& c) {
-    json j;
-    if (c.arch == Arch::Llama) {
-        j = {{"architectures", {"LlamaForCausalLM"}},
-             {"model_type", "llama"},
-             {"vocab_size", c.vocab_size},
-             {"hidden_size", c.hidden_size},
-             {"intermediate_size", c.intermediate_size},
-             {"num_hidden_layers", c.num_layers},
-             {"num_attention_heads", c.num_heads},
-             {"num_key_value_heads", c.num_kv_heads},
-             {"head_dim", c.D()},
-             {"hidden_act", "silu"},
-             {"max_position_embeddings", c.max_position_embeddings},
-             {"rms_norm_eps", c.norm_eps},
-             {"rope_theta", c.rope_theta},
-             {"tie_word_embeddings", c.tie_word_embeddings},
-             {"attention_bias", c.attention_bias},
-             {"mlp_bias", c.mlp_bias},
-             {"initializer_range", c.initializer_range},
-             {"torch_dtype", "float32"}};
-        if (c.rope_scaling.type == "llama3") {
-            j["rope_scaling"] = {{"rope_type", "llama3"},
-                                 {"factor", c.rope_scaling.factor},
-                                 {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                                 {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                                 {"original_max_position_embeddings",
-                                  c.rope_scaling.original_max_position_embeddings}};
-        } else {
-            j["rope_scaling"] = nullptr;
-        }
-    } else {
-        j = {{"architectures", {"GPT2LMHeadModel"}},
-             {"model_type", "gpt2"},
-             {"vocab_size", c.vocab_size},
-             {"n_embd", c.hidden_size},
-             {"n_layer", c.num_layers},
-             {"n_head", c.num_heads},
-             {"n_inner", c.intermediate_size},
-             {"n_positions", c.max_position_embeddings},
-             {"n_ctx", c.max_position_embeddings},
-             {"layer_norm_epsilon", c.norm_eps},
-             {"activation_function", "gelu_new"},
-             {"initializer_range", c.initializer_range},
-             {"tie_word_embeddings", true},
-             {"torch_dtype", "float32"}};
+namespace {
+
+json llama_layout_to_json(const ModelConfig& c) {
+    const Family& f = c.family();
+    json j = {{"architectures", {f.hf_class}},
+              {"model_type", f.model_type},
+              {"vocab_size", c.vocab_size},
+              {"hidden_size", c.hidden_size},
+              {"intermediate_size", c.intermediate_size},
+              {"num_hidden_layers", c.num_layers},
+              {"num_attention_heads", c.num_heads},
+              {"num_key_value_heads", c.num_kv_heads},
+              {"head_dim", c.D()},
+              {"hidden_act", "silu"},
+              {"max_position_embeddings", c.max_position_embeddings},
+              {"rms_norm_eps", c.norm_eps},
+              {"rope_theta", c.rope_theta},
+              {"tie_word_embeddings", c.tie_word_embeddings},
+              {"initializer_range", c.initializer_range},
+              {"torch_dtype", "float32"}};
+    if (f.bias == BiasRule::FromConfig) {
+        j["attention_bias"] = c.attention_bias;
+        j["mlp_bias"] = c.mlp_bias;
     }
+    if (c.arch == Arch::Qwen2) {
+        j["use_sliding_window"] = c.sliding_window > 0;
+        j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+        j["max_window_layers"] = c.sliding_window > 0 ? c.window_from_layer : c.num_layers;
+    } else if (f.sliding_window) {
+        j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+    }
+    if (c.rope_scaling.type == "llama3") {
+        j["rope_scaling"] = {{"rope_type", "llama3"},
+                             {"factor", c.rope_scaling.factor},
+                             {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                             {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                             {"original_max_position_embeddings",
+                              c.rope_scaling.original_max_position_embeddings}};
+    } else {
+        j["rope_scaling"] = nullptr;
+    }
+    return j;
+}
+
+json gpt2_to_json(const ModelConfig& c) {
+    return {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"vocab_size", c.vocab_size},
+            {"n_embd", c.hidden_size},
+            {"n_layer", c.num_layers},
+            {"n_head", c.num_heads},
+            {"n_inner", c.intermediate_size},
+            {"n_positions", c.max_position_embeddings},
+            {"n_ctx", c.max_position_embeddings},
+            {"layer_norm_epsilon", c.norm_eps},
+            {"activation_function", "gelu_new"},
+            {"initializer_range", c.initializer_range},
+            {"tie_word_embeddings", true},
+            {"torch_dtype", "float32"}};
+}
+
+}  // namespace
+
+json config_to_hf_json(const ModelConfig& c) {
+    json j = c.family().layout == Layout::GPT2 ? gpt2_to_json(c) : llama_layout_to_json(c);
     if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
     if (c.eos_token_id >= 0) j["eos_token_id"] = c.eos_token_id;
     return j;

@@ -1,15 +1,14 @@
-// ete/model/config.h — model hyper-parameters for the two supported families, and their HF
-// `config.json` form (LlamaForCausalLM, GPT2LMHeadModel).
+// ete/model/config.h — model hyper-parameters of every family ETE trains (model/family.h), and
+// their HF `config.json` form.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "ete/model/family.h"
 #include "ete/nn/rope.h"
 
 namespace ete {
-
-enum class Arch { Llama, GPT2 };
 
 struct ModelConfig {
     Arch arch = Arch::Llama;
@@ -25,22 +24,29 @@ struct ModelConfig {
     double rope_theta = 10000.0;
     RopeScaling rope_scaling;
     bool tie_word_embeddings = false;
-    bool attention_bias = false;  // Llama attention_bias (GPT-2: always true)
-    bool mlp_bias = false;        // Llama mlp_bias (GPT-2: always true)
+    bool attention_bias = false;  // Llama attention_bias: q/k/v/o biases (family().bias)
+    bool mlp_bias = false;        // Llama mlp_bias: gate/up/down biases
+    // Attention over the last `sliding_window` positions only (0: the whole causal prefix), in
+    // the layers from window_from_layer on (Qwen2's max_window_layers; Mistral: all).
+    int sliding_window = 0;
+    int window_from_layer = 0;
     double initializer_range = 0.02;
     int bos_token_id = -1;
     int eos_token_id = -1;
 
     int D() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }
-    bool linear_bias() const { return arch == Arch::GPT2; }
+    const Family& family() const { return ete::family(arch); }
+    bool has_qkv_bias() const;  // q/k/v (GPT-2: c_attn)
+    bool has_o_bias() const;    // o_proj (GPT-2: attn.c_proj)
+    bool has_mlp_bias() const;  // gate/up/down (GPT-2: c_fc, mlp.c_proj)
+    // Whether global layer l attends through the sliding window.
+    bool layer_slides(int l) const { return sliding_window > 0 && l >= window_from_layer; }
     // Checks every invariant; throws ete::Error naming the field.
     void validate() const;
 };
 
-std::string arch_name(Arch a);
-
-// HF config.json <-> ModelConfig. from_hf_json accepts LlamaForCausalLM and GPT2LMHeadModel
-// configs (model_type "llama"/"gpt2"); unknown rope types are rejected by name.
+// HF config.json <-> ModelConfig, for every family's model_type (model/family.h); unknown rope
+// types, activations and settings ETE does not implement are rejected by name.
 ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& where);
 nlohmann::json config_to_hf_json(const ModelConfig& c);
 

@@ -62,7 +62,7 @@ void check_int8_spec(const QatSpec& spec, const ModelConfig& c) {
                   "'{}' chooses only some of them",
                   names, qat_spec_to_json(spec)["linears"].get<std::string>());
     };
-    if (c.arch == Arch::Llama) {
+    if (c.family().layout == Layout::Llama) {
         whole({R::Q, R::K, R::V}, "q_proj, k_proj and v_proj");
         whole({R::Gate, R::Up}, "gate_proj and up_proj");
     }
@@ -76,7 +76,7 @@ bool int8_quantizes(const QatSpec& spec, const ModelConfig& c, const ParamSpec& 
 }
 
 bool int8_tied_head(const QatSpec& spec, const ModelConfig& c) {
-    return spec.quantizes_head() && (c.arch != Arch::Llama || c.tie_word_embeddings);
+    return spec.quantizes_head() && (c.family().always_tied || c.tie_word_embeddings);
 }
 
 Int8Tensor quantize_weight_int8(const QatSpec& spec, const float* w, int64_t rows, int64_t cols,

@@ -15,7 +15,7 @@ struct Module {
     ParamRole role;
 };
 
-// Per architecture, in layer order.
+// Per decoder layout (model/family.h), in layer order.
 const std::vector<Module>& modules(Arch a) {
     using R = ParamRole;
     static const std::vector<Module> llama = {
@@ -23,7 +23,7 @@ const std::vector<Module>& modules(Arch a) {
         {"gate_proj", R::Gate}, {"up_proj", R::Up}, {"down_proj", R::Down}};
     static const std::vector<Module> gpt2 = {
         {"c_attn", R::Qkv}, {"c_proj", R::AttnOut}, {"c_fc", R::Fc}, {"c_proj", R::Down}};
-    return a == Arch::Llama ? llama : gpt2;
+    return family(a).layout == Layout::Llama ? llama : gpt2;
 }
 
 std::string known_names(Arch a) {

@@ -20,7 +20,8 @@ constexpr ShardRule kColsPadded{1, 1, true};  // row-parallel over the MLP width
 constexpr ShardRule kRowsQkv{0, 3, false};    // GPT-2 c_attn: q | k | v each split
 
 std::string layer_prefix(const ModelConfig& c, int i) {
-    return c.arch == Arch::Llama ? fmt::format("model.layers.{}.", i) : fmt::format("h.{}.", i);
+    return c.family().layout == Layout::Llama ? fmt::format("model.layers.{}.", i)
+                                              : fmt::format("h.{}.", i);
 }
 
 ParamSpec spec(std::string name, Shape shape, ParamKind kind, ParamInit init, float std,
@@ -61,7 +62,7 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     role(t, R::K, i);
     mat("self_attn.v_proj", KVD, C, kv);
     role(t, R::V, i);
-    if (c.attention_bias) {
+    if (c.has_qkv_bias()) {
         bias("self_attn.q_proj", HD, kRows);
         role(t, R::QBias, i);
         bias("self_attn.k_proj", KVD, kv);
@@ -71,7 +72,7 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     }
     mat("self_attn.o_proj", C, HD, kCols);
     role(t, R::AttnOut, i);
-    if (c.attention_bias) {
+    if (c.has_o_bias()) {
         bias("self_attn.o_proj", C, kReplicated);  // added after the all-reduce
         role(t, R::AttnOutBias, i);
     }
@@ -81,7 +82,7 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     role(t, R::Gate, i);
     mat("mlp.up_proj", F, C, kRowsPadded);
     role(t, R::Up, i);
-    if (c.mlp_bias) {
+    if (c.has_mlp_bias()) {
         bias("mlp.gate_proj", F, kRowsPadded);
         role(t, R::GateBias, i);
         bias("mlp.up_proj", F, kRowsPadded);
@@ -89,7 +90,7 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     }
     mat("mlp.down_proj", C, F, kColsPadded);
     role(t, R::Down, i);
-    if (c.mlp_bias) {
+    if (c.has_mlp_bias()) {
         bias("mlp.down_proj", C, kReplicated);
         role(t, R::DownBias, i);
     }
@@ -127,7 +128,8 @@ void gpt2_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
 }
 
 ParamSpec embedding_spec(const ModelConfig& c) {
-    const char* name = c.arch == Arch::Llama ? "model.embed_tokens.weight" : "wte.weight";
+    const char* name =
+        c.family().layout == Layout::Llama ? "model.embed_tokens.weight" : "wte.weight";
     return spec(name, {int64_t(c.vocab_size), int64_t(c.hidden_size)}, ParamKind::Embedding,
                 ParamInit::Normal, float(c.initializer_range), kRowsPadded);
 }
@@ -272,10 +274,10 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
     const ModelParallel m = mp.resolved(c);
     std::vector<ParamSpec> t;
     const int64_t V = c.vocab_size, C = c.hidden_size;
-    const bool llama = c.arch == Arch::Llama;
+    const bool llama = c.family().layout == Layout::Llama;
     if (m.first_stage()) {
         t.push_back(embedding_spec(c));
-        if (!llama) {
+        if (!c.family().rope) {
             t.push_back(spec("wpe.weight", {int64_t(c.max_position_embeddings), C},
                              ParamKind::Embedding, ParamInit::Normal, float(c.initializer_range),
                              kReplicated));
@@ -289,11 +291,11 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
         t.push_back(spec(fmt::format("{}.weight", norm), {C}, ParamKind::Norm, ParamInit::Ones, 0,
                          kReplicated));
         role(t, ParamRole::FinalNorm);
-        if (!llama) {
+        if (c.family().norm == NormKind::LayerNorm) {
             t.push_back(spec("ln_f.bias", {C}, ParamKind::Bias, ParamInit::Zeros, 0, kReplicated));
             role(t, ParamRole::FinalNormBias);
         }
-        if (llama && !c.tie_word_embeddings) {
+        if (!c.family().always_tied && !c.tie_word_embeddings) {
             t.push_back(spec(kLmHeadName, {V, C}, ParamKind::Matrix, ParamInit::Normal,
                              float(c.initializer_range), kRowsPadded));
             role(t, ParamRole::LmHead);

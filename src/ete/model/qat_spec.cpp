@@ -124,7 +124,7 @@ void check_qat_spec(const QatSpec& s, const ModelConfig& c) {
     // A tied head's gradient also holds the embedding lookup's, which the STE mask of learned
     // scales must not touch (with range scales every weight is inside its grid: no mask).
     ETE_CHECK(!s.quantizes_head() || !s.learnable_scale ||
-                  (c.arch == Arch::Llama && !c.tie_word_embeddings),
+                  (!c.family().always_tied && !c.tie_word_embeddings),
               "qat.linears = lm_head with qat.learnable_scale: the head is the token embedding "
               "here (tie_word_embeddings), whose gradient also holds the embedding lookup's; "
               "learned scales need an untied head");

@@ -61,9 +61,10 @@ Transformer::~Transformer() = default;
 
 // The layers of this stage as views into the store (its buffers never move).
 void Transformer::build_layers() {
-    const bool llama = cfg_.arch == Arch::Llama;
+    const bool llama = cfg_.family().layout == Layout::Llama;
     const int64_t C = cfg_.hidden_size, D = cfg_.D(), HD = int64_t(H_) * D;
     const int64_t KVD = int64_t(KV_) * D, FC = llama ? 2 * int64_t(F_) : F_;
+    const bool layernorm = cfg_.family().norm == NormKind::LayerNorm;
     ParamStore& ps = params_;
     auto vec = [&](int i) { return i < 0 ? CVec{} : ps.value(i).flat(); };
     auto dvec = [&](int i) { return i < 0 ? Vec{} : ps.grad(i).flat(); };
@@ -113,7 +114,7 @@ void Transformer::build_layers() {
         return FusedLinear(std::move(parts));
     };
     auto norm = [&](int w, int b) {
-        return Norm({vec(w), dvec(w), vec(b), dvec(b)}, !llama, float(cfg_.norm_eps));
+        return Norm({vec(w), dvec(w), vec(b), dvec(b)}, layernorm, float(cfg_.norm_eps));
     };
     using R = ParamRole;
     for (int l = mp_.layer_begin; l < mp_.layer_end; ++l) {
@@ -153,7 +154,7 @@ void Transformer::build_layers() {
 std::vector<std::pair<Linear*, int>> Transformer::adapted_linears(int i) {
     DecoderLayer& L = layers_[size_t(i)];
     const int l = mp_.layer_begin + i;
-    const bool llama = cfg_.arch == Arch::Llama;
+    const bool llama = cfg_.family().layout == Layout::Llama;
     using R = ParamRole;
     std::vector<std::pair<Linear*, R>> all;
     const bool split = L.qkv.size() > 1;  // a frozen Llama base: one Linear per member
@@ -336,8 +337,8 @@ size_t Transformer::plan_activation_bytes(int B, int T, const std::vector<bool>&
 void Transformer::allocate(Arena& a) {
     const int64_t N = int64_t(B_) * T_, C = cfg_.hidden_size, F = F_, D = cfg_.D();
     const int64_t HD = int64_t(H_) * D, S = int64_t(H_ + 2 * KV_) * D;
-    const int64_t FC = cfg_.arch == Arch::Llama ? 2 * F : F;
-    const bool ln = cfg_.arch == Arch::GPT2, first = mp_.first_stage(), last = mp_.last_stage();
+    const int64_t FC = cfg_.family().mlp == MlpKind::SwiGLU ? 2 * F : F;
+    const bool ln = cfg_.family().norm == NormKind::LayerNorm, first = mp_.first_stage(), last = mp_.last_stage();
     const DType A = act_, F32 = DType::F32;
     const int64_t R = lora_.allocated_rank();
     const bool bwd = !forward_only_;
@@ -515,17 +516,18 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
                                 const std::array<Vec, kQatSites>& kept) {
     const DecoderLayer& L = layers_[size_t(i)];
     const int N = d.B * d.T;
-    const bool llama = cfg_.arch == Arch::Llama;
+    const bool rope = cfg_.family().rope, swiglu = cfg_.family().mlp == MlpKind::SwiGLU;
     Mat ln1 = rows(s.ln1, N), qkv = rows(s.qkv, N), att = rows(s.att, N);
     Mat mid = rows(s.resid_mid, N), ln2 = rows(s.ln2, N), fc = rows(s.fc, N);
     Mat act = rows(s.act, N);
     const int l = mp_.layer_begin + i;
     LoraActs la[kLoraSites];
+    d.window = cfg_.layer_slides(l) ? cfg_.sliding_window : 0;
     L.qkv.forward(
         be_, qkv,
         norm_input(L.ln1, L.qkv, ln1, s.ln1_mean, s.ln1_rstd, x, kQatLn1, l, s.qat_mask[kQatLn1]),
         lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la));
-    if (llama) be_.rope_forward(qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
+    if (rope) be_.rope_forward(qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
     be_.attention_forward(att, s.lse.slice(0, int64_t(d.B) * d.H * d.T), qkv, d,
                           1.0f / std::sqrt(float(d.D)));
     if (qat_site(kQatAtt, l)) {  // o_proj reads fq(att); attention's backward reads att
@@ -542,13 +544,13 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
         lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc));
     // The integer model's down projection with a static input scale reads its integers straight
     // from SwiGLU (one pass: swiglu_quantize), not from the fp32 activation.
-    const Int8Weight* down8 = llama && !out.empty() ? static_int8_input(L.proj) : nullptr;
+    const Int8Weight* down8 = swiglu && !out.empty() ? static_int8_input(L.proj) : nullptr;
     CMat proj_in = act;
     if (down8) {
         const Mat q = int8_scratch_->xq(N, act.cols);
         be_.swiglu_quantize(q, fc, down8->input_scale(), down8->input_zero(), down8->input().grid);
         proj_in = q;
-    } else if (llama) {
+    } else if (swiglu) {
         be_.swiglu_forward(act, fc);
     } else {
         be_.gelu_forward(act, fc);
@@ -576,7 +578,7 @@ void Transformer::mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims 
     LoraActs la[kLoraSites];
     L.proj.backward(be_, d_act, dy, act, lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj));
     qat_backward(kQatAct, l, d_act, s.qat_mask[kQatAct]);
-    if (cfg_.arch == Arch::Llama) {
+    if (cfg_.family().mlp == MlpKind::SwiGLU) {
         be_.swiglu_backward(d_fc, d_act, fc);
     } else {
         be_.gelu_backward(d_fc, d_act, fc);
@@ -596,13 +598,14 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     const int N = d.B * d.T;
     const int l = mp_.layer_begin + i;
     Mat d_att = rows(d_att_, N), d_qkv = rows(d_qkv_, N), d_ln = rows(d_ln_, N);
+    d.window = cfg_.layer_slides(l) ? cfg_.sliding_window : 0;
     CMat dy = row_parallel_grad(d_resid, kQatAttnOut, l, kept[kQatAttnOut]);
     LoraActs la[kLoraSites];
     L.o.backward(be_, d_att, dy, o_input(s, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO));
     qat_backward(kQatAtt, l, d_att, s.qat_mask[kQatAtt]);
     be_.attention_backward(d_qkv, d_att, rows(s.att, N), s.lse.slice(0, int64_t(d.B) * d.H * d.T),
                            rows(s.qkv, N), d, 1.0f / std::sqrt(float(d.D)));
-    if (cfg_.arch == Arch::Llama)
+    if (cfg_.family().rope)
         be_.rope_backward(d_qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
     const LoraActs* qa = lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la);
     kv_grads_set_aside(i);

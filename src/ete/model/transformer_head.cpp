@@ -19,7 +19,7 @@
 namespace ete {
 
 int Transformer::head_param() const {
-    const bool own = cfg_.arch == Arch::Llama && !cfg_.tie_word_embeddings;
+    const bool own = !cfg_.family().always_tied && !cfg_.tie_word_embeddings;
     return params_.find(own ? ParamRole::LmHead : ParamRole::TokenEmbed);
 }
 
@@ -39,7 +39,7 @@ void Transformer::embed_forward(Mat out, CVec ids, AttnDims d) {
     be_.embedding_forward(out, ids, params_.value(table), vocab_begin_);
     reduce_from_region_forward(tp_.get(), out);
     // After the reduction: wpe is replicated and added once.
-    if (cfg_.arch == Arch::GPT2)
+    if (!cfg_.family().rope)
         be_.pos_embedding_forward(out, params_.value(params_.find(ParamRole::PosEmbed)),
                                   d.doc_start, d.B, d.T);
 }
@@ -48,7 +48,7 @@ void Transformer::embed_backward(CMat d_out, CVec ids, AttnDims d) {
     const int table = params_.find(ParamRole::TokenEmbed);
     if (!params_.trainable(table)) return;  // a frozen base (LoRA): GPT-2's wpe is frozen too
     be_.embedding_backward(params_.grad(table), d_out, ids, vocab_begin_);
-    if (cfg_.arch == Arch::GPT2) {
+    if (!cfg_.family().rope) {
         be_.pos_embedding_backward(params_.grad(params_.find(ParamRole::PosEmbed)), d_out,
                                    d.doc_start, d.B, d.T);
     }

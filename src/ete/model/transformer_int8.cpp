@@ -54,7 +54,7 @@ void Transformer::enable_int8(const Int8Model& m) {
     }
     qat_->set_inference();
     int8_scratch_ = std::make_unique<Int8Scratch>(be_);
-    const bool llama = cfg_.arch == Arch::Llama;
+    const bool llama = cfg_.family().layout == Layout::Llama;
     using R = ParamRole;
     for (int l = 0; l < cfg_.num_layers; ++l) {
         if (!m.spec.quantizes_layer(l, cfg_.num_layers)) continue;

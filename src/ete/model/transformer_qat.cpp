@@ -66,7 +66,7 @@ void Transformer::enable_qat(const QatSpec& spec) {
     qat_ = std::make_unique<QatRuntime>(spec, be_, cfg_.arch, cfg_.num_layers, tp_host_);
     if (!spec.has(QatPoint::Weight)) return;
     ParamStore& ps = params_;
-    const bool llama = cfg_.arch == Arch::Llama;
+    const bool llama = cfg_.family().layout == Layout::Llama;
     using R = ParamRole;
     for (int i = 0; i < int(layers_.size()); ++i) {
         const int l = mp_.layer_begin + i;

@@ -93,7 +93,7 @@ const std::vector<Key>& keys() {
         using M = ModelConfig;
         using R = RunConfig;
         std::vector<Key> t;
-        t.push_back(field("model.arch", &R::model_arch, "llama or gpt2"));
+        t.push_back(field("model.arch", &R::model_arch, "the model family: " + family_names()));
         t.push_back(field("model.init_from", &R::model_init_from,
                           "HF model dir to start from (empty = fresh init from [model])"));
         t.push_back(field("model.vocab_size", &M::vocab_size, "vocabulary size (0 = tokenizer's)"));
@@ -107,6 +107,8 @@ const std::vector<Key>& keys() {
                           "longest sequence"));
         t.push_back(field("model.norm_eps", &M::norm_eps, "RMSNorm/LayerNorm epsilon"));
         t.push_back(field("model.rope_theta", &M::rope_theta, "RoPE base"));
+        t.push_back(field("model.sliding_window", &M::sliding_window,
+                          "attend to the last N positions only (0 = all; mistral, qwen2)"));
         t.push_back(field("model.tie_word_embeddings", &M::tie_word_embeddings,
                           "share the embedding with the LM head"));
         t.push_back(field("model.initializer_range", &M::initializer_range, "init std"));
@@ -367,6 +369,15 @@ RunConfig default_run_config() {
     return c;
 }
 
+namespace {
+
+// model.arch -> ModelConfig::arch (an unknown name is left for validate() to name).
+void set_arch(RunConfig& cfg) {
+    if (const Family* f = family_named(cfg.model_arch)) cfg.model.arch = f->arch;
+}
+
+}  // namespace
+
 void apply_toml(RunConfig& cfg, const std::string& text, const std::string& where) {
     toml::table root;
     try {
@@ -388,7 +399,7 @@ void apply_toml(RunConfig& cfg, const std::string& text, const std::string& wher
             k.set(cfg, from_node(k, value, where));
         }
     }
-    cfg.model.arch = cfg.model_arch == "gpt2" ? Arch::GPT2 : Arch::Llama;
+    set_arch(cfg);
 }
 
 void apply_override(RunConfig& cfg, const std::string& assignment) {
@@ -397,7 +408,7 @@ void apply_override(RunConfig& cfg, const std::string& assignment) {
               "--set '{}': expected section.key=value (e.g. train.lr=1e-3)", assignment);
     const Key& k = find_key(assignment.substr(0, eq), "--set");
     k.set(cfg, from_text(k, assignment.substr(eq + 1)));
-    cfg.model.arch = cfg.model_arch == "gpt2" ? Arch::GPT2 : Arch::Llama;
+    set_arch(cfg);
 }
 
 std::string dump_toml(const RunConfig& cfg) {
@@ -437,8 +448,8 @@ DType save_dtype(const RunConfig& c) {
 }
 
 void validate(const RunConfig& c) {
-    ETE_CHECK(c.model_arch == "llama" || c.model_arch == "gpt2",
-              "model.arch = '{}': expected llama or gpt2", c.model_arch);
+    ETE_CHECK(family_named(c.model_arch), "model.arch = '{}': expected {}", c.model_arch,
+              family_names());
     ETE_CHECK(c.steps > 0, "train.steps = {}: expected > 0", c.steps);
     ETE_CHECK(c.micro_batch > 0, "train.micro_batch = {}: expected > 0", c.micro_batch);
     ETE_CHECK(c.seq_len > 0, "train.seq_len = {}: expected > 0", c.seq_len);

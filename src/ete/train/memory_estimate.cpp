@@ -85,7 +85,7 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
     // A model dir: the tensor as read (f32), its transposed copy (GPT-2 Conv1D), and the 16-bit
     // conversion or NF4 form the store makes of it; a fresh init: one f32 host tensor and that.
     const bool nf4 = cfg.lora_enabled && cfg.lora_base_format == "nf4";
-    const bool gpt2 = model.config().arch == Arch::GPT2;
+    const bool gpt2 = model.config().family().layout == Layout::GPT2;
     const uint64_t as_stored = nf4 ? largest / 2 + largest / 16 : largest * dtype_size(act);
     e.loading = largest * (cfg.model_init_from.empty() || !gpt2 ? 4 : 8) + as_stored;
     return e;

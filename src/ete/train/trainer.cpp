@@ -52,7 +52,7 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
       backend_(make_run_backend(cfg_.backend)),
       tok_(load_tokenizer(cfg_)),
       mc_(resolve_model(cfg_, tok_)),
-      dist_(make_dist(cfg_, mc_.arch == Arch::GPT2 || mc_.tie_word_embeddings)),  // GPT-2 ties
+      dist_(make_dist(cfg_, mc_.family().always_tied || mc_.tie_word_embeddings)),
       tp_timed_(dist_.shape().tp > 1 ? std::make_unique<TimedCommunicator>(*dist_.groups.tp)
                                      : nullptr),
       rows_(replica_rows(cfg_.micro_batch, dist_.shape().dp, dist_.groups.dp_rank,

@@ -5,11 +5,12 @@
 // recomputes probabilities from the saved lse with D_i = dO_i . O_i. Key tiles entirely above
 // the diagonal are never visited.
 //
-// Packed rows (AttnDims::doc_start): query i sees keys [s_i, i]. s is nondecreasing along a row,
-// so a forward query tile starts at the first key of its first query's document, and a backward
-// key tile stops at the end of its last key's document: tiles wholly in another document are
-// skipped. Tiles that straddle a document start take a third mask (causal and s_i <= j); tiles
-// that do not run exactly the unpacked code, and doc_start == null is the unpacked path itself.
+// Packed rows (AttnDims::doc_start) and sliding windows (AttnDims::window): query i sees keys
+// [s_i, i], s_i its document's start raised to i - window + 1 (key_starts). s is nondecreasing
+// along a row, so a forward query tile starts at the first key of its first query, and a backward
+// key tile stops after the last query that sees its last key: tiles no query of which sees a key
+// of are skipped. Tiles that straddle some s_i take a third mask (causal and s_i <= j); tiles
+// that do not run exactly the plain causal code, and s == null is the plain causal path itself.
 //
 // Score tiles are stored transposed, S^T (keys, queries): queries run along the vector lanes, so
 // the softmax over keys is a lane-wise max/sum down the rows (no horizontal reductions), and the
@@ -69,12 +70,28 @@ const int32_t* check_dims(const char* op, const AttnDims& d) {
     ETE_CHECK(d.H % d.KV == 0, "{}: query heads H={} must be a multiple of kv heads KV={}", op, d.H,
               d.KV);
     ETE_CHECK(d.D % 2 == 0, "{}: head dim D={} must be even (RoPE pairs j with j + D/2)", op, d.D);
+    ETE_CHECK(d.window >= 0, "{}: window {} must be >= 0", op, d.window);
     if (d.doc_start.empty()) return nullptr;
     ETE_CHECK(d.doc_start.dtype == DType::I32 && d.doc_start.n == int64_t(d.B) * d.T,
               "{}: doc_start must be {} I32 values, got {}", op, int64_t(d.B) * d.T, d.doc_start.n);
     const int32_t* s = static_cast<const int32_t*>(d.doc_start.data);
     check_doc_start(s, d.B, d.T);
     return s;
+}
+
+// The first key of every query, (B*T), in a per-thread buffer that only grows: doc (the checked
+// doc_start, or null) raised to the sliding window's start; doc itself when there is no window
+// (null: every query's keys start at 0).
+const int32_t* key_starts(const int32_t* doc, const AttnDims& d) {
+    if (d.window <= 0 || d.window >= d.T) return doc;
+    thread_local std::vector<int32_t> s;
+    s.resize(size_t(d.B) * d.T);
+    for (int b = 0; b < d.B; ++b)
+        for (int t = 0; t < d.T; ++t) {
+            const size_t n = size_t(b) * d.T + t;
+            s[n] = d.first_key(doc ? doc[n] : 0, t);
+        }
+    return s.data();
 }
 
 // A (rows, cols) view of an attention operand must match the batch: rows B*T, cols `want`.
@@ -211,7 +228,7 @@ void forward_query_tile(HeadBuffers& hb, int D, const int32_t* s, int i0, int nq
         // S^T(nk, kFwdQ) = K(nk, D) Q'^T(D, kFwdQ)
         gemm_tile(hb.st, kFwdQ, hb.ks + size_t(j0) * Dp, Dp, 1, hb.qt + i0, hb.Tp, nk, D, kFwdQ,
                   Init::kZero);
-        if (s_last > j0) {  // some query's document starts inside the tile
+        if (s_last > j0) {  // some query's first key lies inside the tile
             doc_offsets(hb.lo, kFwdQ, s, i0, nq, j0);
             softmax_step<Mask::kDoc>(hb.st, nk, j0 - i0, hb.lo, hb.m, hb.l, hb.alpha);
         } else if (j0 + nk - 1 > i0) {  // the tile reaches past the first query: causal mask
@@ -283,10 +300,10 @@ struct GroupBuffers {
     float* st;    // (kBwdK, kBwdQ) probability tile P^T, keys by queries
     float* dst;   // (kBwdK, kBwdQ) dP^T, then dS^T
 
-    // Packed rows only (s is null otherwise).
-    const int32_t* s = nullptr;    // (T) the row's doc_start
-    const int* doc_end = nullptr;  // (T) end of the document holding each position
-    int lo[kBwdQ] = {};            // document starts relative to the current key tile
+    // Packed rows or a window only (s is null otherwise).
+    const int32_t* s = nullptr;    // (T) the row's first key of each query (key_starts)
+    const int* doc_end = nullptr;  // (T) one past the last query that sees each key
+    int lo[kBwdQ] = {};            // first keys relative to the current key tile
 };
 
 // Packs query head h of batch b: q, dO (rows and transposed), lse2, D_i; clears d_q. d_out
@@ -336,7 +353,8 @@ void probs_and_dsoft(float* st, float* dst, int nk, int ncols, int shift, const 
 }
 
 // The current head's queries against keys [j0, j0 + nk): updates dK, dV of those keys and dQ.
-// Queries before the tile, and (packed) after the document of its last key, see none of it.
+// Queries before the tile, and (packed, windowed) after the last that sees its last key, see none
+// of it.
 void backward_key_tile(GroupBuffers& g, int T, int D, int j0, int nk) {
     const int Dp = g.Dp, Tp = g.Tp, q_end = g.s ? g.doc_end[j0 + nk - 1] : T;
     const float* kr = g.ks + size_t(j0) * Dp;
@@ -350,7 +368,7 @@ void backward_key_tile(GroupBuffers& g, int T, int D, int j0, int nk) {
         gemm_tile(g.st, kBwdQ, kr, Dp, 1, g.qt + c0, Tp, nk, D, ncols, Init::kZero);
         gemm_tile(g.dst, kBwdQ, vr, Dp, 1, g.d_ot + c0, Tp, nk, D, ncols, Init::kZero);
         const int shift = j0 - c0;
-        if (g.s && g.s[c0 + nq - 1] > j0) {  // some query's document starts inside the tile
+        if (g.s && g.s[c0 + nq - 1] > j0) {  // some query's first key lies inside the tile
             doc_offsets(g.lo, kBwdQ, g.s, c0, nq, j0);
             probs_and_dsoft<Mask::kDoc>(g.st, g.dst, nk, ncols, shift, g.lo, g.lse2 + c0,
                                         g.di + c0);
@@ -369,13 +387,16 @@ void backward_key_tile(GroupBuffers& g, int T, int D, int j0, int nk) {
     }
 }
 
-// end[t] = one past the last position of the document holding t (s = a row's doc_start), in a
-// per-thread buffer that only grows.
-const int* doc_ends(const int32_t* s, int T) {
+// end[j] = one past the last query that sees key j (s = a row's first keys, nondecreasing: the
+// queries with s_i <= j are a prefix), in a per-thread buffer that only grows.
+const int* query_ends(const int32_t* s, int T) {
     thread_local std::vector<int> end;
     if (end.size() < size_t(T)) end.resize(size_t(T));
-    for (int t = T - 1; t >= 0; --t)
-        end[size_t(t)] = t + 1 < T && s[t + 1] != t + 1 ? end[size_t(t) + 1] : t + 1;
+    int i = 0;
+    for (int j = 0; j < T; ++j) {
+        while (i < T && s[i] <= j) ++i;
+        end[size_t(j)] = i;
+    }
     return end.data();
 }
 
@@ -412,7 +433,7 @@ void backward_group(A* d_qkv, const A* d_out, const A* out, const float* lse, co
                    .dst = sc.take(score)};
     if (doc) {
         g.s = doc + size_t(b) * T;
-        g.doc_end = doc_ends(g.s, T);
+        g.doc_end = query_ends(g.s, T);
     }
     const A* base = qkv + size_t(b) * T * S;
     const size_t k_off = size_t(d.H + kvh) * D, v_off = size_t(d.H + d.KV + kvh) * D;
@@ -496,7 +517,7 @@ void CpuBackend::attention_forward(Mat out, Vec lse, CMat qkv, AttnDims d, float
     lse = h(lse);
     qkv = h(qkv);
     d = h(d);
-    const int32_t* doc = check_dims("attention_forward", d);
+    const int32_t* doc = key_starts(check_dims("attention_forward", d), d);
     check_operand("attention_forward", "qkv", qkv, d, d.qkv_stride());
     check_operand("attention_forward", "out", out, d, int64_t(d.H) * d.D);
     ETE_CHECK(lse.n == int64_t(d.B) * d.H * d.T && lse.dtype == DType::F32,
@@ -525,7 +546,7 @@ void CpuBackend::attention_backward(Mat d_qkv, CMat d_out, CMat out, CVec lse, C
     qkv = h(qkv);
     d = h(d);
     const char* op = "attention_backward";
-    const int32_t* doc = check_dims(op, d);
+    const int32_t* doc = key_starts(check_dims(op, d), d);
     check_operand(op, "qkv", qkv, d, d.qkv_stride());
     check_operand(op, "d_qkv", d_qkv, d, d.qkv_stride());
     check_operand(op, "out", out, d, int64_t(d.H) * d.D);

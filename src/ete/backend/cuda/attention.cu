@@ -20,6 +20,12 @@ __device__ __forceinline__ int doc_begin(const Attn& d, int64_t b, int t) {
     return d.doc_start ? d.doc_start[b * d.T + t] : 0;
 }
 
+// The first key query (b, t) sees: its document's start, or the sliding window's.
+__device__ __forceinline__ int key_begin(const Attn& d, int64_t b, int t) {
+    const int s = doc_begin(d, b, t);
+    return d.window > 0 ? max(s, t - d.window + 1) : s;
+}
+
 // The (b, head, t) row of this thread's warp among B · heads · T rows (t fastest); valid = false
 // past the last row (the whole warp returns together).
 struct WarpRow {
@@ -57,7 +63,7 @@ __global__ void k_attention_forward(Mat out, float* lse, CMat qkv, Attn d, float
     float q[kMaxPerLane], k[kMaxPerLane], v[kMaxPerLane], acc[kMaxPerLane] = {};
     load_head(q, qkv.p, qkv.t, (b * d.T + i) * qkv.ld + int64_t(h) * d.D, d.D);
     float m = -INFINITY, l = 0;
-    for (int j = doc_begin(d, b, i); j <= i; ++j) {
+    for (int j = key_begin(d, b, i); j <= i; ++j) {
         const int64_t row = (b * d.T + j) * qkv.ld;
         load_head(k, qkv.p, qkv.t, row + int64_t(d.H + kh) * d.D, d.D);
         const float s = dot(q, k) * scale;
@@ -100,7 +106,7 @@ __global__ void k_attention_dq(Mat d_qkv, CMat d_out, const float* lse, const fl
     float q[kMaxPerLane], dy[kMaxPerLane], k[kMaxPerLane], v[kMaxPerLane], dq[kMaxPerLane] = {};
     load_head(q, qkv.p, qkv.t, (b * d.T + i) * qkv.ld + int64_t(h) * d.D, d.D);
     load_head(dy, d_out.p, d_out.t, (b * d.T + i) * d_out.ld + int64_t(h) * d.D, d.D);
-    for (int j = doc_begin(d, b, i); j <= i; ++j) {
+    for (int j = key_begin(d, b, i); j <= i; ++j) {
         const int64_t row = (b * d.T + j) * qkv.ld;
         load_head(k, qkv.p, qkv.t, row + int64_t(d.H + kh) * d.D, d.D);
         load_head(v, qkv.p, qkv.t, row + int64_t(d.H + d.KV + kh) * d.D, d.D);
@@ -116,7 +122,7 @@ __global__ void k_attention_dq(Mat d_qkv, CMat d_out, const float* lse, const fl
 }
 
 // d_k and d_v of key row (b, kh, j): over the query heads of kv head kh and the queries i >= j of
-// j's document, Σ ds_ij · q_i and Σ p_ij · d_out_i.
+// j's document (and window), Σ ds_ij · q_i and Σ p_ij · d_out_i.
 __global__ void k_attention_dkv(Mat d_qkv, CMat d_out, const float* lse, const float* di, CMat qkv,
                                 Attn d, float scale) {
     const WarpRow r = warp_row(d, d.KV);
@@ -129,9 +135,9 @@ __global__ void k_attention_dkv(Mat d_qkv, CMat d_out, const float* lse, const f
     float dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
     load_head(k, qkv.p, qkv.t, krow + int64_t(d.H + kh) * d.D, d.D);
     load_head(v, qkv.p, qkv.t, krow + int64_t(d.H + d.KV + kh) * d.D, d.D);
-    const int s_j = doc_begin(d, b, j);
+    const int s_j = doc_begin(d, b, j), i_end = d.window > 0 ? min(d.T, j + d.window) : d.T;
     for (int h = kh * group; h < (kh + 1) * group; ++h) {
-        for (int i = j; i < d.T && doc_begin(d, b, i) == s_j; ++i) {
+        for (int i = j; i < i_end && doc_begin(d, b, i) == s_j; ++i) {
             const int64_t stat = (b * d.H + h) * d.T + i;
             load_head(q, qkv.p, qkv.t, (b * d.T + i) * qkv.ld + int64_t(h) * d.D, d.D);
             load_head(dy, d_out.p, d_out.t, (b * d.T + i) * d_out.ld + int64_t(h) * d.D, d.D);

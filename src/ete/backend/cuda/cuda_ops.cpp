@@ -12,7 +12,8 @@ namespace ete::cuda {
 namespace {
 
 Attn attn_dims(const AttnDims& d, const char* op) {
-    return {d.B, d.T, d.H, d.KV, d.D, i32(d.doc_start, op)};
+    ETE_CHECK(d.window >= 0, "[cuda] {}: window {}: expected >= 0", op, d.window);
+    return {d.B, d.T, d.H, d.KV, d.D, i32(d.doc_start, op), d.window};
 }
 
 void check_attention(const AttnDims& d, ete::CMat qkv, const char* op) {

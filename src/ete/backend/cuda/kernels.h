@@ -70,6 +70,7 @@ void layernorm_backward(cudaStream_t s, Mat d_x, Mat d_w, Mat d_b, CMat d_out, C
 struct Attn {
     int B, T, H, KV, D;
     const int32_t* doc_start;  // (B·T) or null: one document per row
+    int window;                // > 0: sliding-window attention (ete/backend/backend.h)
 };
 // RoPE on the q and k heads in place; cos/sin F32 (T, D/2); inverse: the backward rotation.
 void rope(cudaStream_t s, Mat qkv, const float* cos, const float* sin, Attn d, bool inverse);

@@ -78,6 +78,11 @@ inline int doc_begin(const AttnDims& d, int b, int t) {
     return s ? s[size_t(b) * d.T + t] : 0;
 }
 
+// The first key query (b, t) sees: its document's start, or the window's (backend.h).
+inline int key_begin(const AttnDims& d, int b, int t) {
+    return d.first_key(doc_begin(d, b, t), t);
+}
+
 template <typename T>
 void pos_embedding_forward(T* out, const T* wpe, const int32_t* doc_start, int B, int T_, int C) {
     for (int b = 0; b < B; ++b)
@@ -188,7 +193,7 @@ void rope_apply(T* qkv, const T* cos, const T* sin, AttnDims d, int sign) {
         }
 }
 
-// Query i sees keys j in [s, i], s = d.doc_begin(b, i) (0 without packing).
+// Query i sees keys j in [s, i], s = key_begin(d, b, i) (0 without packing or window).
 template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, AttnDims d, float scale) {
     int S = d.qkv_stride(), group = d.H / d.KV;
@@ -198,7 +203,7 @@ void attention_forward(T* out, T* lse, const T* qkv, AttnDims d, float scale) {
             int kh = h / group;
             for (int i = 0; i < d.T; ++i) {
                 const T* q = qkv + (size_t(b) * d.T + i) * S + size_t(h) * d.D;
-                const int s0 = doc_begin(d, b, i);
+                const int s0 = key_begin(d, b, i);
                 double mx = -INFINITY;
                 for (int j = s0; j <= i; ++j) {
                     const T* k = qkv + (size_t(b) * d.T + j) * S + size_t(d.H + kh) * d.D;
@@ -240,7 +245,7 @@ void attention_backward(T* d_qkv, const T* d_out, const T* out, const T* lse, co
                 const T* dy = d_out + (size_t(b) * d.T + i) * d.H * d.D + size_t(h) * d.D;
                 double l = lse[(size_t(b) * d.H + h) * d.T + i], di = 0;
                 for (int e = 0; e < d.D; ++e) di += double(dy[e]) * o[e];
-                for (int j = doc_begin(d, b, i); j <= i; ++j) {
+                for (int j = key_begin(d, b, i); j <= i; ++j) {
                     size_t krow = (size_t(b) * d.T + j) * S;
                     const T* k = qkv + krow + size_t(d.H + kh) * d.D;
                     const T* v = qkv + krow + size_t(d.H + d.KV + kh) * d.D;

@@ -1,0 +1,53 @@
+// ete/model/family.h — the model families ETE trains, one row each: what a family's decoder is
+// made of (norm, MLP, positions, biases, attention window) and how Hugging Face names it. Code
+// asks the row (family(arch).norm, .mlp, ...), never which family it is, so a family that differs
+// from another only in these columns is one new row (docs/models.md says how to add one).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace ete {
+
+enum class Arch : uint8_t { Llama, GPT2, Qwen2, Mistral };
+
+// The HF tensor layout of the decoder: Llama's (model.layers.N.self_attn.q_proj, k_proj, v_proj,
+// o_proj, mlp.gate_proj, up_proj, down_proj, input_layernorm, post_attention_layernorm,
+// model.norm, lm_head) or GPT-2's (h.N.attn.c_attn = q|k|v in one Conv1D stored (in, out),
+// attn.c_proj, mlp.c_fc, mlp.c_proj, ln_1, ln_2, ln_f; wte, wpe).
+enum class Layout : uint8_t { Llama, GPT2 };
+enum class NormKind : uint8_t { RMSNorm, LayerNorm };  // LayerNorm: with a bias
+enum class MlpKind : uint8_t { SwiGLU, Gelu };         // Gelu: tanh-approximated (gelu_new)
+// Which linears have biases: those config.json's attention_bias / mlp_bias say (Llama), q/k/v
+// always and nothing else (Qwen2), none (Mistral), every one (GPT-2).
+enum class BiasRule : uint8_t { FromConfig, Qkv, None, All };
+
+struct Family {
+    Arch arch;
+    const char* name;        // model.arch and what ETE prints
+    const char* model_type;  // config.json "model_type"
+    const char* hf_class;    // config.json "architectures"[0]
+    Layout layout;
+    NormKind norm;
+    MlpKind mlp;
+    bool rope;            // rotary positions; else learned ones (GPT-2's wpe)
+    bool always_tied;     // the LM head is the embedding whatever tie_word_embeddings says
+    BiasRule bias;
+    bool sliding_window;  // config.json may give a sliding_window (Mistral, Qwen2)
+};
+
+const Family& family(Arch a);
+std::span<const Family> families();
+// The family of a model.arch value / an HF model_type, or null.
+const Family* family_named(std::string_view name);
+const Family* family_of_model_type(std::string_view model_type);
+// "llama, gpt2, qwen2 or mistral": for errors.
+std::string family_names();
+
+inline std::string arch_name(Arch a) {
+    return family(a).name;
+}
+
+}  // namespace ete
