@@ -20,8 +20,17 @@
 namespace ete {
 namespace {
 
-// Tiny models with sizes that are not powers of two; Llama uses GQA (4 query, 2 kv heads).
+// Tiny models with sizes that are not powers of two; Llama uses GQA (4 query, 2 kv heads), and so
+// do Qwen2 (q/k/v biases, a window of 3 on layer 1) and Mistral (a window of 4 on both layers),
+// whose windows are shorter than the documents.
 ModelConfig tiny_config(Arch arch) {
+    if (arch == Arch::Qwen2 || arch == Arch::Mistral) {
+        ModelConfig c = tiny_config(Arch::Llama);
+        c.arch = arch;
+        c.sliding_window = arch == Arch::Qwen2 ? 3 : 4;
+        c.window_from_layer = arch == Arch::Qwen2 ? 1 : 0;
+        return c;
+    }
     ModelConfig c;
     c.arch = arch;
     c.vocab_size = 61;
@@ -250,7 +259,9 @@ INSTANTIATE_TEST_SUITE_P(Models, PackingTest,
                          ::testing::Values(Case{Arch::Llama, "cpu"}, Case{Arch::GPT2, "cpu"},
                                            Case{Arch::Llama, "ref"}, Case{Arch::GPT2, "ref"},
                                            Case{Arch::Llama, "guarded"},
-                                           Case{Arch::GPT2, "guarded"}),
+                                           Case{Arch::GPT2, "guarded"},
+                                           Case{Arch::Qwen2, "cpu"}, Case{Arch::Mistral, "cpu"},
+                                           Case{Arch::Mistral, "ref"}),
                          case_name);
 
 }  // namespace

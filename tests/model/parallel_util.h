@@ -57,6 +57,23 @@ inline ModelConfig tp_gpt2() {
     return c;
 }
 
+// Qwen2 (q/k/v biases only; a window of 5 on layers 2 and 3) and Mistral (no biases; a window of
+// 4 on every layer) on tp_llama's shapes: the tests' sequences (11) cross both windows.
+inline ModelConfig tp_family(Arch arch, int kv_heads = 2) {
+    ModelConfig c = tp_llama(kv_heads);
+    c.arch = arch;
+    c.attention_bias = c.mlp_bias = false;
+    c.sliding_window = arch == Arch::Qwen2 ? 5 : 4;
+    c.window_from_layer = arch == Arch::Qwen2 ? 2 : 0;
+    return c;
+}
+
+// The test model of a family: tp_gpt2, tp_llama (kv heads as given) or tp_family.
+inline ModelConfig tp_config(Arch arch, int kv_heads = 2) {
+    if (arch == Arch::GPT2) return tp_gpt2();
+    return arch == Arch::Llama ? tp_llama(kv_heads) : tp_family(arch, kv_heads);
+}
+
 // Deterministic tokens in [0, V) for micro-batch `mb`; every 7th target ignored.
 struct Batch {
     std::vector<int32_t> inputs, targets;

@@ -173,7 +173,7 @@ class PipelineSplit : public ::testing::TestWithParam<SplitCase> {};
 // magnitudes, √N of the tensor's largest as for any gradient (numerics.h): 3.6e-5.
 TEST_P(PipelineSplit, MatchesTheUnsplitModel) {
     const SplitCase& p = GetParam();
-    ModelConfig c = p.arch == Arch::Llama ? testing::tp_llama() : testing::tp_gpt2();
+    ModelConfig c = testing::tp_config(p.arch);
     auto be = make_backend(p.backend);
     const int B = 2, T = 11;
     const std::vector<bool> plan = recompute_plan(p.recompute, c.num_layers);
@@ -233,7 +233,9 @@ INSTANTIATE_TEST_SUITE_P(Models, PipelineSplit,
                                            SplitCase{Arch::GPT2, 2, "2,2", "none"},
                                            SplitCase{Arch::GPT2, 3, "1,2,1", "full"},
                                            SplitCase{Arch::Llama, 3, "1,2,1", "1-2", "guarded"},
-                                           SplitCase{Arch::GPT2, 2, "2,2", "none", "guarded"}),
+                                           SplitCase{Arch::GPT2, 2, "2,2", "none", "guarded"},
+                                           SplitCase{Arch::Qwen2, 2, "2,2", "1-2"},
+                                           SplitCase{Arch::Mistral, 3, "1,2,1", "full"}),
                          split_case_name);
 
 // One stage holding everything, tied (the embedding is also the head): still one descending
@@ -412,7 +414,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // MQA: the kv head replicated on both tp ranks, two micro-batches in flight
                       MeshCase{"llama_mqa_recompute", testing::tp_llama(1, false), "full"},
                       MeshCase{"llama_mqa_guarded", testing::tp_llama(1, false), "1", "guarded"},
-                      MeshCase{"gpt2_guarded", testing::tp_gpt2(), "none", "guarded"}),
+                      MeshCase{"gpt2_guarded", testing::tp_gpt2(), "none", "guarded"},
+                      MeshCase{"qwen2_recompute", testing::tp_family(Arch::Qwen2), "full"},
+                      MeshCase{"mistral", testing::tp_family(Arch::Mistral), "none"}),
     [](const ::testing::TestParamInfo<MeshCase>& i) { return std::string(i.param.name); });
 
 }  // namespace

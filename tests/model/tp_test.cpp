@@ -194,10 +194,7 @@ class TensorParallel : public ::testing::TestWithParam<TpCase> {
   protected:
     void SetUp() override {
         const TpCase& p = GetParam();
-        cfg_ = p.arch == Arch::Llama ? testing::tp_llama(p.kv        ? p.kv
-                                                         : p.tp == 4 ? 4
-                                                                     : 2)
-                                     : testing::tp_gpt2();
+        cfg_ = testing::tp_config(p.arch, p.kv ? p.kv : p.tp == 4 ? 4 : 2);
         if (p.heads) cfg_.num_heads = p.heads;
         cfg_.vocab_size = p.vocab;
         be_ = make_backend(p.backend);
@@ -297,6 +294,9 @@ INSTANTIATE_TEST_SUITE_P(
                       TpCase{Arch::Llama, 2, false, "ref"}, TpCase{Arch::GPT2, 4, true, "ref"},
                       TpCase{Arch::GPT2, 4, false, "cpu", 5},
                       TpCase{Arch::Llama, 2, true, "guarded"},
+                      // q/k/v biases sharded with their heads; windows on some or all layers
+                      TpCase{Arch::Qwen2, 2, false, "cpu"}, TpCase{Arch::Qwen2, 4, true, "cpu"},
+                      TpCase{Arch::Mistral, 2, true, "cpu"}, TpCase{Arch::Mistral, 2, false, "ref"},
                       TpCase{Arch::GPT2, 4, false, "guarded", 5}),
     tp_case_name);
 
