@@ -44,14 +44,18 @@ double eval_tolerance(const ModelConfig& c, int64_t T, int64_t N) {
     return testing::reorder_prob(testing::model_chain(c, T, N));
 }
 
-TEST(CliEval, LossAndLogitsFollowTheContract) {
-    fs::path dir = fs::temp_directory_path() / ("ete_eval_" + std::to_string(::getpid()));
+// The contract on one model: `ete eval` of its HF dir equals the in-process model's loss within
+// eval_tolerance and its logits bit for bit (the same kernels, the same order).
+void expect_eval_follows_the_contract(const ModelConfig& c) {
+    SCOPED_TRACE(arch_name(c.arch));
+    fs::path dir = fs::temp_directory_path() /
+                   ("ete_eval_" + std::to_string(::getpid()) + "_" + arch_name(c.arch));
     fs::create_directories(dir);
-    ModelConfig c = tiny_llama(2);
     auto be = make_cpu_backend();
     Transformer m(c, *be);
     m.params().init(11);
     save_hf_model((dir / "model").string(), c, m.params().to_host(), "");
+    EXPECT_EQ(load_hf_config((dir / "model").string()).arch, c.arch);
     std::vector<int32_t> ids;
     for (int i = 0; i < 40; ++i) ids.push_back((i * 5 + i / 3) % 29);
     write_token_shard((dir / "t.bin").string(), ids, 29);
@@ -82,6 +86,26 @@ TEST(CliEval, LossAndLogitsFollowTheContract) {
     Tensor got = f.to_f32("logits");
     for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(got.f32()[i], logits[i]) << i;
     fs::remove_all(dir);
+}
+
+TEST(CliEval, LossAndLogitsFollowTheContract) {
+    expect_eval_follows_the_contract(tiny_llama(2));
+}
+
+// Every family's HF dir (Qwen2 with a window of 4 from layer 1, Mistral with one of 3: both
+// shorter than the rows) evaluates like its model.
+TEST(CliEval, EveryFamilyFollowsTheContract) {
+    for (const Family& f : families()) {
+        ModelConfig c = tiny_llama(2);
+        c.arch = f.arch;
+        if (f.layout == Layout::GPT2) {
+            c.num_kv_heads = c.num_heads;
+            c.tie_word_embeddings = true;
+        }
+        if (f.arch == Arch::Qwen2) c.sliding_window = 4, c.window_from_layer = 1;
+        if (f.arch == Arch::Mistral) c.sliding_window = 3;
+        expect_eval_follows_the_contract(c);
+    }
 }
 
 std::string run_capture(const std::string& args) {

@@ -1,4 +1,4 @@
-// tests/io/hf_model_test.cpp — HF model directories: save/load round trips for Llama and GPT-2,
+// tests/io/hf_model_test.cpp — HF model directories: save/load round trips for every family,
 // BF16 weights, GPT-2 key variants (transformer. prefix, attention-mask buffers), and errors that
 // name the offending tensor.
 #include <gtest/gtest.h>
@@ -53,9 +53,12 @@ class HfModelTest : public ::testing::Test {
     fs::path dir_;
 };
 
-TEST_F(HfModelTest, RoundTripBothArchitectures) {
-    for (Arch arch : {Arch::Llama, Arch::GPT2}) {
+TEST_F(HfModelTest, RoundTripEveryFamily) {
+    for (const Family& f : families()) {
+        const Arch arch = f.arch;
         ModelConfig c = tiny(arch);
+        if (f.sliding_window) c.sliding_window = 8;
+        if (arch == Arch::Qwen2) c.window_from_layer = 1;
         HostParams a(param_specs(c));
         a.init(3);
         std::string d = path(arch_name(arch));
@@ -64,7 +67,10 @@ TEST_F(HfModelTest, RoundTripBothArchitectures) {
         EXPECT_EQ(back.arch, arch);
         EXPECT_EQ(back.num_kv_heads, c.num_kv_heads);
         EXPECT_EQ(back.intermediate_size, c.intermediate_size);
+        EXPECT_EQ(back.sliding_window, c.sliding_window);
+        EXPECT_EQ(back.window_from_layer, c.window_from_layer);
         HostParams b(param_specs(back));
+        EXPECT_EQ(b.specs().size(), a.specs().size()) << f.name;  // the same biases
         load_hf_weights(d, b);
         ASSERT_EQ(a.numel(), b.numel());
         for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data()[i], b.data()[i]) << i;

@@ -8,6 +8,7 @@
 
 #include "ete/core/error.h"
 #include "ete/model/config.h"
+#include "test_util.h"
 
 namespace ete {
 namespace {
@@ -119,6 +120,115 @@ TEST(HfConfig, RoundTripThroughConfigJson) {
     EXPECT_EQ(back.D(), 32);
     EXPECT_TRUE(back.tie_word_embeddings);
     EXPECT_EQ(config_to_hf_json(back), config_to_hf_json(c));
+}
+
+// Qwen2.5-0.5B's config.json (the keys that matter; published values): a window that is off
+// (use_sliding_window false) is no window; q/k/v have biases, o_proj and the MLP none.
+json qwen25_05b() {
+    return {{"architectures", {"Qwen2ForCausalLM"}},
+            {"model_type", "qwen2"},
+            {"attention_dropout", 0.0},
+            {"bos_token_id", 151643},
+            {"eos_token_id", 151643},
+            {"hidden_act", "silu"},
+            {"hidden_size", 896},
+            {"initializer_range", 0.02},
+            {"intermediate_size", 4864},
+            {"max_position_embeddings", 32768},
+            {"max_window_layers", 24},
+            {"num_attention_heads", 14},
+            {"num_hidden_layers", 24},
+            {"num_key_value_heads", 2},
+            {"rms_norm_eps", 1e-06},
+            {"rope_theta", 1000000.0},
+            {"sliding_window", 32768},
+            {"tie_word_embeddings", true},
+            {"torch_dtype", "bfloat16"},
+            {"use_cache", true},
+            {"use_sliding_window", false},
+            {"vocab_size", 151936}};
+}
+
+TEST(HfConfig, Qwen2ReadsBiasesAndItsWindowSwitch) {
+    ModelConfig c = config_from_hf_json(qwen25_05b(), "qwen.json");
+    EXPECT_EQ(c.arch, Arch::Qwen2);
+    EXPECT_EQ(c.D(), 64);
+    EXPECT_EQ(c.sliding_window, 0);  // use_sliding_window false
+    EXPECT_TRUE(c.has_qkv_bias());
+    EXPECT_FALSE(c.has_o_bias());
+    EXPECT_FALSE(c.has_mlp_bias());
+    EXPECT_TRUE(c.tie_word_embeddings);
+    json on = qwen25_05b();
+    on["use_sliding_window"] = true;
+    on["sliding_window"] = 4096;
+    on["max_window_layers"] = 20;
+    ModelConfig w = config_from_hf_json(on, "qwen.json");
+    EXPECT_EQ(w.sliding_window, 4096);
+    EXPECT_FALSE(w.layer_slides(19));
+    EXPECT_TRUE(w.layer_slides(20));
+    // Saved back: the same model_type, class and keys, no Llama-only ones.
+    const json j = config_to_hf_json(w);
+    EXPECT_EQ(j["model_type"], "qwen2");
+    EXPECT_EQ(j["architectures"], json::array({"Qwen2ForCausalLM"}));
+    EXPECT_EQ(j["use_sliding_window"], true);
+    EXPECT_EQ(j["sliding_window"], 4096);
+    EXPECT_EQ(j["max_window_layers"], 20);
+    EXPECT_FALSE(j.contains("attention_bias"));
+    ModelConfig back = config_from_hf_json(j, "back.json");
+    EXPECT_EQ(back.window_from_layer, 20);
+    EXPECT_EQ(back.sliding_window, 4096);
+    // A layer_types list (newer files) must say the same; a pattern ETE cannot express is refused.
+    on["layer_types"] = json::array();
+    for (int l = 0; l < 24; ++l) on["layer_types"].push_back(l < 20 ? "full_attention" : "sliding_attention");
+    EXPECT_EQ(config_from_hf_json(on, "qwen.json").sliding_window, 4096);
+    on["layer_types"][3] = "sliding_attention";
+    EXPECT_EQ(error_of([&] { config_from_hf_json(on, "qwen.json"); }),
+              "qwen.json: layer_types[3] = \"sliding_attention\": expected \"full_attention\" (from "
+              "sliding_window and max_window_layers; per-layer patterns are not supported for "
+              "qwen2)");
+}
+
+TEST(HfConfig, MistralWindowIsNullOrALength) {
+    json v01 = {{"architectures", {"MistralForCausalLM"}},
+                {"model_type", "mistral"},
+                {"hidden_size", 4096},
+                {"intermediate_size", 14336},
+                {"num_hidden_layers", 32},
+                {"num_attention_heads", 32},
+                {"num_key_value_heads", 8},
+                {"max_position_embeddings", 32768},
+                {"rms_norm_eps", 1e-05},
+                {"rope_theta", 10000.0},
+                {"sliding_window", 4096},
+                {"vocab_size", 32000}};
+    ModelConfig c = config_from_hf_json(v01, "m.json");
+    EXPECT_EQ(c.arch, Arch::Mistral);
+    EXPECT_EQ(c.sliding_window, 4096);
+    EXPECT_TRUE(c.layer_slides(0));
+    EXPECT_FALSE(c.has_qkv_bias() || c.has_o_bias() || c.has_mlp_bias());
+    v01["sliding_window"] = nullptr;  // v0.2 and later
+    EXPECT_EQ(config_from_hf_json(v01, "m.json").sliding_window, 0);
+    const json j = config_to_hf_json(c);
+    EXPECT_EQ(j["model_type"], "mistral");
+    EXPECT_EQ(j["architectures"], json::array({"MistralForCausalLM"}));
+    EXPECT_EQ(j["sliding_window"], 4096);
+    EXPECT_FALSE(j.contains("attention_bias") || j.contains("use_sliding_window"));
+    // Settings ETE does not implement are refused, not ignored.
+    v01["attention_dropout"] = 0.1;
+    EXPECT_EQ(error_of([&] { config_from_hf_json(v01, "m.json"); }),
+              "m.json: attention_dropout = 0.1 is not supported (expected 0)");
+    v01["attention_dropout"] = 0.0;
+    v01["sliding_window"] = 0;
+    EXPECT_EQ(error_of([&] { config_from_hf_json(v01, "m.json"); }),
+              "m.json: sliding_window = 0: expected > 0 or null");
+}
+
+TEST(HfConfig, AnUnknownModelTypeListsTheFamilies) {
+    EXPECT_EQ(error_of([] { config_from_hf_json(json{{"model_type", "qwen3"}}, "c.json"); }),
+              "c.json: model_type 'qwen3' is not supported (expected llama, gpt2, qwen2, mistral)");
+    ModelConfig c = config_from_hf_json(llama(json::object()), "c.json");
+    c.sliding_window = 8;  // a Llama has no window
+    EXPECT_EQ(error_of([&] { c.validate(); }), "model.sliding_window = 8: expected 0 for llama");
 }
 
 }  // namespace
