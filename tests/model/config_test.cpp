@@ -179,13 +179,15 @@ TEST(HfConfig, Qwen2ReadsBiasesAndItsWindowSwitch) {
     EXPECT_EQ(back.sliding_window, 4096);
     // A layer_types list (newer files) must say the same; a pattern ETE cannot express is refused.
     on["layer_types"] = json::array();
-    for (int l = 0; l < 24; ++l) on["layer_types"].push_back(l < 20 ? "full_attention" : "sliding_attention");
+    for (int l = 0; l < 24; ++l)
+        on["layer_types"].push_back(l < 20 ? "full_attention" : "sliding_attention");
     EXPECT_EQ(config_from_hf_json(on, "qwen.json").sliding_window, 4096);
     on["layer_types"][3] = "sliding_attention";
-    EXPECT_EQ(error_of([&] { config_from_hf_json(on, "qwen.json"); }),
-              "qwen.json: layer_types[3] = \"sliding_attention\": expected \"full_attention\" (from "
-              "sliding_window and max_window_layers; per-layer patterns are not supported for "
-              "qwen2)");
+    EXPECT_EQ(
+        error_of([&] { config_from_hf_json(on, "qwen.json"); }),
+        "qwen.json: layer_types[3] = \"sliding_attention\": expected \"full_attention\" (from "
+        "sliding_window and max_window_layers; per-layer patterns are not supported for "
+        "qwen2)");
 }
 
 TEST(HfConfig, MistralWindowIsNullOrALength) {
@@ -224,7 +226,9 @@ TEST(HfConfig, MistralWindowIsNullOrALength) {
 }
 
 TEST(HfConfig, AnUnknownModelTypeListsTheFamilies) {
-    EXPECT_EQ(error_of([] { config_from_hf_json(json{{"model_type", "qwen3"}}, "c.json"); }),
+    EXPECT_EQ(error_of([] {
+                  config_from_hf_json(json{{"model_type", "qwen3"}}, "c.json");
+              }),
               "c.json: model_type 'qwen3' is not supported (expected llama, gpt2, qwen2, mistral)");
     ModelConfig c = config_from_hf_json(llama(json::object()), "c.json");
     c.sliding_window = 8;  // a Llama has no window

@@ -200,7 +200,8 @@ TEST_P(GoldenTest, ParamTableMatchesFile) {
         EXPECT_TRUE(spec_names.count(base)) << "file tensor '" << n << "' is not in ParamSpec";
     }
     // The tied variants must not have a separate head; the untied one must.
-    EXPECT_EQ(store().has("lm_head.weight"), !cfg_.family().always_tied && !cfg_.tie_word_embeddings);
+    EXPECT_EQ(store().has("lm_head.weight"),
+              !cfg_.family().always_tied && !cfg_.tie_word_embeddings);
 }
 
 // The HF layout round trip: param_to_hf reproduces the file's bytes (covers the Conv1D transpose).

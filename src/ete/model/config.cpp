@@ -15,7 +15,8 @@ using json = nlohmann::json;
 
 bool ModelConfig::has_qkv_bias() const {
     const BiasRule r = family().bias;
-    return r == BiasRule::All || r == BiasRule::Qkv || (r == BiasRule::FromConfig && attention_bias);
+    return r == BiasRule::All || r == BiasRule::Qkv ||
+           (r == BiasRule::FromConfig && attention_bias);
 }
 
 bool ModelConfig::has_o_bias() const {
@@ -40,17 +41,17 @@ void ModelConfig::validate() const {
     ETE_CHECK(head_dim > 0 || hidden_size % num_heads == 0,
               "model.hidden_size = {} is not divisible by model.num_heads = {}", hidden_size,
               num_heads);
-    ETE_CHECK(D() % 2 == 0 || !family().rope, "model.head_dim = {}: expected an even number",
-              D());
+    ETE_CHECK(D() % 2 == 0 || !family().rope, "model.head_dim = {}: expected an even number", D());
     ETE_CHECK(num_heads % num_kv_heads == 0,
               "model.num_heads = {} is not a multiple of model.num_kv_heads = {}", num_heads,
               num_kv_heads);
     ETE_CHECK(family().layout != Layout::GPT2 ||
                   (num_kv_heads == num_heads && D() * num_heads == hidden_size),
               "gpt2: expected num_kv_heads == num_heads and head_dim * num_heads == hidden_size");
-    ETE_CHECK(sliding_window >= 0 && (sliding_window == 0 || family().sliding_window),
-              "model.sliding_window = {}: expected 0{}", sliding_window,
-              family().sliding_window ? " (none) or a window > 0" : std::string(" for ") + family().name);
+    ETE_CHECK(
+        sliding_window >= 0 && (sliding_window == 0 || family().sliding_window),
+        "model.sliding_window = {}: expected 0{}", sliding_window,
+        family().sliding_window ? " (none) or a window > 0" : std::string(" for ") + family().name);
     ETE_CHECK(window_from_layer >= 0 && window_from_layer <= num_layers,
               "max_window_layers = {}: expected 0..{}", window_from_layer, num_layers);
     ETE_CHECK(norm_eps > 0 && norm_eps < 1, "model.norm_eps = {}: expected in (0, 1)", norm_eps);
@@ -128,8 +129,8 @@ ModelConfig llama_layout_from_json(Arch arch, const json& j, const std::string& 
     c.num_layers = json_get(j, "num_hidden_layers", 32, w, false);
     c.num_heads = json_get(j, "num_attention_heads", 32, w, false);
     c.num_kv_heads = json_get(j, "num_key_value_heads", c.num_heads, w);
-    c.head_dim = j.contains("head_dim") && j["head_dim"].is_null() ? 0
-                                                                     : json_get(j, "head_dim", 0, w);
+    c.head_dim =
+        j.contains("head_dim") && j["head_dim"].is_null() ? 0 : json_get(j, "head_dim", 0, w);
     c.max_position_embeddings = json_get(j, "max_position_embeddings", 2048, w, false);
     c.norm_eps = json_get(j, "rms_norm_eps", 1e-6, w);
     c.tie_word_embeddings = json_get(j, "tie_word_embeddings", false, w);
@@ -229,12 +230,12 @@ json llama_layout_to_json(const ModelConfig& c) {
         j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
     }
     if (c.rope_scaling.type == "llama3") {
-        j["rope_scaling"] = {{"rope_type", "llama3"},
-                             {"factor", c.rope_scaling.factor},
-                             {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                             {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                             {"original_max_position_embeddings",
-                              c.rope_scaling.original_max_position_embeddings}};
+        j["rope_scaling"] = {
+            {"rope_type", "llama3"},
+            {"factor", c.rope_scaling.factor},
+            {"low_freq_factor", c.rope_scaling.low_freq_factor},
+            {"high_freq_factor", c.rope_scaling.high_freq_factor},
+            {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
     } else {
         j["rope_scaling"] = nullptr;
     }

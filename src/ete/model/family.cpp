@@ -17,12 +17,12 @@ using B = BiasRule;
 // In Arch order. Mistral is Llama's decoder without biases and with an optional attention
 // window; Qwen2 Llama's with q/k/v biases and a window on the layers from max_window_layers.
 constexpr std::array kFamilies = {
-    Family{Arch::Llama, "llama", "llama", "LlamaForCausalLM", L::Llama, N::RMSNorm, M::SwiGLU,
-           true, false, B::FromConfig, false},
+    Family{Arch::Llama, "llama", "llama", "LlamaForCausalLM", L::Llama, N::RMSNorm, M::SwiGLU, true,
+           false, B::FromConfig, false},
     Family{Arch::GPT2, "gpt2", "gpt2", "GPT2LMHeadModel", L::GPT2, N::LayerNorm, M::Gelu, false,
            true, B::All, false},
-    Family{Arch::Qwen2, "qwen2", "qwen2", "Qwen2ForCausalLM", L::Llama, N::RMSNorm, M::SwiGLU,
-           true, false, B::Qkv, true},
+    Family{Arch::Qwen2, "qwen2", "qwen2", "Qwen2ForCausalLM", L::Llama, N::RMSNorm, M::SwiGLU, true,
+           false, B::Qkv, true},
     Family{Arch::Mistral, "mistral", "mistral", "MistralForCausalLM", L::Llama, N::RMSNorm,
            M::SwiGLU, true, false, B::None, true},
 };
@@ -54,7 +54,9 @@ const Family* family_of_model_type(std::string_view model_type) {
 std::string family_names() {
     std::string s;
     for (size_t i = 0; i < kFamilies.size(); ++i)
-        s += std::string(i == 0 ? "" : i + 1 == kFamilies.size() ? " or " : ", ") +
+        s += std::string(i == 0                      ? ""
+                         : i + 1 == kFamilies.size() ? " or "
+                                                     : ", ") +
              kFamilies[i].name;
     return s;
 }

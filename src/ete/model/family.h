@@ -32,8 +32,8 @@ struct Family {
     Layout layout;
     NormKind norm;
     MlpKind mlp;
-    bool rope;            // rotary positions; else learned ones (GPT-2's wpe)
-    bool always_tied;     // the LM head is the embedding whatever tie_word_embeddings says
+    bool rope;         // rotary positions; else learned ones (GPT-2's wpe)
+    bool always_tied;  // the LM head is the embedding whatever tie_word_embeddings says
     BiasRule bias;
     bool sliding_window;  // config.json may give a sliding_window (Mistral, Qwen2)
 };

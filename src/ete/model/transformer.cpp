@@ -338,7 +338,8 @@ void Transformer::allocate(Arena& a) {
     const int64_t N = int64_t(B_) * T_, C = cfg_.hidden_size, F = F_, D = cfg_.D();
     const int64_t HD = int64_t(H_) * D, S = int64_t(H_ + 2 * KV_) * D;
     const int64_t FC = cfg_.family().mlp == MlpKind::SwiGLU ? 2 * F : F;
-    const bool ln = cfg_.family().norm == NormKind::LayerNorm, first = mp_.first_stage(), last = mp_.last_stage();
+    const bool ln = cfg_.family().norm == NormKind::LayerNorm, first = mp_.first_stage(),
+               last = mp_.last_stage();
     const DType A = act_, F32 = DType::F32;
     const int64_t R = lora_.allocated_rank();
     const bool bwd = !forward_only_;
@@ -605,8 +606,7 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     qat_backward(kQatAtt, l, d_att, s.qat_mask[kQatAtt]);
     be_.attention_backward(d_qkv, d_att, rows(s.att, N), s.lse.slice(0, int64_t(d.B) * d.H * d.T),
                            rows(s.qkv, N), d, 1.0f / std::sqrt(float(d.D)));
-    if (cfg_.family().rope)
-        be_.rope_backward(d_qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
+    if (cfg_.family().rope) be_.rope_backward(d_qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
     const LoraActs* qa = lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la);
     kv_grads_set_aside(i);
     L.qkv.backward_weight(be_, d_qkv, rows(s.ln1, N), qa);
