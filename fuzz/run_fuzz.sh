@@ -7,6 +7,7 @@
 # reproducer in build-fuzz/artifacts_<target>/.
 # Env: FUZZ_SECONDS (default 60), FUZZ_BUILD_DIR (default <repo>/build-fuzz), CXX (default
 # clang++-14, else clang++). Needs Debian packages clang and libclang-rt-14-dev.
+# `run_fuzz.sh build` builds the targets and stops (run.sh builds them early, in the background).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,6 +20,7 @@ cmake -S "$root/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" >/dev/nul
 # A failed build says why (its output was discarded before, so CI failed without a word).
 ninja -C "$build" safetensors_fuzz tokenizer_fuzz >"$build/build.log" 2>&1 ||
     { tail -n 30 "$build/build.log" >&2; echo "run_fuzz: the fuzz build failed" >&2; exit 1; }
+[[ "${1:-}" == build ]] && exit 0
 
 # fuzz NAME SECONDS MAX_LEN DICT SEED...: fuzzes build/NAME on a fresh copy of the seeds (the
 # committed files are never modified); prints one summary line; returns 1 on any finding.

@@ -192,10 +192,13 @@ TEST_F(ParallelTrain, EveryTransportCarriesBackendMemory) {
 // bf16: every layout against one process, within tolerances derived from bf16 itself (not bit
 // for bit: the layouts sum the same fp32 products in other orders, and a result near the midpoint
 // of two bf16 values can then round the other way).
-// - Losses: within the distance between the bf16 and the fp32 run. A layout only reorders sums,
-//   whose effect through bf16 rounding is smaller than what rounding to bf16 does at all; a layout
-//   bug (a missing or doubled reduction) moves the loss by far more. (Measured, largest layout
-//   over the gap: 0.15 with oneDNN's bf16 GEMMs, 0.45 with the sgemm engine, Emerald Rapids.)
+// - Losses: within the distance between the bf16 and the fp32 run, or bf16's half unit u/2 =
+//   2^-9 where that distance happens to be smaller (precision_test.cpp's loss bound: the mean over
+//   the tokens averages the independent errors of their roundings, and rounding the same operands
+//   differently is no larger an error than rounding them at all). A layout only reorders sums; a
+//   layout bug (a missing or doubled reduction) moves the loss by far more. (Measured, largest
+//   layout over the gap: 0.15 with oneDNN's bf16 GEMMs, 0.45 with the sgemm engine, Emerald
+//   Rapids; 1.33 (1.5e-4, a gap of 1.1e-4) in the -O1 sanitizer build under the AVX2 kernels.)
 // - Final weights (saved as bf16): at least 99% within max(2 bf16 units of the value, lr / 100) —
 //   the fp32 masters mostly differ by far less than one unit, so their roundings differ by at most
 //   one step — and every one within max(lr / 2, 1 unit): AdamW moves an element by about lr per
@@ -230,6 +233,7 @@ TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
     for (size_t i = 0; i < one.losses.size(); ++i)
         gap = std::max(gap, std::abs(one.losses[i] - fp32.losses[i]) / fp32.losses[i]);
     ASSERT_GT(gap, 0.0) << "bf16 must differ from fp32";
+    gap = std::max(gap, std::ldexp(1.0, -9));
     for (const auto& l : kLayouts) {
         const std::string what = fmt::format("bf16 ({},{},{})", l[0], l[1], l[2]);
         RunResult got = train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + bf16);

@@ -379,6 +379,7 @@ echo \$? >$D/rc"
 eligible() {   # the job's EligibleTime has passed
     local t
     t=$(scontrol show job "$1" 2>/dev/null | grep -o 'EligibleTime=[^ ]*' | cut -d= -f2)
+    t=${t%%$'\n'*}  # a requeued job can be listed twice: its first record
     [ -n "$t" ] && [ "$t" != Unknown ] && [ "$(date -d "$t" +%s)" -le "$(date +%s)" ]
 }
 poke_requeued() {   # start the requeued job JOB once its hold is over
