@@ -105,6 +105,35 @@ def qwen2_config(V, C, H, KV, F_, L, max_pos=64, tie=False, window=None, window_
     }
 
 
+def qwen3_config(V, C, H, KV, F_, L, head_dim, window, window_from, max_pos=64):
+    """Qwen3ForCausalLM: Qwen2's decoder with RMSNorm over each q and k head (q_norm, k_norm)
+    before RoPE and attention_bias (false, as in the released models) for q/k/v/o biases."""
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": V,
+        "hidden_size": C,
+        "intermediate_size": F_,
+        "num_hidden_layers": L,
+        "num_attention_heads": H,
+        "num_key_value_heads": KV,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": max_pos,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "use_sliding_window": True,
+        "sliding_window": window,
+        "max_window_layers": window_from,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "torch_dtype": "float32",
+    }
+
+
 def mistral_config(V, C, H, KV, F_, L, head_dim, sliding_window, max_pos=64):
     """MistralForCausalLM: Llama's decoder without biases, attention over the last
     sliding_window positions."""
@@ -160,6 +189,8 @@ def llama_biases(cfg):
         return True, False, False
     if cfg["model_type"] == "mistral":
         return False, False, False
+    if cfg["model_type"] == "qwen3":
+        return cfg["attention_bias"], cfg["attention_bias"], False
     return cfg["attention_bias"], cfg["attention_bias"], cfg["mlp_bias"]
 
 
@@ -186,6 +217,9 @@ def llama_param_table(cfg):
             t += linears("self_attn", qkv + o, qkv_bias)
         else:
             t += linears("self_attn", qkv, qkv_bias) + linears("self_attn", o, o_bias)
+        if cfg["model_type"] == "qwen3":
+            t += [(p + "self_attn.q_norm.weight", (D,), "norm"),
+                  (p + "self_attn.k_norm.weight", (D,), "norm")]
         t.append((p + "post_attention_layernorm.weight", (C,), "norm"))
         t += linears("mlp", mlp, mlp_bias)
     t.append(("model.norm.weight", (C,), "norm"))
@@ -285,7 +319,7 @@ def layer_window(cfg, i):
     max_window_layers when use_sliding_window), or None."""
     if cfg["model_type"] == "mistral":
         return cfg.get("sliding_window")
-    if cfg["model_type"] == "qwen2" and cfg.get("use_sliding_window"):
+    if cfg["model_type"] in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
         return cfg["sliding_window"] if i >= cfg["max_window_layers"] else None
     return None
 
@@ -306,8 +340,12 @@ def llama_forward(cfg, P, inputs):
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, P[p + "input_layernorm.weight"], eps)
-        q = linear(h, P, p + "self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
-        k = linear(h, P, p + "self_attn.k_proj").view(B, T, KV, D).transpose(1, 2)
+        q = linear(h, P, p + "self_attn.q_proj").view(B, T, H, D)
+        k = linear(h, P, p + "self_attn.k_proj").view(B, T, KV, D)
+        if cfg["model_type"] == "qwen3":  # Qwen3RMSNorm over each head, before RoPE
+            q = rms_norm(q, P[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, P[p + "self_attn.k_norm.weight"], eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = linear(h, P, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -456,10 +494,13 @@ def variants():
     # of 4. The sequences (T = 9) are longer than both windows.
     qwen2 = qwen2_config(V=97, C=32, H=4, KV=2, F_=56, L=2, tie=True, window=5, window_from=1)
     mistral = mistral_config(V=97, C=32, H=4, KV=2, F_=56, L=2, head_dim=16, sliding_window=4)
+    # Qwen3: per-head q/k norms, head_dim 16 (H·D = 64 != C), untied, layer 1 a window of 5.
+    qwen3 = qwen3_config(V=97, C=32, H=4, KV=2, F_=56, L=2, head_dim=16, window=5, window_from=1)
     return [
         ("llama_gqa", llama, llama_param_table(llama), llama_forward, 1001),
         ("qwen2_bias", qwen2, llama_param_table(qwen2), llama_forward, 1004),
         ("mistral_window", mistral, llama_param_table(mistral), llama_forward, 1005),
+        ("qwen3_qk_norm", qwen3, llama_param_table(qwen3), llama_forward, 1006),
         ("gpt2", gpt2, gpt2_param_table(gpt2), gpt2_forward, 1002),
         ("llama3_rope_tied", llama3, llama_param_table(llama3), llama_forward, 1003),
     ]

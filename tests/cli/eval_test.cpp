@@ -92,8 +92,8 @@ TEST(CliEval, LossAndLogitsFollowTheContract) {
     expect_eval_follows_the_contract(tiny_llama(2));
 }
 
-// Every family's HF dir (Qwen2 with a window of 4 from layer 1, Mistral with one of 3: both
-// shorter than the rows) evaluates like its model.
+// Every family's HF dir (Qwen2 and Qwen3 with a window of 4 from layer 1, Mistral with one of 3:
+// all shorter than the rows) evaluates like its model.
 TEST(CliEval, EveryFamilyFollowsTheContract) {
     for (const Family& f : families()) {
         ModelConfig c = tiny_llama(2);
@@ -102,8 +102,9 @@ TEST(CliEval, EveryFamilyFollowsTheContract) {
             c.num_kv_heads = c.num_heads;
             c.tie_word_embeddings = true;
         }
-        if (f.arch == Arch::Qwen2) c.sliding_window = 4, c.window_from_layer = 1;
-        if (f.arch == Arch::Mistral) c.sliding_window = 3;
+        if (f.window == WindowRule::FromMaxWindowLayers)
+            c.sliding_window = 4, c.window_from_layer = 1;
+        if (f.window == WindowRule::AllLayers) c.sliding_window = 3;
         expect_eval_follows_the_contract(c);
     }
 }

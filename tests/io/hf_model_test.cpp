@@ -57,8 +57,8 @@ TEST_F(HfModelTest, RoundTripEveryFamily) {
     for (const Family& f : families()) {
         const Arch arch = f.arch;
         ModelConfig c = tiny(arch);
-        if (f.sliding_window) c.sliding_window = 8;
-        if (arch == Arch::Qwen2) c.window_from_layer = 1;
+        if (f.window != WindowRule::None) c.sliding_window = 8;
+        if (f.window == WindowRule::FromMaxWindowLayers) c.window_from_layer = 1;
         HostParams a(param_specs(c));
         a.init(3);
         std::string d = path(arch_name(arch));

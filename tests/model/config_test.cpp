@@ -8,6 +8,7 @@
 
 #include "ete/core/error.h"
 #include "ete/model/config.h"
+#include "ete/model/param_spec.h"
 #include "test_util.h"
 
 namespace ete {
@@ -225,11 +226,58 @@ TEST(HfConfig, MistralWindowIsNullOrALength) {
               "m.json: sliding_window = 0: expected > 0 or null");
 }
 
+// Qwen3-0.6B's config.json (published values): explicit head_dim (H·D = 2048 != hidden 1024),
+// per-head q/k norms of head_dim, attention_bias for q/k/v/o, no MLP bias key.
+TEST(HfConfig, Qwen3HasHeadNormsAndAttentionBias) {
+    json j = {{"architectures", {"Qwen3ForCausalLM"}},
+              {"model_type", "qwen3"},
+              {"attention_bias", false},
+              {"attention_dropout", 0.0},
+              {"head_dim", 128},
+              {"hidden_act", "silu"},
+              {"hidden_size", 1024},
+              {"intermediate_size", 3072},
+              {"max_position_embeddings", 40960},
+              {"max_window_layers", 28},
+              {"num_attention_heads", 16},
+              {"num_hidden_layers", 28},
+              {"num_key_value_heads", 8},
+              {"rms_norm_eps", 1e-06},
+              {"rope_scaling", nullptr},
+              {"rope_theta", 1000000},
+              {"sliding_window", nullptr},
+              {"tie_word_embeddings", true},
+              {"use_sliding_window", false},
+              {"vocab_size", 151936}};
+    ModelConfig c = config_from_hf_json(j, "qwen3.json");
+    EXPECT_EQ(c.arch, Arch::Qwen3);
+    EXPECT_EQ(c.D(), 128);
+    EXPECT_EQ(c.sliding_window, 0);
+    EXPECT_FALSE(c.has_qkv_bias() || c.has_o_bias() || c.has_mlp_bias());
+    int norms = 0;
+    for (const ParamSpec& s : param_specs(c))
+        if (s.role == ParamRole::QNorm || s.role == ParamRole::KNorm) {
+            EXPECT_EQ(s.shape, (Shape{128})) << s.name;
+            ++norms;
+        }
+    EXPECT_EQ(norms, 2 * 28);
+    j["attention_bias"] = true;
+    ModelConfig b = config_from_hf_json(j, "qwen3.json");
+    EXPECT_TRUE(b.has_qkv_bias() && b.has_o_bias());
+    EXPECT_FALSE(b.has_mlp_bias());
+    const json back = config_to_hf_json(b);
+    EXPECT_EQ(back["model_type"], "qwen3");
+    EXPECT_EQ(back["attention_bias"], true);
+    EXPECT_FALSE(back.contains("mlp_bias"));
+    EXPECT_EQ(back["use_sliding_window"], false);
+}
+
 TEST(HfConfig, AnUnknownModelTypeListsTheFamilies) {
     EXPECT_EQ(error_of([] {
-                  config_from_hf_json(json{{"model_type", "qwen3"}}, "c.json");
+                  config_from_hf_json(json{{"model_type", "gemma3_text"}}, "c.json");
               }),
-              "c.json: model_type 'qwen3' is not supported (expected llama, gpt2, qwen2, mistral)");
+              "c.json: model_type 'gemma3_text' is not supported (expected llama, gpt2, qwen2, "
+              "mistral, qwen3)");
     ModelConfig c = config_from_hf_json(llama(json::object()), "c.json");
     c.sliding_window = 8;  // a Llama has no window
     EXPECT_EQ(error_of([&] { c.validate(); }), "model.sliding_window = 8: expected 0 for llama");

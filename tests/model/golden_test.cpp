@@ -313,13 +313,14 @@ TEST_P(GoldenTest, AdamWTrajectoryMatches) {
     RecordProperty("worst_weight_over_bound", fmt::format("{:.3g}", worst));
 }
 
-// Every golden on every backend. qwen2_bias (q/k/v biases, a window on layer 1 only) and
-// mistral_window (a window on every layer) have sequences longer than their windows.
+// Every golden on every backend. qwen2_bias (q/k/v biases, a window on layer 1 only),
+// mistral_window (a window on every layer) and qwen3_qk_norm (per-head q/k norms, a window on
+// layer 1) have sequences longer than their windows.
 std::vector<Case> all_cases() {
     std::vector<Case> v;
     for (const char* backend : {"ref", "cpu", "guarded", "cuda"})
-        for (const char* variant :
-             {"llama_gqa", "gpt2", "llama3_rope_tied", "qwen2_bias", "mistral_window"})
+        for (const char* variant : {"llama_gqa", "gpt2", "llama3_rope_tied", "qwen2_bias",
+                                    "mistral_window", "qwen3_qk_norm"})
             v.push_back({variant, backend});
     return v;
 }

@@ -21,14 +21,14 @@ namespace ete {
 namespace {
 
 // Tiny models with sizes that are not powers of two; Llama uses GQA (4 query, 2 kv heads), and so
-// do Qwen2 (q/k/v biases, a window of 3 on layer 1) and Mistral (a window of 4 on both layers),
-// whose windows are shorter than the documents.
+// do Qwen2 (q/k/v biases, a window of 3 on layer 1), Mistral (a window of 4 on both layers) and
+// Qwen3 (q/k norms, a window of 3 on layer 1), whose windows are shorter than the documents.
 ModelConfig tiny_config(Arch arch) {
-    if (arch == Arch::Qwen2 || arch == Arch::Mistral) {
+    if (arch != Arch::Llama && arch != Arch::GPT2) {
         ModelConfig c = tiny_config(Arch::Llama);
         c.arch = arch;
-        c.sliding_window = arch == Arch::Qwen2 ? 3 : 4;
-        c.window_from_layer = arch == Arch::Qwen2 ? 1 : 0;
+        c.sliding_window = arch == Arch::Mistral ? 4 : 3;
+        c.window_from_layer = arch == Arch::Mistral ? 0 : 1;
         return c;
     }
     ModelConfig c;
@@ -260,7 +260,8 @@ INSTANTIATE_TEST_SUITE_P(Models, PackingTest,
                                            Case{Arch::Llama, "ref"}, Case{Arch::GPT2, "ref"},
                                            Case{Arch::Llama, "guarded"},
                                            Case{Arch::GPT2, "guarded"}, Case{Arch::Qwen2, "cpu"},
-                                           Case{Arch::Mistral, "cpu"}, Case{Arch::Mistral, "ref"}),
+                                           Case{Arch::Mistral, "cpu"}, Case{Arch::Mistral, "ref"},
+                                           Case{Arch::Qwen3, "cpu"}),
                          case_name);
 
 }  // namespace

@@ -57,14 +57,16 @@ inline ModelConfig tp_gpt2() {
     return c;
 }
 
-// Qwen2 (q/k/v biases only; a window of 5 on layers 2 and 3) and Mistral (no biases; a window of
-// 4 on every layer) on tp_llama's shapes: the tests' sequences (11) cross both windows.
+// Qwen2 (q/k/v biases only; a window of 5 on layers 2 and 3), Mistral (no biases; a window of 4
+// on every layer) and Qwen3 (per-head q/k norms, q/k/v/o biases; a window of 5 on layers 2 and 3)
+// on tp_llama's shapes: the tests' sequences (11) cross the windows.
 inline ModelConfig tp_family(Arch arch, int kv_heads = 2) {
     ModelConfig c = tp_llama(kv_heads);
     c.arch = arch;
-    c.attention_bias = c.mlp_bias = false;
-    c.sliding_window = arch == Arch::Qwen2 ? 5 : 4;
-    c.window_from_layer = arch == Arch::Qwen2 ? 2 : 0;
+    c.attention_bias = arch == Arch::Qwen3;  // the bias path of Qwen3's attention_bias
+    c.mlp_bias = false;
+    c.sliding_window = arch == Arch::Mistral ? 4 : 5;
+    c.window_from_layer = arch == Arch::Mistral ? 0 : 2;
     return c;
 }
 

@@ -172,6 +172,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gpt2", DType::F16}, Case{"llama3_rope_tied", DType::F16},
                       Case{"qwen2_bias", DType::BF16}, Case{"mistral_window", DType::BF16},
                       Case{"qwen2_bias", DType::F16}, Case{"mistral_window", DType::F16},
+                      Case{"qwen3_qk_norm", DType::BF16}, Case{"qwen3_qk_norm", DType::F16},
                       Case{"llama_gqa", DType::BF16, "cuda"}, Case{"gpt2", DType::BF16, "cuda"},
                       Case{"llama3_rope_tied", DType::BF16, "cuda"}),
     case_name);

@@ -235,7 +235,8 @@ INSTANTIATE_TEST_SUITE_P(Models, PipelineSplit,
                                            SplitCase{Arch::Llama, 3, "1,2,1", "1-2", "guarded"},
                                            SplitCase{Arch::GPT2, 2, "2,2", "none", "guarded"},
                                            SplitCase{Arch::Qwen2, 2, "2,2", "1-2"},
-                                           SplitCase{Arch::Mistral, 3, "1,2,1", "full"}),
+                                           SplitCase{Arch::Mistral, 3, "1,2,1", "full"},
+                                           SplitCase{Arch::Qwen3, 2, "2,2", "1-2"}),
                          split_case_name);
 
 // One stage holding everything, tied (the embedding is also the head): still one descending
@@ -416,7 +417,8 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"llama_mqa_guarded", testing::tp_llama(1, false), "1", "guarded"},
                       MeshCase{"gpt2_guarded", testing::tp_gpt2(), "none", "guarded"},
                       MeshCase{"qwen2_recompute", testing::tp_family(Arch::Qwen2), "full"},
-                      MeshCase{"mistral", testing::tp_family(Arch::Mistral), "none"}),
+                      MeshCase{"mistral", testing::tp_family(Arch::Mistral), "none"},
+                      MeshCase{"qwen3_recompute1", testing::tp_family(Arch::Qwen3), "1"}),
     [](const ::testing::TestParamInfo<MeshCase>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -288,16 +288,19 @@ std::string tp_case_name(const ::testing::TestParamInfo<TpCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, TensorParallel,
-    ::testing::Values(TpCase{Arch::Llama, 2, false, "cpu"}, TpCase{Arch::Llama, 2, true, "cpu"},
-                      TpCase{Arch::Llama, 4, false, "cpu"}, TpCase{Arch::GPT2, 2, false, "cpu"},
-                      TpCase{Arch::GPT2, 2, true, "cpu"}, TpCase{Arch::GPT2, 4, false, "cpu"},
-                      TpCase{Arch::Llama, 2, false, "ref"}, TpCase{Arch::GPT2, 4, true, "ref"},
-                      TpCase{Arch::GPT2, 4, false, "cpu", 5},
-                      TpCase{Arch::Llama, 2, true, "guarded"},
-                      // q/k/v biases sharded with their heads; windows on some or all layers
-                      TpCase{Arch::Qwen2, 2, false, "cpu"}, TpCase{Arch::Qwen2, 4, true, "cpu"},
-                      TpCase{Arch::Mistral, 2, true, "cpu"}, TpCase{Arch::Mistral, 2, false, "ref"},
-                      TpCase{Arch::GPT2, 4, false, "guarded", 5}),
+    ::testing::Values(
+        TpCase{Arch::Llama, 2, false, "cpu"}, TpCase{Arch::Llama, 2, true, "cpu"},
+        TpCase{Arch::Llama, 4, false, "cpu"}, TpCase{Arch::GPT2, 2, false, "cpu"},
+        TpCase{Arch::GPT2, 2, true, "cpu"}, TpCase{Arch::GPT2, 4, false, "cpu"},
+        TpCase{Arch::Llama, 2, false, "ref"}, TpCase{Arch::GPT2, 4, true, "ref"},
+        TpCase{Arch::GPT2, 4, false, "cpu", 5}, TpCase{Arch::Llama, 2, true, "guarded"},
+        // q/k/v biases sharded with their heads; windows on some or all layers
+        TpCase{Arch::Qwen2, 2, false, "cpu"}, TpCase{Arch::Qwen2, 4, true, "cpu"},
+        TpCase{Arch::Mistral, 2, true, "cpu"}, TpCase{Arch::Mistral, 2, false, "ref"},
+        // q/k norm weights replicated, their gradients summed over the tp group;
+        // at tp 4 > KV 2 the k heads (and their norms) are replicated too
+        TpCase{Arch::Qwen3, 2, false, "cpu"}, TpCase{Arch::Qwen3, 4, true, "cpu", 61, 0, 2},
+        TpCase{Arch::Qwen3, 2, true, "guarded"}, TpCase{Arch::GPT2, 4, false, "guarded", 5}),
     tp_case_name);
 
 // tp > KV: each kv head replicated on tp / KV ranks (one query head per rank at H 4, two sharing

@@ -48,10 +48,10 @@ void ModelConfig::validate() const {
     ETE_CHECK(family().layout != Layout::GPT2 ||
                   (num_kv_heads == num_heads && D() * num_heads == hidden_size),
               "gpt2: expected num_kv_heads == num_heads and head_dim * num_heads == hidden_size");
-    ETE_CHECK(
-        sliding_window >= 0 && (sliding_window == 0 || family().sliding_window),
-        "model.sliding_window = {}: expected 0{}", sliding_window,
-        family().sliding_window ? " (none) or a window > 0" : std::string(" for ") + family().name);
+    ETE_CHECK(sliding_window >= 0 && (sliding_window == 0 || family().window != WindowRule::None),
+              "model.sliding_window = {}: expected 0{}", sliding_window,
+              family().window != WindowRule::None ? " (none) or a window > 0"
+                                                  : std::string(" for ") + family().name);
     ETE_CHECK(window_from_layer >= 0 && window_from_layer <= num_layers,
               "max_window_layers = {}: expected 0..{}", window_from_layer, num_layers);
     ETE_CHECK(norm_eps > 0 && norm_eps < 1, "model.norm_eps = {}: expected in (0, 1)", norm_eps);
@@ -94,11 +94,11 @@ RopeScaling parse_rope_scaling(const json& r, const std::string& where) {
     return s;
 }
 
-// The attention window of a Llama-layout family (family().sliding_window): Mistral's
-// sliding_window (null: none) on every layer; Qwen2's when use_sliding_window, on the layers from
+// The attention window of a Llama-layout family (family().window): Mistral's sliding_window
+// (null: none) on every layer; Qwen2's and Qwen3's when use_sliding_window, on the layers from
 // max_window_layers (the layer_types list newer files carry must agree).
 void read_window(ModelConfig& c, const json& j, const std::string& w) {
-    const bool qwen2 = c.arch == Arch::Qwen2;
+    const bool qwen2 = c.family().window == WindowRule::FromMaxWindowLayers;
     if (qwen2 && !json_get(j, "use_sliding_window", false, w)) return;
     if (!j.contains("sliding_window") || j["sliding_window"].is_null()) return;
     c.sliding_window = json_get<int>(j, "sliding_window", 0, w);
@@ -119,7 +119,7 @@ void read_window(ModelConfig& c, const json& j, const std::string& w) {
     }
 }
 
-// Llama, Qwen2 and Mistral: the same keys, but for biases and the window.
+// Llama, Qwen2, Qwen3 and Mistral: the same keys, but for biases and the window.
 ModelConfig llama_layout_from_json(Arch arch, const json& j, const std::string& w) {
     ModelConfig c;
     c.arch = arch;
@@ -134,10 +134,10 @@ ModelConfig llama_layout_from_json(Arch arch, const json& j, const std::string& 
     c.max_position_embeddings = json_get(j, "max_position_embeddings", 2048, w, false);
     c.norm_eps = json_get(j, "rms_norm_eps", 1e-6, w);
     c.tie_word_embeddings = json_get(j, "tie_word_embeddings", false, w);
-    if (arch == Arch::Llama) {  // the other families' classes have no such keys (HF ignores them)
+    // The other families' classes have no such keys (HF ignores them); Qwen3 has attention_bias.
+    if (c.family().bias == BiasRule::FromConfig)
         c.attention_bias = json_get(j, "attention_bias", false, w);
-        c.mlp_bias = json_get(j, "mlp_bias", false, w);
-    }
+    if (arch == Arch::Llama) c.mlp_bias = json_get(j, "mlp_bias", false, w);
     c.initializer_range = json_get(j, "initializer_range", 0.02, w);
     std::string act = json_get<std::string>(j, "hidden_act", "silu", w);
     ETE_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (expected silu)", w, act);
@@ -154,7 +154,7 @@ ModelConfig llama_layout_from_json(Arch arch, const json& j, const std::string& 
     } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
         c.rope_scaling = parse_rope_scaling(j["rope_scaling"], w);
     }
-    if (c.family().sliding_window) read_window(c, j, w);
+    if (c.family().window != WindowRule::None) read_window(c, j, w);
     return c;
 }
 
@@ -218,15 +218,13 @@ json llama_layout_to_json(const ModelConfig& c) {
               {"tie_word_embeddings", c.tie_word_embeddings},
               {"initializer_range", c.initializer_range},
               {"torch_dtype", "float32"}};
-    if (f.bias == BiasRule::FromConfig) {
-        j["attention_bias"] = c.attention_bias;
-        j["mlp_bias"] = c.mlp_bias;
-    }
-    if (c.arch == Arch::Qwen2) {
+    if (f.bias == BiasRule::FromConfig) j["attention_bias"] = c.attention_bias;
+    if (c.arch == Arch::Llama) j["mlp_bias"] = c.mlp_bias;
+    if (f.window == WindowRule::FromMaxWindowLayers) {
         j["use_sliding_window"] = c.sliding_window > 0;
         j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
         j["max_window_layers"] = c.sliding_window > 0 ? c.window_from_layer : c.num_layers;
-    } else if (f.sliding_window) {
+    } else if (f.window == WindowRule::AllLayers) {
         j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
     }
     if (c.rope_scaling.type == "llama3") {

@@ -11,7 +11,7 @@
 
 namespace ete {
 
-enum class Arch : uint8_t { Llama, GPT2, Qwen2, Mistral };
+enum class Arch : uint8_t { Llama, GPT2, Qwen2, Mistral, Qwen3 };
 
 // The HF tensor layout of the decoder: Llama's (model.layers.N.self_attn.q_proj, k_proj, v_proj,
 // o_proj, mlp.gate_proj, up_proj, down_proj, input_layernorm, post_attention_layernorm,
@@ -20,9 +20,14 @@ enum class Arch : uint8_t { Llama, GPT2, Qwen2, Mistral };
 enum class Layout : uint8_t { Llama, GPT2 };
 enum class NormKind : uint8_t { RMSNorm, LayerNorm };  // LayerNorm: with a bias
 enum class MlpKind : uint8_t { SwiGLU, Gelu };         // Gelu: tanh-approximated (gelu_new)
-// Which linears have biases: those config.json's attention_bias / mlp_bias say (Llama), q/k/v
-// always and nothing else (Qwen2), none (Mistral), every one (GPT-2).
+// Which linears have biases: those config.json's attention_bias / mlp_bias say (Llama;
+// Qwen3 has attention_bias only), q/k/v always and nothing else (Qwen2), none (Mistral), every
+// one (GPT-2).
 enum class BiasRule : uint8_t { FromConfig, Qkv, None, All };
+// Which layers attend through a sliding window (ModelConfig::sliding_window): none; every layer
+// when config.json's sliding_window is not null (Mistral); the layers from max_window_layers when
+// use_sliding_window is true (Qwen2, Qwen3).
+enum class WindowRule : uint8_t { None, AllLayers, FromMaxWindowLayers };
 
 struct Family {
     Arch arch;
@@ -35,7 +40,10 @@ struct Family {
     bool rope;         // rotary positions; else learned ones (GPT-2's wpe)
     bool always_tied;  // the LM head is the embedding whatever tie_word_embeddings says
     BiasRule bias;
-    bool sliding_window;  // config.json may give a sliding_window (Mistral, Qwen2)
+    WindowRule window;
+    // RMSNorm over each query and key head (D wide, one weight per kind) after q/k/v and before
+    // RoPE: self_attn.q_norm / k_norm (Qwen3).
+    bool qk_norm;
 };
 
 const Family& family(Arch a);

@@ -76,6 +76,14 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
         bias("self_attn.o_proj", C, kReplicated);  // added after the all-reduce
         role(t, R::AttnOutBias, i);
     }
+    if (c.family().qk_norm) {  // replicated: every rank's heads use them (nn/head_norm.h)
+        for (auto [n, r] :
+             {std::pair{"self_attn.q_norm", R::QNorm}, {"self_attn.k_norm", R::KNorm}}) {
+            t.push_back(
+                spec(p + n + ".weight", {c.D()}, ParamKind::Norm, ParamInit::Ones, 0, kReplicated));
+            role(t, r, i);
+        }
+    }
     norm("post_attention_layernorm");
     role(t, R::MlpNorm, i);
     mat("mlp.gate_proj", F, C, kRowsPadded);

@@ -42,6 +42,8 @@ enum class ParamRole : uint8_t {
     QkvBias,  // GPT-2
     AttnOut,
     AttnOutBias,
+    QNorm,  // Qwen3: RMSNorm weight (D) of every query head
+    KNorm,  // ... and of every key head
     MlpNorm,
     MlpNormBias,
     Gate,

@@ -129,6 +129,10 @@ void Transformer::build_layers() {
         L.fc = llama ? fused(l, {{R::Gate, R::GateBias, F_}, {R::Up, R::UpBias, F_}})
                      : fused(l, {{R::Fc, R::FcBias, FC}});
         L.proj = linear(at(R::Down), at(R::DownBias), C, F_, TpMode::Row);
+        if (cfg_.family().qk_norm)
+            L.qk = HeadNorm({vec(at(R::QNorm)), dvec(at(R::QNorm)), {}, {}},
+                            {vec(at(R::KNorm)), dvec(at(R::KNorm)), {}, {}}, float(cfg_.norm_eps),
+                            H_, KV_, int(D));
         for (int k = 0; k < L.qkv.size(); ++k)
             lora_sites_[size_t(kSiteQkv + k)] = L.qkv.part(k).has_adapter();
         lora_sites_[kSiteO] = L.o.has_adapter();
@@ -342,7 +346,7 @@ void Transformer::allocate(Arena& a) {
                last = mp_.last_stage();
     const DType A = act_, F32 = DType::F32;
     const int64_t R = lora_.allocated_rank();
-    const bool bwd = !forward_only_;
+    const bool bwd = !forward_only_, qk_norm = cfg_.family().qk_norm;
     auto stat = [&](bool need) { return need ? a.alloc_vec(F32, N) : Vec{}; };
     auto layer_acts = [&]() {
         LayerActs s;
@@ -350,6 +354,12 @@ void Transformer::allocate(Arena& a) {
         s.ln1_mean = stat(ln);
         s.ln1_rstd = stat(true);
         s.qkv = a.alloc_mat(A, N, S);
+        if (qk_norm) {
+            s.qk_norm.q_in = a.alloc_mat(F32, N * H_, D);
+            s.qk_norm.k_in = a.alloc_mat(F32, N * KV_, D);
+            s.qk_norm.q_rstd = a.alloc_vec(F32, N * H_);
+            s.qk_norm.k_rstd = a.alloc_vec(F32, N * KV_);
+        }
         s.att = a.alloc_mat(A, N, HD);
         s.lse = a.alloc_vec(F32, int64_t(B_) * H_ * T_);
         s.resid_mid = a.alloc_mat(F32, N, C);
@@ -420,6 +430,13 @@ void Transformer::allocate(Arena& a) {
     d_fc_ = back(A, FC);
     d_act_ = back(A, F);
     d_y16_ = back(A, C, A != F32);
+    qk_dn_ = back(F32, HD, qk_norm);
+    qk_di_ = back(F32, HD, qk_norm);
+    // The q/k norm weights are replicated over tp, each rank's gradient a partial over its heads.
+    const int qn = qk_norm && mp_.layer_end > mp_.layer_begin
+                       ? params_.find(ParamRole::QNorm, mp_.layer_begin)
+                       : -1;
+    qk_dw_ = bwd && tp_ && qn >= 0 && params_.trainable(qn) ? a.alloc_vec(F32, 2 * D) : Vec{};
     for (int k = 0; k < kLoraSites; ++k) {
         const bool has = lora_sites_[size_t(k)];
         lora_du_[size_t(k)] = has ? a.alloc_mat(F32, N, R) : Mat{};
@@ -528,6 +545,7 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
         be_, qkv,
         norm_input(L.ln1, L.qkv, ln1, s.ln1_mean, s.ln1_rstd, x, kQatLn1, l, s.qat_mask[kQatLn1]),
         lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la));
+    if (L.qk.enabled()) L.qk.forward(be_, qkv, s.qk_norm, att);  // att: scratch until attention
     if (rope) be_.rope_forward(qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
     be_.attention_forward(att, s.lse.slice(0, int64_t(d.B) * d.H * d.T), qkv, d,
                           1.0f / std::sqrt(float(d.D)));
@@ -607,6 +625,7 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     be_.attention_backward(d_qkv, d_att, rows(s.att, N), s.lse.slice(0, int64_t(d.B) * d.H * d.T),
                            rows(s.qkv, N), d, 1.0f / std::sqrt(float(d.D)));
     if (cfg_.family().rope) be_.rope_backward(d_qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
+    if (L.qk.enabled()) head_norm_backward(i, s, d_qkv);
     const LoraActs* qa = lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la);
     kv_grads_set_aside(i);
     L.qkv.backward_weight(be_, d_qkv, rows(s.ln1, N), qa);
@@ -615,6 +634,17 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     qat_backward(kQatLn1, l, d_ln, s.qat_mask[kQatLn1]);
     L.ln1.backward(be_, d_resid, d_ln, x, rows(s.ln1_mean, N), rows(s.ln1_rstd, N));
     kv_grads_finish(i, kv_sum);
+}
+
+void Transformer::head_norm_backward(int i, const LayerActs& s, Mat d_qkv) {
+    const int N = int(d_qkv.rows);
+    layers_[size_t(i)].qk.backward(be_, d_qkv, s.qk_norm, rows(qk_dn_, N), rows(qk_di_, N), qk_dw_);
+    if (qk_dw_.empty()) return;  // tp = 1 (accumulated in place) or frozen weights
+    tp_->all_reduce(qk_dw_.data, size_t(qk_dw_.n), DType::F32, ReduceOp::Sum);
+    const int l = mp_.layer_begin + i;
+    const int64_t D = cfg_.D();
+    be_.add(params_.grad(params_.find(ParamRole::QNorm, l)), as_mat(qk_dw_.slice(0, D)));
+    be_.add(params_.grad(params_.find(ParamRole::KNorm, l)), as_mat(qk_dw_.slice(D, D)));
 }
 
 // The gradients of layer i that the ranks holding one replicated kv head compute in part: the

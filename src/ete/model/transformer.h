@@ -50,6 +50,7 @@
 #include "ete/model/param_store.h"
 #include "ete/model/qat_runtime.h"
 #include "ete/nn/fused_linear.h"
+#include "ete/nn/head_norm.h"
 #include "ete/nn/int8_linear.h"
 #include "ete/nn/linear.h"
 #include "ete/nn/norm.h"
@@ -71,6 +72,7 @@ struct DecoderLayer {
     Linear o;         // (C, H·D) row-parallel
     FusedLinear fc;   // Llama (2F, C) gate | up; GPT-2 (F, C); column-parallel
     Linear proj;      // (C, F) row-parallel
+    HeadNorm qk;      // Qwen3's per-head q and k norms, or disabled
 };
 
 // The places a layer can hold LoRA adapters: the members of qkv (up to 3), o, the members of fc
@@ -82,6 +84,7 @@ struct LayerActs {
     Mat ln1;                             // (N, C) A
     Vec ln1_mean, ln1_rstd;              // (N) F32; mean: LayerNorm only
     Mat qkv;                             // (N, S) A, after RoPE
+    HeadNormActs qk_norm;                // Qwen3: q and k heads before their norms
     Mat att;                             // (N, H·D) A
     Vec lse;                             // (B·H·T) F32
     Mat resid_mid;                       // (N, C) F32 residual after attention
@@ -346,6 +349,8 @@ class Transformer {
     Mat d_qkv_, d_att_;        // (N, S), (N, H·D) A
     Mat d_fc_, d_act_;         // (N, 2F | F), (N, F) A
     Mat d_y16_;                // (N, C) A: F32 gradients converted for a GEMM (A != F32)
+    Mat qk_dn_, qk_di_;        // (N, H·D) F32: per-head norms' backward scratch (HeadNorm)
+    Vec qk_dw_;                // (2·D) F32, tp > 1: one micro-batch's partial q/k norm gradients
     Mat tp_buf_;               // (N, C) F32 tp > 1: partial row-parallel outputs
     // tp > 1, vocab-parallel head: local targets (head_rows) and row statistics.
     Vec ce_tgt_, ce_lse_, ce_zt_;
@@ -378,6 +383,9 @@ class Transformer {
     // global layer l.
     bool site_adapted(int site, int l) const;
     CMat o_input(const LayerActs& s, int N) const;
+    // Qwen3: the per-head q/k norms' backward of local layer i, their weight gradients summed
+    // over the tp group (each rank normalises its own heads).
+    void head_norm_backward(int i, const LayerActs& s, Mat d_qkv);
     void qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode);
     void qat_add_head();
     // The parameter the LM head multiplies: its own matrix (untied Llama) or the token embedding.

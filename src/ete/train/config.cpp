@@ -108,7 +108,7 @@ const std::vector<Key>& keys() {
         t.push_back(field("model.norm_eps", &M::norm_eps, "RMSNorm/LayerNorm epsilon"));
         t.push_back(field("model.rope_theta", &M::rope_theta, "RoPE base"));
         t.push_back(field("model.sliding_window", &M::sliding_window,
-                          "attend to the last N positions only (0 = all; mistral, qwen2)"));
+                          "attend to the last N positions only (0 = all; mistral, qwen2, qwen3)"));
         t.push_back(field("model.tie_word_embeddings", &M::tie_word_embeddings,
                           "share the embedding with the LM head"));
         t.push_back(field("model.initializer_range", &M::initializer_range, "init std"));
