@@ -51,11 +51,11 @@ IGNORE_INDEX = -100
 # Configs (HF config.json form, as ete::config_to_hf_json writes them)
 
 
-def llama_config(V, C, H, KV, F_, L, head_dim=None, max_pos=64, tie=False, rope_scaling=None,
-                 attention_bias=False, mlp_bias=False):
+def decoder_config(cls, model_type, V, C, H, KV, F_, L, max_pos, **keys):
+    """The config.json keys every Llama-layout family shares, and the family's own `keys`."""
     cfg = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": [cls],
+        "model_type": model_type,
         "vocab_size": V,
         "hidden_size": C,
         "intermediate_size": F_,
@@ -64,15 +64,19 @@ def llama_config(V, C, H, KV, F_, L, head_dim=None, max_pos=64, tie=False, rope_
         "num_key_value_heads": KV,
         "hidden_act": "silu",
         "max_position_embeddings": max_pos,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0,
-        "rope_scaling": rope_scaling,
-        "tie_word_embeddings": tie,
-        "attention_bias": attention_bias,
-        "mlp_bias": mlp_bias,
         "initializer_range": 0.02,
         "torch_dtype": "float32",
     }
+    cfg.update(keys)
+    return cfg
+
+
+def llama_config(V, C, H, KV, F_, L, head_dim=None, max_pos=64, tie=False, rope_scaling=None,
+                 attention_bias=False, mlp_bias=False):
+    cfg = decoder_config("LlamaForCausalLM", "llama", V, C, H, KV, F_, L, max_pos,
+                         rms_norm_eps=1e-6, rope_theta=10000.0, rope_scaling=rope_scaling,
+                         tie_word_embeddings=tie, attention_bias=attention_bias,
+                         mlp_bias=mlp_bias)
     if head_dim is not None:
         cfg["head_dim"] = head_dim
     return cfg
@@ -81,82 +85,31 @@ def llama_config(V, C, H, KV, F_, L, head_dim=None, max_pos=64, tie=False, rope_
 def qwen2_config(V, C, H, KV, F_, L, max_pos=64, tie=False, window=None, window_from=None):
     """Qwen2ForCausalLM: Llama's decoder with q/k/v biases (and no o_proj or MLP biases); with a
     window, the layers from max_window_layers slide."""
-    return {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
-        "vocab_size": V,
-        "hidden_size": C,
-        "intermediate_size": F_,
-        "num_hidden_layers": L,
-        "num_attention_heads": H,
-        "num_key_value_heads": KV,
-        "hidden_act": "silu",
-        "max_position_embeddings": max_pos,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
-        "rope_scaling": None,
-        "tie_word_embeddings": tie,
-        "use_sliding_window": window is not None,
-        "sliding_window": window,
-        "max_window_layers": L if window_from is None else window_from,
-        "attention_dropout": 0.0,
-        "initializer_range": 0.02,
-        "torch_dtype": "float32",
-    }
+    return decoder_config("Qwen2ForCausalLM", "qwen2", V, C, H, KV, F_, L, max_pos,
+                          rms_norm_eps=1e-6, rope_theta=1000000.0, rope_scaling=None,
+                          tie_word_embeddings=tie, use_sliding_window=window is not None,
+                          sliding_window=window,
+                          max_window_layers=L if window_from is None else window_from,
+                          attention_dropout=0.0)
 
 
 def qwen3_config(V, C, H, KV, F_, L, head_dim, window, window_from, max_pos=64):
     """Qwen3ForCausalLM: Qwen2's decoder with RMSNorm over each q and k head (q_norm, k_norm)
     before RoPE and attention_bias (false, as in the released models) for q/k/v/o biases."""
-    return {
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
-        "vocab_size": V,
-        "hidden_size": C,
-        "intermediate_size": F_,
-        "num_hidden_layers": L,
-        "num_attention_heads": H,
-        "num_key_value_heads": KV,
-        "head_dim": head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": max_pos,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "tie_word_embeddings": False,
-        "use_sliding_window": True,
-        "sliding_window": window,
-        "max_window_layers": window_from,
-        "attention_dropout": 0.0,
-        "initializer_range": 0.02,
-        "torch_dtype": "float32",
-    }
+    return decoder_config("Qwen3ForCausalLM", "qwen3", V, C, H, KV, F_, L, max_pos,
+                          head_dim=head_dim, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                          rope_scaling=None, attention_bias=False, tie_word_embeddings=False,
+                          use_sliding_window=True, sliding_window=window,
+                          max_window_layers=window_from, attention_dropout=0.0)
 
 
 def mistral_config(V, C, H, KV, F_, L, head_dim, sliding_window, max_pos=64):
     """MistralForCausalLM: Llama's decoder without biases, attention over the last
     sliding_window positions."""
-    return {
-        "architectures": ["MistralForCausalLM"],
-        "model_type": "mistral",
-        "vocab_size": V,
-        "hidden_size": C,
-        "intermediate_size": F_,
-        "num_hidden_layers": L,
-        "num_attention_heads": H,
-        "num_key_value_heads": KV,
-        "head_dim": head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": max_pos,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 1000000.0,
-        "sliding_window": sliding_window,
-        "tie_word_embeddings": False,
-        "attention_dropout": 0.0,
-        "initializer_range": 0.02,
-        "torch_dtype": "float32",
-    }
+    return decoder_config("MistralForCausalLM", "mistral", V, C, H, KV, F_, L, max_pos,
+                          head_dim=head_dim, rms_norm_eps=1e-5, rope_theta=1000000.0,
+                          sliding_window=sliding_window, tie_word_embeddings=False,
+                          attention_dropout=0.0)
 
 
 def gpt2_config(V, C, H, L, n_positions):
