@@ -98,13 +98,13 @@ RopeScaling parse_rope_scaling(const json& r, const std::string& where) {
 // (null: none) on every layer; Qwen2's and Qwen3's when use_sliding_window, on the layers from
 // max_window_layers (the layer_types list newer files carry must agree).
 void read_window(ModelConfig& c, const json& j, const std::string& w) {
-    const bool qwen2 = c.family().window == WindowRule::FromMaxWindowLayers;
-    if (qwen2 && !json_get(j, "use_sliding_window", false, w)) return;
+    const bool from_layer = c.family().window == WindowRule::FromMaxWindowLayers;
+    if (from_layer && !json_get(j, "use_sliding_window", false, w)) return;
     if (!j.contains("sliding_window") || j["sliding_window"].is_null()) return;
     c.sliding_window = json_get<int>(j, "sliding_window", 0, w);
     ETE_CHECK(c.sliding_window > 0, "{}: sliding_window = {}: expected > 0 or null", w,
               c.sliding_window);
-    if (qwen2) c.window_from_layer = json_get(j, "max_window_layers", 28, w);
+    if (from_layer) c.window_from_layer = json_get(j, "max_window_layers", 28, w);
     c.window_from_layer = std::min(c.window_from_layer, c.num_layers);
     if (!j.contains("layer_types") || j["layer_types"].is_null()) return;
     const json& types = j["layer_types"];

@@ -41,6 +41,8 @@ struct ModelConfig {
     bool has_mlp_bias() const;  // gate/up/down (GPT-2: c_fc, mlp.c_proj)
     // Whether global layer l attends through the sliding window.
     bool layer_slides(int l) const { return sliding_window > 0 && l >= window_from_layer; }
+    // Global layer l's attention window (AttnDims::window): 0 = none.
+    int window_of(int l) const { return layer_slides(l) ? sliding_window : 0; }
     // Checks every invariant; throws ete::Error naming the field.
     void validate() const;
 };

@@ -540,7 +540,7 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
     Mat act = rows(s.act, N);
     const int l = mp_.layer_begin + i;
     LoraActs la[kLoraSites];
-    d.window = cfg_.layer_slides(l) ? cfg_.sliding_window : 0;
+    d.window = cfg_.window_of(l);
     L.qkv.forward(
         be_, qkv,
         norm_input(L.ln1, L.qkv, ln1, s.ln1_mean, s.ln1_rstd, x, kQatLn1, l, s.qat_mask[kQatLn1]),
@@ -617,7 +617,7 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     const int N = d.B * d.T;
     const int l = mp_.layer_begin + i;
     Mat d_att = rows(d_att_, N), d_qkv = rows(d_qkv_, N), d_ln = rows(d_ln_, N);
-    d.window = cfg_.layer_slides(l) ? cfg_.sliding_window : 0;
+    d.window = cfg_.window_of(l);
     CMat dy = row_parallel_grad(d_resid, kQatAttnOut, l, kept[kQatAttnOut]);
     LoraActs la[kLoraSites];
     L.o.backward(be_, d_att, dy, o_input(s, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO));

@@ -20,8 +20,7 @@ Mat leading(Mat buf, int64_t r, int64_t c) {
 
 }  // namespace
 
-template <typename M>
-M HeadNorm::block(M qkv, bool k) const {
+Mat HeadNorm::block(Mat qkv, bool k) const {
     const int64_t q_cols = int64_t(H_) * D_;
     return k ? qkv.col_slice(q_cols, int64_t(KV_) * D_) : qkv.col_slice(0, q_cols);
 }

@@ -44,9 +44,8 @@ class HeadNorm {
                   Vec d_w_part) const;
 
   private:
-    // The q (k = false) or k heads' block of a q|k|v view, and the same rows seen as heads.
-    template <typename M>
-    M block(M qkv, bool k) const;
+    // The q (k = false) or k heads' columns of a q|k|v view.
+    Mat block(Mat qkv, bool k) const;
     NormParams q_, k_;
     float eps_ = 1e-6f;
     int H_ = 0, KV_ = 0, D_ = 0;
