@@ -130,18 +130,18 @@ cuda_flags() {
 # CPU with AVX2 but no AVX-512 or VNNI (Zen 2/3, Haswell..Skylake clients) runs OpenBLAS's
 # Haswell kernels and oneDNN's AVX2 ones; an AVX-512 CPU without VNNI or BF16 (Skylake-SP)
 # OpenBLAS's SkylakeX kernels and oneDNN's avx512_core ones; and the 16-bit GEMM engine that this
-# CPU does not pick by itself (ete --version says which it picks).
+# CPU does not pick by itself (ete --version says which it picks). Where the CPU has AVX-512 the
+# last two are one profile (one pass of the numerics tests fewer, ~90 s of CI): with sgemm for
+# 16-bit GEMMs it is exactly what a Skylake-SP runs (no native bf16: ETE picks sgemm there).
 kernel_profiles() {
-    local ete=$1
+    local ete=$1 gemm16=ETE_GEMM16=onednn
+    "$ete" --version 2>/dev/null | grep -q "bf16 GEMMs: oneDNN" && gemm16=ETE_GEMM16=sgemm
     echo "OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2"
     if grep -qw avx512bw /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo &&
         grep -qw avx512vl /proc/cpuinfo; then
-        echo "OPENBLAS_CORETYPE=SkylakeX ONEDNN_MAX_CPU_ISA=AVX512_CORE"
-    fi
-    if "$ete" --version 2>/dev/null | grep -q "bf16 GEMMs: oneDNN"; then
-        echo "ETE_GEMM16=sgemm"
+        echo "OPENBLAS_CORETYPE=SkylakeX ONEDNN_MAX_CPU_ISA=AVX512_CORE $gemm16"
     else
-        echo "ETE_GEMM16=onednn"
+        echo "$gemm16"
     fi
 }
 

@@ -112,6 +112,20 @@ def mistral_config(V, C, H, KV, F_, L, head_dim, sliding_window, max_pos=64):
                           attention_dropout=0.0)
 
 
+def gemma_config(model_type, V, C, H, KV, F_, L, head_dim, window, qpas, max_pos=64, **keys):
+    """Gemma2ForCausalLM / Gemma3ForCausalLM (gemma3_text): (1 + w) RMSNorms before and after
+    attention and the MLP, GeGLU (gelu_pytorch_tanh), the embedding scaled by sqrt(hidden), the
+    attention scale query_pre_attn_scalar^-1/2, tied head, sliding (local) and full layers."""
+    cls = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}[model_type]
+    cfg = decoder_config(cls, model_type, V, C, H, KV, F_, L, max_pos, head_dim=head_dim,
+                         rms_norm_eps=1e-6, rope_theta=10000.0, rope_scaling=None,
+                         attention_bias=False, tie_word_embeddings=True, sliding_window=window,
+                         query_pre_attn_scalar=qpas, attention_dropout=0.0,
+                         hidden_activation="gelu_pytorch_tanh", **keys)
+    del cfg["hidden_act"]  # Gemma's classes read hidden_activation
+    return cfg
+
+
 def gpt2_config(V, C, H, L, n_positions):
     return {
         "architectures": ["GPT2LMHeadModel"],
@@ -181,6 +195,29 @@ def llama_param_table(cfg):
     return t
 
 
+def gemma_param_table(cfg):
+    """Gemma 2/3 in ETE's order; "gnorm" is a (1 + w) norm weight (never decayed)."""
+    C, V, F_ = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    H, KV, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    t = [("model.embed_tokens.weight", (V, C), "embedding")]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t.append((p + "input_layernorm.weight", (C,), "gnorm"))
+        t += [(f"{p}self_attn.{n}.weight", (o, k), "matrix")
+              for n, o, k in [("q_proj", H * D, C), ("k_proj", KV * D, C), ("v_proj", KV * D, C),
+                              ("o_proj", C, H * D)]]
+        if cfg["model_type"] == "gemma3_text":
+            t += [(p + "self_attn.q_norm.weight", (D,), "gnorm"),
+                  (p + "self_attn.k_norm.weight", (D,), "gnorm")]
+        t += [(p + "post_attention_layernorm.weight", (C,), "gnorm"),
+              (p + "pre_feedforward_layernorm.weight", (C,), "gnorm")]
+        t += [(f"{p}mlp.{n}.weight", (o, k), "matrix")
+              for n, o, k in [("gate_proj", F_, C), ("up_proj", F_, C), ("down_proj", C, F_)]]
+        t.append((p + "post_feedforward_layernorm.weight", (C,), "gnorm"))
+    t.append(("model.norm.weight", (C,), "gnorm"))
+    return t
+
+
 def gpt2_param_table(cfg):
     C, V, P, F_ = cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"], cfg["n_inner"]
     t = [("wte.weight", (V, C), "embedding"), ("wpe.weight", (P, C), "embedding")]
@@ -207,6 +244,8 @@ def init_params(table, gen):
         x = torch.randn(shape, generator=gen, dtype=torch.float32)
         if kind == "norm":
             x = 1.0 + 0.1 * x
+        elif kind == "gnorm":  # applied as 1 + w
+            x = 0.1 * x
         elif kind == "bias":
             x = 0.05 * x
         else:
@@ -223,13 +262,16 @@ def rms_norm(x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def rope_inv_freq(cfg, D):
-    # HF _compute_default_rope_parameters / _compute_llama3_parameters, in f32 like HF.
-    base = cfg["rope_theta"]
+def rope_inv_freq(cfg, D, base=None, rs=None):
+    # HF _compute_default_rope_parameters / _compute_linear_scaling_rope_parameters /
+    # _compute_llama3_parameters, in f32 like HF.
+    if base is None:
+        base, rs = cfg["rope_theta"], cfg.get("rope_scaling")
     inv_freq = 1.0 / (base ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
-    rs = cfg.get("rope_scaling")
     if rs is None:
         return inv_freq
+    if rs["rope_type"] == "linear":
+        return inv_freq / rs["factor"]
     assert rs["rope_type"] == "llama3"
     factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
     orig = rs["original_max_position_embeddings"]
@@ -242,8 +284,8 @@ def rope_inv_freq(cfg, D):
     return torch.where(medium, smoothed, inv_llama)
 
 
-def rope_cos_sin(cfg, D, T):
-    inv_freq = rope_inv_freq(cfg, D)
+def rope_cos_sin(cfg, D, T, base=None):
+    inv_freq = rope_inv_freq(cfg, D, base)
     pos = torch.arange(T, dtype=torch.float32)
     freqs = pos[:, None] * inv_freq[None, :]  # (T, D/2), f32 like HF
     emb = torch.cat([freqs, freqs], dim=-1)  # (T, D)
@@ -255,11 +297,13 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
-def causal_attention(q, k, v, scale, window=None):
+def causal_attention(q, k, v, scale, window=None, softcap=None):
     # q (B, H, T, D); k, v (B, H, T, D) after repeat_kv. window: HF's sliding_window_overlay,
-    # query i sees key j only if j > i - window.
+    # query i sees key j only if j > i - window. softcap (Gemma 2): scores capped before the mask.
     T = q.shape[2]
     s = (q @ k.transpose(-1, -2)) * scale
+    if softcap is not None:
+        s = torch.tanh(s / softcap) * softcap
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)
     if window is not None:
         mask |= torch.ones(T, T, dtype=torch.bool).tril(-window)
@@ -274,6 +318,11 @@ def layer_window(cfg, i):
         return cfg.get("sliding_window")
     if cfg["model_type"] in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
         return cfg["sliding_window"] if i >= cfg["max_window_layers"] else None
+    if cfg["model_type"] == "gemma2":
+        return cfg["sliding_window"] if cfg["layer_types"][i] == "sliding_attention" else None
+    if cfg["model_type"] == "gemma3_text":  # the first Gemma 3 configs: sliding_window_pattern
+        slides = (i + 1) % cfg["sliding_window_pattern"] != 0
+        return cfg["sliding_window"] if slides else None
     return None
 
 
@@ -314,6 +363,49 @@ def llama_forward(cfg, P, inputs):
     x = rms_norm(x, P["model.norm.weight"], eps)
     head = P["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else P["lm_head.weight"]
     return x @ head.t()
+
+
+def gemma_norm(x, w, eps):
+    """Gemma2RMSNorm / Gemma3RMSNorm: the weight applied as (1 + w)."""
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * (1.0 + w)
+
+
+def gemma_forward(cfg, P, inputs):
+    B, T = inputs.shape
+    C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D, eps, gemma3 = cfg["head_dim"], cfg["rms_norm_eps"], cfg["model_type"] == "gemma3_text"
+    E = P["model.embed_tokens.weight"]
+    rope_global = rope_cos_sin(cfg, D, T)
+    rope_local = rope_cos_sin(cfg, D, T, cfg["rope_local_base_freq"]) if gemma3 else rope_global
+    x = E[inputs] * torch.tensor(C ** 0.5, dtype=E.dtype)  # the normalizer in the model's dtype
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        window = layer_window(cfg, i)
+        cos, sin = (t.to(E.dtype) for t in (rope_local if window is not None else rope_global))
+        h = gemma_norm(x, P[p + "input_layernorm.weight"], eps)
+        q = linear(h, P, p + "self_attn.q_proj").view(B, T, H, D)
+        k = linear(h, P, p + "self_attn.k_proj").view(B, T, KV, D)
+        if gemma3:
+            q = gemma_norm(q, P[p + "self_attn.q_norm.weight"], eps)
+            k = gemma_norm(k, P[p + "self_attn.k_norm.weight"], eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = linear(h, P, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(H // KV, dim=1)
+        v = v.repeat_interleave(H // KV, dim=1)
+        a = causal_attention(q, k, v, cfg["query_pre_attn_scalar"] ** -0.5, window,
+                             cfg.get("attn_logit_softcapping"))
+        a = a.transpose(1, 2).reshape(B, T, H * D)
+        o = linear(a, P, p + "self_attn.o_proj")
+        x = x + gemma_norm(o, P[p + "post_attention_layernorm.weight"], eps)
+        h = gemma_norm(x, P[p + "pre_feedforward_layernorm.weight"], eps)
+        m = gelu_new(linear(h, P, p + "mlp.gate_proj")) * linear(h, P, p + "mlp.up_proj")
+        m = linear(m, P, p + "mlp.down_proj")
+        x = x + gemma_norm(m, P[p + "post_feedforward_layernorm.weight"], eps)
+    logits = gemma_norm(x, P["model.norm.weight"], eps) @ E.t()
+    cap = cfg.get("final_logit_softcapping")
+    return logits if cap is None else torch.tanh(logits / cap) * cap
 
 
 def gelu_new(x):
@@ -386,7 +478,7 @@ def make_golden(cfg, table, forward, B, T, seed):
 
 def adamw_trajectory(cfg, table, forward, params32, inputs, targets):
     P = {n: p.double().requires_grad_(True) for n, p in params32.items()}
-    decay = [P[n] for n, _, kind in table if kind == "matrix"]
+    decay = [P[n] for n, _, kind in table if kind == "matrix"]  # ete::param_decays
     no_decay = [P[n] for n, _, kind in table if kind != "matrix"]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": ADAMW["weight_decay"]},
@@ -449,8 +541,26 @@ def variants():
     mistral = mistral_config(V=97, C=32, H=4, KV=2, F_=56, L=2, head_dim=16, sliding_window=4)
     # Qwen3: per-head q/k norms, head_dim 16 (H·D = 64 != C), untied, layer 1 a window of 5.
     qwen3 = qwen3_config(V=97, C=32, H=4, KV=2, F_=56, L=2, head_dim=16, window=5, window_from=1)
+    # Gemma 2: three layers (sliding, full, sliding: layer_types) with a window of 4, head_dim 16,
+    # query_pre_attn_scalar 24 (not head_dim), and soft-caps small enough (1 on the scores, 2 on
+    # the logits) that tanh bends the tiny model's values, as 50 and 30 do a real one's.
+    gemma2 = gemma_config("gemma2", V=97, C=32, H=4, KV=2, F_=56, L=3, head_dim=16, window=4,
+                          qpas=24, attn_logit_softcapping=1.0, final_logit_softcapping=2.0,
+                          layer_types=["sliding_attention", "full_attention",
+                                       "sliding_attention"])
+    # Gemma 3: (1 + w) q/k norms, two sliding layers then a full one (sliding_window_pattern 3),
+    # the full layer at rope_theta 1e6 with linear scaling 8 (as the 4B+ models), the sliding
+    # ones at rope_local_base_freq 1e4, no caps.
+    gemma3 = gemma_config("gemma3_text", V=97, C=32, H=4, KV=2, F_=56, L=3, head_dim=16,
+                          window=4, qpas=20, sliding_window_pattern=3,
+                          attn_logit_softcapping=None, final_logit_softcapping=None,
+                          rope_local_base_freq=10000.0)
+    gemma3["rope_theta"] = 1000000.0
+    gemma3["rope_scaling"] = {"rope_type": "linear", "factor": 8.0}
     return [
         ("llama_gqa", llama, llama_param_table(llama), llama_forward, 1001),
+        ("gemma2_softcap", gemma2, gemma_param_table(gemma2), gemma_forward, 1007),
+        ("gemma3_local_global", gemma3, gemma_param_table(gemma3), gemma_forward, 1008),
         ("qwen2_bias", qwen2, llama_param_table(qwen2), llama_forward, 1004),
         ("mistral_window", mistral, llama_param_table(mistral), llama_forward, 1005),
         ("qwen3_qk_norm", qwen3, llama_param_table(qwen3), llama_forward, 1006),

@@ -328,6 +328,41 @@ TEST(AttentionCpuWindow, MatchesRefWithAndWithoutDocuments) {
                 }
 }
 
+// Soft-capped scores (Gemma 2), cpu vs ref, over windows and packed rows: caps that bend the
+// scores hard (0.5: |s| up to ~3 here) and barely (50), bounded by the cap terms of
+// attention_forward_bound and attention_backward_bound.
+TEST(AttentionCpuSoftcap, MatchesRefWithWindowsAndDocuments) {
+    uint32_t seed = 801;
+    for (float cap : {0.5f, 50.0f})
+        for (int window : {0, 5, 40})
+            for (bool packed : {false, true}) {
+                AttnCase c = make_case({4, 67, 4, 2, 24}, seed++);
+                std::vector<int32_t> starts = starts_of(kAwkwardRows, 67);
+                if (packed) c.d.doc_start = host_cvec(starts);
+                c.d.window = window;
+                c.d.softcap = cap;
+                expect_cpu_matches_ref(c);
+            }
+}
+
+// A cap bends the output (scores of |s| ~ 2 under a cap of 1); a negative one is refused.
+TEST(AttentionCpuSoftcap, CapBendsTheScoresAndANegativeCapIsRefused) {
+    AttnCase c = make_case({2, 40, 4, 2, 16}, 851, 2.0f);
+    std::vector<float> out(c.out_size()), lse(c.lse_size()), out_c(out.size()), lse_c(lse.size());
+    attn_forward(cpu_be(), out, lse, c.qkv, c.d, c.scale);
+    c.d.softcap = 1.0f;
+    attn_forward(cpu_be(), out_c, lse_c, c.qkv, c.d, c.scale);
+    double diff = 0;
+    for (size_t i = 0; i < out.size(); ++i)
+        diff = std::max(diff, double(std::fabs(out[i] - out_c[i])));
+    EXPECT_GT(diff, 1e-3);
+    c.d.softcap = -1.0f;
+    EXPECT_NE(error_of([&] {
+                  attn_forward(cpu_be(), out_c, lse_c, c.qkv, c.d, c.scale);
+              }).find("softcap -1 must be finite and >= 0"),
+              std::string::npos);
+}
+
 // The definition on the reference: query i over keys [i - W + 1, i] equals a row of its own that
 // holds only those keys (positions in the row do not matter to attention: RoPE came before it).
 TEST(AttentionRefWindow, EachQueryMatchesItsWindowAsARow) {
@@ -606,6 +641,14 @@ std::vector<double> check_attention_fd(const AttnDims& d, uint32_t seed) {
 
 TEST(AttentionRefGrad, BackwardMatchesFiniteDifferences) {
     check_attention_fd({2, 5, 4, 2, 6}, 51);
+}
+
+// With soft-capped scores (a cap of 0.6 bends scores of |s| ~ 1) and a window of 3.
+TEST(AttentionRefGrad, SoftcapBackwardMatchesFiniteDifferences) {
+    AttnDims d{2, 6, 4, 2, 6};
+    d.softcap = 0.6f;
+    d.window = 3;
+    check_attention_fd(d, 57);
 }
 
 // The same with packed rows (documents of 3, 2 and 2 positions; of 1 and 6): gradients reach only

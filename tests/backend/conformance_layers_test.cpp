@@ -303,6 +303,31 @@ TEST_P(LayerOps, Swiglu) {
     }
 }
 
+// GeGLU (Gemma's MLP) like SwiGLU, bounded by geglu_bound.
+TEST_P(LayerOps, Geglu) {
+    const int64_t N = 13, F = 37;
+    for (DType t : kFloats) {
+        SCOPED_TRACE(dname(t));
+        const Buf gu = Buf::of(t, activation_inputs(size_t(N * 2 * F), 165), N, 2 * F, 2 * F + 3);
+        Buf out = poisoned(t, N, F, F + 1);
+        DevBuf gud = up(gu), od = up(out);
+        ref().geglu_forward(out.mat(), gu.cmat());
+        be().geglu_forward(od.mat(), gud.cmat());
+        const Buf d_out = rnd(t, N, F, F + 2, 166);
+        const ActBound bd = geglu_bound(gu.values(), d_out.values(), N, F, Impl::kAny);
+        expect_rounded_within(od.download(), out, bd.out, "geglu out", "conformance geglu out");
+        expect_padding_kept(od.download(), out, "geglu out");
+
+        Buf dgu = poisoned(t, N, 2 * F, 2 * F + 5);
+        DevBuf dod = up(d_out), dgud = up(dgu);
+        ref().geglu_backward(dgu.mat(), d_out.cmat(), gu.cmat());
+        be().geglu_backward(dgud.mat(), dod.cmat(), gud.cmat());
+        expect_rounded_within(dgud.download(), dgu, bd.d_in, "geglu d_gate_up",
+                              "conformance geglu d_gate_up");
+        expect_padding_kept(dgud.download(), dgu, "geglu d_gate_up");
+    }
+}
+
 // swiglu_quantize is quantize_s8 of swiglu_forward's out (backend.h): exactly the backend's own
 // two ops, and within one step of the reference's.
 TEST_P(LayerOps, SwigluQuantize) {

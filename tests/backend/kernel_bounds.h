@@ -408,6 +408,55 @@ inline ActBound gelu_bound(const DVec& x, const DVec& dy, Impl impl) {
     return b;
 }
 
+// geglu over gu (N, 2F) = (gate, up) and d_out (N, F): out = gelu(g) u, d_gate = dy u gelu'(g),
+// d_up = dy gelu(g), each implementation's GELU and GELU' as gelu_bound models them (the CPU's
+// sigmoid form with exp_fast, CUDA's tanhf, the reference's double tanh), times u and dy in that
+// implementation's order. Below y2 = -87 the CPU's terms are off by < e^-86 (as gelu_bound).
+inline ActBound geglu_bound(const DVec& gu, const DVec& dy, int64_t N, int64_t F, Impl impl) {
+    constexpr double kK = 0.7978845608028654, kC = 0.044715;
+    const Ev k2 = rounded_const(2 * kK), k = rounded_const(kK), c = rounded_const(kC);
+    const Ev c3 = rounded_const(3 * kC, 2), one = f32(1), half = f32(0.5);
+    const Ev k64 = rounded_const(kK, 1, kUnitF64), c64 = rounded_const(kC, 1, kUnitF64);
+    const Ev c3_64 = rounded_const(3 * kC, 2, kUnitF64), one64 = f64(1), half64 = f64(0.5);
+    ActBound b{DVec(size_t(N * F)), DVec(size_t(N * 2 * F))};
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t f = 0; f < F; ++f) {
+            const double gd = gu[size_t(n * 2 * F + f)], ud = gu[size_t(n * 2 * F + F + f)];
+            const double dd = dy[size_t(n * F + f)];
+            const Ev g = f32(gd), u = f32(ud), d = f32(dd), g64 = f64(gd), u64 = f64(ud),
+                     d64 = f64(dd);
+            // reference
+            const Ev t64 = tanh_of(k64 * (g64 + c64 * g64 * g64 * g64), kLibmRel);
+            const Ev dt64 = (one64 - t64 * t64) * k64 * (one64 + c3_64 * g64 * g64);
+            const Ev out_ref = rounded(half64 * g64 * (one64 + t64) * u64);
+            const Ev dg_ref = rounded(d64 * u64 * (half64 * (one64 + t64) + half64 * g64 * dt64));
+            const Ev du_ref = rounded(d64 * half64 * g64 * (one64 + t64));
+            // cpu
+            const Ev y2 = k2 * (g + c * g * g * g), dy2 = k2 * (one + c3 * g * g);
+            const Ev val_cpu = g * sigmoid_of(y2, kExpFastRel);
+            Ev grad_cpu;
+            if (y2.v < -87) {
+                const double t = std::tanh(kK * (gd + kC * gd * gd * gd));
+                const double dt = (1 - t * t) * kK * (1 + 3 * kC * gd * gd);
+                grad_cpu = {0.5 * (1 + t) + 0.5 * gd * dt,
+                            (1 + std::fabs(gd) * dy2.v) * std::exp(-86.0)};
+            } else {
+                const Ev e = exp_of(-y2, kExpFastRel), s = one / (one + e);
+                grad_cpu = s + g * (e * s) * s * dy2;
+            }
+            // cuda
+            const Ev t = tanh_of(k * (g + c * g * g * g), kUlp2Rel);
+            const Ev dt = (one - t * t) * k * (one + c3 * g * g);
+            const size_t i = size_t(n * 2 * F + f);
+            b.out[size_t(n * F + f)] =
+                bound_of(out_ref, val_cpu * u, half * g * (one + t) * u, impl);
+            b.d_in[i] = bound_of(dg_ref, d * u * grad_cpu,
+                                 d * u * (half * (one + t) + half * g * dt), impl);
+            b.d_in[i + size_t(F)] = bound_of(du_ref, d * val_cpu, d * half * g * (one + t), impl);
+        }
+    return b;
+}
+
 // ---- cross-entropy: cpu/loss.cpp, cuda/loss.cu, cpu/ref/ref_kernels.h ----
 
 // loss.cpp's chunks: a row is walked in chunks of max(512, ceil(V / 64) rounded up to 16) logits,
@@ -587,6 +636,17 @@ struct AttnFwdBound {
 };
 
 // attention_forward of qkv (B*T, S): out and lse against the reference's.
+// Soft-capping (AttnDims::softcap): a score s becomes cap · tanh(s / cap). The cap contracts a
+// score's error (its derivative 1 - t² <= 1) and adds its own: the division, tanhf (2 ulp, as
+// glibc's and CUDA's), the product and cap · log2e formed in fp32 (the CPU's log2 units) — at most
+// (4u + 4u) of the capped value.
+inline double capped_score(double s, float cap) {
+    return cap > 0 ? cap * std::tanh(s / cap) : s;
+}
+inline double cap_error(double capped, float cap) {
+    return cap > 0 ? (4 * kUnitF32 + kUlp2Rel) * std::fabs(capped) : 0.0;
+}
+
 inline AttnFwdBound attention_forward_bound(const DVec& qkv, const AttnDims& d, float scale,
                                             Impl impl) {
     const int S = d.qkv_stride(), HD = d.H * d.D, G = d.H / d.KV, D = d.D;
@@ -606,7 +666,7 @@ inline AttnFwdBound attention_forward_bound(const DVec& qkv, const AttnDims& d, 
                     const double* k = qkv.data() + (size_t(bb) * d.T + j) * S + (d.H + h / G) * D;
                     double dot = 0, abs = 0;
                     for (int e = 0; e < D; ++e) dot += q[e] * k[e], abs += std::fabs(q[e] * k[e]);
-                    s[size_t(j)] = sc * dot;
+                    s[size_t(j)] = capped_score(sc * dot, d.softcap);
                     A[size_t(j)] = abs;
                     M = std::max(M, s[size_t(j)]);
                     Smax = std::max(Smax, std::fabs(s[size_t(j)]));
@@ -617,10 +677,11 @@ inline AttnFwdBound attention_forward_bound(const DVec& qkv, const AttnDims& d, 
                 for (int j = j0; j <= i; ++j) {
                     const size_t jj = size_t(j);
                     p[jj] = std::exp(s[jj] - M) / Z;
+                    const double cap = cap_error(s[jj], d.softcap);
                     rc[jj] = gamma_worst(D + 3) * sc * A[jj] + 4 * u * Smax + (n_t + 1) * kExp2Rel +
-                             acc_c;
+                             acc_c + cap;
                     rg[jj] = gamma_worst(D + 1) * sc * A[jj] + 4 * u * Smax + (nk + 1) * kUlp2Rel +
-                             acc_g;
+                             acc_g + cap;
                     wc += p[jj] * rc[jj];
                     wg += p[jj] * rg[jj];
                 }
@@ -707,15 +768,33 @@ inline AttnBwdBound attention_backward_bound(const DVec& qkv, const DVec& d_out,
                         dot += q[e] * k[e], A += std::fabs(q[e] * k[e]);
                         dP += dy[e] * v[e], B += std::fabs(dy[e] * v[e]);
                     }
-                    const double s = sc * dot, p = std::exp(s - l), dS = p * (dP - Di);
+                    // Capped (softcap): the capped score's error as in the forward, and
+                    // dS = dS_capped · f with f = 1 - t², whose error comes from t's (tanhf
+                    // and the raw score's, through t' = f / cap) and from 1 - t·t and the
+                    // product (3u).
+                    const double s = capped_score(sc * dot, d.softcap), p = std::exp(s - l);
+                    const double cap = cap_error(s, d.softcap);
+                    double f = 1, fe = 0;
+                    if (d.softcap > 0) {
+                        const double t = s / d.softcap;
+                        f = 1 - t * t;
+                        fe = 2 * std::fabs(t) *
+                                 ((kUlp2Rel + 2 * u) * std::fabs(t) +
+                                  f * gamma_worst(D + 3) * sc * A / d.softcap) +
+                             3 * u;
+                    }
+                    const double dSc = p * (dP - Di), dS = dSc * f;
                     const double rho_c = gamma_worst(D + 3) * sc * A + 2 * u * std::fabs(l) +
-                                         u * std::fabs(s - l) + kExp2Rel + le;
+                                         u * std::fabs(s - l) + kExp2Rel + le + cap;
                     const double rho_g =
-                        gamma_worst(D + 1) * sc * A + u * std::fabs(s - l) + kUlp2Rel + le;
+                        gamma_worst(D + 1) * sc * A + u * std::fabs(s - l) + kUlp2Rel + le + cap;
                     const double base = p * (gd * (B + Ci) + eD);
-                    const double eS_c = base + p * (rho_c + 3 * u) * std::fabs(dP - Di);
-                    const double eS_g = base + p * (rho_g + 3 * u) * std::fabs(dP - Di);
-                    const double eS_r = p * gamma_worst(2 * D + 8, kUnitF64) * (B + Ci);
+                    const double eS_c =
+                        f * (base + p * (rho_c + 3 * u) * std::fabs(dP - Di)) + fe * std::fabs(dSc);
+                    const double eS_g =
+                        f * (base + p * (rho_g + 3 * u) * std::fabs(dP - Di)) + fe * std::fabs(dSc);
+                    const double eS_r = p * gamma_worst(2 * D + 8, kUnitF64) * (B + Ci) +
+                                        (d.softcap > 0 ? 8 * kUnitF64 * std::fabs(dSc) : 0.0);
                     const double aS = std::fabs(dS);
                     for (int e = 0; e < D; ++e) {
                         const size_t iq = qrow + size_t(h) * D + e, ik = krow + kc + e;

@@ -64,6 +64,41 @@ class Loss : public ::testing::Test {
     std::unique_ptr<Backend> ref_ = make_ref_backend();
 };
 
+// Gemma 2's final cap on a strided block (a vocab-parallel head's columns): y = cap tanh(z / cap)
+// and d_cap = 1 - tanh², each within tanhf's 2 ulp plus the division and product (the CPU's
+// fp32 ops; 1 - t·t adds 2 |t|·that + u); softcap_backward is one fp32 product (u). Elements
+// outside the block stay untouched.
+TEST_F(Loss, SoftcapMatchesItsDefinition) {
+    const int N = 5, V = 37, ld = 41;
+    const float cap = 2.5f;
+    FVec z = random_vec(size_t(N) * ld, 40, -12.0, 12.0), y = z, d_cap(z.size(), -7.0f);
+    cpu_->softcap_forward(m(y, N, V, ld), m(d_cap, N, V, ld), cap);
+    const double u = kUnitF32, e_t = kUlp2Rel + 2 * u;
+    for (int n = 0; n < N; ++n)
+        for (int c = 0; c < ld; ++c) {
+            const size_t i = size_t(n) * ld + size_t(c);
+            if (c >= V) {
+                EXPECT_EQ(y[i], z[i]);
+                EXPECT_EQ(d_cap[i], -7.0f);
+                continue;
+            }
+            const double t = std::tanh(double(z[i]) / cap);
+            EXPECT_NEAR(y[i], cap * t, (e_t + u) * std::fabs(cap * t)) << i;
+            EXPECT_NEAR(d_cap[i], 1 - t * t, 2 * std::fabs(t) * e_t * std::fabs(t) + u) << i;
+        }
+    FVec d = random_vec(z.size(), 41, -1.0, 1.0), want = d;
+    cpu_->softcap_backward(m(d, N, V, ld), host_cmat(d_cap, N, V, ld));
+    for (int n = 0; n < N; ++n)
+        for (int c = 0; c < ld; ++c) {
+            const size_t i = size_t(n) * ld + size_t(c);
+            EXPECT_EQ(d[i], c < V ? want[i] * d_cap[i] : want[i]) << i;  // one rounding, exact
+        }
+    EXPECT_NE(error_of([&] {
+                  cpu_->softcap_forward(m(y, N, V, ld), Mat{}, 0.0f);
+              }).find("softcap_forward: cap 0: expected a finite number > 0"),
+              std::string::npos);
+}
+
 TEST_F(Loss, CrossEntropyForwardBackwardMatchesRef) {
     const float d_scale = 0.37f;
     for (CeCase cs : ce_cases()) {

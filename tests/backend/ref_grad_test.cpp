@@ -127,6 +127,45 @@ TEST_F(RefGradients, SwigluAndGeluMatchFiniteDifferences) {
     expect_grad(d_x, DVec(N * F, 0.0), gx, "gelu d_x");
 }
 
+TEST_F(RefGradients, GegluMatchesFiniteDifferences) {
+    const int N = 3, F = 4;
+    DVec gu = random_vec<double>(N * 2 * F, 162, -4.0, 4.0), r = random_vec<double>(N * F, 163);
+    DVec out(N * F);
+    auto geglu = [&] {
+        ref_->geglu_forward(m(out, N, F), m(gu, N, 2 * F));
+        return dot(r, out);
+    };
+    DVec g = numeric_grad(gu, geglu), d_gu(N * 2 * F), zero(N * 2 * F, 0.0);
+    ref_->geglu_backward(m(d_gu, N, 2 * F), m(r, N, F), m(gu, N, 2 * F));
+    expect_grad(d_gu, zero, g, "geglu d_gate_up");
+}
+
+// Gemma 2's final cap before the cross-entropy: softcap_forward, the loss, its backward in place,
+// then softcap_backward, against differences of the capped loss of the raw logits.
+TEST_F(RefGradients, SoftcappedCrossEntropyMatchesFiniteDifferences) {
+    const int N = 3, V = 5;
+    const float cap = 1.5f, d_scale = 0.5f;
+    std::vector<int32_t> targets = {1, 4, kIgnoreIndex};
+    DVec z = random_vec<double>(N * V, 170, -3.0, 3.0), y(N * V), losses(N), d_cap(N * V);
+    auto loss = [&] {
+        y = z;
+        ref_->softcap_forward(m(y, N, V), Mat{}, cap);
+        ref_->cross_entropy_forward(v(losses), m(y, N, V), host_cvec(targets));
+        return d_scale * (losses[0] + losses[1] + losses[2]);
+    };
+    const DVec g = numeric_grad(z, loss);
+    y = z;
+    ref_->softcap_forward(m(y, N, V), m(d_cap, N, V), cap);
+    for (size_t i = 0; i < y.size(); ++i) {  // the cap and its derivative, by definition
+        EXPECT_NEAR(y[i], cap * std::tanh(z[i] / cap), 1e-15);
+        EXPECT_NEAR(d_cap[i], 1 - std::pow(std::tanh(z[i] / cap), 2), 1e-15);
+    }
+    ref_->cross_entropy_forward_backward(m(y, N, V), v(losses), host_cvec(targets), d_scale,
+                                         m(y, N, V));
+    ref_->softcap_backward(m(y, N, V), m(d_cap, N, V));
+    expect_grad(y, DVec(N * V, 0.0), g, "softcapped cross-entropy d_logits");
+}
+
 TEST_F(RefGradients, CrossEntropyMatchesFiniteDifferences) {
     const int N = 4, V = 6;
     const float d_scale = 0.75f;  // the gradient is that of d_scale * sum of losses

@@ -92,19 +92,22 @@ TEST(CliEval, LossAndLogitsFollowTheContract) {
     expect_eval_follows_the_contract(tiny_llama(2));
 }
 
-// Every family's HF dir (Qwen2 and Qwen3 with a window of 4 from layer 1, Mistral with one of 3:
-// all shorter than the rows) evaluates like its model.
+// Every family's HF dir (Qwen2 and Qwen3 with a window of 4 from layer 1, Mistral with one of 3,
+// Gemma 2 and 3 with one of 3 on their local layers: all shorter than the rows) evaluates like
+// its model (Gemma 2's soft-caps included).
 TEST(CliEval, EveryFamilyFollowsTheContract) {
     for (const Family& f : families()) {
         ModelConfig c = tiny_llama(2);
         c.arch = f.arch;
+        c.use_family_defaults();
         if (f.layout == Layout::GPT2) {
             c.num_kv_heads = c.num_heads;
             c.tie_word_embeddings = true;
         }
         if (f.window == WindowRule::FromMaxWindowLayers)
             c.sliding_window = 4, c.window_from_layer = 1;
-        if (f.window == WindowRule::AllLayers) c.sliding_window = 3;
+        if (f.window == WindowRule::AllLayers || f.window == WindowRule::Pattern)
+            c.sliding_window = 3;
         expect_eval_follows_the_contract(c);
     }
 }

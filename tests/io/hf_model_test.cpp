@@ -57,6 +57,7 @@ TEST_F(HfModelTest, RoundTripEveryFamily) {
     for (const Family& f : families()) {
         const Arch arch = f.arch;
         ModelConfig c = tiny(arch);
+        c.use_family_defaults();
         if (f.window != WindowRule::None) c.sliding_window = 8;
         if (f.window == WindowRule::FromMaxWindowLayers) c.window_from_layer = 1;
         HostParams a(param_specs(c));
@@ -69,6 +70,10 @@ TEST_F(HfModelTest, RoundTripEveryFamily) {
         EXPECT_EQ(back.intermediate_size, c.intermediate_size);
         EXPECT_EQ(back.sliding_window, c.sliding_window);
         EXPECT_EQ(back.window_from_layer, c.window_from_layer);
+        EXPECT_EQ(back.window_pattern, c.window_pattern);
+        EXPECT_EQ(back.attn_softcap, c.attn_softcap);
+        EXPECT_EQ(back.final_softcap, c.final_softcap);
+        EXPECT_EQ(back.rope_local_theta, c.rope_local_theta);
         HostParams b(param_specs(back));
         EXPECT_EQ(b.specs().size(), a.specs().size()) << f.name;  // the same biases
         load_hf_weights(d, b);

@@ -272,12 +272,162 @@ TEST(HfConfig, Qwen3HasHeadNormsAndAttentionBias) {
     EXPECT_EQ(back["use_sliding_window"], false);
 }
 
+// gemma-2-2b's config.json (published values): soft-caps 50 and 30, query_pre_attn_scalar and
+// head_dim 256 (H·D = 2048 != hidden 2304), alternating local (first) and global layers with no
+// key saying so, hidden_act beside hidden_activation.
+TEST(HfConfig, Gemma2ReadsSoftCapsAndAlternatesWindows) {
+    json j = {{"architectures", {"Gemma2ForCausalLM"}},
+              {"attention_bias", false},
+              {"attention_dropout", 0.0},
+              {"attn_logit_softcapping", 50.0},
+              {"bos_token_id", 2},
+              {"cache_implementation", "hybrid"},
+              {"eos_token_id", 1},
+              {"final_logit_softcapping", 30.0},
+              {"head_dim", 256},
+              {"hidden_act", "gelu_pytorch_tanh"},
+              {"hidden_activation", "gelu_pytorch_tanh"},
+              {"hidden_size", 2304},
+              {"initializer_range", 0.02},
+              {"intermediate_size", 9216},
+              {"max_position_embeddings", 8192},
+              {"model_type", "gemma2"},
+              {"num_attention_heads", 8},
+              {"num_hidden_layers", 26},
+              {"num_key_value_heads", 4},
+              {"pad_token_id", 0},
+              {"query_pre_attn_scalar", 256},
+              {"rms_norm_eps", 1e-06},
+              {"rope_theta", 10000.0},
+              {"sliding_window", 4096},
+              {"vocab_size", 256000}};
+    const ModelConfig c = config_from_hf_json(j, "gemma2.json");
+    EXPECT_EQ(c.arch, Arch::Gemma2);
+    EXPECT_EQ(c.D(), 256);
+    EXPECT_EQ(c.attn_softcap, 50.0f);
+    EXPECT_EQ(c.final_softcap, 30.0f);
+    EXPECT_EQ(c.attn_scale(), 1.0f / 16.0f);
+    EXPECT_TRUE(c.layer_slides(0) && !c.layer_slides(1) && c.layer_slides(24));
+    EXPECT_EQ(c.window_of(2), 4096);
+    EXPECT_EQ(c.window_of(25), 0);
+    EXPECT_FALSE(c.local_rope(0));
+    EXPECT_EQ(c.eos_token_id, 1);
+    // Layer 0's norms: four (1 + w) norms starting at 0, the MLP's input named pre_feedforward.
+    std::vector<std::string> norms;
+    for (const ParamSpec& s : param_specs(c))
+        if (s.layer == 0 && s.kind == ParamKind::Norm) {
+            norms.push_back(s.name);
+            EXPECT_EQ(s.init, ParamInit::Zeros) << s.name;
+        }
+    EXPECT_EQ(norms,
+              (std::vector<std::string>{"model.layers.0.input_layernorm.weight",
+                                        "model.layers.0.post_attention_layernorm.weight",
+                                        "model.layers.0.pre_feedforward_layernorm.weight",
+                                        "model.layers.0.post_feedforward_layernorm.weight"}));
+    // Written back with the same keys, read back the same.
+    const json back = config_to_hf_json(c);
+    EXPECT_EQ(back["hidden_activation"], "gelu_pytorch_tanh");
+    EXPECT_EQ(back["layer_types"][0], "sliding_attention");
+    EXPECT_EQ(back["layer_types"][1], "full_attention");
+    const ModelConfig again = config_from_hf_json(back, "back.json");
+    EXPECT_EQ(again.window_pattern, 2);
+    EXPECT_EQ(again.final_softcap, 30.0f);
+    EXPECT_EQ(again.query_pre_attn_scalar, 256);
+    // Errors name the key.
+    j["hidden_activation"] = "gelu";
+    EXPECT_EQ(error_of([&] { config_from_hf_json(j, "gemma2.json"); }),
+              "gemma2.json: hidden_activation 'gelu' is not supported (expected "
+              "gelu_pytorch_tanh)");
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["layer_types"] = json::array();
+    for (int l = 0; l < 26; ++l) j["layer_types"].push_back("sliding_attention");
+    j["layer_types"][3] = "full_attention";  // a period of 4: layer 7 must be full
+    EXPECT_EQ(error_of([&] { config_from_hf_json(j, "gemma2.json"); }),
+              "gemma2.json: layer_types[7] = \"sliding_attention\": expected \"full_attention\" "
+              "(from sliding_window and sliding_window_pattern; per-layer patterns are not "
+              "supported for gemma2)");
+}
+
+// gemma-3-1b's config.json (published values): five local layers (window 512, RoPE base 1e4)
+// per global one (1e6), null soft-caps, eos a list; the vision-language model_type is refused.
+TEST(HfConfig, Gemma3ReadsItsLayerPatternAndLocalRope) {
+    json j = {{"architectures", {"Gemma3ForCausalLM"}},
+              {"attention_bias", false},
+              {"attention_dropout", 0.0},
+              {"attn_logit_softcapping", nullptr},
+              {"bos_token_id", 2},
+              {"cache_implementation", "hybrid"},
+              {"eos_token_id", {1, 106}},
+              {"final_logit_softcapping", nullptr},
+              {"head_dim", 256},
+              {"hidden_activation", "gelu_pytorch_tanh"},
+              {"hidden_size", 1152},
+              {"initializer_range", 0.02},
+              {"intermediate_size", 6912},
+              {"max_position_embeddings", 32768},
+              {"model_type", "gemma3_text"},
+              {"num_attention_heads", 4},
+              {"num_hidden_layers", 26},
+              {"num_key_value_heads", 1},
+              {"pad_token_id", 0},
+              {"query_pre_attn_scalar", 256},
+              {"rms_norm_eps", 1e-06},
+              {"rope_local_base_freq", 10000},
+              {"rope_scaling", nullptr},
+              {"rope_theta", 1000000},
+              {"sliding_window", 512},
+              {"sliding_window_pattern", 6},
+              {"vocab_size", 262144}};
+    const ModelConfig c = config_from_hf_json(j, "gemma3.json");
+    EXPECT_EQ(c.arch, Arch::Gemma3);
+    EXPECT_EQ(c.attn_softcap, 0.0f);
+    EXPECT_EQ(c.final_softcap, 0.0f);
+    EXPECT_EQ(c.rope_local_theta, 10000.0);
+    for (int l = 0; l < 26; ++l) {
+        EXPECT_EQ(c.layer_slides(l), l % 6 != 5) << l;
+        EXPECT_EQ(c.local_rope(l), l % 6 != 5) << l;
+    }
+    EXPECT_EQ(c.eos_token_id, 1);
+    int qk = 0;
+    for (const ParamSpec& s : param_specs(c))
+        qk += s.role == ParamRole::QNorm || s.role == ParamRole::KNorm;
+    EXPECT_EQ(qk, 2 * 26);
+    const ModelConfig again = config_from_hf_json(config_to_hf_json(c), "back.json");
+    EXPECT_EQ(again.window_pattern, 6);
+    EXPECT_EQ(again.rope_local_theta, 10000.0);
+    EXPECT_EQ(again.sliding_window, 512);
+    // The 4B+ models' linear scaling of the global layers; newer files' per-type rope_parameters.
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+    EXPECT_EQ(config_from_hf_json(j, "gemma3.json").rope_scaling.type, "linear");
+    j.erase("rope_scaling");
+    j.erase("rope_theta");
+    j.erase("rope_local_base_freq");
+    j["rope_parameters"] = {
+        {"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
+        {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}};
+    const ModelConfig p = config_from_hf_json(j, "gemma3.json");
+    EXPECT_EQ(p.rope_theta, 1e6);
+    EXPECT_EQ(p.rope_scaling.factor, 8.0);
+    EXPECT_EQ(p.rope_local_theta, 1e4);
+    j["model_type"] = "gemma3";
+    EXPECT_NE(error_of([&] {
+                  config_from_hf_json(j, "gemma3.json");
+              }).find("model_type 'gemma3' is Gemma 3's vision-language model"),
+              std::string::npos);
+    j["model_type"] = "gemma3_text";
+    j["use_bidirectional_attention"] = true;
+    EXPECT_NE(error_of([&] {
+                  config_from_hf_json(j, "gemma3.json");
+              }).find("use_bidirectional_attention = true is not supported"),
+              std::string::npos);
+}
+
 TEST(HfConfig, AnUnknownModelTypeListsTheFamilies) {
     EXPECT_EQ(error_of([] {
-                  config_from_hf_json(json{{"model_type", "gemma3_text"}}, "c.json");
+                  config_from_hf_json(json{{"model_type", "phi3"}}, "c.json");
               }),
-              "c.json: model_type 'gemma3_text' is not supported (expected llama, gpt2, qwen2, "
-              "mistral, qwen3)");
+              "c.json: model_type 'phi3' is not supported (expected llama, gpt2, qwen2, "
+              "mistral, qwen3, gemma2, gemma3_text)");
     ModelConfig c = config_from_hf_json(llama(json::object()), "c.json");
     c.sliding_window = 8;  // a Llama has no window
     EXPECT_EQ(error_of([&] { c.validate(); }), "model.sliding_window = 8: expected 0 for llama");

@@ -15,6 +15,7 @@
 #include "ete/core/rng.h"
 #include "ete/model/transformer.h"
 #include "numerics.h"
+#include "parallel_util.h"
 #include "test_util.h"
 
 namespace ete {
@@ -24,6 +25,8 @@ namespace {
 // do Qwen2 (q/k/v biases, a window of 3 on layer 1), Mistral (a window of 4 on both layers) and
 // Qwen3 (q/k norms, a window of 3 on layer 1), whose windows are shorter than the documents.
 ModelConfig tiny_config(Arch arch) {
+    if (arch == Arch::Gemma2 || arch == Arch::Gemma3)  // local layers with a window of 3
+        return testing::gemma_like(tiny_config(Arch::Llama), arch, 3);
     if (arch != Arch::Llama && arch != Arch::GPT2) {
         ModelConfig c = tiny_config(Arch::Llama);
         c.arch = arch;
@@ -261,7 +264,8 @@ INSTANTIATE_TEST_SUITE_P(Models, PackingTest,
                                            Case{Arch::Llama, "guarded"},
                                            Case{Arch::GPT2, "guarded"}, Case{Arch::Qwen2, "cpu"},
                                            Case{Arch::Mistral, "cpu"}, Case{Arch::Mistral, "ref"},
-                                           Case{Arch::Qwen3, "cpu"}),
+                                           Case{Arch::Qwen3, "cpu"}, Case{Arch::Gemma2, "cpu"},
+                                           Case{Arch::Gemma3, "cpu"}, Case{Arch::Gemma2, "ref"}),
                          case_name);
 
 }  // namespace

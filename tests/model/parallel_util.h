@@ -59,9 +59,37 @@ inline ModelConfig tp_gpt2() {
 
 // Qwen2 (q/k/v biases only; a window of 5 on layers 2 and 3), Mistral (no biases; a window of 4
 // on every layer) and Qwen3 (per-head q/k norms, q/k/v/o biases; a window of 5 on layers 2 and 3)
-// on tp_llama's shapes: the tests' sequences (11) cross the windows.
-inline ModelConfig tp_family(Arch arch, int kv_heads = 2) {
+// on tp_llama's shapes: the tests' sequences (11) cross the windows. Gemma 2 and 3: gemma_like.
+inline ModelConfig tp_family(Arch arch, int kv_heads = 2);
+
+// Gemma 2 (soft-caps of 1 on the scores and 2 on the logits, so tanh bends the tiny model's
+// values as 50 and 30 do a real one's; local layers 0 and 2) and Gemma 3 (q/k norms; local
+// layers 0, 1 and 3 at their own RoPE base, layer 2 global at a scaled one) on c's shapes, with
+// a window of `window` on the local layers and query_pre_attn_scalar 24 (not head_dim).
+inline ModelConfig gemma_like(ModelConfig c, Arch arch, int window) {
+    c.arch = arch;
+    c.use_family_defaults();
+    c.attention_bias = false;
+    c.mlp_bias = false;
+    c.tie_word_embeddings = true;
+    c.sliding_window = window;
+    c.window_from_layer = 0;
+    c.query_pre_attn_scalar = 24;
+    if (arch == Arch::Gemma2) {
+        c.attn_softcap = 1.0f;
+        c.final_softcap = 2.0f;
+    } else {
+        c.window_pattern = 3;
+        c.rope_theta = 1e6;
+        c.rope_scaling.type = "linear";
+        c.rope_scaling.factor = 8;
+    }
+    return c;
+}
+
+inline ModelConfig tp_family(Arch arch, int kv_heads) {
     ModelConfig c = tp_llama(kv_heads);
+    if (arch == Arch::Gemma2 || arch == Arch::Gemma3) return gemma_like(c, arch, 5);
     c.arch = arch;
     c.attention_bias = arch == Arch::Qwen3;  // the bias path of Qwen3's attention_bias
     c.mlp_bias = false;

@@ -236,7 +236,9 @@ INSTANTIATE_TEST_SUITE_P(Models, PipelineSplit,
                                            SplitCase{Arch::GPT2, 2, "2,2", "none", "guarded"},
                                            SplitCase{Arch::Qwen2, 2, "2,2", "1-2"},
                                            SplitCase{Arch::Mistral, 3, "1,2,1", "full"},
-                                           SplitCase{Arch::Qwen3, 2, "2,2", "1-2"}),
+                                           SplitCase{Arch::Qwen3, 2, "2,2", "1-2"},
+                                           SplitCase{Arch::Gemma2, 2, "2,2", "1-2"},
+                                           SplitCase{Arch::Gemma3, 3, "1,2,1", "full"}),
                          split_case_name);
 
 // One stage holding everything, tied (the embedding is also the head): still one descending
@@ -418,7 +420,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"gpt2_guarded", testing::tp_gpt2(), "none", "guarded"},
                       MeshCase{"qwen2_recompute", testing::tp_family(Arch::Qwen2), "full"},
                       MeshCase{"mistral", testing::tp_family(Arch::Mistral), "none"},
-                      MeshCase{"qwen3_recompute1", testing::tp_family(Arch::Qwen3), "1"}),
+                      MeshCase{"qwen3_recompute1", testing::tp_family(Arch::Qwen3), "1"},
+                      MeshCase{"gemma2", testing::tp_family(Arch::Gemma2), "none"},
+                      MeshCase{"gemma3_recompute", testing::tp_family(Arch::Gemma3), "full"}),
     [](const ::testing::TestParamInfo<MeshCase>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -300,7 +300,11 @@ INSTANTIATE_TEST_SUITE_P(
         // q/k norm weights replicated, their gradients summed over the tp group;
         // at tp 4 > KV 2 the k heads (and their norms) are replicated too
         TpCase{Arch::Qwen3, 2, false, "cpu"}, TpCase{Arch::Qwen3, 4, true, "cpu", 61, 0, 2},
-        TpCase{Arch::Qwen3, 2, true, "guarded"}, TpCase{Arch::GPT2, 4, false, "guarded", 5}),
+        TpCase{Arch::Qwen3, 2, true, "guarded"}, TpCase{Arch::GPT2, 4, false, "guarded", 5},
+        // Gemma: post norms after the row-parallel all-reduce, soft-capped scores and
+        // vocab-parallel logits, local and global RoPE tables
+        TpCase{Arch::Gemma2, 2, false, "cpu"}, TpCase{Arch::Gemma2, 4, true, "cpu"},
+        TpCase{Arch::Gemma3, 2, true, "cpu"}, TpCase{Arch::Gemma3, 4, false, "ref"}),
     tp_case_name);
 
 // tp > KV: each kv head replicated on tp / KV ranks (one query head per rank at H 4, two sharing

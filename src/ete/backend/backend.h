@@ -47,6 +47,9 @@ struct AttnDims {
     int B, T, H, KV, D;
     CVec doc_start{};  // (B*T) I32 in backend memory, or empty; see the file header
     int window = 0;    // > 0: sliding-window attention over this many positions (file header)
+    // > 0 (Gemma 2): each scaled score s becomes softcap · tanh(s / softcap) before the softmax;
+    // lse is that of the capped scores.
+    float softcap = 0;
     int qkv_stride() const { return (H + 2 * KV) * D; }
     // The first key query t of a row sees, given its document start s.
     int first_key(int s, int t) const { return window > 0 ? std::max(s, t - window + 1) : s; }
@@ -241,12 +244,21 @@ class Backend : public DeviceMemory {
     // SwiGLU: gate_up (N, 2F) holds gate | up; out (N, F) = silu(gate) * up.  d_gate_up written.
     virtual void swiglu_forward(Mat out, CMat gate_up) = 0;
     virtual void swiglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) = 0;
+    // GeGLU (Gemma): as SwiGLU with out = gelu_tanh(gate) * up (gelu_forward's GELU).
+    virtual void geglu_forward(Mat out, CMat gate_up) = 0;
+    virtual void geglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) = 0;
     // q (N, F) I8 or U8 = quantize_s8 of swiglu_forward's out (rounded to gate_up's dtype), in
     // one pass: the integer model's input of its down projection. This default runs the two ops.
     virtual void swiglu_quantize(Mat q, CMat gate_up, CVec scale, CVec zero, const QuantGrid& g);
     // GELU, tanh approximation (gelu_new), elementwise.  d_x written.
     virtual void gelu_forward(Mat out, CMat x) = 0;
     virtual void gelu_backward(Mat d_x, CMat d_out, CMat x) = 0;
+
+    // --- soft-capping (Gemma 2's final logits; F32) ---
+    // x = cap · tanh(x / cap) in place; d_cap (x's shape) or empty: 1 − tanh², the derivative.
+    virtual void softcap_forward(Mat x, Mat d_cap, float cap) = 0;
+    // d_x *= d_cap: the gradient of the capped values becomes that of the uncapped ones.
+    virtual void softcap_backward(Mat d_x, CMat d_cap) = 0;
 
     // --- loss (F32 logits) ---
     // Softmax cross-entropy over logits (N, V): losses(N) = -log p[target] (0 where target ==

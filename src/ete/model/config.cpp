@@ -29,6 +29,18 @@ bool ModelConfig::has_mlp_bias() const {
     return r == BiasRule::All || (r == BiasRule::FromConfig && mlp_bias);
 }
 
+float ModelConfig::attn_scale() const {
+    return float(1.0 / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : double(D())));
+}
+
+void ModelConfig::use_family_defaults() {
+    const Family& f = family();
+    window_pattern = f.window == WindowRule::Pattern ? f.window_pattern : 0;
+    attn_softcap = f.attn_softcap;
+    final_softcap = f.final_softcap;
+    rope_local_theta = f.local_rope ? 10000.0 : 0.0;
+}
+
 void ModelConfig::validate() const {
     auto pos = [](int v, const char* k) { ETE_CHECK(v > 0, "model.{} = {}: expected > 0", k, v); };
     pos(vocab_size, "vocab_size");
@@ -54,6 +66,22 @@ void ModelConfig::validate() const {
                                                   : std::string(" for ") + family().name);
     ETE_CHECK(window_from_layer >= 0 && window_from_layer <= num_layers,
               "max_window_layers = {}: expected 0..{}", window_from_layer, num_layers);
+    ETE_CHECK(
+        window_pattern >= 0 && (window_pattern == 0 || family().window == WindowRule::Pattern),
+        "sliding_window_pattern = {}: expected {}", window_pattern,
+        family().window == WindowRule::Pattern ? "a period >= 1" : "none for this family");
+    auto cap = [&](float v, const char* k) {
+        ETE_CHECK(v >= 0 && std::isfinite(v) && (v == 0 || family().softcap_keys),
+                  "{} = {}: expected {}", k, v,
+                  family().softcap_keys ? "a finite number >= 0 (0: none)"
+                                        : std::string("none for ") + family().name);
+    };
+    cap(attn_softcap, "attn_logit_softcapping");
+    cap(final_softcap, "final_logit_softcapping");
+    ETE_CHECK(query_pre_attn_scalar >= 0 && std::isfinite(query_pre_attn_scalar),
+              "query_pre_attn_scalar = {}: expected a finite number > 0", query_pre_attn_scalar);
+    ETE_CHECK(rope_local_theta == 0 || (rope_local_theta > 1 && std::isfinite(rope_local_theta)),
+              "rope_local_base_freq = {}: expected a finite number > 1", rope_local_theta);
     ETE_CHECK(norm_eps > 0 && norm_eps < 1, "model.norm_eps = {}: expected in (0, 1)", norm_eps);
     ETE_CHECK(rope_theta > 1 && std::isfinite(rope_theta),
               "model.rope_theta = {}: expected a finite number > 1", rope_theta);
@@ -72,9 +100,16 @@ RopeScaling parse_rope_scaling(const json& r, const std::string& where) {
     std::string type = r.contains("rope_type") ? r["rope_type"].get<std::string>()
                        : r.contains("type")    ? r["type"].get<std::string>()
                                                : "default";
-    ETE_CHECK(type == "default" || type == "llama3",
-              "{}: rope type '{}' is not implemented (supported: default, llama3)", where, type);
+    ETE_CHECK(type == "default" || type == "llama3" || type == "linear",
+              "{}: rope type '{}' is not implemented (supported: default, linear, llama3)", where,
+              type);
     s.type = type;
+    if (type == "linear") {
+        s.factor = json_get<double>(r, "factor", 1.0, where);
+        ETE_CHECK(s.factor >= 1 && std::isfinite(s.factor),
+                  "{}: rope_scaling linear factor {}: expected a finite number >= 1", where,
+                  s.factor);
+    }
     if (type == "llama3") {
         s.factor = json_get<double>(r, "factor", 8.0, where);
         s.low_freq_factor = json_get<double>(r, "low_freq_factor", 1.0, where);
@@ -94,10 +129,59 @@ RopeScaling parse_rope_scaling(const json& r, const std::string& where) {
     return s;
 }
 
+// Every layer's type against what sliding_window, max_window_layers and the pattern make of it
+// (the layer_types list newer files carry).
+void check_layer_types(const ModelConfig& c, const json& j, const std::string& w) {
+    if (!j.contains("layer_types") || j["layer_types"].is_null()) return;
+    const json& types = j["layer_types"];
+    ETE_CHECK(types.is_array() && types.size() == size_t(c.num_layers),
+              "{}: layer_types: expected a list of {} entries", w, c.num_layers);
+    for (int l = 0; l < c.num_layers; ++l) {
+        const std::string want = c.layer_slides(l) ? "sliding_attention" : "full_attention";
+        ETE_CHECK(types[size_t(l)] == want,
+                  "{}: layer_types[{}] = {}: expected \"{}\" (from sliding_window and {}; "
+                  "per-layer patterns are not supported for {})",
+                  w, l, types[size_t(l)].dump(), want,
+                  c.window_pattern > 0 ? "sliding_window_pattern" : "max_window_layers",
+                  c.family().model_type);
+    }
+}
+
+// Gemma: a window on all layers but each pattern-th. The period comes from layer_types (the
+// index of its first full_attention layer, plus one) or sliding_window_pattern, else the
+// family's; HF's classes default sliding_window to 4096.
+void read_window_pattern(ModelConfig& c, const json& j, const std::string& w) {
+    c.window_pattern = json_get(j, "sliding_window_pattern", c.family().window_pattern, w);
+    ETE_CHECK(c.window_pattern >= 1, "{}: sliding_window_pattern = {}: expected >= 1", w,
+              c.window_pattern);
+    if (j.contains("layer_types") && j["layer_types"].is_array()) {
+        // Its first full layer sets the period; none (all local) keeps a period past the last
+        // layer (Gemma 3's 6 on a model of 5 layers or fewer), else none.
+        const json& types = j["layer_types"];
+        int period = 0;
+        for (size_t l = 0; l < types.size() && period == 0; ++l)
+            if (types[l] == "full_attention") period = int(l) + 1;
+        if (period > 0) {
+            c.window_pattern = period;
+        } else if (c.window_pattern <= c.num_layers) {
+            c.window_pattern = 0;
+        }
+    }
+    if (j.contains("sliding_window") && j["sliding_window"].is_null()) {
+        c.window_pattern = 0;
+        return;
+    }
+    c.sliding_window = json_get(j, "sliding_window", 4096, w);
+    ETE_CHECK(c.sliding_window > 0, "{}: sliding_window = {}: expected > 0 or null", w,
+              c.sliding_window);
+    check_layer_types(c, j, w);
+}
+
 // The attention window of a Llama-layout family (family().window): Mistral's sliding_window
 // (null: none) on every layer; Qwen2's and Qwen3's when use_sliding_window, on the layers from
 // max_window_layers (the layer_types list newer files carry must agree).
 void read_window(ModelConfig& c, const json& j, const std::string& w) {
+    if (c.family().window == WindowRule::Pattern) return read_window_pattern(c, j, w);
     const bool from_layer = c.family().window == WindowRule::FromMaxWindowLayers;
     if (from_layer && !json_get(j, "use_sliding_window", false, w)) return;
     if (!j.contains("sliding_window") || j["sliding_window"].is_null()) return;
@@ -106,20 +190,56 @@ void read_window(ModelConfig& c, const json& j, const std::string& w) {
               c.sliding_window);
     if (from_layer) c.window_from_layer = json_get(j, "max_window_layers", 28, w);
     c.window_from_layer = std::min(c.window_from_layer, c.num_layers);
-    if (!j.contains("layer_types") || j["layer_types"].is_null()) return;
-    const json& types = j["layer_types"];
-    ETE_CHECK(types.is_array() && types.size() == size_t(c.num_layers),
-              "{}: layer_types: expected a list of {} entries", w, c.num_layers);
-    for (int l = 0; l < c.num_layers; ++l) {
-        const std::string want = c.layer_slides(l) ? "sliding_attention" : "full_attention";
-        ETE_CHECK(types[size_t(l)] == want,
-                  "{}: layer_types[{}] = {}: expected \"{}\" (from sliding_window and "
-                  "max_window_layers; per-layer patterns are not supported for {})",
-                  w, l, types[size_t(l)].dump(), want, c.family().model_type);
-    }
+    check_layer_types(c, j, w);
 }
 
-// Llama, Qwen2, Qwen3 and Mistral: the same keys, but for biases and the window.
+// Newer files' rope_parameters: one dict, or (Gemma 3) one per layer type, the local one
+// unscaled.
+void read_rope_parameters(ModelConfig& c, const json& rp, const std::string& w) {
+    if (!rp.contains("full_attention") && !rp.contains("sliding_attention")) {
+        c.rope_theta = json_get(rp, "rope_theta", c.rope_theta, w);
+        c.rope_scaling = parse_rope_scaling(rp, w);
+        return;
+    }
+    ETE_CHECK(
+        c.family().local_rope && rp.contains("full_attention") && rp["full_attention"].is_object(),
+        "{}: rope_parameters per layer type: expected a full_attention dict, and per-type "
+        "parameters only for gemma3_text",
+        w);
+    c.rope_theta = json_get(rp["full_attention"], "rope_theta", c.rope_theta, w);
+    c.rope_scaling = parse_rope_scaling(rp["full_attention"], w);
+    if (!rp.contains("sliding_attention")) return;
+    const json& local = rp["sliding_attention"];
+    ETE_CHECK(local.is_object() && parse_rope_scaling(local, w).type == "default",
+              "{}: rope_parameters.sliding_attention: expected unscaled (rope_type default)", w);
+    c.rope_local_theta = json_get(local, "rope_theta", 10000.0, w);
+}
+
+// A soft-cap: null = none.
+float read_cap(const json& j, const char* key, float dflt, const std::string& w) {
+    if (j.contains(key) && j[key].is_null()) return 0.0f;
+    return float(json_get<double>(j, key, dflt, w));
+}
+
+// Gemma's soft-caps, attention scale and (Gemma 3) local RoPE base, with HF's class defaults.
+void read_gemma_keys(ModelConfig& c, const json& j, const std::string& w) {
+    const Family& f = c.family();
+    c.attn_softcap = read_cap(j, "attn_logit_softcapping", f.attn_softcap, w);
+    c.final_softcap = read_cap(j, "final_logit_softcapping", f.final_softcap, w);
+    c.query_pre_attn_scalar = json_get(j, "query_pre_attn_scalar", 256.0, w);
+    ETE_CHECK(c.query_pre_attn_scalar > 0, "{}: query_pre_attn_scalar = {}: expected > 0", w,
+              c.query_pre_attn_scalar);
+    if (f.local_rope && c.rope_local_theta == 0)
+        c.rope_local_theta = json_get(j, "rope_local_base_freq", 10000.0, w);
+    // Gemma 3 as an encoder (EmbeddingGemma) attends both ways: not a decoder ETE trains.
+    ETE_CHECK(!json_get(j, "use_bidirectional_attention", false, w),
+              "{}: use_bidirectional_attention = true is not supported (a decoder attends "
+              "causally)",
+              w);
+}
+
+// Llama, Qwen2, Qwen3, Mistral, Gemma 2 and 3: the same keys, but for biases, the window and
+// Gemma's own.
 ModelConfig llama_layout_from_json(Arch arch, const json& j, const std::string& w) {
     ModelConfig c;
     c.arch = arch;
@@ -139,8 +259,12 @@ ModelConfig llama_layout_from_json(Arch arch, const json& j, const std::string& 
         c.attention_bias = json_get(j, "attention_bias", false, w);
     if (arch == Arch::Llama) c.mlp_bias = json_get(j, "mlp_bias", false, w);
     c.initializer_range = json_get(j, "initializer_range", 0.02, w);
-    std::string act = json_get<std::string>(j, "hidden_act", "silu", w);
-    ETE_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (expected silu)", w, act);
+    // Gemma's classes read hidden_activation (any hidden_act beside it is unused).
+    const bool geglu = c.family().mlp == MlpKind::GeGLU;
+    const char* act_key = geglu ? "hidden_activation" : "hidden_act";
+    const char* want = geglu ? "gelu_pytorch_tanh" : "silu";
+    std::string act = json_get<std::string>(j, act_key, want, w);
+    ETE_CHECK(act == want, "{}: {} '{}' is not supported (expected {})", w, act_key, act, want);
     // Dropout inside attention changes what training computes; ETE has none.
     const double drop = json_get(j, "attention_dropout", 0.0, w);
     ETE_CHECK(drop == 0.0, "{}: attention_dropout = {} is not supported (expected 0)", w, drop);
@@ -148,13 +272,12 @@ ModelConfig llama_layout_from_json(Arch arch, const json& j, const std::string& 
     // rope_scaling (with `type` or `rope_type`).
     c.rope_theta = json_get(j, "rope_theta", 10000.0, w);
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-        const json& rp = j["rope_parameters"];
-        c.rope_theta = json_get(rp, "rope_theta", c.rope_theta, w);
-        c.rope_scaling = parse_rope_scaling(rp, w);
+        read_rope_parameters(c, j["rope_parameters"], w);
     } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
         c.rope_scaling = parse_rope_scaling(j["rope_scaling"], w);
     }
     if (c.family().window != WindowRule::None) read_window(c, j, w);
+    if (c.family().softcap_keys) read_gemma_keys(c, j, w);
     return c;
 }
 
@@ -183,6 +306,11 @@ ModelConfig config_from_hf_json(const json& j, const std::string& where) {
     ETE_CHECK(j.is_object(), "{}: expected a JSON object", where);
     std::string type = json_get<std::string>(j, "model_type", "", where);
     const Family* f = family_of_model_type(type);
+    ETE_CHECK(type != "gemma3",
+              "{}: model_type 'gemma3' is Gemma 3's vision-language model: ETE trains its text "
+              "model (model_type gemma3_text, the 1B checkpoint's; the vision tower is not "
+              "supported)",
+              where);
     if (!f) {
         std::string types;
         for (const Family& x : families())
@@ -200,6 +328,22 @@ ModelConfig config_from_hf_json(const json& j, const std::string& where) {
 
 namespace {
 
+// Gemma's window (layer_types for current Hugging Face, sliding_window_pattern for Gemma 3's
+// first releases), soft-caps, attention scale and local RoPE base.
+void gemma_keys_to_json(json& j, const ModelConfig& c) {
+    j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+    if (c.arch == Arch::Gemma3) j["sliding_window_pattern"] = c.window_pattern;
+    json types = json::array();
+    for (int l = 0; l < c.num_layers; ++l)
+        types.push_back(c.layer_slides(l) ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    auto cap = [](float v) { return v > 0 ? json(v) : json(nullptr); };
+    j["attn_logit_softcapping"] = cap(c.attn_softcap);
+    j["final_logit_softcapping"] = cap(c.final_softcap);
+    j["query_pre_attn_scalar"] = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : c.D();
+    if (c.family().local_rope) j["rope_local_base_freq"] = c.rope_local_theta;
+}
+
 json llama_layout_to_json(const ModelConfig& c) {
     const Family& f = c.family();
     json j = {{"architectures", {f.hf_class}},
@@ -211,7 +355,8 @@ json llama_layout_to_json(const ModelConfig& c) {
               {"num_attention_heads", c.num_heads},
               {"num_key_value_heads", c.num_kv_heads},
               {"head_dim", c.D()},
-              {"hidden_act", "silu"},
+              {f.mlp == MlpKind::GeGLU ? "hidden_activation" : "hidden_act",
+               f.mlp == MlpKind::GeGLU ? "gelu_pytorch_tanh" : "silu"},
               {"max_position_embeddings", c.max_position_embeddings},
               {"rms_norm_eps", c.norm_eps},
               {"rope_theta", c.rope_theta},
@@ -226,8 +371,12 @@ json llama_layout_to_json(const ModelConfig& c) {
         j["max_window_layers"] = c.sliding_window > 0 ? c.window_from_layer : c.num_layers;
     } else if (f.window == WindowRule::AllLayers) {
         j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+    } else if (f.window == WindowRule::Pattern) {
+        gemma_keys_to_json(j, c);
     }
-    if (c.rope_scaling.type == "llama3") {
+    if (c.rope_scaling.type == "linear") {
+        j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_scaling.factor}};
+    } else if (c.rope_scaling.type == "llama3") {
         j["rope_scaling"] = {
             {"rope_type", "llama3"},
             {"factor", c.rope_scaling.factor},

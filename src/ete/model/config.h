@@ -30,6 +30,15 @@ struct ModelConfig {
     // the layers from window_from_layer on (Qwen2's max_window_layers; Mistral: all).
     int sliding_window = 0;
     int window_from_layer = 0;
+    // WindowRule::Pattern (Gemma): every window_pattern-th layer (l + 1 divisible by it) is
+    // global, the others slide.
+    int window_pattern = 0;
+    // Gemma: scores and final logits x become cap·tanh(x / cap) (0: no cap); the attention scale
+    // is query_pre_attn_scalar^-1/2 (0: head_dim's); Gemma 3's sliding layers rotate with their
+    // own unscaled RoPE base (rope_local_base_freq; 0: rope_theta and rope_scaling).
+    float attn_softcap = 0, final_softcap = 0;
+    double query_pre_attn_scalar = 0;
+    double rope_local_theta = 0;
     double initializer_range = 0.02;
     int bos_token_id = -1;
     int eos_token_id = -1;
@@ -40,9 +49,19 @@ struct ModelConfig {
     bool has_o_bias() const;    // o_proj (GPT-2: attn.c_proj)
     bool has_mlp_bias() const;  // gate/up/down (GPT-2: c_fc, mlp.c_proj)
     // Whether global layer l attends through the sliding window.
-    bool layer_slides(int l) const { return sliding_window > 0 && l >= window_from_layer; }
+    bool layer_slides(int l) const {
+        return sliding_window > 0 && l >= window_from_layer &&
+               (window_pattern == 0 || (l + 1) % window_pattern != 0);
+    }
     // Global layer l's attention window (AttnDims::window): 0 = none.
     int window_of(int l) const { return layer_slides(l) ? sliding_window : 0; }
+    // Global layer l rotates with the local RoPE base (rope_local_theta).
+    bool local_rope(int l) const { return rope_local_theta > 0 && layer_slides(l); }
+    // The softmax scale of the attention scores.
+    float attn_scale() const;
+    // The family's settings that [model] has no keys for (model/family.h: window_pattern, the
+    // soft-caps, Gemma 3's local RoPE base), as Hugging Face's config classes default them.
+    void use_family_defaults();
     // Checks every invariant; throws ete::Error naming the field.
     void validate() const;
 };

@@ -11,23 +11,28 @@
 
 namespace ete {
 
-enum class Arch : uint8_t { Llama, GPT2, Qwen2, Mistral, Qwen3 };
+enum class Arch : uint8_t { Llama, GPT2, Qwen2, Mistral, Qwen3, Gemma2, Gemma3 };
 
 // The HF tensor layout of the decoder: Llama's (model.layers.N.self_attn.q_proj, k_proj, v_proj,
 // o_proj, mlp.gate_proj, up_proj, down_proj, input_layernorm, post_attention_layernorm,
 // model.norm, lm_head) or GPT-2's (h.N.attn.c_attn = q|k|v in one Conv1D stored (in, out),
 // attn.c_proj, mlp.c_fc, mlp.c_proj, ln_1, ln_2, ln_f; wte, wpe).
 enum class Layout : uint8_t { Llama, GPT2 };
-enum class NormKind : uint8_t { RMSNorm, LayerNorm };  // LayerNorm: with a bias
-enum class MlpKind : uint8_t { SwiGLU, Gelu };         // Gelu: tanh-approximated (gelu_new)
+// LayerNorm: with a bias. RMSNormPlusOne (Gemma): the weight w is applied as (1 + w), in fp32,
+// and starts at 0.
+enum class NormKind : uint8_t { RMSNorm, LayerNorm, RMSNormPlusOne };
+// Gelu: tanh-approximated (gelu_new). The gated ones read gate | up (2F wide): silu(gate)·up,
+// gelu_tanh(gate)·up (Gemma's gelu_pytorch_tanh).
+enum class MlpKind : uint8_t { SwiGLU, Gelu, GeGLU };
 // Which linears have biases: those config.json's attention_bias / mlp_bias say (Llama;
 // Qwen3 has attention_bias only), q/k/v always and nothing else (Qwen2), none (Mistral), every
 // one (GPT-2).
 enum class BiasRule : uint8_t { FromConfig, Qkv, None, All };
 // Which layers attend through a sliding window (ModelConfig::sliding_window): none; every layer
 // when config.json's sliding_window is not null (Mistral); the layers from max_window_layers when
-// use_sliding_window is true (Qwen2, Qwen3).
-enum class WindowRule : uint8_t { None, AllLayers, FromMaxWindowLayers };
+// use_sliding_window is true (Qwen2, Qwen3); every layer but each window_pattern-th (Gemma 2:
+// alternating, the first local; Gemma 3: five local, one global).
+enum class WindowRule : uint8_t { None, AllLayers, FromMaxWindowLayers, Pattern };
 
 struct Family {
     Arch arch;
@@ -42,8 +47,28 @@ struct Family {
     BiasRule bias;
     WindowRule window;
     // RMSNorm over each query and key head (D wide, one weight per kind) after q/k/v and before
-    // RoPE: self_attn.q_norm / k_norm (Qwen3).
+    // RoPE: self_attn.q_norm / k_norm (Qwen3, Gemma 3), of the family's norm kind.
     bool qk_norm;
+    // Gemma 2/3: a norm after attention and after the MLP, before each residual add
+    // (post_attention_layernorm, post_feedforward_layernorm; the MLP's input norm is then
+    // pre_feedforward_layernorm), and the token embedding multiplied by √hidden_size rounded to
+    // the compute dtype.
+    bool sandwich_norms = false;
+    bool embed_scale = false;
+    // Config keys the family reads (else refused when set): attn_logit_softcapping,
+    // final_logit_softcapping, query_pre_attn_scalar (Gemma); rope_local_base_freq (Gemma 3: the
+    // RoPE base of the sliding layers).
+    bool softcap_keys = false;
+    bool local_rope = false;
+    // WindowRule::Pattern's period when config.json has neither layer_types nor
+    // sliding_window_pattern; and Hugging Face's defaults of the soft-caps (0: none), for a
+    // model built from [model] rather than a config.json.
+    int window_pattern = 0;
+    float attn_softcap = 0, final_softcap = 0;
+
+    bool gated_mlp() const { return mlp != MlpKind::Gelu; }  // fc is gate | up (2F)
+    // What the norm kernels add to the weights (NormKind::RMSNormPlusOne).
+    float norm_offset() const { return norm == NormKind::RMSNormPlusOne ? 1.0f : 0.0f; }
 };
 
 const Family& family(Arch a);

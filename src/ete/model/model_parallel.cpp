@@ -55,7 +55,7 @@ StageCosts layer_cost_model(const ModelConfig& c) {
     const double C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
     const double HD = double(c.num_heads) * c.D(), KVD = double(c.num_kv_heads) * c.D();
     const double T = c.max_position_embeddings;
-    const double mlp = (c.family().mlp == MlpKind::SwiGLU ? 3 : 2) * C * F;
+    const double mlp = (c.family().gated_mlp() ? 3 : 2) * C * F;
     double matmul = C * (HD + 2 * KVD) + HD * C + mlp;
     double layer = 2 * matmul + 2 * T * HD;
     return {2 * C / layer, (2 * V * C + 5 * V + 5 * C) / layer};

@@ -48,11 +48,14 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     auto bias = [&](const std::string& n, int64_t out, ShardRule r) {
         t.push_back(spec(p + n + ".bias", {out}, ParamKind::Bias, ParamInit::Zeros, 0, r));
     };
-    auto norm = [&](const std::string& n) {
-        t.push_back(spec(p + n + ".weight", {C}, ParamKind::Norm, ParamInit::Ones, 0, kReplicated));
+    // A (1 + w) norm starts at 0 (the identity scale, as HF initialises Gemma's).
+    const ParamInit norm_init = c.family().norm_offset() != 0 ? ParamInit::Zeros : ParamInit::Ones;
+    auto norm = [&](const std::string& n, int64_t width) {
+        t.push_back(spec(p + n + ".weight", {width}, ParamKind::Norm, norm_init, 0, kReplicated));
     };
     using R = ParamRole;
-    norm("input_layernorm");
+    const bool sandwich = c.family().sandwich_norms;
+    norm("input_layernorm", C);
     role(t, R::AttnNorm, i);
     // tp > KV replicates each kv head on tp / KV ranks (ShardRule::max_parts).
     const ShardRule kv{0, 1, false, c.num_kv_heads};
@@ -77,15 +80,17 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
         role(t, R::AttnOutBias, i);
     }
     if (c.family().qk_norm) {  // replicated: every rank's heads use them (nn/head_norm.h)
-        for (auto [n, r] :
-             {std::pair{"self_attn.q_norm", R::QNorm}, {"self_attn.k_norm", R::KNorm}}) {
-            t.push_back(
-                spec(p + n + ".weight", {c.D()}, ParamKind::Norm, ParamInit::Ones, 0, kReplicated));
-            role(t, r, i);
-        }
+        norm("self_attn.q_norm", c.D());
+        role(t, R::QNorm, i);
+        norm("self_attn.k_norm", c.D());
+        role(t, R::KNorm, i);
     }
-    norm("post_attention_layernorm");
-    role(t, R::MlpNorm, i);
+    norm("post_attention_layernorm", C);  // Gemma: of the attention output
+    role(t, sandwich ? R::PostAttnNorm : R::MlpNorm, i);
+    if (sandwich) {
+        norm("pre_feedforward_layernorm", C);
+        role(t, R::MlpNorm, i);
+    }
     mat("mlp.gate_proj", F, C, kRowsPadded);
     role(t, R::Gate, i);
     mat("mlp.up_proj", F, C, kRowsPadded);
@@ -101,6 +106,10 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     if (c.has_mlp_bias()) {
         bias("mlp.down_proj", C, kReplicated);
         role(t, R::DownBias, i);
+    }
+    if (sandwich) {
+        norm("post_feedforward_layernorm", C);
+        role(t, R::PostFfnNorm, i);
     }
 }
 
@@ -296,7 +305,8 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
         llama ? llama_layer(t, c, i) : gpt2_layer(t, c, i);
     if (m.last_stage()) {
         const char* norm = llama ? "model.norm" : "ln_f";
-        t.push_back(spec(fmt::format("{}.weight", norm), {C}, ParamKind::Norm, ParamInit::Ones, 0,
+        t.push_back(spec(fmt::format("{}.weight", norm), {C}, ParamKind::Norm,
+                         c.family().norm_offset() != 0 ? ParamInit::Zeros : ParamInit::Ones, 0,
                          kReplicated));
         role(t, ParamRole::FinalNorm);
         if (c.family().norm == NormKind::LayerNorm) {

@@ -63,6 +63,10 @@ enum class ParamRole : uint8_t {
     // role lora_base: (out) per channel, (out, in / group) per group, (1) per tensor; 1 at
     // first. Checkpoints hold them; HF model dirs do not (final/qat.json does).
     QatScale,
+    // Gemma 2/3: the norms of the attention and MLP outputs (post_attention_layernorm,
+    // post_feedforward_layernorm; the MLP's input norm, MlpNorm, is pre_feedforward_layernorm).
+    PostAttnNorm,
+    PostFfnNorm,
 };
 
 // How tensor parallelism splits a parameter (Megatron): column-parallel linears split their

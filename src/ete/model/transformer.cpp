@@ -113,8 +113,13 @@ void Transformer::build_layers() {
             parts.push_back(linear(at(x.w), at(x.b), x.rows, C, TpMode::Column));
         return FusedLinear(std::move(parts));
     };
+    const float offset = cfg_.family().norm_offset();
+    const int64_t widest_norm = std::max(C, D);
+    if (offset != 0.0f) norm_w_ = DeviceBuffer::zeroed(be_, size_t(widest_norm) * sizeof(float));
+    const Vec w_scratch = offset != 0.0f ? Vec{norm_w_.data(), DType::F32, widest_norm} : Vec{};
     auto norm = [&](int w, int b) {
-        return Norm({vec(w), dvec(w), vec(b), dvec(b)}, layernorm, float(cfg_.norm_eps));
+        return Norm({vec(w), dvec(w), vec(b), dvec(b)}, layernorm, float(cfg_.norm_eps), offset,
+                    w_scratch);
     };
     using R = ParamRole;
     for (int l = mp_.layer_begin; l < mp_.layer_end; ++l) {
@@ -132,7 +137,11 @@ void Transformer::build_layers() {
         if (cfg_.family().qk_norm)
             L.qk = HeadNorm({vec(at(R::QNorm)), dvec(at(R::QNorm)), {}, {}},
                             {vec(at(R::KNorm)), dvec(at(R::KNorm)), {}, {}}, float(cfg_.norm_eps),
-                            H_, KV_, int(D));
+                            H_, KV_, int(D), offset, w_scratch);
+        if (cfg_.family().sandwich_norms) {
+            L.post_attn = norm(at(R::PostAttnNorm), -1);
+            L.post_ffn = norm(at(R::PostFfnNorm), -1);
+        }
         for (int k = 0; k < L.qkv.size(); ++k)
             lora_sites_[size_t(kSiteQkv + k)] = L.qkv.part(k).has_adapter();
         lora_sites_[kSiteO] = L.o.has_adapter();
@@ -322,6 +331,10 @@ void Transformer::setup(int B, int T, const std::vector<bool>& plan, int slots) 
     rope_tables(cos.data(), sin.data(), T, cfg_.D(), cfg_.rope_theta, cfg_.rope_scaling);
     be_.upload(rope_cos_.data, cos.data(), cos.size() * sizeof(float));
     be_.upload(rope_sin_.data, sin.data(), sin.size() * sizeof(float));
+    if (rope_local_cos_.empty()) return;
+    rope_tables(cos.data(), sin.data(), T, cfg_.D(), cfg_.rope_local_theta, RopeScaling{});
+    be_.upload(rope_local_cos_.data, cos.data(), cos.size() * sizeof(float));
+    be_.upload(rope_local_sin_.data, sin.data(), sin.size() * sizeof(float));
 }
 
 size_t Transformer::plan_activation_bytes(int B, int T, const std::vector<bool>& plan, int slots) {
@@ -341,7 +354,8 @@ size_t Transformer::plan_activation_bytes(int B, int T, const std::vector<bool>&
 void Transformer::allocate(Arena& a) {
     const int64_t N = int64_t(B_) * T_, C = cfg_.hidden_size, F = F_, D = cfg_.D();
     const int64_t HD = int64_t(H_) * D, S = int64_t(H_ + 2 * KV_) * D;
-    const int64_t FC = cfg_.family().mlp == MlpKind::SwiGLU ? 2 * F : F;
+    const int64_t FC = cfg_.family().gated_mlp() ? 2 * F : F;
+    const bool sandwich = cfg_.family().sandwich_norms;
     const bool ln = cfg_.family().norm == NormKind::LayerNorm, first = mp_.first_stage(),
                last = mp_.last_stage();
     const DType A = act_, F32 = DType::F32;
@@ -368,6 +382,12 @@ void Transformer::allocate(Arena& a) {
         s.ln2_rstd = stat(true);
         s.fc = a.alloc_mat(A, N, FC);
         s.act = a.alloc_mat(A, N, F);
+        if (sandwich) {
+            s.attn_o = a.alloc_mat(F32, N, C);
+            s.ffn_o = a.alloc_mat(F32, N, C);
+            s.attn_rstd = a.alloc_vec(F32, N);
+            s.ffn_rstd = a.alloc_vec(F32, N);
+        }
         for (int k = 0; k < kLoraSites; ++k)
             if (lora_sites_[size_t(k)]) s.lora_u[size_t(k)] = a.alloc_mat(A, N, R);
         // QAT masks of the sites some layer of this stage uses (the counting pass hands out
@@ -415,10 +435,17 @@ void Transformer::allocate(Arena& a) {
     scratch_acts_ = any_recompute ? layer_acts() : LayerActs{};
     logits_ = last ? a.alloc_mat(F32, head_rows_, V_) : Mat{};
     d_logits_ = !bwd ? Mat{} : last && A != F32 ? a.alloc_mat(A, head_rows_, V_) : logits_;
+    d_cap_ = bwd && last && cfg_.final_softcap > 0 ? a.alloc_mat(F32, head_rows_, V_) : Mat{};
     losses_ = last ? a.alloc_vec(F32, N) : Vec{};
     targets_ = last ? a.alloc_vec(DType::I32, N) : Vec{};
     rope_cos_ = a.alloc_mat(F32, T_, D / 2);
     rope_sin_ = a.alloc_mat(F32, T_, D / 2);
+    bool local_rope = false;
+    for (int l = mp_.layer_begin; l < mp_.layer_end; ++l)
+        local_rope = local_rope || cfg_.local_rope(l);
+    rope_local_cos_ = local_rope ? a.alloc_mat(F32, T_, D / 2) : Mat{};
+    rope_local_sin_ = local_rope ? a.alloc_mat(F32, T_, D / 2) : Mat{};
+    post_tmp_ = sandwich && any_recompute ? a.alloc_mat(F32, N, C) : Mat{};
     // Backward buffers (none for a forward-only model).
     auto back = [&](DType t, int64_t cols, bool need = true) {
         return bwd && need ? a.alloc_mat(t, N, cols) : Mat{};
@@ -430,6 +457,7 @@ void Transformer::allocate(Arena& a) {
     d_fc_ = back(A, FC);
     d_act_ = back(A, F);
     d_y16_ = back(A, C, A != F32);
+    d_post_ = back(F32, C, sandwich);
     qk_dn_ = back(F32, HD, qk_norm);
     qk_di_ = back(F32, HD, qk_norm);
     // The q/k norm weights are replicated over tp, each rank's gradient a partial over its heads.
@@ -492,6 +520,50 @@ void Transformer::row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMa
     lin.forward(be_, y, in, true, tp_ ? rows(tp_buf_, int(y.rows)) : Mat{}, acts);
 }
 
+void Transformer::post_norm_forward(const Linear& lin, const Norm& post, Mat y, CMat resid, CMat in,
+                                    const LoraActs* acts, Mat o, Vec rstd, int site, int l,
+                                    Vec mask) {
+    lin.forward(be_, o, in, false, Mat{}, acts);  // a Row layer sums over tp
+    qat_forward(site, l, o, mask);
+    const Mat z = y.empty() ? rows(post_tmp_, int(o.rows)) : y;
+    post.forward(be_, z, Vec{}, rstd, o);
+    if (!y.empty()) be_.add(y, resid);
+}
+
+Mat Transformer::post_norm_backward(const Norm& post, CMat d_y, CMat o, CVec rstd) {
+    const Mat d_o = rows(d_post_, int(o.rows));
+    be_.fill(d_o, 0.0f);
+    post.backward(be_, d_o, d_y, o, CVec{}, rstd);
+    return d_o;
+}
+
+void Transformer::mlp_act_forward(Mat act, CMat fc) {
+    switch (cfg_.family().mlp) {
+        case MlpKind::SwiGLU:
+            return be_.swiglu_forward(act, fc);
+        case MlpKind::GeGLU:
+            return be_.geglu_forward(act, fc);
+        case MlpKind::Gelu:
+            return be_.gelu_forward(act, fc);
+    }
+}
+
+void Transformer::mlp_act_backward(Mat d_fc, CMat d_act, CMat fc) {
+    switch (cfg_.family().mlp) {
+        case MlpKind::SwiGLU:
+            return be_.swiglu_backward(d_fc, d_act, fc);
+        case MlpKind::GeGLU:
+            return be_.geglu_backward(d_fc, d_act, fc);
+        case MlpKind::Gelu:
+            return be_.gelu_backward(d_fc, d_act, fc);
+    }
+}
+
+std::pair<CMat, CMat> Transformer::rope_of(int l, int T) const {
+    if (cfg_.local_rope(l)) return {rows(rope_local_cos_, T), rows(rope_local_sin_, T)};
+    return {rows(rope_cos_, T), rows(rope_sin_, T)};
+}
+
 CMat Transformer::row_parallel_grad(Mat d_resid, int site, int l, Vec mask) {
     const int N = int(d_resid.rows);
     if (!qat_site(site, l) || !qat_->fake_quant_on()) return in_compute(d_resid, d_y16_);
@@ -534,28 +606,36 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
                                 const std::array<Vec, kQatSites>& kept) {
     const DecoderLayer& L = layers_[size_t(i)];
     const int N = d.B * d.T;
-    const bool rope = cfg_.family().rope, swiglu = cfg_.family().mlp == MlpKind::SwiGLU;
+    const Family& f = cfg_.family();
     Mat ln1 = rows(s.ln1, N), qkv = rows(s.qkv, N), att = rows(s.att, N);
     Mat mid = rows(s.resid_mid, N), ln2 = rows(s.ln2, N), fc = rows(s.fc, N);
     Mat act = rows(s.act, N);
     const int l = mp_.layer_begin + i;
     LoraActs la[kLoraSites];
     d.window = cfg_.window_of(l);
+    d.softcap = cfg_.attn_softcap;
     L.qkv.forward(
         be_, qkv,
         norm_input(L.ln1, L.qkv, ln1, s.ln1_mean, s.ln1_rstd, x, kQatLn1, l, s.qat_mask[kQatLn1]),
         lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la));
     if (L.qk.enabled()) L.qk.forward(be_, qkv, s.qk_norm, att);  // att: scratch until attention
-    if (rope) be_.rope_forward(qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
-    be_.attention_forward(att, s.lse.slice(0, int64_t(d.B) * d.H * d.T), qkv, d,
-                          1.0f / std::sqrt(float(d.D)));
+    if (f.rope) {
+        const auto [cos, sin] = rope_of(l, d.T);
+        be_.rope_forward(qkv, cos, sin, d);
+    }
+    be_.attention_forward(att, s.lse.slice(0, int64_t(d.B) * d.H * d.T), qkv, d, cfg_.attn_scale());
     if (qat_site(kQatAtt, l)) {  // o_proj reads fq(att); attention's backward reads att
         Mat att_q = rows(s.att_q, N);
         be_.copy(att_q, att);
         qat_forward(kQatAtt, l, att_q, s.qat_mask[kQatAtt]);
     }
-    row_parallel_forward(L.o, mid, x, o_input(s, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO),
-                         kQatAttnOut, l, kept[kQatAttnOut]);
+    const LoraActs* oa = lora_acts(i, s, kSiteO, 1, N, la + kSiteO);
+    if (f.sandwich_norms) {
+        post_norm_forward(L.o, L.post_attn, mid, x, o_input(s, N), oa, rows(s.attn_o, N),
+                          rows(s.attn_rstd, N), kQatAttnOut, l, kept[kQatAttnOut]);
+    } else {
+        row_parallel_forward(L.o, mid, x, o_input(s, N), oa, kQatAttnOut, l, kept[kQatAttnOut]);
+    }
     qat_forward(kQatResidMid, l, mid, kept[kQatResidMid]);
     L.fc.forward(
         be_, fc,
@@ -563,20 +643,23 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
         lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc));
     // The integer model's down projection with a static input scale reads its integers straight
     // from SwiGLU (one pass: swiglu_quantize), not from the fp32 activation.
-    const Int8Weight* down8 = swiglu && !out.empty() ? static_int8_input(L.proj) : nullptr;
+    const Int8Weight* down8 =
+        f.mlp == MlpKind::SwiGLU && !out.empty() ? static_int8_input(L.proj) : nullptr;
     CMat proj_in = act;
     if (down8) {
         const Mat q = int8_scratch_->xq(N, act.cols);
         be_.swiglu_quantize(q, fc, down8->input_scale(), down8->input_zero(), down8->input().grid);
         proj_in = q;
-    } else if (swiglu) {
-        be_.swiglu_forward(act, fc);
     } else {
-        be_.gelu_forward(act, fc);
+        mlp_act_forward(act, fc);
     }
     qat_forward(kQatAct, l, act, s.qat_mask[kQatAct]);
     const LoraActs* pa = lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj);
-    if (!out.empty()) {
+    if (f.sandwich_norms) {  // a recompute needs the output's post-norm statistics too
+        post_norm_forward(L.proj, L.post_ffn, out, mid, proj_in, pa, rows(s.ffn_o, N),
+                          rows(s.ffn_rstd, N), kQatFfnOut, l, kept[kQatFfnOut]);
+        if (!out.empty()) qat_forward(kQatResidOut, l, out, kept[kQatResidOut]);
+    } else if (!out.empty()) {
         row_parallel_forward(L.proj, out, mid, proj_in, pa, kQatFfnOut, l, kept[kQatFfnOut]);
         qat_forward(kQatResidOut, l, out, kept[kQatResidOut]);
     } else {  // a recompute: the kept masks of ffn_out and residual are still those of the forward
@@ -592,16 +675,16 @@ void Transformer::mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims 
     Mat d_act = rows(d_act_, N), d_fc = rows(d_fc_, N), d_ln = rows(d_ln_, N);
     CMat fc = rows(s.fc, N), act = rows(s.act, N);
     const int l = mp_.layer_begin + i;
-    // The down projection's output gradient, as A.
-    CMat dy = row_parallel_grad(d_resid, kQatFfnOut, l, kept[kQatFfnOut]);
+    // The down projection's output gradient (through Gemma's post norm), as A.
+    const Mat d_o =
+        cfg_.family().sandwich_norms
+            ? post_norm_backward(L.post_ffn, d_resid, rows(s.ffn_o, N), rows(s.ffn_rstd, N))
+            : d_resid;
+    CMat dy = row_parallel_grad(d_o, kQatFfnOut, l, kept[kQatFfnOut]);
     LoraActs la[kLoraSites];
     L.proj.backward(be_, d_act, dy, act, lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj));
     qat_backward(kQatAct, l, d_act, s.qat_mask[kQatAct]);
-    if (cfg_.family().mlp == MlpKind::SwiGLU) {
-        be_.swiglu_backward(d_fc, d_act, fc);
-    } else {
-        be_.gelu_backward(d_fc, d_act, fc);
-    }
+    mlp_act_backward(d_fc, d_act, fc);
     const LoraActs* fa = lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc);
     L.fc.backward_weight(be_, d_fc, rows(s.ln2, N), fa);
     L.fc.backward_input(be_, d_ln, d_fc, fa);  // summed over tp: ln2 fed every rank
@@ -618,13 +701,21 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     const int l = mp_.layer_begin + i;
     Mat d_att = rows(d_att_, N), d_qkv = rows(d_qkv_, N), d_ln = rows(d_ln_, N);
     d.window = cfg_.window_of(l);
-    CMat dy = row_parallel_grad(d_resid, kQatAttnOut, l, kept[kQatAttnOut]);
+    d.softcap = cfg_.attn_softcap;
+    const Mat d_o =
+        cfg_.family().sandwich_norms
+            ? post_norm_backward(L.post_attn, d_resid, rows(s.attn_o, N), rows(s.attn_rstd, N))
+            : d_resid;
+    CMat dy = row_parallel_grad(d_o, kQatAttnOut, l, kept[kQatAttnOut]);
     LoraActs la[kLoraSites];
     L.o.backward(be_, d_att, dy, o_input(s, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO));
     qat_backward(kQatAtt, l, d_att, s.qat_mask[kQatAtt]);
     be_.attention_backward(d_qkv, d_att, rows(s.att, N), s.lse.slice(0, int64_t(d.B) * d.H * d.T),
-                           rows(s.qkv, N), d, 1.0f / std::sqrt(float(d.D)));
-    if (cfg_.family().rope) be_.rope_backward(d_qkv, rows(rope_cos_, d.T), rows(rope_sin_, d.T), d);
+                           rows(s.qkv, N), d, cfg_.attn_scale());
+    if (cfg_.family().rope) {
+        const auto [cos, sin] = rope_of(l, d.T);
+        be_.rope_backward(d_qkv, cos, sin, d);
+    }
     if (L.qk.enabled()) head_norm_backward(i, s, d_qkv);
     const LoraActs* qa = lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la);
     kv_grads_set_aside(i);

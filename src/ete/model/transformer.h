@@ -68,11 +68,12 @@ std::vector<bool> recompute_plan(const std::string& spec, int num_layers);
 // q|k|v and gate|up as one Linear each; a frozen one (LoRA) member by member.
 struct DecoderLayer {
     Norm ln1, ln2;
-    FusedLinear qkv;  // (S, C) column-parallel: q | k | v
-    Linear o;         // (C, H·D) row-parallel
-    FusedLinear fc;   // Llama (2F, C) gate | up; GPT-2 (F, C); column-parallel
-    Linear proj;      // (C, F) row-parallel
-    HeadNorm qk;      // Qwen3's per-head q and k norms, or disabled
+    FusedLinear qkv;           // (S, C) column-parallel: q | k | v
+    Linear o;                  // (C, H·D) row-parallel
+    FusedLinear fc;            // Llama (2F, C) gate | up; GPT-2 (F, C); column-parallel
+    Linear proj;               // (C, F) row-parallel
+    HeadNorm qk;               // Qwen3's and Gemma 3's per-head q and k norms, or disabled
+    Norm post_attn, post_ffn;  // Gemma's norms of o_proj's and down_proj's outputs, or unset
 };
 
 // The places a layer can hold LoRA adapters: the members of qkv (up to 3), o, the members of fc
@@ -81,17 +82,20 @@ enum LoraSite { kSiteQkv = 0, kSiteO = 3, kSiteFc = 4, kSiteProj = 6, kLoraSites
 
 // What one layer's forward saves for its backward.
 struct LayerActs {
-    Mat ln1;                             // (N, C) A
-    Vec ln1_mean, ln1_rstd;              // (N) F32; mean: LayerNorm only
-    Mat qkv;                             // (N, S) A, after RoPE
-    HeadNormActs qk_norm;                // Qwen3: q and k heads before their norms
-    Mat att;                             // (N, H·D) A
-    Vec lse;                             // (B·H·T) F32
-    Mat resid_mid;                       // (N, C) F32 residual after attention
-    Mat ln2;                             // (N, C) A
-    Vec ln2_mean, ln2_rstd;              // (N) F32
-    Mat fc;                              // (N, 2F) Llama gate|up; (N, F) GPT-2 pre-activation; A
-    Mat act;                             // (N, F) A
+    Mat ln1;                 // (N, C) A
+    Vec ln1_mean, ln1_rstd;  // (N) F32; mean: LayerNorm only
+    Mat qkv;                 // (N, S) A, after RoPE
+    HeadNormActs qk_norm;    // Qwen3: q and k heads before their norms
+    Mat att;                 // (N, H·D) A
+    Vec lse;                 // (B·H·T) F32
+    Mat resid_mid;           // (N, C) F32 residual after attention
+    Mat ln2;                 // (N, C) A
+    Vec ln2_mean, ln2_rstd;  // (N) F32
+    Mat fc;                  // (N, 2F) Llama gate|up; (N, F) GPT-2 pre-activation; A
+    Mat act;                 // (N, F) A
+    // Gemma: o_proj's and down_proj's outputs (summed over tp) before their post norms, F32.
+    Mat attn_o, ffn_o;                   // (N, C)
+    Vec attn_rstd, ffn_rstd;             // (N) F32
     std::array<Mat, kLoraSites> lora_u;  // (N, r_max) A per adapter (LoraActs::u), or empty
     // QAT (model/qat_runtime.h): the straight-through masks of the fake-quantized sites (U8), and
     // the o_proj input fq(att) when it is one (att itself stays for attention's backward).
@@ -296,6 +300,18 @@ class Transformer {
     // The output gradient of a row-parallel Linear as its GEMMs read it: d_resid in the compute
     // dtype, through site's mask when that site is on.
     CMat row_parallel_grad(Mat d_resid, int site, int l, Vec mask);
+    // Gemma's sandwich: o (N, C) F32 = lin(in) (summed over tp, site's fake quantization), then
+    // y = resid + post(o); rstd saved. y empty (a recompute): o and rstd only.
+    void post_norm_forward(const Linear& lin, const Norm& post, Mat y, CMat resid, CMat in,
+                           const LoraActs* acts, Mat o, Vec rstd, int site, int l, Vec mask);
+    // dL/d(o) (F32, in d_post_) from dL/d(y) through the post norm; its weight gradient +=.
+    Mat post_norm_backward(const Norm& post, CMat d_y, CMat o, CVec rstd);
+    // The MLP's activation of fc into act (SwiGLU, GeGLU, GELU), and its backward.
+    void mlp_act_forward(Mat act, CMat fc);
+    void mlp_act_backward(Mat d_fc, CMat d_act, CMat fc);
+    // The RoPE tables of global layer l for T positions: the local ones on Gemma 3's sliding
+    // layers.
+    std::pair<CMat, CMat> rope_of(int l, int T) const;
     // Replicated kv heads (kv_group_): around a layer's q|k|v weight-gradient accumulation.
     void kv_grads_set_aside(int i);
     Request kv_grads_start_sum(int i);
@@ -303,7 +319,10 @@ class Transformer {
     std::vector<Mat> kv_grad_views(int i);  // what a kv group sums, per layer (see the .cpp)
     // Embedding, final norm and head (transformer_head.cpp).
     void embed_forward(Mat out, CVec ids, AttnDims d);
-    void embed_backward(CMat d_out, CVec ids, AttnDims d);
+    // d_out is scaled in place by a scaled embedding (Gemma).
+    void embed_backward(Mat d_out, CVec ids, AttnDims d);
+    // Gemma's embedding scale: √hidden_size rounded to the compute dtype, as HF multiplies.
+    float embed_scale() const;
     void final_norm_forward(Slot& s, int N);
     void final_norm_backward(Slot& s, Mat d_resid, int N);
     double head_forward(Slot& s, const int32_t* targets, int N, float d_scale, bool backward);
@@ -342,16 +361,20 @@ class Transformer {
     LayerActs scratch_acts_;   // recomputed layers
     Mat logits_;               // (head_rows, V) F32
     Mat d_logits_;             // (head_rows, V) A when A is 16-bit, else logits_ (in place)
+    Mat d_cap_;                // (head_rows, V) F32, Gemma 2: the final soft-cap's derivative
     Vec losses_;               // (N) F32
     Vec targets_;              // (N) I32 the last stage's targets (global ids)
     Mat rope_cos_, rope_sin_;  // (T, D/2) F32
-    Mat d_resid_, d_ln_;       // (N, C) F32
-    Mat d_qkv_, d_att_;        // (N, S), (N, H·D) A
-    Mat d_fc_, d_act_;         // (N, 2F | F), (N, F) A
-    Mat d_y16_;                // (N, C) A: F32 gradients converted for a GEMM (A != F32)
-    Mat qk_dn_, qk_di_;        // (N, H·D) F32: per-head norms' backward scratch (HeadNorm)
-    Vec qk_dw_;                // (2·D) F32, tp > 1: one micro-batch's partial q/k norm gradients
-    Mat tp_buf_;               // (N, C) F32 tp > 1: partial row-parallel outputs
+    Mat rope_local_cos_, rope_local_sin_;  // (T, D/2) F32: rope_local_theta's, or empty
+    Mat d_resid_, d_ln_;                   // (N, C) F32
+    Mat d_qkv_, d_att_;                    // (N, S), (N, H·D) A
+    Mat d_fc_, d_act_;                     // (N, 2F | F), (N, F) A
+    Mat d_y16_;              // (N, C) A: F32 gradients converted for a GEMM (A != F32)
+    Mat qk_dn_, qk_di_;      // (N, H·D) F32: per-head norms' backward scratch (HeadNorm)
+    Mat post_tmp_, d_post_;  // (N, C) F32, Gemma: a recompute's post-norm output; d(o)
+    DeviceBuffer norm_w_;    // (max(C, D)) F32, Gemma: the (1 + w) every norm call builds
+    Vec qk_dw_;              // (2·D) F32, tp > 1: one micro-batch's partial q/k norm gradients
+    Mat tp_buf_;             // (N, C) F32 tp > 1: partial row-parallel outputs
     // tp > 1, vocab-parallel head: local targets (head_rows) and row statistics.
     Vec ce_tgt_, ce_lse_, ce_zt_;
     std::vector<int32_t> host_tgt_;  // (head_rows) host staging of ce_tgt_

@@ -34,19 +34,33 @@ std::vector<float> download_floats(Backend& be, CVec v) {
 
 }  // namespace
 
+float Transformer::embed_scale() const {
+    const float s = std::sqrt(float(cfg_.hidden_size));
+    switch (act_) {
+        case DType::BF16:
+            return bf16_to_f32(f32_to_bf16(s));
+        case DType::F16:
+            return f16_to_f32(f32_to_f16(s));
+        default:
+            return s;
+    }
+}
+
 void Transformer::embed_forward(Mat out, CVec ids, AttnDims d) {
     const int table = params_.find(ParamRole::TokenEmbed);
     be_.embedding_forward(out, ids, params_.value(table), vocab_begin_);
     reduce_from_region_forward(tp_.get(), out);
+    if (cfg_.family().embed_scale) be_.scale(out.flat(), embed_scale());
     // After the reduction: wpe is replicated and added once.
     if (!cfg_.family().rope)
         be_.pos_embedding_forward(out, params_.value(params_.find(ParamRole::PosEmbed)),
                                   d.doc_start, d.B, d.T);
 }
 
-void Transformer::embed_backward(CMat d_out, CVec ids, AttnDims d) {
+void Transformer::embed_backward(Mat d_out, CVec ids, AttnDims d) {
     const int table = params_.find(ParamRole::TokenEmbed);
     if (!params_.trainable(table)) return;  // a frozen base (LoRA): GPT-2's wpe is frozen too
+    if (cfg_.family().embed_scale) be_.scale(d_out.flat(), embed_scale());
     be_.embedding_backward(params_.grad(table), d_out, ids, vocab_begin_);
     if (!cfg_.family().rope) {
         be_.pos_embedding_backward(params_.grad(params_.find(ParamRole::PosEmbed)), d_out,
@@ -63,9 +77,17 @@ void Transformer::head_chunk(Slot& s, int r0, int rows_n, float d_scale, bool ba
     CVec targets = targets_.slice(r0, rows_n);
     Vec losses = losses_.slice(r0, rows_n);
     head.forward(be_, logits, x);
+    const Mat d_cap = rows(d_cap_, rows_n);
+    if (cfg_.final_softcap > 0) be_.softcap_forward(logits, d_cap, cfg_.final_softcap);
     if (!backward) return be_.cross_entropy_forward(losses, logits, targets);
     Mat d_logits = rows(d_logits_, rows_n);
-    be_.cross_entropy_forward_backward(logits, losses, targets, d_scale, d_logits);
+    if (cfg_.final_softcap > 0) {  // d of the capped logits in F32, through the cap, then A
+        be_.cross_entropy_forward_backward(logits, losses, targets, d_scale, logits);
+        be_.softcap_backward(logits, d_cap);
+        if (d_logits.data != logits.data) be_.copy(d_logits, logits);
+    } else {
+        be_.cross_entropy_forward_backward(logits, losses, targets, d_scale, d_logits);
+    }
     head.backward(be_, s.d_lnf.row_slice(r0, rows_n), d_logits, x);
 }
 
@@ -114,11 +136,15 @@ void Transformer::head_chunk_vocab_parallel(Slot& s, const int32_t* targets, int
     const Linear& head = head_;
     CMat x = s.lnf.row_slice(r0, rows_n);
     Mat logits = rows(logits_, rows_n).col_slice(0, Vv);
+    const Mat d_cap = rows(d_cap_, rows_n);
     const float kNoColumns = -std::numeric_limits<float>::infinity();
     std::vector<float> lse_loc(static_cast<size_t>(rows_n), kNoColumns);
     std::vector<float> z(static_cast<size_t>(rows_n), 0.0f);
     if (Vv > 0) {
         head.forward(be_, logits, x);
+        if (cfg_.final_softcap > 0)
+            be_.softcap_forward(logits, d_cap_.empty() ? Mat{} : d_cap.col_slice(0, Vv),
+                                cfg_.final_softcap);
         be_.cross_entropy_stats(lse, zt, logits, tgt);
         lse_loc = download_floats(be_, lse);
         z = download_floats(be_, zt);
@@ -151,7 +177,13 @@ void Transformer::head_chunk_vocab_parallel(Slot& s, const int32_t* targets, int
     if (Vv > 0) {
         be_.upload(lse.data, lse_global.data(), sizeof(float) * size_t(rows_n));
         Mat d_logits = rows(d_logits_, rows_n).col_slice(0, Vv);
-        be_.cross_entropy_backward(d_logits, logits, lse, tgt, d_scale);
+        if (cfg_.final_softcap > 0) {  // as head_chunk
+            be_.cross_entropy_backward(logits, logits, lse, tgt, d_scale);
+            be_.softcap_backward(logits, d_cap.col_slice(0, Vv));
+            if (d_logits.data != logits.data) be_.copy(d_logits, logits);
+        } else {
+            be_.cross_entropy_backward(d_logits, logits, lse, tgt, d_scale);
+        }
         head.backward(be_, d_x, d_logits, x);
     } else {
         be_.fill(d_x, 0.0f);
@@ -169,8 +201,11 @@ void Transformer::logits_forward(CMat x, int N, float* logits) {
         const int rows_n = std::min(head_rows_, N - r0);
         Mat out = rows(logits_, rows_n);
         be_.fill(out, 0.0f);
-        if (vocab_valid_ > 0)
+        if (vocab_valid_ > 0) {
             head.forward(be_, out.col_slice(0, vocab_valid_), x.row_slice(r0, rows_n));
+            if (cfg_.final_softcap > 0)
+                be_.softcap_forward(out.col_slice(0, vocab_valid_), Mat{}, cfg_.final_softcap);
+        }
         std::vector<float> local(size_t(rows_n) * V_);
         be_.download(local.data(), out.data, local.size() * sizeof(float));
         if (!tp_host_) {

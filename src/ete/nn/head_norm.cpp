@@ -5,8 +5,9 @@
 
 namespace ete {
 
-HeadNorm::HeadNorm(NormParams q, NormParams k, float eps, int H, int KV, int D)
-    : q_(q), k_(k), eps_(eps), H_(H), KV_(KV), D_(D) {
+HeadNorm::HeadNorm(NormParams q, NormParams k, float eps, int H, int KV, int D, float w_offset,
+                   Vec w_scratch)
+    : q_(q), k_(k), eps_(eps), H_(H), KV_(KV), D_(D), w_offset_(w_offset), w_scratch_(w_scratch) {
     ETE_ASSERT(H > 0 && KV > 0 && D > 0 && q.w.n == D && k.w.n == D);
 }
 
@@ -36,7 +37,8 @@ void HeadNorm::forward(Backend& be, Mat qkv, const HeadNormActs& a, Mat out) con
         // shape, qkv's dtype), and write them back.
         be.copy(in.reshaped(N, int64_t(heads) * D_), dst);
         be.rmsnorm_forward(leading(out, N * heads, D_),
-                           (k ? a.k_rstd : a.q_rstd).slice(0, N * heads), in, p.w, eps_);
+                           (k ? a.k_rstd : a.q_rstd).slice(0, N * heads), in,
+                           norm_weight(be, p.w, w_offset_, w_scratch_), eps_);
         be.copy(dst, leading(out, N, int64_t(heads) * D_));
     }
 }
@@ -56,7 +58,8 @@ void HeadNorm::backward(Backend& be, Mat d_qkv, const HeadNormActs& a, Mat d_nor
         Vec d_w = p.d_w;
         if (!d_w.empty() && !d_w_part.empty()) d_w = d_w_part.slice(k ? D_ : 0, D_);
         const CMat in = (k ? a.k_in : a.q_in).row_slice(0, N * heads);
-        be.rmsnorm_backward(di.reshaped(N * heads, D_), d_w, dn.reshaped(N * heads, D_), in, p.w,
+        be.rmsnorm_backward(di.reshaped(N * heads, D_), d_w, dn.reshaped(N * heads, D_), in,
+                            norm_weight(be, p.w, w_offset_, w_scratch_),
                             (k ? a.k_rstd : a.q_rstd).slice(0, N * heads));
         be.copy(src, di);
     }

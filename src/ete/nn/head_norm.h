@@ -30,7 +30,9 @@ class HeadNorm {
   public:
     HeadNorm() = default;
     // q, k: the weights (and their gradients; empty = frozen); H, KV: this rank's heads.
-    HeadNorm(NormParams q, NormParams k, float eps, int H, int KV, int D);
+    // w_offset, w_scratch (D F32): Gemma 3's (1 + w) weights, as Norm's.
+    HeadNorm(NormParams q, NormParams k, float eps, int H, int KV, int D, float w_offset = 0.0f,
+             Vec w_scratch = {});
     bool enabled() const { return H_ > 0; }
 
     // qkv (N, (H + 2KV)·D) in place; the inputs and statistics into a (N rows); out (N, H·D) in
@@ -49,6 +51,8 @@ class HeadNorm {
     NormParams q_, k_;
     float eps_ = 1e-6f;
     int H_ = 0, KV_ = 0, D_ = 0;
+    float w_offset_ = 0.0f;
+    Vec w_scratch_;
 };
 
 }  // namespace ete

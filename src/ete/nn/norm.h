@@ -1,7 +1,7 @@
-// ete/nn/norm.h — the normalisation layer: RMSNorm (Llama) or LayerNorm (GPT-2), with its
-// weight (and bias) from the ParamStore in F32. Statistics (mean, rstd) are F32 and saved by the
-// caller for backward; the output may be in a 16-bit compute dtype (it feeds a GEMM), the input
-// and its gradient are the F32 residual stream.
+// ete/nn/norm.h — the normalisation layer: RMSNorm (Llama), Gemma's RMSNorm that multiplies by
+// (1 + w), or LayerNorm (GPT-2), with its weight (and bias) from the ParamStore in F32. Statistics
+// (mean, rstd) are F32 and saved by the caller for backward; the output may be in a 16-bit compute
+// dtype (it feeds a GEMM), the input and its gradient are the F32 residual stream.
 #pragma once
 
 #include "ete/backend/backend.h"
@@ -15,10 +15,18 @@ struct NormParams {
     Vec d_b;  // (C) LayerNorm only
 };
 
+// The weight an RMSNorm multiplies by: w itself, or w_offset + w written into scratch (at least
+// w.n F32) in fp32 with one rounding — exactly Hugging Face's `1.0 + weight.float()` (Gemma).
+// The weight's gradient is the same either way (d(1 + w)/dw = 1).
+CVec norm_weight(Backend& be, CVec w, float w_offset, Vec scratch);
+
 class Norm {
   public:
     Norm() = default;
-    Norm(NormParams p, bool layernorm, float eps) : p_(p), layernorm_(layernorm), eps_(eps) {}
+    // w_offset != 0 (Gemma's 1): the weight is applied as w_offset + w, built in w_scratch
+    // (C F32, shared by every norm of a model: each call rebuilds it) before each use.
+    Norm(NormParams p, bool layernorm, float eps, float w_offset = 0.0f, Vec w_scratch = {})
+        : p_(p), layernorm_(layernorm), eps_(eps), w_offset_(w_offset), w_scratch_(w_scratch) {}
     bool layernorm() const { return layernorm_; }
 
     // out (N, C) = norm(x); mean (N) is used by LayerNorm only.
@@ -34,6 +42,8 @@ class Norm {
     NormParams p_;
     bool layernorm_ = false;
     float eps_ = 1e-5f;
+    float w_offset_ = 0.0f;
+    Vec w_scratch_;
 };
 
 }  // namespace ete

@@ -13,7 +13,12 @@ std::vector<double> rope_inv_freq(int head_dim, double theta, const RopeScaling&
     std::vector<double> f(static_cast<size_t>(half));
     for (int j = 0; j < half; ++j) f[j] = std::pow(theta, -2.0 * j / head_dim);
     if (sc.type == "default") return f;
-    ETE_CHECK(sc.type == "llama3", "rope_scaling type '{}': expected 'llama3' (or none)", sc.type);
+    if (sc.type == "linear") {  // positions divided by the factor (HF's linear scaling)
+        for (double& x : f) x /= sc.factor;
+        return f;
+    }
+    ETE_CHECK(sc.type == "llama3",
+              "rope_scaling type '{}': expected 'linear' or 'llama3' (or none)", sc.type);
     // Llama-3: long wavelengths are divided by `factor`, short ones kept, a smooth blend between.
     double orig = sc.original_max_position_embeddings;
     double low_wl = orig / sc.low_freq_factor, high_wl = orig / sc.high_freq_factor;

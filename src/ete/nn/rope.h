@@ -1,6 +1,7 @@
 // ete/nn/rope.h — rotary position embedding tables (HF rotate-half convention).
 //
-// inv_freq[j] = theta^(-2j/D) for j < D/2, optionally rescaled by Llama-3 `rope_scaling`;
+// inv_freq[j] = theta^(-2j/D) for j < D/2, optionally rescaled by `rope_scaling` (linear: / factor;
+// llama3: Llama 3's blend);
 // cos/sin tables are (T, D/2): angle = t · inv_freq[j]. The rotation itself is a backend kernel.
 #pragma once
 
@@ -10,7 +11,7 @@
 namespace ete {
 
 struct RopeScaling {
-    std::string type = "default";  // "default" (none) or "llama3"
+    std::string type = "default";  // "default" (none), "linear" (factor only) or "llama3"
     double factor = 8.0;
     double low_freq_factor = 1.0;
     double high_freq_factor = 4.0;

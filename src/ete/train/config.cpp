@@ -107,8 +107,10 @@ const std::vector<Key>& keys() {
                           "longest sequence"));
         t.push_back(field("model.norm_eps", &M::norm_eps, "RMSNorm/LayerNorm epsilon"));
         t.push_back(field("model.rope_theta", &M::rope_theta, "RoPE base"));
-        t.push_back(field("model.sliding_window", &M::sliding_window,
-                          "attend to the last N positions only (0 = all; mistral, qwen2, qwen3)"));
+        t.push_back(field(
+            "model.sliding_window", &M::sliding_window,
+            "attend to the last N positions only (0 = all; mistral, qwen2, qwen3; gemma2/3 on "
+            "their local layers)"));
         t.push_back(field("model.tie_word_embeddings", &M::tie_word_embeddings,
                           "share the embedding with the LM head"));
         t.push_back(field("model.initializer_range", &M::initializer_range, "init std"));
@@ -374,6 +376,7 @@ namespace {
 // model.arch -> ModelConfig::arch (an unknown name is left for validate() to name).
 void set_arch(RunConfig& cfg) {
     if (const Family* f = family_named(cfg.model_arch)) cfg.model.arch = f->arch;
+    cfg.model.use_family_defaults();
 }
 
 }  // namespace

@@ -109,7 +109,7 @@ double model_flops_per_token(const ModelConfig& mc, int seq_len, int64_t trainab
     const double C = mc.hidden_size, F = mc.intermediate_size, V = mc.vocab_size;
     const double D = mc.head_dim > 0 ? mc.head_dim : C / mc.num_heads;
     const double q = C * mc.num_heads * D, kv = 2 * C * mc.num_kv_heads * D;
-    const double mlp = (mc.family().mlp == MlpKind::SwiGLU ? 3 : 2) * C * F;
+    const double mlp = (mc.family().gated_mlp() ? 3 : 2) * C * F;
     const double matmul = mc.num_layers * (q + kv + q + mlp) + V * C;  // + the LM head
     const double attention = 12.0 * mc.num_layers * mc.num_heads * D * seq_len;
     if (!frozen_base) return 6 * matmul + attention;

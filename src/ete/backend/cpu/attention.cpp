@@ -71,6 +71,8 @@ const int32_t* check_dims(const char* op, const AttnDims& d) {
               d.KV);
     ETE_CHECK(d.D % 2 == 0, "{}: head dim D={} must be even (RoPE pairs j with j + D/2)", op, d.D);
     ETE_CHECK(d.window >= 0, "{}: window {} must be >= 0", op, d.window);
+    ETE_CHECK(d.softcap >= 0 && std::isfinite(d.softcap), "{}: softcap {} must be finite and >= 0",
+              op, d.softcap);
     if (d.doc_start.empty()) return nullptr;
     ETE_CHECK(d.doc_start.dtype == DType::I32 && d.doc_start.n == int64_t(d.B) * d.T,
               "{}: doc_start must be {} I32 values, got {}", op, int64_t(d.B) * d.T, d.doc_start.n);
@@ -167,6 +169,21 @@ void pack_rows(float* dst, int Dp, const Src* src, size_t src_ld, int rows, int 
         std::fill(dst + size_t(r) * Dp + D, dst + size_t(r + 1) * Dp, 0.0f);
 }
 
+// Soft-capping (AttnDims::softcap) of a score tile in log2 units, rows of `cols` (stride ld):
+// s' = s · log2e becomes cap2 · tanh(s' / cap2) with cap2 = cap · log2e, which is
+// cap · tanh(s / cap) in log2 units. d_cap (same layout) or null: 1 - tanh², the derivative.
+void cap_tile(float* st, int rows, int cols, int ld, float cap2, float* d_cap) {
+    for (int c = 0; c < rows; ++c) {
+        float* row = st + size_t(c) * ld;
+        float* dr = d_cap ? d_cap + size_t(c) * ld : nullptr;
+        for (int r = 0; r < cols; ++r) {
+            const float t = std::tanh(row[r] / cap2);
+            row[r] = cap2 * t;
+            if (dr) dr[r] = 1.0f - t * t;
+        }
+    }
+}
+
 // One online-softmax step over a score tile st(nk, kFwdQ) (rows = keys j0 + c, columns = queries
 // i0 + r, shift = j0 - i0). Key c is live for query r as live<kMask> says (kNone when the whole
 // tile is live). Updates the running max m and sum l, overwrites st with 2^(s - m_new) (0 where
@@ -213,6 +230,7 @@ struct HeadBuffers {
     float* o;   // (kFwdQ, Dp) unnormalised output of the query tile
     float m[kFwdQ] = {}, l[kFwdQ] = {}, alpha[kFwdQ] = {};  // running max (log2), sum, rescale
     int lo[kFwdQ] = {};  // packed rows: document starts relative to the current key tile
+    float cap2 = 0;      // soft-cap in log2 units (cap_tile), 0: none
 };
 
 // Queries [i0, i0 + nq) against keys [s(i0), i0 + nq), s = the row's doc_start (null: s = 0):
@@ -228,6 +246,7 @@ void forward_query_tile(HeadBuffers& hb, int D, const int32_t* s, int i0, int nq
         // S^T(nk, kFwdQ) = K(nk, D) Q'^T(D, kFwdQ)
         gemm_tile(hb.st, kFwdQ, hb.ks + size_t(j0) * Dp, Dp, 1, hb.qt + i0, hb.Tp, nk, D, kFwdQ,
                   Init::kZero);
+        if (hb.cap2 > 0) cap_tile(hb.st, nk, kFwdQ, kFwdQ, hb.cap2, nullptr);
         if (s_last > j0) {  // some query's first key lies inside the tile
             doc_offsets(hb.lo, kFwdQ, s, i0, nq, j0);
             softmax_step<Mask::kDoc>(hb.st, nk, j0 - i0, hb.lo, hb.m, hb.l, hb.alpha);
@@ -260,7 +279,8 @@ void forward_head(A* out, size_t ldo, float* lse, const A* qkv, size_t S, const 
                    .ks = sc.take(size_t(T) * Dp),
                    .vs = sc.take(size_t(T) * Dp),
                    .st = sc.take(size_t(kFwdK) * kFwdQ),
-                   .o = sc.take(size_t(kFwdQ) * Dp)};
+                   .o = sc.take(size_t(kFwdQ) * Dp),
+                   .cap2 = d.softcap * kLog2e};
     // Transposed from the packed copy, where 16 consecutive rows are contiguous (in qkv they are
     // a tensor row apart and would compete for one L1 set).
     pack_rows(qs, Dp, base + size_t(h) * D, S, T, D, scale * kLog2e);
@@ -286,19 +306,21 @@ void forward_head(A* out, size_t ldo, float* lse, const A* qkv, size_t S, const 
 // Tp = round_up(T, 16) is the column count of transposed layouts and per-query scalars.
 struct GroupBuffers {
     int Dp, Tp;
-    float* ks;    // (T, Dp) keys
-    float* vs;    // (T, Dp) values
-    float* d_k;   // (T, Dp) dK accumulator (times 1/ln2, see backward_group)
-    float* d_v;   // (T, Dp) dV accumulator
-    float* q;     // (T, Dp) current head's queries * scale*log2e
-    float* qt;    // (D, Tp) the same, transposed, zero past T
-    float* d_o;   // (T, Dp) current head's output gradients
-    float* d_ot;  // (D, Tp) the same, transposed, zero past T
-    float* d_q;   // (T, Dp) sum_j dS_ij k_j; d_q = scale * this
-    float* lse2;  // (Tp) lse in log2 units; +inf past T so padded queries get P = 0
-    float* di;    // (Tp) D_i = dO_i . O_i; 0 past T
-    float* st;    // (kBwdK, kBwdQ) probability tile P^T, keys by queries
-    float* dst;   // (kBwdK, kBwdQ) dP^T, then dS^T
+    float* ks;     // (T, Dp) keys
+    float* vs;     // (T, Dp) values
+    float* d_k;    // (T, Dp) dK accumulator (times 1/ln2, see backward_group)
+    float* d_v;    // (T, Dp) dV accumulator
+    float* q;      // (T, Dp) current head's queries * scale*log2e
+    float* qt;     // (D, Tp) the same, transposed, zero past T
+    float* d_o;    // (T, Dp) current head's output gradients
+    float* d_ot;   // (D, Tp) the same, transposed, zero past T
+    float* d_q;    // (T, Dp) sum_j dS_ij k_j; d_q = scale * this
+    float* lse2;   // (Tp) lse in log2 units; +inf past T so padded queries get P = 0
+    float* di;     // (Tp) D_i = dO_i . O_i; 0 past T
+    float* st;     // (kBwdK, kBwdQ) probability tile P^T, keys by queries
+    float* dst;    // (kBwdK, kBwdQ) dP^T, then dS^T
+    float* d_cap;  // (kBwdK, kBwdQ) soft-capping: 1 - tanh² of the tile's scores; else null
+    float cap2;    // soft-cap in log2 units (cap_tile), 0: none
 
     // Packed rows or a window only (s is null otherwise).
     const int32_t* s = nullptr;    // (T) the row's first key of each query (key_starts)
@@ -368,6 +390,7 @@ void backward_key_tile(GroupBuffers& g, int T, int D, int j0, int nk) {
         gemm_tile(g.st, kBwdQ, kr, Dp, 1, g.qt + c0, Tp, nk, D, ncols, Init::kZero);
         gemm_tile(g.dst, kBwdQ, vr, Dp, 1, g.d_ot + c0, Tp, nk, D, ncols, Init::kZero);
         const int shift = j0 - c0;
+        if (g.cap2 > 0) cap_tile(g.st, nk, ncols, kBwdQ, g.cap2, g.d_cap);
         if (g.s && g.s[c0 + nq - 1] > j0) {  // some query's first key lies inside the tile
             doc_offsets(g.lo, kBwdQ, g.s, c0, nq, j0);
             probs_and_dsoft<Mask::kDoc>(g.st, g.dst, nk, ncols, shift, g.lo, g.lse2 + c0,
@@ -378,6 +401,14 @@ void backward_key_tile(GroupBuffers& g, int T, int D, int j0, int nk) {
         } else {
             probs_and_dsoft<Mask::kNone>(g.st, g.dst, nk, ncols, shift, nullptr, g.lse2 + c0,
                                          g.di + c0);
+        }
+        if (g.cap2 > 0) {  // dS of the capped scores -> of the raw ones
+            for (int c = 0; c < nk; ++c) {
+                float* ds = g.dst + size_t(c) * kBwdQ;
+                const float* dc = g.d_cap + size_t(c) * kBwdQ;
+#pragma omp simd
+                for (int r = 0; r < ncols; ++r) ds[r] *= dc[r];
+            }
         }
         const size_t q_off = size_t(c0) * Dp;
         // dV += P^T dO, dK += dS^T Q', dQ += dS K (dS read from dst transposed)
@@ -414,8 +445,9 @@ void backward_group(A* d_qkv, const A* d_out, const A* out, const float* lse, co
     const size_t S = ld.qkv, rows = size_t(T) * Dp, cols = size_t(D) * Tp;
     const size_t score = size_t(kBwdK) * kBwdQ;
     Scratch& sc = thread_scratch();
+    const bool cap = d.softcap > 0;
     sc.reserve(Scratch::padded(rows) * 7 + Scratch::padded(cols) * 2 + Scratch::padded(Tp) * 2 +
-               Scratch::padded(score) * 2);
+               Scratch::padded(score) * (cap ? 3 : 2));
     GroupBuffers g{.Dp = Dp,
                    .Tp = Tp,
                    .ks = sc.take(rows),
@@ -430,7 +462,9 @@ void backward_group(A* d_qkv, const A* d_out, const A* out, const float* lse, co
                    .lse2 = sc.take(size_t(Tp)),
                    .di = sc.take(size_t(Tp)),
                    .st = sc.take(score),
-                   .dst = sc.take(score)};
+                   .dst = sc.take(score),
+                   .d_cap = cap ? sc.take(score) : nullptr,
+                   .cap2 = d.softcap * kLog2e};
     if (doc) {
         g.s = doc + size_t(b) * T;
         g.doc_end = query_ends(g.s, T);

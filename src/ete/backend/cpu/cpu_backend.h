@@ -89,6 +89,8 @@ class CpuBackend final : public Backend {
     void pos_embedding_backward(Mat d_wpe, CMat d_out, CVec doc_start, int B, int T) override;
     void swiglu_forward(Mat out, CMat gate_up) override;
     void swiglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) override;
+    void geglu_forward(Mat out, CMat gate_up) override;
+    void geglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) override;
     void swiglu_quantize(Mat q, CMat gate_up, CVec scale, CVec zero, const QuantGrid& g) override;
     void rmsnorm_quantize(Mat q, CMat x, CVec w, float eps, CVec scale, CVec zero,
                           const QuantGrid& g) override;
@@ -112,6 +114,8 @@ class CpuBackend final : public Backend {
     // loss.cpp
     void cross_entropy_forward_backward(Mat logits, Vec losses, CVec targets, float d_scale,
                                         Mat d_logits) override;
+    void softcap_forward(Mat x, Mat d_cap, float cap) override;
+    void softcap_backward(Mat d_x, CMat d_cap) override;
     void cross_entropy_forward(Vec losses, CMat logits, CVec targets) override;
     void cross_entropy_stats(Vec lse, Vec target_logit, CMat logits, CVec targets) override;
     void cross_entropy_backward(Mat d_logits, CMat logits, CVec lse, CVec targets,
@@ -165,6 +169,9 @@ class CpuBackend final : public Backend {
         std::chrono::steady_clock::time_point t0_{};
     };
 
+    // SwiGLU (gelu = false) or GeGLU: the checks and the dispatch they share.
+    void glu_forward(Mat out, CMat gate_up, bool gelu);
+    void glu_backward(Mat d_gate_up, CMat d_out, CMat gate_up, bool gelu);
     // The host address of [p, p + bytes) of this backend's memory (p itself unless guarded).
     void* host_ptr(const void* p, size_t bytes) const;
     // An NF4 view with every pointer translated like host_ptr.

@@ -196,6 +196,20 @@ void swiglu_bwd(A* d_gu, int64_t ldd, const A* d_out, int64_t ldo, const A* gu, 
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluC = 0.044715f;
 
+[[gnu::always_inline]] inline float gelu_value(float v) {
+    const float y2 = 2.0f * kGeluK * (v + kGeluC * v * v * v);
+    return v * sigmoid_fast(y2);
+}
+
+// d/dx [x s(2y)] = s + x s (1 - s) d(2y)/dx, with 1 - s = e s (no cancellation).
+[[gnu::always_inline]] inline float gelu_grad(float v) {
+    const float y2 = 2.0f * kGeluK * (v + kGeluC * v * v * v);
+    const float e = exp_fast(-y2);
+    const float s = 1.0f / (1.0f + e);
+    const float dy2 = 2.0f * kGeluK * (1.0f + 3.0f * kGeluC * v * v);  // d(2y)/dx
+    return s + v * (e * s) * s * dy2;
+}
+
 template <typename A>
 void gelu_fwd(A* out, int64_t ldo, const A* x, int64_t ldx, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
@@ -203,31 +217,51 @@ void gelu_fwd(A* out, int64_t ldo, const A* x, int64_t ldx, int64_t N, int64_t C
         const A* xr = x + n * ldx;
         A* o = out + n * ldo;
 #pragma omp simd
-        for (int64_t i = 0; i < C; ++i) {
-            float v = load(xr[i]);
-            float y2 = 2.0f * kGeluK * (v + kGeluC * v * v * v);
-            store(o[i], v * sigmoid_fast(y2));
-        }
+        for (int64_t i = 0; i < C; ++i) store(o[i], gelu_value(load(xr[i])));
     }
 }
 
 template <typename A>
 void gelu_bwd(A* d_x, int64_t ldd, const A* d_out, int64_t ldo, const A* x, int64_t ldx, int64_t N,
               int64_t C) {
-    // d/dx [x s(2y)] = s + x s (1 - s) d(2y)/dx, with 1 - s = e s (no cancellation).
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
         const A* xr = x + n * ldx;
         const A* dy = d_out + n * ldo;
         A* dx = d_x + n * ldd;
 #pragma omp simd
-        for (int64_t i = 0; i < C; ++i) {
-            float v = load(xr[i]);
-            float y2 = 2.0f * kGeluK * (v + kGeluC * v * v * v);
-            float e = exp_fast(-y2);
-            float s = 1.0f / (1.0f + e);
-            float dy2 = 2.0f * kGeluK * (1.0f + 3.0f * kGeluC * v * v);  // d(2y)/dx
-            store(dx[i], load(dy[i]) * (s + v * (e * s) * s * dy2));
+        for (int64_t i = 0; i < C; ++i) store(dx[i], load(dy[i]) * gelu_grad(load(xr[i])));
+    }
+}
+
+// GeGLU (Gemma): out = gelu(gate) · up over gate | up rows, as swiglu_fwd.
+template <typename A>
+void geglu_fwd(A* out, int64_t ldo, const A* gu, int64_t ldg, int64_t N, int64_t F) {
+#pragma omp parallel for schedule(static) if (N * F >= kParallelMin)
+    for (int64_t n = 0; n < N; ++n) {
+        const A* g = gu + n * ldg;
+        const A* u = g + F;
+        A* o = out + n * ldo;
+#pragma omp simd
+        for (int64_t f = 0; f < F; ++f) store(o[f], gelu_value(load(g[f])) * load(u[f]));
+    }
+}
+
+template <typename A>
+void geglu_bwd(A* d_gu, int64_t ldd, const A* d_out, int64_t ldo, const A* gu, int64_t ldg,
+               int64_t N, int64_t F) {
+#pragma omp parallel for schedule(static) if (N * F >= kParallelMin)
+    for (int64_t n = 0; n < N; ++n) {
+        const A* g = gu + n * ldg;
+        const A* u = g + F;
+        const A* dy = d_out + n * ldo;
+        A* d_g = d_gu + n * ldd;
+        A* d_u = d_g + F;
+#pragma omp simd
+        for (int64_t f = 0; f < F; ++f) {
+            const float gv = load(g[f]), dv = load(dy[f]);
+            store(d_g[f], dv * load(u[f]) * gelu_grad(gv));
+            store(d_u[f], dv * gelu_value(gv));
         }
     }
 }
@@ -353,34 +387,54 @@ void CpuBackend::pos_embedding_backward(Mat d_wpe, CMat d_out, CVec doc_start, i
 }
 
 void CpuBackend::swiglu_forward(Mat out, CMat gate_up) {
-    Scope h(*this, "swiglu_forward");
-    check_rows(out, gate_up, "swiglu_forward");
-    ETE_CHECK(gate_up.cols == 2 * out.cols && gate_up.dtype == out.dtype,
-              "swiglu_forward: gate_up ({}, {}) {} for out ({}, {}) {}", gate_up.rows, gate_up.cols,
-              dtype_name(gate_up.dtype), out.rows, out.cols, dtype_name(out.dtype));
-    out = h(out);
-    gate_up = h(gate_up);
-    with_float_type(out.dtype, "swiglu_forward", [&](auto t) {
-        using A = decltype(t);
-        swiglu_fwd(elems<A>(out), out.ld, elems<A>(gate_up), gate_up.ld, out.rows, out.cols);
-    });
+    glu_forward(out, gate_up, false);
+}
+
+void CpuBackend::geglu_forward(Mat out, CMat gate_up) {
+    glu_forward(out, gate_up, true);
 }
 
 void CpuBackend::swiglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) {
-    Scope h(*this, "swiglu_backward");
-    check_same(d_gate_up, gate_up, "swiglu_backward");
-    check_rows(d_out, gate_up, "swiglu_backward");
+    glu_backward(d_gate_up, d_out, gate_up, false);
+}
+
+void CpuBackend::geglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) {
+    glu_backward(d_gate_up, d_out, gate_up, true);
+}
+
+void CpuBackend::glu_forward(Mat out, CMat gate_up, bool gelu) {
+    const char* op = gelu ? "geglu_forward" : "swiglu_forward";
+    Scope h(*this, op);
+    check_rows(out, gate_up, op);
+    ETE_CHECK(gate_up.cols == 2 * out.cols && gate_up.dtype == out.dtype,
+              "{}: gate_up ({}, {}) {} for out ({}, {}) {}", op, gate_up.rows, gate_up.cols,
+              dtype_name(gate_up.dtype), out.rows, out.cols, dtype_name(out.dtype));
+    out = h(out);
+    gate_up = h(gate_up);
+    with_float_type(out.dtype, op, [&](auto t) {
+        using A = decltype(t);
+        (gelu ? geglu_fwd<A> : swiglu_fwd<A>)(elems<A>(out), out.ld, elems<A>(gate_up), gate_up.ld,
+                                              out.rows, out.cols);
+    });
+}
+
+void CpuBackend::glu_backward(Mat d_gate_up, CMat d_out, CMat gate_up, bool gelu) {
+    const char* op = gelu ? "geglu_backward" : "swiglu_backward";
+    Scope h(*this, op);
+    check_same(d_gate_up, gate_up, op);
+    check_rows(d_out, gate_up, op);
     ETE_CHECK(gate_up.cols == 2 * d_out.cols && gate_up.dtype == d_out.dtype &&
                   d_gate_up.dtype == d_out.dtype,
-              "swiglu_backward: gate_up ({}, {}) for d_out ({}, {}), one dtype", gate_up.rows,
-              gate_up.cols, d_out.rows, d_out.cols);
+              "{}: gate_up ({}, {}) for d_out ({}, {}), one dtype", op, gate_up.rows, gate_up.cols,
+              d_out.rows, d_out.cols);
     d_gate_up = h(d_gate_up);
     d_out = h(d_out);
     gate_up = h(gate_up);
-    with_float_type(d_out.dtype, "swiglu_backward", [&](auto t) {
+    with_float_type(d_out.dtype, op, [&](auto t) {
         using A = decltype(t);
-        swiglu_bwd(elems<A>(d_gate_up), d_gate_up.ld, elems<A>(d_out), d_out.ld, elems<A>(gate_up),
-                   gate_up.ld, d_out.rows, d_out.cols);
+        (gelu ? geglu_bwd<A> : swiglu_bwd<A>)(elems<A>(d_gate_up), d_gate_up.ld, elems<A>(d_out),
+                                              d_out.ld, elems<A>(gate_up), gate_up.ld, d_out.rows,
+                                              d_out.cols);
     });
 }
 

@@ -156,6 +156,52 @@ void CpuBackend::cross_entropy_forward_backward(Mat logits, Vec losses, CVec tar
     });
 }
 
+namespace {
+
+void check_softcap(const char* op, const CMat& x, const CMat& d) {
+    ETE_CHECK(x.dtype == DType::F32 &&
+                  (d.empty() || (d.dtype == DType::F32 && d.rows == x.rows && d.cols == x.cols)),
+              "{}: ({}, {}) {} and ({}, {}) {}: expected F32 of one shape", op, x.rows, x.cols,
+              dtype_name(x.dtype), d.rows, d.cols, dtype_name(d.dtype));
+}
+
+}  // namespace
+
+void CpuBackend::softcap_forward(Mat x, Mat d_cap, float cap) {
+    const char* op = "softcap_forward";
+    Scope h(*this, op);
+    check_softcap(op, x, d_cap);
+    ETE_CHECK(cap > 0 && std::isfinite(cap), "{}: cap {}: expected a finite number > 0", op, cap);
+    x = h(x);
+    d_cap = d_cap.empty() ? d_cap : h(d_cap);
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelMin)
+    for (int64_t r = 0; r < x.rows; ++r) {
+        float* row = elems<float>(x) + r * x.ld;
+        float* d = d_cap.empty() ? nullptr : elems<float>(d_cap) + r * d_cap.ld;
+        for (int64_t c = 0; c < x.cols; ++c) {
+            const float t = std::tanh(row[c] / cap);
+            row[c] = cap * t;
+            if (d) d[c] = 1.0f - t * t;
+        }
+    }
+}
+
+void CpuBackend::softcap_backward(Mat d_x, CMat d_cap) {
+    const char* op = "softcap_backward";
+    Scope h(*this, op);
+    ETE_CHECK(!d_cap.empty(), "{}: d_cap is empty", op);
+    check_softcap(op, d_x, d_cap);
+    d_x = h(d_x);
+    d_cap = h(d_cap);
+#pragma omp parallel for schedule(static) if (d_x.numel() >= kParallelMin)
+    for (int64_t r = 0; r < d_x.rows; ++r) {
+        float* d = elems<float>(d_x) + r * d_x.ld;
+        const float* f = elems<float>(d_cap) + r * d_cap.ld;
+#pragma omp simd
+        for (int64_t c = 0; c < d_x.cols; ++c) d[c] *= f[c];
+    }
+}
+
 void CpuBackend::cross_entropy_forward(Vec losses, CMat logits, CVec targets) {
     const char* op = "cross_entropy_forward";
     Scope h(*this, "cross_entropy");

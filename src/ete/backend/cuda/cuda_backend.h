@@ -92,7 +92,11 @@ class CudaBackend final : public Backend {
                             AttnDims d, float scale) override;
     void swiglu_forward(ete::Mat out, ete::CMat gate_up) override;
     void swiglu_backward(ete::Mat d_gate_up, ete::CMat d_out, ete::CMat gate_up) override;
+    void geglu_forward(ete::Mat out, ete::CMat gate_up) override;
+    void geglu_backward(ete::Mat d_gate_up, ete::CMat d_out, ete::CMat gate_up) override;
     void gelu_forward(ete::Mat out, ete::CMat x) override;
+    void softcap_forward(ete::Mat x, ete::Mat d_cap, float cap) override;
+    void softcap_backward(ete::Mat d_x, ete::CMat d_cap) override;
     void gelu_backward(ete::Mat d_x, ete::CMat d_out, ete::CMat x) override;
     void cross_entropy_forward_backward(ete::Mat logits, Vec losses, CVec targets, float d_scale,
                                         ete::Mat d_logits) override;

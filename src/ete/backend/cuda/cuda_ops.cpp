@@ -2,6 +2,7 @@
 // them to kernels.h's plain structs and launches on the backend's stream (nothing waits, except
 // sum_squares, which returns a host value).
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "ete/backend/cuda/cuda_backend.h"
@@ -23,6 +24,10 @@ void check_attention(const AttnDims& d, ete::CMat qkv, const char* op) {
     ETE_CHECK(qkv.rows == int64_t(d.B) * d.T && qkv.cols == d.qkv_stride(),
               "[cuda] {}: qkv ({}, {}), expected ({}, {})", op, qkv.rows, qkv.cols,
               int64_t(d.B) * d.T, d.qkv_stride());
+    ETE_CHECK(d.softcap == 0,
+              "[cuda] {}: attention-logit soft-capping (Gemma 2's attn_logit_softcapping = {}) is "
+              "not implemented on the CUDA backend yet (train.backend = \"cpu\" runs it)",
+              op, d.softcap);
 }
 
 }  // namespace
@@ -188,6 +193,36 @@ void CudaBackend::swiglu_forward(ete::Mat out, ete::CMat gate_up) {
 void CudaBackend::swiglu_backward(ete::Mat d_gate_up, ete::CMat d_out, ete::CMat gate_up) {
     const char* op = "swiglu_backward";
     cuda::swiglu_backward(stream_, mat(d_gate_up, op), cmat(d_out, op), cmat(gate_up, op));
+    check_launch(op);
+}
+
+void CudaBackend::geglu_forward(ete::Mat out, ete::CMat gate_up) {
+    cuda::geglu_forward(stream_, mat(out, "geglu_forward"), cmat(gate_up, "geglu_forward"));
+    check_launch("geglu_forward");
+}
+
+void CudaBackend::geglu_backward(ete::Mat d_gate_up, ete::CMat d_out, ete::CMat gate_up) {
+    const char* op = "geglu_backward";
+    cuda::geglu_backward(stream_, mat(d_gate_up, op), cmat(d_out, op), cmat(gate_up, op));
+    check_launch(op);
+}
+
+void CudaBackend::softcap_forward(ete::Mat x, ete::Mat d_cap, float cap) {
+    const char* op = "softcap_forward";
+    ETE_CHECK(x.dtype == DType::F32 && cap > 0 && std::isfinite(cap) &&
+                  (d_cap.empty() ||
+                   (d_cap.dtype == DType::F32 && d_cap.rows == x.rows && d_cap.cols == x.cols)),
+              "[cuda] {}: expected F32 views of one shape and a finite cap > 0", op);
+    cuda::softcap_forward(stream_, mat(x, op), d_cap.empty() ? cuda::Mat{} : mat(d_cap, op), cap);
+    check_launch(op);
+}
+
+void CudaBackend::softcap_backward(ete::Mat d_x, ete::CMat d_cap) {
+    const char* op = "softcap_backward";
+    ETE_CHECK(d_x.dtype == DType::F32 && d_cap.dtype == DType::F32 && d_x.rows == d_cap.rows &&
+                  d_x.cols == d_cap.cols,
+              "[cuda] {}: expected F32 views of one shape", op);
+    cuda::softcap_backward(stream_, mat(d_x, op), cmat(d_cap, op));
     check_launch(op);
 }
 

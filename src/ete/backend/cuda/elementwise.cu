@@ -118,6 +118,47 @@ __global__ void k_gelu_backward(Mat d_x, CMat d_out, CMat x) {
     }
 }
 
+__device__ __forceinline__ float gelu_tanh(float v) {
+    return 0.5f * v * (1.0f + tanhf(kGeluK * (v + 0.044715f * v * v * v)));
+}
+
+__global__ void k_geglu_forward(Mat out, CMat gu) {
+    ETE_GRID_STRIDE(i, out.rows * out.cols) {
+        const int64_t r = i / out.cols, f = i % out.cols;
+        const float g = load(gu.p, gu.t, r * gu.ld + f),
+                    u = load(gu.p, gu.t, r * gu.ld + out.cols + f);
+        store(out.p, out.t, r * out.ld + f, gelu_tanh(g) * u);
+    }
+}
+
+__global__ void k_geglu_backward(Mat d_gu, CMat d_out, CMat gu) {
+    ETE_GRID_STRIDE(i, d_out.rows * d_out.cols) {
+        const int64_t r = i / d_out.cols, f = i % d_out.cols, F = d_out.cols;
+        const float g = load(gu.p, gu.t, r * gu.ld + f), u = load(gu.p, gu.t, r * gu.ld + F + f);
+        const float dy = load(d_out.p, d_out.t, r * d_out.ld + f);
+        const float t = tanhf(kGeluK * (g + 0.044715f * g * g * g));
+        const float dt = (1.0f - t * t) * kGeluK * (1.0f + 3.0f * 0.044715f * g * g);
+        store(d_gu.p, d_gu.t, r * d_gu.ld + f, dy * u * (0.5f * (1.0f + t) + 0.5f * g * dt));
+        store(d_gu.p, d_gu.t, r * d_gu.ld + F + f, dy * 0.5f * g * (1.0f + t));
+    }
+}
+
+__global__ void k_softcap_forward(Mat x, Mat d_cap, float cap) {
+    ETE_GRID_STRIDE(i, x.rows * x.cols) {
+        const float t = tanhf(load(x.p, x.t, at(i, x.cols, x.ld)) / cap);
+        store(x.p, x.t, at(i, x.cols, x.ld), cap * t);
+        if (d_cap.p) store(d_cap.p, d_cap.t, at(i, d_cap.cols, d_cap.ld), 1.0f - t * t);
+    }
+}
+
+__global__ void k_softcap_backward(Mat d_x, CMat d_cap) {
+    ETE_GRID_STRIDE(i, d_x.rows * d_x.cols) {
+        const int64_t k = at(i, d_x.cols, d_x.ld);
+        store(d_x.p, d_x.t, k,
+              load(d_x.p, d_x.t, k) * load(d_cap.p, d_cap.t, at(i, d_cap.cols, d_cap.ld)));
+    }
+}
+
 __global__ void k_embedding_forward(Mat out, const int32_t* ids, CMat table, int64_t first_id) {
     ETE_GRID_STRIDE(i, out.rows * out.cols) {
         const int64_t r = i / out.cols, c = i % out.cols, id = int64_t(ids[r]) - first_id;
@@ -205,6 +246,19 @@ void swiglu_forward(cudaStream_t s, Mat out, CMat gate_up) {
 void swiglu_backward(cudaStream_t s, Mat d_gate_up, CMat d_out, CMat gate_up) {
     k_swiglu_backward<<<grid_for(d_out.rows * d_out.cols), kThreads, 0, s>>>(d_gate_up, d_out,
                                                                              gate_up);
+}
+void geglu_forward(cudaStream_t s, Mat out, CMat gate_up) {
+    k_geglu_forward<<<grid_for(out.rows * out.cols), kThreads, 0, s>>>(out, gate_up);
+}
+void geglu_backward(cudaStream_t s, Mat d_gate_up, CMat d_out, CMat gate_up) {
+    k_geglu_backward<<<grid_for(d_out.rows * d_out.cols), kThreads, 0, s>>>(d_gate_up, d_out,
+                                                                            gate_up);
+}
+void softcap_forward(cudaStream_t s, Mat x, Mat d_cap, float cap) {
+    k_softcap_forward<<<grid_for(x.rows * x.cols), kThreads, 0, s>>>(x, d_cap, cap);
+}
+void softcap_backward(cudaStream_t s, Mat d_x, CMat d_cap) {
+    k_softcap_backward<<<grid_for(d_x.rows * d_x.cols), kThreads, 0, s>>>(d_x, d_cap);
 }
 void gelu_forward(cudaStream_t s, Mat out, CMat x) {
     k_gelu_forward<<<grid_for(out.rows * out.cols), kThreads, 0, s>>>(out, x);

@@ -41,7 +41,11 @@ void bias_backward(cudaStream_t s, Mat d_b, CMat d_y, float* work);
 int64_t column_sum_work(int64_t rows, int64_t cols);
 void swiglu_forward(cudaStream_t s, Mat out, CMat gate_up);
 void swiglu_backward(cudaStream_t s, Mat d_gate_up, CMat d_out, CMat gate_up);
+void geglu_forward(cudaStream_t s, Mat out, CMat gate_up);
+void geglu_backward(cudaStream_t s, Mat d_gate_up, CMat d_out, CMat gate_up);
 void gelu_forward(cudaStream_t s, Mat out, CMat x);
+void softcap_forward(cudaStream_t s, Mat x, Mat d_cap, float cap);
+void softcap_backward(cudaStream_t s, Mat d_x, CMat d_cap);
 void gelu_backward(cudaStream_t s, Mat d_x, CMat d_out, CMat x);
 
 // --- embeddings (elementwise.cu) ---

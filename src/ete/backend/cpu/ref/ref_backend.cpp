@@ -376,6 +376,23 @@ class RefBackend final : public Backend {
             Dg.write(d_gate_up);
         });
     }
+    void geglu_forward(Mat out, CMat gate_up) override {
+        compute({out.dtype, gate_up.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> O(out, false), G(gate_up);
+            ref::geglu_forward<T>(O.data(), G.data(), int(out.rows), int(out.cols));
+            O.write(out);
+        });
+    }
+    void geglu_backward(Mat d_gate_up, CMat d_out, CMat gate_up) override {
+        compute({d_gate_up.dtype, d_out.dtype, gate_up.dtype}, [&](auto t) {
+            using T = decltype(t);
+            Host<T> Dg(d_gate_up, false), Do(d_out), G(gate_up);
+            ref::geglu_backward<T>(Dg.data(), Do.data(), G.data(), int(d_out.rows),
+                                   int(d_out.cols));
+            Dg.write(d_gate_up);
+        });
+    }
     void gelu_forward(Mat out, CMat x) override {
         compute({out.dtype, x.dtype}, [&](auto t) {
             using T = decltype(t);
@@ -404,6 +421,24 @@ class RefBackend final : public Backend {
             L.write(losses);
             Z.write(d_logits);
         });
+    }
+    void softcap_forward(Mat x, Mat d_cap, float cap) override {
+        ETE_CHECK(cap > 0, "softcap_forward: cap {} must be > 0", cap);
+        Host<double> X(x), Dc(d_cap.empty() ? x : d_cap, false);
+        for (size_t i = 0; i < size_t(x.numel()); ++i) {
+            const double t = std::tanh(X.data()[i] / cap);
+            X.data()[i] = cap * t;
+            Dc.data()[i] = 1.0 - t * t;
+        }
+        X.write(x);
+        if (!d_cap.empty()) Dc.write(d_cap);
+    }
+    void softcap_backward(Mat d_x, CMat d_cap) override {
+        ETE_CHECK(d_x.rows == d_cap.rows && d_x.cols == d_cap.cols,
+                  "softcap_backward: views of one shape");
+        Host<double> D(d_x), F(d_cap);
+        for (size_t i = 0; i < size_t(d_x.numel()); ++i) D.data()[i] *= F.data()[i];
+        D.write(d_x);
     }
     void cross_entropy_forward(Vec losses, CMat logits, CVec targets) override {
         std::vector<int32_t> tg = ints(targets);

@@ -210,6 +210,7 @@ void attention_forward(T* out, T* lse, const T* qkv, AttnDims d, float scale) {
                     double acc = 0;
                     for (int e = 0; e < d.D; ++e) acc += double(q[e]) * k[e];
                     s[j] = acc * scale;
+                    if (d.softcap > 0) s[j] = d.softcap * std::tanh(s[j] / d.softcap);
                     mx = std::max(mx, s[j]);
                 }
                 double sum = 0;
@@ -256,6 +257,11 @@ void attention_backward(T* d_qkv, const T* d_out, const T* out, const T* lse, co
                     }
                     double p = std::exp(sc * scale - l);
                     double ds = p * (dp - di) * scale;
+                    if (d.softcap > 0) {  // d(cap tanh(x / cap))/dx = 1 - tanh²
+                        const double t = std::tanh(sc * scale / d.softcap);
+                        p = std::exp(d.softcap * t - l);
+                        ds = p * (dp - di) * (1.0 - t * t) * scale;
+                    }
                     for (int e = 0; e < d.D; ++e) {
                         d_qkv[qrow + size_t(h) * d.D + e] += T(ds * k[e]);
                         d_qkv[krow + size_t(d.H + kh) * d.D + e] += T(ds * q[e]);
@@ -308,6 +314,29 @@ void gelu_backward(T* d_x, const T* d_out, const T* x, int64_t n) {
         double dt = (1.0 - t * t) * kGeluK * (1.0 + 3.0 * 0.044715 * v * v);
         d_x[i] = T(d_out[i] * (0.5 * (1.0 + t) + 0.5 * v * dt));
     }
+}
+
+template <typename T>
+void geglu_forward(T* out, const T* gu, int N, int F) {
+    for (int n = 0; n < N; ++n)
+        for (int f = 0; f < F; ++f) {
+            double g = gu[size_t(n) * 2 * F + f], u = gu[size_t(n) * 2 * F + F + f];
+            out[size_t(n) * F + f] =
+                T(0.5 * g * (1.0 + std::tanh(kGeluK * (g + 0.044715 * g * g * g))) * u);
+        }
+}
+
+template <typename T>
+void geglu_backward(T* d_gu, const T* d_out, const T* gu, int N, int F) {
+    for (int n = 0; n < N; ++n)
+        for (int f = 0; f < F; ++f) {
+            double g = gu[size_t(n) * 2 * F + f], u = gu[size_t(n) * 2 * F + F + f];
+            double dy = d_out[size_t(n) * F + f];
+            double t = std::tanh(kGeluK * (g + 0.044715 * g * g * g));
+            double dt = (1.0 - t * t) * kGeluK * (1.0 + 3.0 * 0.044715 * g * g);
+            d_gu[size_t(n) * 2 * F + f] = T(dy * u * (0.5 * (1.0 + t) + 0.5 * g * dt));
+            d_gu[size_t(n) * 2 * F + F + f] = T(dy * 0.5 * g * (1.0 + t));
+        }
 }
 
 template <typename T>
