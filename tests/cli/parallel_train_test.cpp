@@ -94,6 +94,27 @@ TEST_F(ParallelTrain, EveryLayoutMatchesOneProcessGpt2) {
                     fmt::format("gpt2 ({},{},{})", l[0], l[1], l[2]));
 }
 
+// Gemma 2 (soft-caps 50 and 30, local and global layers) and Gemma 3 (q/k norms, five local
+// layers per global: all four local here, at their own RoPE base) from [model], with a window of
+// 5 (sequences of 16) and the tied head: tp, pp and the whole mesh against one process.
+// adam_eps = 1e-4 as for GPT-2 above: measured at 1e-8, one element of layer 2's gate_proj ends
+// 3.3e-5 apart at tp = 2 (bound 2e-5) — a gradient small next to its summation noise, which AdamW
+// scales up to a step of lr; the post-feed-forward norm's backward (it removes the component
+// along its input) makes such near-cancelling gradients common. The model-level parity tests
+// (tests/model/tp_test.cpp, stage_test.cpp) hold Gemma's gradients themselves to the fp32 bounds.
+TEST_F(ParallelTrain, GemmaLayoutsMatchOneProcess) {
+    for (const char* arch : {"gemma2", "gemma3"}) {
+        const std::string sets = fmt::format(
+            " --set model.arch={} --set model.sliding_window=5 --set "
+            "model.tie_word_embeddings=true --set train.adam_eps=1e-4",
+            arch);
+        RunResult one = train(1, sets);
+        for (const auto& l : {std::array{1, 2, 1}, std::array{1, 1, 2}, std::array{2, 2, 2}})
+            expect_same(one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + sets),
+                        fmt::format("{} ({},{},{})", arch, l[0], l[1], l[2]));
+    }
+}
+
 // LoRA: adapters shard with their base (column-parallel base: A replicated, B split by rows;
 // row-parallel: A split by columns, B replicated), so every layout trains the same adapters,
 // over an f32 base and over NF4 (QLoRA), whose shards are cut from the whole quantized tensor
