@@ -332,31 +332,42 @@ def linear(x, P, name):
     return y if b is None else y + b
 
 
+def self_attention(cfg, P, p, h, D, rope, head_norm, scale, window, softcap=None):
+    """q/k/v (with head_norm over each q and k head before RoPE, or None), RoPE, causal GQA
+    attention and o_proj of layer prefix p; h (B, T, C)."""
+    B, T = h.shape[:2]
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    cos, sin = rope
+    q = linear(h, P, p + "self_attn.q_proj").view(B, T, H, D)
+    k = linear(h, P, p + "self_attn.k_proj").view(B, T, KV, D)
+    if head_norm is not None:
+        q = head_norm(q, P[p + "self_attn.q_norm.weight"])
+        k = head_norm(k, P[p + "self_attn.k_norm.weight"])
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
+    v = linear(h, P, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    # repeat_kv: query head h uses kv head h // (H / KV)
+    k = k.repeat_interleave(H // KV, dim=1)
+    v = v.repeat_interleave(H // KV, dim=1)
+    a = causal_attention(q, k, v, scale, window, softcap)
+    return linear(a.transpose(1, 2).reshape(B, T, H * D), P, p + "self_attn.o_proj")
+
+
 def llama_forward(cfg, P, inputs):
-    B, T = inputs.shape
-    C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    T = inputs.shape[1]
+    C, H = cfg["hidden_size"], cfg["num_attention_heads"]
     D = cfg.get("head_dim", C // H)
     eps = cfg["rms_norm_eps"]
     cos, sin = (t.to(P["model.embed_tokens.weight"].dtype) for t in rope_cos_sin(cfg, D, T))
+    # Qwen3RMSNorm over each q and k head, before RoPE
+    head_norm = (lambda t, w: rms_norm(t, w, eps)) if cfg["model_type"] == "qwen3" else None
     x = P["model.embed_tokens.weight"][inputs]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, P[p + "input_layernorm.weight"], eps)
-        q = linear(h, P, p + "self_attn.q_proj").view(B, T, H, D)
-        k = linear(h, P, p + "self_attn.k_proj").view(B, T, KV, D)
-        if cfg["model_type"] == "qwen3":  # Qwen3RMSNorm over each head, before RoPE
-            q = rms_norm(q, P[p + "self_attn.q_norm.weight"], eps)
-            k = rms_norm(k, P[p + "self_attn.k_norm.weight"], eps)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = linear(h, P, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        # repeat_kv: query head h uses kv head h // (H / KV)
-        k = k.repeat_interleave(H // KV, dim=1)
-        v = v.repeat_interleave(H // KV, dim=1)
-        a = causal_attention(q, k, v, D ** -0.5, layer_window(cfg, i))
-        a = a.transpose(1, 2).reshape(B, T, H * D)
-        x = x + linear(a, P, p + "self_attn.o_proj")
+        x = x + self_attention(cfg, P, p, h, D, (cos, sin), head_norm, D ** -0.5,
+                               layer_window(cfg, i))
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
         m = F.silu(linear(h, P, p + "mlp.gate_proj")) * linear(h, P, p + "mlp.up_proj")
         x = x + linear(m, P, p + "mlp.down_proj")
@@ -371,8 +382,8 @@ def gemma_norm(x, w, eps):
 
 
 def gemma_forward(cfg, P, inputs):
-    B, T = inputs.shape
-    C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    T = inputs.shape[1]
+    C = cfg["hidden_size"]
     D, eps, gemma3 = cfg["head_dim"], cfg["rms_norm_eps"], cfg["model_type"] == "gemma3_text"
     E = P["model.embed_tokens.weight"]
     rope_global = rope_cos_sin(cfg, D, T)
@@ -383,21 +394,10 @@ def gemma_forward(cfg, P, inputs):
         window = layer_window(cfg, i)
         cos, sin = (t.to(E.dtype) for t in (rope_local if window is not None else rope_global))
         h = gemma_norm(x, P[p + "input_layernorm.weight"], eps)
-        q = linear(h, P, p + "self_attn.q_proj").view(B, T, H, D)
-        k = linear(h, P, p + "self_attn.k_proj").view(B, T, KV, D)
-        if gemma3:
-            q = gemma_norm(q, P[p + "self_attn.q_norm.weight"], eps)
-            k = gemma_norm(k, P[p + "self_attn.k_norm.weight"], eps)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = linear(h, P, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(H // KV, dim=1)
-        v = v.repeat_interleave(H // KV, dim=1)
-        a = causal_attention(q, k, v, cfg["query_pre_attn_scalar"] ** -0.5, window,
-                             cfg.get("attn_logit_softcapping"))
-        a = a.transpose(1, 2).reshape(B, T, H * D)
-        o = linear(a, P, p + "self_attn.o_proj")
+        head_norm = (lambda t, w: gemma_norm(t, w, eps)) if gemma3 else None
+        o = self_attention(cfg, P, p, h, D, (cos, sin), head_norm,
+                           cfg["query_pre_attn_scalar"] ** -0.5, window,
+                           cfg.get("attn_logit_softcapping"))
         x = x + gemma_norm(o, P[p + "post_attention_layernorm.weight"], eps)
         h = gemma_norm(x, P[p + "pre_feedforward_layernorm.weight"], eps)
         m = gelu_new(linear(h, P, p + "mlp.gate_proj")) * linear(h, P, p + "mlp.up_proj")

@@ -18,7 +18,43 @@
 namespace ete::backend_test {
 namespace {
 
-class LayerOps : public Ops {};
+class LayerOps : public Ops {
+  protected:
+    // SwiGLU (gelu = false) or GeGLU against the reference, bounded by swiglu_bound / geglu_bound.
+    void check_glu(bool gelu, uint32_t seed) {
+        const int64_t N = 13, F = 37;
+        const char* name = gelu ? "geglu" : "swiglu";
+        for (DType t : kFloats) {
+            SCOPED_TRACE(fmt::format("{} {}", name, dname(t)));
+            const Buf gu =
+                Buf::of(t, activation_inputs(size_t(N * 2 * F), seed), N, 2 * F, 2 * F + 3);
+            Buf out = poisoned(t, N, F, F + 1);
+            DevBuf gud = up(gu), od = up(out);
+            const Buf d_out = rnd(t, N, F, F + 2, seed + 1);
+            Buf dgu = poisoned(t, N, 2 * F, 2 * F + 5);
+            DevBuf dod = up(d_out), dgud = up(dgu);
+            if (gelu) {
+                ref().geglu_forward(out.mat(), gu.cmat());
+                be().geglu_forward(od.mat(), gud.cmat());
+                ref().geglu_backward(dgu.mat(), d_out.cmat(), gu.cmat());
+                be().geglu_backward(dgud.mat(), dod.cmat(), gud.cmat());
+            } else {
+                ref().swiglu_forward(out.mat(), gu.cmat());
+                be().swiglu_forward(od.mat(), gud.cmat());
+                ref().swiglu_backward(dgu.mat(), d_out.cmat(), gu.cmat());
+                be().swiglu_backward(dgud.mat(), dod.cmat(), gud.cmat());
+            }
+            const ActBound bd =
+                (gelu ? geglu_bound : swiglu_bound)(gu.values(), d_out.values(), N, F, Impl::kAny);
+            expect_rounded_within(od.download(), out, bd.out, fmt::format("{} out", name),
+                                  fmt::format("conformance {} out", name));
+            expect_padding_kept(od.download(), out, fmt::format("{} out", name));
+            expect_rounded_within(dgud.download(), dgu, bd.d_in, fmt::format("{} d_gate_up", name),
+                                  fmt::format("conformance {} d_gate_up", name));
+            expect_padding_kept(dgud.download(), dgu, fmt::format("{} d_gate_up", name));
+        }
+    }
+};
 
 // ---- norms ----
 
@@ -280,52 +316,12 @@ TEST_P(LayerOps, Attention) {
 // formulas' fp32 roundings) against double, element by element: silu' (g near -1.28) and gelu'
 // (x near -0.75) cancel, and CUDA's 1 + tanh(y) for y << 0; the bounds are the terms'.
 TEST_P(LayerOps, Swiglu) {
-    const int64_t N = 13, F = 37;
-    for (DType t : kFloats) {
-        SCOPED_TRACE(dname(t));
-        const Buf gu = Buf::of(t, activation_inputs(size_t(N * 2 * F), 160), N, 2 * F, 2 * F + 3);
-        Buf out = poisoned(t, N, F, F + 1);
-        DevBuf gud = up(gu), od = up(out);
-        ref().swiglu_forward(out.mat(), gu.cmat());
-        be().swiglu_forward(od.mat(), gud.cmat());
-        const Buf d_out = rnd(t, N, F, F + 2, 161);
-        const ActBound bd = swiglu_bound(gu.values(), d_out.values(), N, F, Impl::kAny);
-        expect_rounded_within(od.download(), out, bd.out, "swiglu out", "conformance swiglu out");
-        expect_padding_kept(od.download(), out, "swiglu out");
-
-        Buf dgu = poisoned(t, N, 2 * F, 2 * F + 5);
-        DevBuf dod = up(d_out), dgud = up(dgu);
-        ref().swiglu_backward(dgu.mat(), d_out.cmat(), gu.cmat());
-        be().swiglu_backward(dgud.mat(), dod.cmat(), gud.cmat());
-        expect_rounded_within(dgud.download(), dgu, bd.d_in, "swiglu d_gate_up",
-                              "conformance swiglu d_gate_up");
-        expect_padding_kept(dgud.download(), dgu, "swiglu d_gate_up");
-    }
+    check_glu(false, 160);
 }
 
-// GeGLU (Gemma's MLP) like SwiGLU, bounded by geglu_bound.
+// GeGLU (Gemma's MLP).
 TEST_P(LayerOps, Geglu) {
-    const int64_t N = 13, F = 37;
-    for (DType t : kFloats) {
-        SCOPED_TRACE(dname(t));
-        const Buf gu = Buf::of(t, activation_inputs(size_t(N * 2 * F), 165), N, 2 * F, 2 * F + 3);
-        Buf out = poisoned(t, N, F, F + 1);
-        DevBuf gud = up(gu), od = up(out);
-        ref().geglu_forward(out.mat(), gu.cmat());
-        be().geglu_forward(od.mat(), gud.cmat());
-        const Buf d_out = rnd(t, N, F, F + 2, 166);
-        const ActBound bd = geglu_bound(gu.values(), d_out.values(), N, F, Impl::kAny);
-        expect_rounded_within(od.download(), out, bd.out, "geglu out", "conformance geglu out");
-        expect_padding_kept(od.download(), out, "geglu out");
-
-        Buf dgu = poisoned(t, N, 2 * F, 2 * F + 5);
-        DevBuf dod = up(d_out), dgud = up(dgu);
-        ref().geglu_backward(dgu.mat(), d_out.cmat(), gu.cmat());
-        be().geglu_backward(dgud.mat(), dod.cmat(), gud.cmat());
-        expect_rounded_within(dgud.download(), dgu, bd.d_in, "geglu d_gate_up",
-                              "conformance geglu d_gate_up");
-        expect_padding_kept(dgud.download(), dgu, "geglu d_gate_up");
-    }
+    check_glu(true, 165);
 }
 
 // swiglu_quantize is quantize_s8 of swiglu_forward's out (backend.h): exactly the backend's own
