@@ -3,6 +3,9 @@
 
 Same models and step as bench/train_throughput.cpp. --model llama-bench (default): a Llama with
 V 8192, C 512, L 8, H 8, KV 4, F 1408, untied head, micro-batch (B, T) = (8, 256). --model
+gemma-bench: Gemma 2 (Gemma2ForCausalLM's operations) on those shapes: tied head, (1 + w) norms in
+fp32 before and after attention and the MLP, GeGLU, embedding x sqrt(C), scores and logits
+soft-capped at 50 and 30, a window of 128 on the even layers. --model
 gpt2-124m: GPT-2 small as Hugging Face's GPT2LMHeadModel (V 50257, C 768, L 12, H 12, F 3072,
 learned positions, LayerNorm, tanh GELU, biases, tied head; init std 0.02 with the residual
 projections scaled by 1/sqrt(2L)) at (4, 64). Random token ids with a fixed seed; a step is
@@ -34,7 +37,8 @@ def parse_args():
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = torch default)")
     p.add_argument("--steps", type=int, default=8, help="measured optimizer steps")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps (not measured)")
-    p.add_argument("--model", choices=["llama-bench", "gpt2-124m"], default="llama-bench")
+    p.add_argument("--model", choices=["llama-bench", "gemma-bench", "gpt2-124m"],
+                   default="llama-bench")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--batch", type=int, default=0, help="micro-batch rows B (0: 8, gpt2 4)")
     p.add_argument("--seq", type=int, default=0, help="sequence length T (0: 256, gpt2 64)")
@@ -64,6 +68,7 @@ import torch.nn.functional as F  # noqa: E402
 VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = 8192, 512, 8, 8, 4, 1408
 HEAD_DIM = HIDDEN // HEADS
 ROPE_THETA, NORM_EPS, INIT_STD = 10000.0, 1e-6, 0.02
+GEMMA_WINDOW, GEMMA_ATTN_CAP, GEMMA_FINAL_CAP = 128, 50.0, 30.0
 G_VOCAB, G_POSITIONS, G_HIDDEN, G_LAYERS, G_HEADS, G_INTERMEDIATE = 50257, 1024, 768, 12, 12, 3072
 
 
@@ -164,6 +169,90 @@ class Llama(nn.Module):
         for layer in self.layers:
             x = layer(x, self.cos, self.sin, self.mask)
         return self.lm_head(self.norm(x))  # (B, T, V)
+
+
+class GemmaNorm(nn.Module):
+    """Gemma2RMSNorm: in fp32, times (1 + w), w starting at 0."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + NORM_EPS)
+        return (y * (1.0 + self.weight.float())).type_as(x)
+
+
+class GemmaAttention(Attention):
+    """Gemma2Attention: scores scaled by query_pre_attn_scalar^-1/2 (= head_dim here) and
+    soft-capped at 50 before the (causal or sliding-window) mask."""
+
+    def forward(self, x, cos, sin, mask):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, HEADS, HEAD_DIM).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k, v = repeat_kv(k), repeat_kv(v)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HEAD_DIM)
+        scores = torch.tanh(scores / GEMMA_ATTN_CAP) * GEMMA_ATTN_CAP
+        scores = scores.masked_fill(mask, float("-inf"))
+        att = torch.matmul(F.softmax(scores, dim=-1), v)
+        return self.o_proj(att.transpose(1, 2).reshape(B, T, HEADS * HEAD_DIM))
+
+
+class GemmaBlock(nn.Module):
+    """Gemma2DecoderLayer: norms before and after attention and the GeGLU MLP."""
+
+    def __init__(self, local):
+        super().__init__()
+        self.local = local
+        self.input_layernorm = GemmaNorm(HIDDEN)
+        self.self_attn = GemmaAttention()
+        self.post_attention_layernorm = GemmaNorm(HIDDEN)
+        self.pre_feedforward_layernorm = GemmaNorm(HIDDEN)
+        self.mlp = MLP()
+        self.post_feedforward_layernorm = GemmaNorm(HIDDEN)
+
+    def forward(self, x, cos, sin, mask):
+        h = self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        x = x + self.post_attention_layernorm(h)
+        m = self.pre_feedforward_layernorm(x)
+        m = self.mlp.down_proj(F.gelu(self.mlp.gate_proj(m), approximate="tanh") *
+                               self.mlp.up_proj(m))
+        return x + self.post_feedforward_layernorm(m)
+
+
+class Gemma(nn.Module):
+    """Gemma2ForCausalLM on the Llama bench's shapes: embedding x sqrt(C), local (even) layers
+    with a window of GEMMA_WINDOW, tied head, final logits soft-capped at 30."""
+
+    def __init__(self, T):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
+        self.layers = nn.ModuleList(GemmaBlock(i % 2 == 0) for i in range(LAYERS))
+        self.norm = GemmaNorm(HIDDEN)
+        cos, sin = rope_tables(T, HEAD_DIM)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        local = causal | torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-GEMMA_WINDOW)
+        self.register_buffer("mask", causal, persistent=False)
+        self.register_buffer("local_mask", local, persistent=False)
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=INIT_STD)
+
+    def forward(self, ids):
+        x = self.embed_tokens(ids)
+        x = x * torch.tensor(HIDDEN ** 0.5, dtype=x.dtype)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin, self.local_mask if layer.local else self.mask)
+        logits = F.linear(self.norm(x), self.embed_tokens.weight)
+        return torch.tanh(logits / GEMMA_FINAL_CAP) * GEMMA_FINAL_CAP
 
 
 class GPT2Block(nn.Module):
@@ -271,7 +360,7 @@ def main():
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     gpt2 = a.model == "gpt2-124m"
-    model = GPT2(a.seq) if gpt2 else Llama(a.seq)
+    model = GPT2(a.seq) if gpt2 else Gemma(a.seq) if a.model == "gemma-bench" else Llama(a.seq)
     vocab = G_VOCAB if gpt2 else VOCAB
     opt = make_optimizer(model)
     gen = torch.Generator().manual_seed(a.seed)

@@ -1,8 +1,10 @@
 // bench/train_throughput.cpp — ete_bench_train: optimizer steps per second of a bench model.
 //
 // --model llama-bench (default): a ~32M-parameter Llama (V 8192, C 512, L 8, H 8, KV 4, F 1408,
-// untied head) at micro-batch (B, T) = (8, 256). --model gpt2-124m: GPT-2 small as HF builds it
-// (V 50257, C 768, L 12, H 12, F 3072, tied head) at (4, 64), llm.c's CPU setting. Random token
+// untied head) at micro-batch (B, T) = (8, 256); --model gemma-bench: Gemma 2 on those shapes
+// (tied head, (1 + w) sandwich norms, GeGLU, soft-caps 50/30, a window of 128 on alternate
+// layers; its model FLOP/s count full causal attention). --model gpt2-124m: GPT-2 small as HF
+// builds it (V 50257, C 768, L 12, H 12, F 3072, tied head) at (4, 64), llm.c's CPU setting. Random token
 // ids with a fixed seed, AdamW and global-norm clipping at 1.0, in --precision fp32, bf16 or fp16
 // (fp32 masters, gradients and optimizer; 16-bit GEMM operands). A step is exactly what the
 // trainer does: zero grads, forward_backward with d_scale = 1/(B·T), the gradient norm, AdamW
@@ -70,7 +72,8 @@ ModelConfig bench_model_config(const std::string& name) {
         c.tie_word_embeddings = true;
         return c;
     }
-    ETE_CHECK(name == "llama-bench", "--model '{}': expected llama-bench or gpt2-124m", name);
+    ETE_CHECK(name == "llama-bench" || name == "gemma-bench",
+              "--model '{}': expected llama-bench, gemma-bench or gpt2-124m", name);
     c.arch = Arch::Llama;
     c.vocab_size = 8192;
     c.hidden_size = 512;
@@ -80,6 +83,12 @@ ModelConfig bench_model_config(const std::string& name) {
     c.num_kv_heads = 4;
     c.max_position_embeddings = 256;
     c.tie_word_embeddings = false;
+    if (name == "gemma-bench") {  // Gemma 2 on the same shapes: tied, a window of 128 on the
+        c.arch = Arch::Gemma2;    // local (even) layers, soft-caps 50 and 30
+        c.use_family_defaults();
+        c.tie_word_embeddings = true;
+        c.sliding_window = 128;
+    }
     return c;
 }
 
@@ -95,7 +104,7 @@ DType precision_dtype(const std::string& p) {
 double matmul_params(const ModelConfig& c) {
     double C = c.hidden_size, F = c.intermediate_size, HD = double(c.num_heads) * c.D();
     double S = double(c.num_heads + 2 * c.num_kv_heads) * c.D();
-    double up = c.arch == Arch::Llama ? 2 * F * C : F * C;
+    double up = c.family().gated_mlp() ? 2 * F * C : F * C;
     return c.num_layers * (S * C + HD * C + up + C * F) + double(c.vocab_size) * C;
 }
 
@@ -360,7 +369,8 @@ int main(int argc, char** argv) {
     app.add_option("--threads", o.threads, "OpenMP and OpenBLAS threads (0 = library default)")
         ->check(CLI::Range(0, 1 << 20))
         ->capture_default_str();
-    app.add_option("--model", o.model, "llama-bench or gpt2-124m")->capture_default_str();
+    app.add_option("--model", o.model, "llama-bench, gemma-bench or gpt2-124m")
+        ->capture_default_str();
     app.add_option("--precision", o.precision, "fp32, bf16 or fp16")->capture_default_str();
     app.add_option("--batch", o.batch, "micro-batch rows B (0 = the model's: 8, gpt2 4)")
         ->check(CLI::Range(0, 1 << 20))
