@@ -396,6 +396,13 @@ TEST(HfConfig, Gemma3ReadsItsLayerPatternAndLocalRope) {
     EXPECT_EQ(again.window_pattern, 6);
     EXPECT_EQ(again.rope_local_theta, 10000.0);
     EXPECT_EQ(again.sliding_window, 512);
+    // Without a window every layer is global, and the saved config reads back so.
+    ModelConfig none = c;
+    none.sliding_window = 0;
+    none.window_pattern = 0;
+    const ModelConfig none_back = config_from_hf_json(config_to_hf_json(none), "none.json");
+    EXPECT_EQ(none_back.sliding_window, 0);
+    EXPECT_FALSE(none_back.layer_slides(0) || none_back.local_rope(0));
     // The 4B+ models' linear scaling of the global layers; newer files' per-type rope_parameters.
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
     EXPECT_EQ(config_from_hf_json(j, "gemma3.json").rope_scaling.type, "linear");

@@ -151,6 +151,10 @@ void check_layer_types(const ModelConfig& c, const json& j, const std::string& w
 // index of its first full_attention layer, plus one) or sliding_window_pattern, else the
 // family's; HF's classes default sliding_window to 4096.
 void read_window_pattern(ModelConfig& c, const json& j, const std::string& w) {
+    if (j.contains("sliding_window") && j["sliding_window"].is_null()) {
+        c.window_pattern = 0;  // no window: every layer global
+        return;
+    }
     c.window_pattern = json_get(j, "sliding_window_pattern", c.family().window_pattern, w);
     ETE_CHECK(c.window_pattern >= 1, "{}: sliding_window_pattern = {}: expected >= 1", w,
               c.window_pattern);
@@ -166,10 +170,6 @@ void read_window_pattern(ModelConfig& c, const json& j, const std::string& w) {
         } else if (c.window_pattern <= c.num_layers) {
             c.window_pattern = 0;
         }
-    }
-    if (j.contains("sliding_window") && j["sliding_window"].is_null()) {
-        c.window_pattern = 0;
-        return;
     }
     c.sliding_window = json_get(j, "sliding_window", 4096, w);
     ETE_CHECK(c.sliding_window > 0, "{}: sliding_window = {}: expected > 0 or null", w,
@@ -332,7 +332,8 @@ namespace {
 // first releases), soft-caps, attention scale and local RoPE base.
 void gemma_keys_to_json(json& j, const ModelConfig& c) {
     j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
-    if (c.arch == Arch::Gemma3) j["sliding_window_pattern"] = c.window_pattern;
+    if (c.arch == Arch::Gemma3 && c.window_pattern > 0)
+        j["sliding_window_pattern"] = c.window_pattern;
     json types = json::array();
     for (int l = 0; l < c.num_layers; ++l)
         types.push_back(c.layer_slides(l) ? "sliding_attention" : "full_attention");
