@@ -208,11 +208,12 @@ enum class Docs { kNone, kPacked, kAwkward };
 struct AttnCase {
     int B, T, H, KV, D;
     Docs docs;
+    float softcap = 0;  // Gemma 2's attention-logit cap (AttnDims::softcap)
 };
-constexpr AttnCase kAttnCases[] = {{2, 19, 4, 2, 16, Docs::kNone},
-                                   {3, 19, 4, 1, 8, Docs::kPacked},
-                                   {1, 131, 2, 1, 16, Docs::kNone},
-                                   {4, 131, 2, 1, 8, Docs::kAwkward}};
+constexpr AttnCase kAttnCases[] = {
+    {2, 19, 4, 2, 16, Docs::kNone},       {3, 19, 4, 1, 8, Docs::kPacked},
+    {1, 131, 2, 1, 16, Docs::kNone},      {4, 131, 2, 1, 8, Docs::kAwkward},
+    {2, 19, 4, 2, 16, Docs::kNone, 0.7f}, {4, 131, 2, 1, 8, Docs::kAwkward, 1.5f}};
 
 // The dims with doc_start in the reference's host memory and in the backend's.
 struct Dims {
@@ -224,6 +225,7 @@ struct Dims {
         : starts(c.docs == Docs::kAwkward ? starts_of(kAwkwardRows, c.T) : packed_starts(c.B, c.T)),
           doc(Ints<int32_t>::row(DType::I32, starts)) {
         host = dev = AttnDims{c.B, c.T, c.H, c.KV, c.D};
+        host.softcap = dev.softcap = c.softcap;
         if (c.docs == Docs::kNone) return;
         doc_dev = std::make_unique<DevBuf>(be, doc);
         host.doc_start = doc.cvec();
@@ -276,8 +278,9 @@ TEST_P(LayerOps, Rope) {
 TEST_P(LayerOps, Attention) {
     for (const AttnCase& c : kAttnCases)
         for (DType t : kFloats) {
-            SCOPED_TRACE(fmt::format("{} {} docs={}", dname(t),
-                                     describe(AttnDims{c.B, c.T, c.H, c.KV, c.D}), int(c.docs)));
+            SCOPED_TRACE(fmt::format("{} {} docs={} softcap={}", dname(t),
+                                     describe(AttnDims{c.B, c.T, c.H, c.KV, c.D}), int(c.docs),
+                                     c.softcap));
             const Dims d(be(), c);
             const float scale = float(1.0 / std::sqrt(double(c.D)));
             const int64_t N = int64_t(c.B) * c.T, S = d.host.qkv_stride(), HD = int64_t(c.H) * c.D;

@@ -2,7 +2,10 @@
 // the fallback where cuDNN's fused attention does not apply, and its oracle. One warp per query
 // row (forward, d_q) or per key row (d_k, d_v); a lane holds head dims lane, lane + 32, ... in
 // registers (D <= 256); scores by warp butterfly sums; online softmax in fp32. No atomics: each
-// output element is written by one warp, in a fixed order, so runs repeat bit for bit.
+// output element is written by one warp, in a fixed order, so runs repeat bit for bit. Soft-capped
+// scores (Attn::softcap > 0) are softcap·tanhf(s / softcap); the backward multiplies each dS by
+// the cap's slope 1 - tanh². The kernels take the cap as a template parameter (kCap), so without
+// one they are exactly the uncapped code.
 #include "ete/backend/cuda/common.cuh"
 
 namespace ete::cuda {
@@ -54,6 +57,29 @@ __device__ __forceinline__ float dot(const float (&a)[kMaxPerLane], const float 
     return warp_sum(s);
 }
 
+// A scaled score s under the soft-cap c > 0: c·tanh(s / c); slope = 1 - tanh².
+__device__ __forceinline__ float capped(float s, float c, float& slope) {
+    const float t = tanhf(s / c);
+    slope = 1.0f - t * t;
+    return c * t;
+}
+
+// The gradient of a scaled score q·k·scale from dP = dO·v, the row's lse and D_i: p (dP − D_i),
+// times the cap's slope under a soft-cap (kCap); p, the probability, out for dV.
+template <bool kCap>
+__device__ __forceinline__ float score_grad(float qk, float dp, float lse, float di, const Attn& d,
+                                            float scale, float& p) {
+    if constexpr (kCap) {
+        float slope;
+        p = expf(capped(qk * scale, d.softcap, slope) - lse);
+        return p * (dp - di) * slope * scale;
+    } else {
+        p = expf(qk * scale - lse);
+        return p * (dp - di) * scale;
+    }
+}
+
+template <bool kCap>
 __global__ void k_attention_forward(Mat out, float* lse, CMat qkv, Attn d, float scale) {
     const WarpRow r = warp_row(d, d.H);
     if (!r.valid) return;
@@ -66,7 +92,11 @@ __global__ void k_attention_forward(Mat out, float* lse, CMat qkv, Attn d, float
     for (int j = key_begin(d, b, i); j <= i; ++j) {
         const int64_t row = (b * d.T + j) * qkv.ld;
         load_head(k, qkv.p, qkv.t, row + int64_t(d.H + kh) * d.D, d.D);
-        const float s = dot(q, k) * scale;
+        float s = dot(q, k) * scale;
+        if constexpr (kCap) {
+            float slope;
+            s = capped(s, d.softcap, slope);
+        }
         const float m_new = fmaxf(m, s), c = expf(m - m_new), p = expf(s - m_new);
         load_head(v, qkv.p, qkv.t, row + int64_t(d.H + d.KV + kh) * d.D, d.D);
         for (int e = 0; e < kMaxPerLane; ++e) acc[e] = acc[e] * c + p * v[e];
@@ -95,6 +125,7 @@ __global__ void k_attention_di(float* di, CMat d_out, CMat out, Attn d) {
 }
 
 // d_q of query row (b, h, i): Σ_j ds_ij · k_j.
+template <bool kCap>
 __global__ void k_attention_dq(Mat d_qkv, CMat d_out, const float* lse, const float* di, CMat qkv,
                                Attn d, float scale) {
     const WarpRow r = warp_row(d, d.H);
@@ -110,8 +141,9 @@ __global__ void k_attention_dq(Mat d_qkv, CMat d_out, const float* lse, const fl
         const int64_t row = (b * d.T + j) * qkv.ld;
         load_head(k, qkv.p, qkv.t, row + int64_t(d.H + kh) * d.D, d.D);
         load_head(v, qkv.p, qkv.t, row + int64_t(d.H + d.KV + kh) * d.D, d.D);
-        const float p = expf(dot(q, k) * scale - lse[stat]);
-        const float ds = p * (dot(dy, v) - di[stat]) * scale;
+        const float qk = dot(q, k), dp = dot(dy, v);
+        float p;
+        const float ds = score_grad<kCap>(qk, dp, lse[stat], di[stat], d, scale, p);
         for (int e = 0; e < kMaxPerLane; ++e) dq[e] += ds * k[e];
     }
     const int64_t o = (b * d.T + i) * d_qkv.ld + int64_t(h) * d.D;
@@ -123,6 +155,7 @@ __global__ void k_attention_dq(Mat d_qkv, CMat d_out, const float* lse, const fl
 
 // d_k and d_v of key row (b, kh, j): over the query heads of kv head kh and the queries i >= j of
 // j's document (and window), Σ ds_ij · q_i and Σ p_ij · d_out_i.
+template <bool kCap>
 __global__ void k_attention_dkv(Mat d_qkv, CMat d_out, const float* lse, const float* di, CMat qkv,
                                 Attn d, float scale) {
     const WarpRow r = warp_row(d, d.KV);
@@ -141,8 +174,9 @@ __global__ void k_attention_dkv(Mat d_qkv, CMat d_out, const float* lse, const f
             const int64_t stat = (b * d.H + h) * d.T + i;
             load_head(q, qkv.p, qkv.t, (b * d.T + i) * qkv.ld + int64_t(h) * d.D, d.D);
             load_head(dy, d_out.p, d_out.t, (b * d.T + i) * d_out.ld + int64_t(h) * d.D, d.D);
-            const float p = expf(dot(q, k) * scale - lse[stat]);
-            const float ds = p * (dot(dy, v) - di[stat]) * scale;
+            const float qk = dot(q, k), dp = dot(dy, v);
+            float p;
+            const float ds = score_grad<kCap>(qk, dp, lse[stat], di[stat], d, scale, p);
             for (int e = 0; e < kMaxPerLane; ++e) {
                 dk[e] += ds * q[e];
                 dv[e] += p * dy[e];
@@ -171,7 +205,12 @@ int attention_max_head_dim() {
 void attention_forward(cudaStream_t s, Mat out, float* lse, CMat qkv, Attn d, float scale) {
     const int64_t rows = int64_t(d.B) * d.H * d.T;
     if (rows == 0) return;
-    k_attention_forward<<<warp_blocks(rows), 32 * kWarps, 0, s>>>(out, lse, qkv, d, scale);
+    const unsigned blocks = warp_blocks(rows), threads = 32 * kWarps;
+    if (d.softcap > 0) {
+        k_attention_forward<true><<<blocks, threads, 0, s>>>(out, lse, qkv, d, scale);
+    } else {
+        k_attention_forward<false><<<blocks, threads, 0, s>>>(out, lse, qkv, d, scale);
+    }
 }
 
 int64_t attention_backward_work(Attn d) {
@@ -183,10 +222,15 @@ void attention_backward(cudaStream_t s, Mat d_qkv, CMat d_out, CMat out, const f
     const int64_t rows = int64_t(d.B) * d.H * d.T;
     if (rows == 0) return;
     k_attention_di<<<warp_blocks(rows), 32 * kWarps, 0, s>>>(work, d_out, out, d);
-    k_attention_dq<<<warp_blocks(rows), 32 * kWarps, 0, s>>>(d_qkv, d_out, lse, work, qkv, d,
-                                                             scale);
-    k_attention_dkv<<<warp_blocks(int64_t(d.B) * d.KV * d.T), 32 * kWarps, 0, s>>>(
-        d_qkv, d_out, lse, work, qkv, d, scale);
+    const unsigned q_blocks = warp_blocks(rows), threads = 32 * kWarps;
+    const unsigned k_blocks = warp_blocks(int64_t(d.B) * d.KV * d.T);
+    if (d.softcap > 0) {
+        k_attention_dq<true><<<q_blocks, threads, 0, s>>>(d_qkv, d_out, lse, work, qkv, d, scale);
+        k_attention_dkv<true><<<k_blocks, threads, 0, s>>>(d_qkv, d_out, lse, work, qkv, d, scale);
+    } else {
+        k_attention_dq<false><<<q_blocks, threads, 0, s>>>(d_qkv, d_out, lse, work, qkv, d, scale);
+        k_attention_dkv<false><<<k_blocks, threads, 0, s>>>(d_qkv, d_out, lse, work, qkv, d, scale);
+    }
 }
 
 }  // namespace ete::cuda

@@ -14,7 +14,9 @@ namespace {
 
 Attn attn_dims(const AttnDims& d, const char* op) {
     ETE_CHECK(d.window >= 0, "[cuda] {}: window {}: expected >= 0", op, d.window);
-    return {d.B, d.T, d.H, d.KV, d.D, i32(d.doc_start, op), d.window};
+    ETE_CHECK(d.softcap >= 0 && std::isfinite(d.softcap),
+              "[cuda] {}: softcap {}: expected a finite number >= 0", op, d.softcap);
+    return {d.B, d.T, d.H, d.KV, d.D, i32(d.doc_start, op), d.window, d.softcap};
 }
 
 void check_attention(const AttnDims& d, ete::CMat qkv, const char* op) {
@@ -24,10 +26,6 @@ void check_attention(const AttnDims& d, ete::CMat qkv, const char* op) {
     ETE_CHECK(qkv.rows == int64_t(d.B) * d.T && qkv.cols == d.qkv_stride(),
               "[cuda] {}: qkv ({}, {}), expected ({}, {})", op, qkv.rows, qkv.cols,
               int64_t(d.B) * d.T, d.qkv_stride());
-    ETE_CHECK(d.softcap == 0,
-              "[cuda] {}: attention-logit soft-capping (Gemma 2's attn_logit_softcapping = {}) is "
-              "not implemented on the CUDA backend yet (train.backend = \"cpu\" runs it)",
-              op, d.softcap);
 }
 
 }  // namespace

@@ -75,6 +75,7 @@ struct Attn {
     int B, T, H, KV, D;
     const int32_t* doc_start;  // (B·T) or null: one document per row
     int window;                // > 0: sliding-window attention (ete/backend/backend.h)
+    float softcap;             // > 0: scores capped to softcap·tanh(s / softcap) (backend.h)
 };
 // RoPE on the q and k heads in place; cos/sin F32 (T, D/2); inverse: the backward rotation.
 void rope(cudaStream_t s, Mat qkv, const float* cos, const float* sin, Attn d, bool inverse);
