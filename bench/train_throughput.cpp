@@ -4,9 +4,9 @@
 // untied head) at micro-batch (B, T) = (8, 256); --model gemma-bench: Gemma 2 on those shapes
 // (tied head, (1 + w) sandwich norms, GeGLU, soft-caps 50/30, a window of 128 on alternate
 // layers; its model FLOP/s count full causal attention). --model gpt2-124m: GPT-2 small as HF
-// builds it (V 50257, C 768, L 12, H 12, F 3072, tied head) at (4, 64), llm.c's CPU setting. Random token
-// ids with a fixed seed, AdamW and global-norm clipping at 1.0, in --precision fp32, bf16 or fp16
-// (fp32 masters, gradients and optimizer; 16-bit GEMM operands). A step is exactly what the
+// builds it (V 50257, C 768, L 12, H 12, F 3072, tied head) at (4, 64), llm.c's CPU setting. Random
+// token ids with a fixed seed, AdamW and global-norm clipping at 1.0, in --precision fp32, bf16 or
+// fp16 (fp32 masters, gradients and optimizer; 16-bit GEMM operands). A step is exactly what the
 // trainer does: zero grads, forward_backward with d_scale = 1/(B·T), the gradient norm, AdamW
 // (with the clip coefficient applied as it reads the gradients). After --warmup
 // steps, --steps measured steps give the per-step times; tokens/s and model FLOP/s use their

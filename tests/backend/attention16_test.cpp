@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_bounds.h"
 #include "ete/core/error.h"
 #include "kernel_bounds.h"
 

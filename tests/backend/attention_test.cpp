@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_bounds.h"
 #include "ete/core/error.h"
 #include "kernel_bounds.h"
 #include "test_util.h"

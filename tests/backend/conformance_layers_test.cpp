@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_bounds.h"
 #include "device_buf.h"
 #include "ete/backend/backend.h"
 #include "kernel_bounds.h"
