@@ -8,8 +8,9 @@ Run from the repository root with Debian's python3-torch (1.13 CPU; no `transfor
 
 Re-running produces identical bytes (fixed torch.Generator seeds, one thread, sorted JSON).
 
-The Llama and GPT-2 models below are plain-torch re-implementations of Hugging Face's
-LlamaForCausalLM and GPT2LMHeadModel (same tensor names, layouts and operations). Parameters are
+The models below are plain-torch re-implementations of Hugging Face's LlamaForCausalLM,
+Qwen2/Qwen3/Mistral/Gemma2/Gemma3/Phi3ForCausalLM and GPT2LMHeadModel (same tensor names, layouts
+and operations). Parameters are
 drawn in f32 and stored as f32; the model itself runs in float64 so each golden is the exact maths
 of those f32 weights and the C++ test measures only ETE's own f32 rounding. The RoPE tables are the
 exception: HF builds inv_freq and the angles position * inv_freq in f32, so we do the same.
@@ -23,6 +24,8 @@ Each variant becomes one safetensors file holding:
   adamw_losses        F32 [10] loss before each AdamW step (same batch every step)
   final.<hf name>     parameters after the 10 steps
 and __metadata__ {"config": HF config.json, "adamw": hyper-parameters} as JSON strings.
+rope_scaling.safetensors holds HF's yarn and longrope frequencies (<case>.inv_freq F32,
+<case>.attention_factor F32 [1]) for the cases its "cases" metadata lists.
 """
 
 import argparse
@@ -126,6 +129,17 @@ def gemma_config(model_type, V, C, H, KV, F_, L, head_dim, window, qpas, max_pos
     return cfg
 
 
+def phi3_config(V, C, H, KV, F_, L, window, prf, orig, max_pos, rope_scaling, tie):
+    """Phi3ForCausalLM (Phi-3, Phi-4): Mistral's decoder with q|k|v in one qkv_proj and gate|up
+    in one gate_up_proj, RoPE on the first int(D * partial_rotary_factor) dims of each head,
+    LongRoPE scaling against the top-level original_max_position_embeddings."""
+    return decoder_config("Phi3ForCausalLM", "phi3", V, C, H, KV, F_, L, max_pos,
+                          rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=rope_scaling,
+                          partial_rotary_factor=prf, original_max_position_embeddings=orig,
+                          sliding_window=window, tie_word_embeddings=tie, attention_dropout=0.0,
+                          resid_pdrop=0.0, embd_pdrop=0.0)
+
+
 def gpt2_config(V, C, H, L, n_positions):
     return {
         "architectures": ["GPT2LMHeadModel"],
@@ -215,6 +229,25 @@ def gemma_param_table(cfg):
               for n, o, k in [("gate_proj", F_, C), ("up_proj", F_, C), ("down_proj", C, F_)]]
         t.append((p + "post_feedforward_layernorm.weight", (C,), "gnorm"))
     t.append(("model.norm.weight", (C,), "gnorm"))
+    return t
+
+
+def phi3_param_table(cfg):
+    C, V, F_ = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = C // H
+    t = [("model.embed_tokens.weight", (V, C), "embedding")]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t += [(p + "input_layernorm.weight", (C,), "norm"),
+              (p + "self_attn.qkv_proj.weight", ((H + 2 * KV) * D, C), "matrix"),
+              (p + "self_attn.o_proj.weight", (C, H * D), "matrix"),
+              (p + "post_attention_layernorm.weight", (C,), "norm"),
+              (p + "mlp.gate_up_proj.weight", (2 * F_, C), "matrix"),
+              (p + "mlp.down_proj.weight", (C, F_), "matrix")]
+    t.append(("model.norm.weight", (C,), "norm"))
+    if not cfg["tie_word_embeddings"]:
+        t.append(("lm_head.weight", (V, C), "matrix"))
     return t
 
 
@@ -408,6 +441,89 @@ def gemma_forward(cfg, P, inputs):
     return logits if cap is None else torch.tanh(logits / cap) * cap
 
 
+def longrope_inv_freq(rs, R, base, max_pos, orig, T):
+    """HF _compute_longrope_parameters: per-frequency factors (the long ones when the sequence
+    passes the original context), and the attention factor sqrt(1 + ln s / ln orig) for
+    s = max_position_embeddings / orig (or rope_scaling's factor)."""
+    factor = rs.get("factor") or max_pos / orig
+    attn = rs.get("attention_factor")
+    if attn is None:
+        attn = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    ext = torch.tensor(rs["long_factor"] if T > orig else rs["short_factor"], dtype=torch.float32)
+    shape = torch.arange(0, R, 2, dtype=torch.int64).float() / R
+    return 1.0 / (ext * base ** shape), attn
+
+
+def yarn_inv_freq(rs, R, base, max_pos):
+    """HF _compute_yarn_parameters, in f32 like HF."""
+    orig = rs.get("original_max_position_embeddings") or max_pos
+    factor = rs.get("factor") or max_pos / orig
+
+    def get_mscale(scale, m=1):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attn = rs.get("attention_factor")
+    if attn is None:
+        if rs.get("mscale") and rs.get("mscale_all_dim"):
+            attn = get_mscale(factor, rs["mscale"]) / get_mscale(factor, rs["mscale_all_dim"])
+        else:
+            attn = get_mscale(factor)
+    beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+    def correction_dim(rot):
+        return (R * math.log(orig / (rot * 2 * math.pi))) / (2 * math.log(base))
+
+    lo, hi = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rs.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, R - 1)
+    if lo == hi:
+        hi += 0.001
+    ramp = torch.clamp((torch.arange(R // 2, dtype=torch.float32) - lo) / (hi - lo), 0, 1)
+    pos_freqs = base ** (torch.arange(0, R, 2).float() / R)
+    extrapolation = 1 - ramp
+    inv = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+    return inv, attn
+
+
+def partial_rope(x, cos, sin):
+    """Phi3's apply_rotary_pos_emb: rotate the first cos.shape[-1] dims, pass the rest."""
+    R = cos.shape[-1]
+    r = x[..., :R]
+    return torch.cat([r * cos + rotate_half(r) * sin, x[..., R:]], dim=-1)
+
+
+def phi3_forward(cfg, P, inputs):
+    B, T = inputs.shape
+    C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D, eps = C // H, cfg["rms_norm_eps"]
+    R = int(D * cfg["partial_rotary_factor"])
+    inv_freq, attn = longrope_inv_freq(cfg["rope_scaling"], R, cfg["rope_theta"],
+                                       cfg["max_position_embeddings"],
+                                       cfg["original_max_position_embeddings"], T)
+    freqs = torch.arange(T, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    E = P["model.embed_tokens.weight"]
+    cos, sin = (emb.cos() * attn).to(E.dtype), (emb.sin() * attn).to(E.dtype)
+    x = E[inputs]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, P[p + "input_layernorm.weight"], eps)
+        q, k, v = linear(h, P, p + "self_attn.qkv_proj").split([H * D, KV * D, KV * D], dim=-1)
+        q = partial_rope(q.view(B, T, H, D).transpose(1, 2), cos, sin)
+        k = partial_rope(k.view(B, T, KV, D).transpose(1, 2), cos, sin)
+        v = v.view(B, T, KV, D).transpose(1, 2)
+        k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        a = causal_attention(q, k, v, D ** -0.5, cfg["sliding_window"])
+        x = x + linear(a.transpose(1, 2).reshape(B, T, H * D), P, p + "self_attn.o_proj")
+        h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
+        gate, up = linear(h, P, p + "mlp.gate_up_proj").chunk(2, dim=-1)
+        x = x + linear(up * F.silu(gate), P, p + "mlp.down_proj")
+    x = rms_norm(x, P["model.norm.weight"], eps)
+    head = E if cfg["tie_word_embeddings"] else P["lm_head.weight"]
+    return x @ head.t()
+
+
 def gelu_new(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
 
@@ -557,8 +673,20 @@ def variants():
                           rope_local_base_freq=10000.0)
     gemma3["rope_theta"] = 1000000.0
     gemma3["rope_scaling"] = {"rope_type": "linear", "factor": 8.0}
+    # Phi-3: fused qkv_proj (GQA, two query heads on one kv head: q twice as wide as k and v) and
+    # gate_up_proj, D = 16 with partial_rotary_factor 0.75 (12 rotary dims, 4 passed through),
+    # LongRoPE with the sequence (T = 9) past the original context of 8 (so long_factor applies;
+    # the attention factor is sqrt(1 + ln 8 / ln 8) = sqrt 2), a window of 5 on every layer,
+    # untied head. (At C = 64 with four heads the model memorises the batch in ten steps, loss
+    # 4.9 -> 0.015, too fast for a relative bf16 trajectory bound.)
+    phi3 = phi3_config(V=97, C=32, H=2, KV=1, F_=56, L=2, window=5, prf=0.75, orig=8, max_pos=64,
+                       rope_scaling={"type": "longrope",
+                                     "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                                     "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0]},
+                       tie=False)
     return [
         ("llama_gqa", llama, llama_param_table(llama), llama_forward, 1001),
+        ("phi3_longrope", phi3, phi3_param_table(phi3), phi3_forward, 1009),
         ("gemma2_softcap", gemma2, gemma_param_table(gemma2), gemma_forward, 1007),
         ("gemma3_local_global", gemma3, gemma_param_table(gemma3), gemma_forward, 1008),
         ("qwen2_bias", qwen2, llama_param_table(qwen2), llama_forward, 1004),
@@ -567,6 +695,42 @@ def variants():
         ("gpt2", gpt2, gpt2_param_table(gpt2), gpt2_forward, 1002),
         ("llama3_rope_tied", llama3, llama_param_table(llama3), llama_forward, 1003),
     ]
+
+
+def rope_cases():
+    """(name, rope dict, rotary dims, theta, max_position_embeddings, top-level original or 0,
+    sequence length): Qwen2.5's yarn, DeepSeek's yarn with mscale / mscale_all_dim and no
+    truncation, Phi-3's longrope short and long, and one with explicit factors."""
+    lr = {"type": "longrope", "short_factor": [1.0, 1.02, 1.1, 1.3, 1.7, 2.2, 3.0, 4.1],
+          "long_factor": [1.1, 1.6, 2.6, 4.4, 7.5, 12.0, 19.0, 30.0]}
+    return [
+        ("yarn_qwen", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+         16, 1000000.0, 128, 0, 16),
+        ("yarn_mscale", {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64,
+                         "beta_fast": 16, "beta_slow": 2, "mscale": 1.0,
+                         "mscale_all_dim": 0.707, "truncate": False}, 32, 10000.0, 2560, 0, 16),
+        ("longrope_short", lr, 16, 10000.0, 4096, 256, 200),
+        ("longrope_long", lr, 16, 10000.0, 4096, 256, 300),
+        ("longrope_given", dict(lr, factor=2.0, attention_factor=1.25), 16, 10000.0, 4096, 256,
+         300),
+    ]
+
+
+def rope_goldens(path):
+    """inv_freq (F32) and the attention factor of each rope_cases() entry, as HF computes them."""
+    tensors, meta = {}, []
+    for name, rs, R, base, max_pos, orig, T in rope_cases():
+        if rs.get("rope_type", rs.get("type")) == "yarn":
+            inv, attn = yarn_inv_freq(rs, R, base, max_pos)
+        else:
+            o = rs.get("original_max_position_embeddings") or orig or max_pos
+            inv, attn = longrope_inv_freq(rs, R, base, max_pos, o, T)
+        tensors[name + ".inv_freq"] = inv.float()
+        tensors[name + ".attention_factor"] = torch.tensor([attn], dtype=torch.float32)
+        meta.append({"name": name, "rope": rs, "rotary_dim": R, "theta": base,
+                     "max_position_embeddings": max_pos, "original": orig, "seq_len": T})
+    write_safetensors(path, tensors, {"cases": json.dumps(meta, sort_keys=True)})
+    print(f"{path}: {len(meta)} cases")
 
 
 def main():
@@ -583,6 +747,7 @@ def main():
         path = os.path.join(args.out, name + ".safetensors")
         write_safetensors(path, tensors, meta)
         print(f"{path}: loss {loss:.6f}, {len(tensors)} tensors, {os.path.getsize(path)} bytes")
+    rope_goldens(os.path.join(args.out, "rope_scaling.safetensors"))
 
 
 if __name__ == "__main__":

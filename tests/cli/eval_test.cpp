@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 #include "numerics.h"
+#include "phi3_rope.h"
 #include "shell.h"
 
 #include <array>
@@ -92,9 +93,9 @@ TEST(CliEval, LossAndLogitsFollowTheContract) {
     expect_eval_follows_the_contract(tiny_llama(2));
 }
 
-// Every family's HF dir (Qwen2 and Qwen3 with a window of 4 from layer 1, Mistral with one of 3,
-// Gemma 2 and 3 with one of 3 on their local layers: all shorter than the rows) evaluates like
-// its model (Gemma 2's soft-caps included).
+// Every family's HF dir (Qwen2 and Qwen3 with a window of 4 from layer 1, Mistral and Phi-3 with
+// one of 3, Gemma 2 and 3 with one of 3 on their local layers: all shorter than the rows)
+// evaluates like its model (Gemma 2's soft-caps, Phi-3's partial LongRoPE included).
 TEST(CliEval, EveryFamilyFollowsTheContract) {
     for (const Family& f : families()) {
         ModelConfig c = tiny_llama(2);
@@ -108,6 +109,7 @@ TEST(CliEval, EveryFamilyFollowsTheContract) {
             c.sliding_window = 4, c.window_from_layer = 1;
         if (f.window == WindowRule::AllLayers || f.window == WindowRule::Pattern)
             c.sliding_window = 3;
+        if (f.arch == Arch::Phi3) testing::phi3_rope(c, 0.5, 4);  // the rows pass 4 positions
         expect_eval_follows_the_contract(c);
     }
 }

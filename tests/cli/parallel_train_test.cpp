@@ -102,12 +102,14 @@ TEST_F(ParallelTrain, EveryLayoutMatchesOneProcessGpt2) {
 // scales up to a step of lr; the post-feed-forward norm's backward (it removes the component
 // along its input) makes such near-cancelling gradients common. The model-level parity tests
 // (tests/model/tp_test.cpp, stage_test.cpp) hold Gemma's gradients themselves to the fp32 bounds.
-TEST_F(ParallelTrain, GemmaLayoutsMatchOneProcess) {
-    for (const char* arch : {"gemma2", "gemma3"}) {
+// Phi-3 likewise, with its fused qkv_proj and gate_up_proj cut per group and RoPE on half of
+// each head.
+TEST_F(ParallelTrain, GemmaAndPhi3LayoutsMatchOneProcess) {
+    for (const char* arch : {"gemma2", "gemma3", "phi3"}) {
         const std::string sets = fmt::format(
             " --set model.arch={} --set model.sliding_window=5 --set "
-            "model.tie_word_embeddings=true --set train.adam_eps=1e-4",
-            arch);
+            "model.tie_word_embeddings=true --set train.adam_eps=1e-4{}",
+            arch, std::string(arch) == "phi3" ? " --set model.partial_rotary_factor=0.5" : "");
         RunResult one = train(1, sets);
         for (const auto& l : {std::array{1, 2, 1}, std::array{1, 1, 2}, std::array{2, 2, 2}})
             expect_same(one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + sets),

@@ -9,6 +9,7 @@
 #include "ete/core/file_util.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/safetensors.h"
+#include "phi3_rope.h"
 
 namespace ete {
 namespace {
@@ -60,6 +61,7 @@ TEST_F(HfModelTest, RoundTripEveryFamily) {
         c.use_family_defaults();
         if (f.window != WindowRule::None) c.sliding_window = 8;
         if (f.window == WindowRule::FromMaxWindowLayers) c.window_from_layer = 1;
+        if (f.arch == Arch::Phi3) testing::phi3_rope(c, 0.5, 16);  // 2 of 4 dims, long factors
         HostParams a(param_specs(c));
         a.init(3);
         std::string d = path(arch_name(arch));
@@ -74,6 +76,8 @@ TEST_F(HfModelTest, RoundTripEveryFamily) {
         EXPECT_EQ(back.attn_softcap, c.attn_softcap);
         EXPECT_EQ(back.final_softcap, c.final_softcap);
         EXPECT_EQ(back.rope_local_theta, c.rope_local_theta);
+        EXPECT_EQ(back.rope_scaling, c.rope_scaling);
+        EXPECT_EQ(back.partial_rotary_factor, c.partial_rotary_factor);
         HostParams b(param_specs(back));
         EXPECT_EQ(b.specs().size(), a.specs().size()) << f.name;  // the same biases
         load_hf_weights(d, b);

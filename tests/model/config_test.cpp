@@ -71,8 +71,8 @@ TEST(HfConfig, ErrorsNameTheField) {
         }
         return std::string();
     };
-    EXPECT_NE(message(llama({{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}}))
-                  .find("rope type 'yarn' is not implemented"),
+    EXPECT_NE(message(llama({{"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}}}}))
+                  .find("rope type 'dynamic' is not implemented"),
               std::string::npos);
     EXPECT_NE(message(llama({{"num_key_value_heads", 3}})).find("not a multiple of"),
               std::string::npos);
@@ -219,7 +219,7 @@ TEST(HfConfig, MistralWindowIsNullOrALength) {
     // Settings ETE does not implement are refused, not ignored.
     v01["attention_dropout"] = 0.1;
     EXPECT_EQ(error_of([&] { config_from_hf_json(v01, "m.json"); }),
-              "m.json: attention_dropout = 0.1 is not supported (expected 0)");
+              "m.json: attention_dropout = 0.1 is not supported (expected 0: ETE has no dropout)");
     v01["attention_dropout"] = 0.0;
     v01["sliding_window"] = 0;
     EXPECT_EQ(error_of([&] { config_from_hf_json(v01, "m.json"); }),
@@ -431,10 +431,10 @@ TEST(HfConfig, Gemma3ReadsItsLayerPatternAndLocalRope) {
 
 TEST(HfConfig, AnUnknownModelTypeListsTheFamilies) {
     EXPECT_EQ(error_of([] {
-                  config_from_hf_json(json{{"model_type", "phi3"}}, "c.json");
+                  config_from_hf_json(json{{"model_type", "phimoe"}}, "c.json");
               }),
-              "c.json: model_type 'phi3' is not supported (expected llama, gpt2, qwen2, "
-              "mistral, qwen3, gemma2, gemma3_text)");
+              "c.json: model_type 'phimoe' is not supported (expected llama, gpt2, qwen2, "
+              "mistral, qwen3, gemma2, gemma3_text, phi3)");
     ModelConfig c = config_from_hf_json(llama(json::object()), "c.json");
     c.sliding_window = 8;  // a Llama has no window
     EXPECT_EQ(error_of([&] { c.validate(); }), "model.sliding_window = 8: expected 0 for llama");

@@ -316,13 +316,15 @@ TEST_P(GoldenTest, AdamWTrajectoryMatches) {
 // Every golden on every backend. qwen2_bias (q/k/v biases, a window on layer 1 only),
 // mistral_window (a window on every layer) and qwen3_qk_norm (per-head q/k norms, a window on
 // layer 1) have sequences longer than their windows; so do gemma2_softcap (soft-caps, local and
-// global layers) and gemma3_local_global (q/k norms, local RoPE base, linear scaling).
+// global layers), gemma3_local_global (q/k norms, local RoPE base, linear scaling) and
+// phi3_longrope (fused qkv_proj and gate_up_proj, partial RoPE with LongRoPE's long factors and
+// attention factor, a window on every layer).
 std::vector<Case> all_cases() {
     std::vector<Case> v;
     for (const char* backend : {"ref", "cpu", "guarded", "cuda"})
         for (const char* variant :
              {"llama_gqa", "gpt2", "llama3_rope_tied", "qwen2_bias", "mistral_window",
-              "qwen3_qk_norm", "gemma2_softcap", "gemma3_local_global"})
+              "qwen3_qk_norm", "gemma2_softcap", "gemma3_local_global", "phi3_longrope"})
             v.push_back({variant, backend});
     return v;
 }

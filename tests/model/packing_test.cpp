@@ -27,6 +27,8 @@ namespace {
 ModelConfig tiny_config(Arch arch) {
     if (arch == Arch::Gemma2 || arch == Arch::Gemma3)  // local layers with a window of 3
         return testing::gemma_like(tiny_config(Arch::Llama), arch, 3);
+    if (arch == Arch::Phi3)  // D = 10: RoPE on 6 dims
+        return testing::phi3_like(tiny_config(Arch::Llama), 4, 0.6);
     if (arch != Arch::Llama && arch != Arch::GPT2) {
         ModelConfig c = tiny_config(Arch::Llama);
         c.arch = arch;
@@ -265,7 +267,8 @@ INSTANTIATE_TEST_SUITE_P(Models, PackingTest,
                                            Case{Arch::GPT2, "guarded"}, Case{Arch::Qwen2, "cpu"},
                                            Case{Arch::Mistral, "cpu"}, Case{Arch::Mistral, "ref"},
                                            Case{Arch::Qwen3, "cpu"}, Case{Arch::Gemma2, "cpu"},
-                                           Case{Arch::Gemma3, "cpu"}, Case{Arch::Gemma2, "ref"}),
+                                           Case{Arch::Gemma3, "cpu"}, Case{Arch::Gemma2, "ref"},
+                                           Case{Arch::Phi3, "cpu"}, Case{Arch::Phi3, "ref"}),
                          case_name);
 
 }  // namespace

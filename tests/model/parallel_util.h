@@ -17,6 +17,7 @@
 #include "ete/model/shard.h"
 #include "ete/model/transformer.h"
 #include "numerics.h"
+#include "phi3_rope.h"
 
 namespace ete::testing {
 
@@ -59,7 +60,8 @@ inline ModelConfig tp_gpt2() {
 
 // Qwen2 (q/k/v biases only; a window of 5 on layers 2 and 3), Mistral (no biases; a window of 4
 // on every layer) and Qwen3 (per-head q/k norms, q/k/v/o biases; a window of 5 on layers 2 and 3)
-// on tp_llama's shapes: the tests' sequences (11) cross the windows. Gemma 2 and 3: gemma_like.
+// on tp_llama's shapes: the tests' sequences (11) cross the windows. Gemma 2 and 3: gemma_like;
+// Phi-3: phi3_like.
 inline ModelConfig tp_family(Arch arch, int kv_heads = 2);
 
 // Gemma 2 (soft-caps of 1 on the scores and 2 on the logits, so tanh bends the tiny model's
@@ -87,9 +89,25 @@ inline ModelConfig gemma_like(ModelConfig c, Arch arch, int window) {
     return c;
 }
 
+// Phi-3 on c's shapes: fused qkv_proj and gate_up_proj, RoPE on part of each head
+// (int(D · rotary), which must be even) with LongRoPE — the tests' sequences pass the original
+// context of 8, so the long factors and the attention factor apply — and a window of `window` on
+// every layer.
+inline ModelConfig phi3_like(ModelConfig c, int window, double rotary = 0.75) {
+    c.arch = Arch::Phi3;
+    c.use_family_defaults();
+    c.attention_bias = false;
+    c.mlp_bias = false;
+    c.sliding_window = window;
+    c.window_from_layer = 0;
+    phi3_rope(c, rotary, 8);
+    return c;
+}
+
 inline ModelConfig tp_family(Arch arch, int kv_heads) {
     ModelConfig c = tp_llama(kv_heads);
     if (arch == Arch::Gemma2 || arch == Arch::Gemma3) return gemma_like(c, arch, 5);
+    if (arch == Arch::Phi3) return phi3_like(c, 5);
     c.arch = arch;
     c.attention_bias = arch == Arch::Qwen3;  // the bias path of Qwen3's attention_bias
     c.mlp_bias = false;

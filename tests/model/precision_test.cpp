@@ -174,7 +174,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen2_bias", DType::F16}, Case{"mistral_window", DType::F16},
                       Case{"qwen3_qk_norm", DType::BF16}, Case{"qwen3_qk_norm", DType::F16},
                       Case{"gemma2_softcap", DType::BF16}, Case{"gemma3_local_global", DType::F16},
-                      Case{"llama_gqa", DType::BF16, "cuda"}, Case{"gpt2", DType::BF16, "cuda"},
+                      Case{"phi3_longrope", DType::BF16}, Case{"llama_gqa", DType::BF16, "cuda"},
+                      Case{"gpt2", DType::BF16, "cuda"},
                       Case{"llama3_rope_tied", DType::BF16, "cuda"}),
     case_name);
 

@@ -238,6 +238,7 @@ INSTANTIATE_TEST_SUITE_P(Models, PipelineSplit,
                                            SplitCase{Arch::Mistral, 3, "1,2,1", "full"},
                                            SplitCase{Arch::Qwen3, 2, "2,2", "1-2"},
                                            SplitCase{Arch::Gemma2, 2, "2,2", "1-2"},
+                                           SplitCase{Arch::Phi3, 3, "1,2,1", "1-2"},
                                            SplitCase{Arch::Gemma3, 3, "1,2,1", "full"}),
                          split_case_name);
 
@@ -422,6 +423,7 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"mistral", testing::tp_family(Arch::Mistral), "none"},
                       MeshCase{"qwen3_recompute1", testing::tp_family(Arch::Qwen3), "1"},
                       MeshCase{"gemma2", testing::tp_family(Arch::Gemma2), "none"},
+                      MeshCase{"phi3_recompute1", testing::tp_family(Arch::Phi3), "1"},
                       MeshCase{"gemma3_recompute", testing::tp_family(Arch::Gemma3), "full"}),
     [](const ::testing::TestParamInfo<MeshCase>& i) { return std::string(i.param.name); });
 

@@ -304,7 +304,11 @@ INSTANTIATE_TEST_SUITE_P(
         // Gemma: post norms after the row-parallel all-reduce, soft-capped scores and
         // vocab-parallel logits, local and global RoPE tables
         TpCase{Arch::Gemma2, 2, false, "cpu"}, TpCase{Arch::Gemma2, 4, true, "cpu"},
-        TpCase{Arch::Gemma3, 2, true, "cpu"}, TpCase{Arch::Gemma3, 4, false, "ref"}),
+        TpCase{Arch::Gemma3, 2, true, "cpu"}, TpCase{Arch::Gemma3, 4, false, "ref"},
+        // Phi-3: the fused qkv_proj split per group (q twice as wide as k and v), gate_up_proj
+        // per half, partial RoPE with LongRoPE's factors
+        TpCase{Arch::Phi3, 2, false, "cpu"}, TpCase{Arch::Phi3, 2, true, "guarded"},
+        TpCase{Arch::Phi3, 4, false, "cpu", 61, 8, 4}),
     tp_case_name);
 
 // tp > KV: each kv head replicated on tp / KV ranks (one query head per rank at H 4, two sharing

@@ -227,9 +227,11 @@ class Backend : public DeviceMemory {
                                     CVec mean, CVec rstd) = 0;
 
     // --- attention ---
-    // RoPE (HF rotate-half: dim j pairs with j + D/2) on the q and k heads of qkv, in place.
-    // cos/sin are (T, D/2) F32 tables read at position t - doc_start. Backward applies the inverse
-    // rotation to d_qkv in place.
+    // RoPE (HF rotate-half) on the first R dims of the q and k heads of qkv, in place: dim j pairs
+    // with j + R/2, the dims past R pass through (Phi's partial_rotary_factor; R = D otherwise).
+    // cos/sin are (T, R/2) F32 tables read at position t - doc_start; their width gives R. They
+    // may carry an attention factor (|cos, sin| != 1), so backward applies the transpose of the
+    // rotation (cos, -sin) to d_qkv in place.
     virtual void rope_forward(Mat qkv, CMat cos, CMat sin, AttnDims d) = 0;
     virtual void rope_backward(Mat d_qkv, CMat cos, CMat sin, AttnDims d) = 0;
     // Causal attention with GQA (query head h uses kv head h / (H/KV)), never materialising a

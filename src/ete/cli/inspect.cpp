@@ -75,11 +75,14 @@ void print_quantization(const fs::path& dir) {
 void print_model_config(const ModelConfig& c) {
     std::printf(
         "model: %s | layers %d | hidden %d | heads %d (kv %d, head_dim %d) | mlp %d | "
-        "vocab %d | positions %d | tied head %s | rope theta %g%s\n",
+        "vocab %d | positions %d | tied head %s | rope theta %g%s%s\n",
         arch_name(c.arch).c_str(), c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.D(),
         c.intermediate_size, c.vocab_size, c.max_position_embeddings,
         c.tie_word_embeddings ? "yes" : "no", c.rope_theta,
-        c.rope_scaling.type == "llama3" ? " (llama3 scaling)" : "");
+        c.rope_scaling.type == "default"
+            ? ""
+            : fmt::format(" ({} scaling)", c.rope_scaling.type).c_str(),
+        c.rotary_dim() == c.D() ? "" : fmt::format(" on {} dims", c.rotary_dim()).c_str());
 }
 
 void print_totals(int64_t elems, uint64_t bytes) {

@@ -8,6 +8,7 @@
 
 #include "ete/core/error.h"
 #include "ete/core/json_file.h"
+#include "ete/model/config_rope.h"
 
 namespace ete {
 
@@ -54,6 +55,11 @@ void ModelConfig::validate() const {
               "model.hidden_size = {} is not divisible by model.num_heads = {}", hidden_size,
               num_heads);
     ETE_CHECK(D() % 2 == 0 || !family().rope, "model.head_dim = {}: expected an even number", D());
+    ETE_CHECK(partial_rotary_factor > 0 && partial_rotary_factor <= 1 &&
+                  (!family().rope || (rotary_dim() >= 2 && rotary_dim() % 2 == 0)),
+              "partial_rotary_factor = {}: expected (0, 1] leaving an even rotary width of at "
+              "least 2 of head_dim {} (got {})",
+              partial_rotary_factor, D(), rotary_dim());
     ETE_CHECK(num_heads % num_kv_heads == 0,
               "model.num_heads = {} is not a multiple of model.num_kv_heads = {}", num_heads,
               num_kv_heads);
@@ -82,6 +88,12 @@ void ModelConfig::validate() const {
               "query_pre_attn_scalar = {}: expected a finite number > 0", query_pre_attn_scalar);
     ETE_CHECK(rope_local_theta == 0 || (rope_local_theta > 1 && std::isfinite(rope_local_theta)),
               "rope_local_base_freq = {}: expected a finite number > 1", rope_local_theta);
+    const size_t pairs = size_t(rotary_dim() / 2);
+    ETE_CHECK(rope_scaling.type != "longrope" || (rope_scaling.short_factor.size() == pairs &&
+                                                  rope_scaling.long_factor.size() == pairs),
+              "rope_scaling longrope: short_factor has {} and long_factor {} entries, expected {} "
+              "each (rotary dims / 2)",
+              rope_scaling.short_factor.size(), rope_scaling.long_factor.size(), pairs);
     ETE_CHECK(norm_eps > 0 && norm_eps < 1, "model.norm_eps = {}: expected in (0, 1)", norm_eps);
     ETE_CHECK(rope_theta > 1 && std::isfinite(rope_theta),
               "model.rope_theta = {}: expected a finite number > 1", rope_theta);
@@ -93,40 +105,6 @@ int first_id(const json& j, const char* key) {
     if (!j.contains(key) || j[key].is_null()) return -1;
     if (j[key].is_array()) return j[key].empty() ? -1 : j[key][0].get<int>();
     return j[key].get<int>();
-}
-
-RopeScaling parse_rope_scaling(const json& r, const std::string& where) {
-    RopeScaling s;
-    std::string type = r.contains("rope_type") ? r["rope_type"].get<std::string>()
-                       : r.contains("type")    ? r["type"].get<std::string>()
-                                               : "default";
-    ETE_CHECK(type == "default" || type == "llama3" || type == "linear",
-              "{}: rope type '{}' is not implemented (supported: default, linear, llama3)", where,
-              type);
-    s.type = type;
-    if (type == "linear") {
-        s.factor = json_get<double>(r, "factor", 1.0, where);
-        ETE_CHECK(s.factor >= 1 && std::isfinite(s.factor),
-                  "{}: rope_scaling linear factor {}: expected a finite number >= 1", where,
-                  s.factor);
-    }
-    if (type == "llama3") {
-        s.factor = json_get<double>(r, "factor", 8.0, where);
-        s.low_freq_factor = json_get<double>(r, "low_freq_factor", 1.0, where);
-        s.high_freq_factor = json_get<double>(r, "high_freq_factor", 4.0, where);
-        s.original_max_position_embeddings =
-            json_get<int>(r, "original_max_position_embeddings", 8192, where);
-        // Each of these out of range divides by zero or takes a log of <= 0: NaN frequencies.
-        ETE_CHECK(s.factor >= 1 && s.low_freq_factor > 0 &&
-                      s.high_freq_factor > s.low_freq_factor &&
-                      s.original_max_position_embeddings > 0,
-                  "{}: rope_scaling llama3 factor {}, low_freq_factor {}, high_freq_factor {}, "
-                  "original_max_position_embeddings {}: expected factor >= 1, 0 < low < high, "
-                  "and a positive length",
-                  where, s.factor, s.low_freq_factor, s.high_freq_factor,
-                  s.original_max_position_embeddings);
-    }
-    return s;
 }
 
 // Every layer's type against what sliding_window, max_window_layers and the pattern make of it
@@ -195,10 +173,14 @@ void read_window(ModelConfig& c, const json& j, const std::string& w) {
 
 // Newer files' rope_parameters: one dict, or (Gemma 3) one per layer type, the local one
 // unscaled.
-void read_rope_parameters(ModelConfig& c, const json& rp, const std::string& w) {
+void read_rope_parameters(ModelConfig& c, const json& rp, int original, const std::string& w) {
+    auto parse = [&](const json& r) {
+        return parse_rope_scaling(r, c.max_position_embeddings, original, w);
+    };
     if (!rp.contains("full_attention") && !rp.contains("sliding_attention")) {
         c.rope_theta = json_get(rp, "rope_theta", c.rope_theta, w);
-        c.rope_scaling = parse_rope_scaling(rp, w);
+        c.partial_rotary_factor = json_get(rp, "partial_rotary_factor", c.partial_rotary_factor, w);
+        c.rope_scaling = parse(rp);
         return;
     }
     ETE_CHECK(
@@ -207,12 +189,27 @@ void read_rope_parameters(ModelConfig& c, const json& rp, const std::string& w) 
         "parameters only for gemma3_text",
         w);
     c.rope_theta = json_get(rp["full_attention"], "rope_theta", c.rope_theta, w);
-    c.rope_scaling = parse_rope_scaling(rp["full_attention"], w);
+    c.rope_scaling = parse(rp["full_attention"]);
     if (!rp.contains("sliding_attention")) return;
     const json& local = rp["sliding_attention"];
-    ETE_CHECK(local.is_object() && parse_rope_scaling(local, w).type == "default",
+    ETE_CHECK(local.is_object() && parse(local).type == "default",
               "{}: rope_parameters.sliding_attention: expected unscaled (rope_type default)", w);
     c.rope_local_theta = json_get(local, "rope_theta", 10000.0, w);
+}
+
+// Rope settings: newer files use one rope_parameters dict, older ones rope_theta + rope_scaling
+// (with `type` or `rope_type`) and partial_rotary_factor; Phi-3 keeps the original context
+// top-level.
+void read_rope(ModelConfig& c, const json& j, const std::string& w) {
+    c.rope_theta = json_get(j, "rope_theta", 10000.0, w);
+    c.partial_rotary_factor = json_get(j, "partial_rotary_factor", 1.0, w);
+    const int original = json_get(j, "original_max_position_embeddings", 0, w);
+    if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+        read_rope_parameters(c, j["rope_parameters"], original, w);
+    } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+        c.rope_scaling =
+            parse_rope_scaling(j["rope_scaling"], c.max_position_embeddings, original, w);
+    }
 }
 
 // A soft-cap: null = none.
@@ -265,17 +262,14 @@ ModelConfig llama_layout_from_json(Arch arch, const json& j, const std::string& 
     const char* want = geglu ? "gelu_pytorch_tanh" : "silu";
     std::string act = json_get<std::string>(j, act_key, want, w);
     ETE_CHECK(act == want, "{}: {} '{}' is not supported (expected {})", w, act_key, act, want);
-    // Dropout inside attention changes what training computes; ETE has none.
-    const double drop = json_get(j, "attention_dropout", 0.0, w);
-    ETE_CHECK(drop == 0.0, "{}: attention_dropout = {} is not supported (expected 0)", w, drop);
-    // Rope settings: newer files use one rope_parameters dict, older ones rope_theta +
-    // rope_scaling (with `type` or `rope_type`).
-    c.rope_theta = json_get(j, "rope_theta", 10000.0, w);
-    if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-        read_rope_parameters(c, j["rope_parameters"], w);
-    } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-        c.rope_scaling = parse_rope_scaling(j["rope_scaling"], w);
+    // Dropout changes what training computes; ETE has none (Phi-3 also names its residual and
+    // embedding dropout).
+    for (const char* key : {"attention_dropout", "resid_pdrop", "embd_pdrop"}) {
+        const double drop = json_get(j, key, 0.0, w);
+        ETE_CHECK(drop == 0.0, "{}: {} = {} is not supported (expected 0: ETE has no dropout)", w,
+                  key, drop);
     }
+    read_rope(c, j, w);
     if (c.family().window != WindowRule::None) read_window(c, j, w);
     if (c.family().softcap_keys) read_gemma_keys(c, j, w);
     return c;
@@ -375,18 +369,13 @@ json llama_layout_to_json(const ModelConfig& c) {
     } else if (f.window == WindowRule::Pattern) {
         gemma_keys_to_json(j, c);
     }
-    if (c.rope_scaling.type == "linear") {
-        j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_scaling.factor}};
-    } else if (c.rope_scaling.type == "llama3") {
-        j["rope_scaling"] = {
-            {"rope_type", "llama3"},
-            {"factor", c.rope_scaling.factor},
-            {"low_freq_factor", c.rope_scaling.low_freq_factor},
-            {"high_freq_factor", c.rope_scaling.high_freq_factor},
-            {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
-    } else {
-        j["rope_scaling"] = nullptr;
-    }
+    j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling, c.max_position_embeddings);
+    const RopeScaling& rs = c.rope_scaling;
+    if (rs.type == "longrope" || rs.type == "yarn" || c.arch == Arch::Phi3)
+        j["original_max_position_embeddings"] = rs.type == "longrope" || rs.type == "yarn"
+                                                    ? rs.original_max_position_embeddings
+                                                    : c.max_position_embeddings;
+    if (c.partial_rotary_factor != 1.0) j["partial_rotary_factor"] = c.partial_rotary_factor;
     return j;
 }
 

@@ -23,6 +23,8 @@ struct ModelConfig {
     double norm_eps = 1e-6;  // rms_norm_eps / layer_norm_epsilon
     double rope_theta = 10000.0;
     RopeScaling rope_scaling;
+    // Phi-3/Phi-4: RoPE rotates the first int(D · factor) dims of each head, the rest pass.
+    double partial_rotary_factor = 1.0;
     bool tie_word_embeddings = false;
     bool attention_bias = false;  // Llama attention_bias: q/k/v/o biases (family().bias)
     bool mlp_bias = false;        // Llama mlp_bias: gate/up/down biases
@@ -44,6 +46,8 @@ struct ModelConfig {
     int eos_token_id = -1;
 
     int D() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }
+    // The dims RoPE rotates per head (HF: int(head_dim * partial_rotary_factor)).
+    int rotary_dim() const { return int(D() * partial_rotary_factor); }
     const Family& family() const { return ete::family(arch); }
     bool has_qkv_bias() const;  // q/k/v (GPT-2: c_attn)
     bool has_o_bias() const;    // o_proj (GPT-2: attn.c_proj)

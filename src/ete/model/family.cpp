@@ -21,7 +21,9 @@ using W = WindowRule;
 // Gemma 2 is Llama's layout with (1 + w) norms around both sub-blocks, GeGLU, a scaled
 // embedding, soft-capped attention and final logits, and alternating local/global layers; Gemma
 // 3 drops the caps for per-head q/k norms, five local layers per global one and a RoPE base of
-// their own for the local layers.
+// their own for the local layers. Phi-3 (and Phi-4, the same model_type) is Mistral's decoder
+// stored with fused q|k|v and gate|up tensors, and rotates part of each head
+// (partial_rotary_factor) with LongRoPE's per-frequency factors.
 constexpr std::array kFamilies = {
     Family{.arch = Arch::Llama,
            .name = "llama",
@@ -119,6 +121,18 @@ constexpr std::array kFamilies = {
            .softcap_keys = true,
            .local_rope = true,
            .window_pattern = 6},
+    Family{.arch = Arch::Phi3,
+           .name = "phi3",
+           .model_type = "phi3",
+           .hf_class = "Phi3ForCausalLM",
+           .layout = L::Phi3,
+           .norm = N::RMSNorm,
+           .mlp = M::SwiGLU,
+           .rope = true,
+           .always_tied = false,
+           .bias = B::None,
+           .window = W::AllLayers,
+           .qk_norm = false},
 };
 
 }  // namespace

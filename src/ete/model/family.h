@@ -11,13 +11,14 @@
 
 namespace ete {
 
-enum class Arch : uint8_t { Llama, GPT2, Qwen2, Mistral, Qwen3, Gemma2, Gemma3 };
+enum class Arch : uint8_t { Llama, GPT2, Qwen2, Mistral, Qwen3, Gemma2, Gemma3, Phi3 };
 
 // The HF tensor layout of the decoder: Llama's (model.layers.N.self_attn.q_proj, k_proj, v_proj,
 // o_proj, mlp.gate_proj, up_proj, down_proj, input_layernorm, post_attention_layernorm,
-// model.norm, lm_head) or GPT-2's (h.N.attn.c_attn = q|k|v in one Conv1D stored (in, out),
-// attn.c_proj, mlp.c_fc, mlp.c_proj, ln_1, ln_2, ln_f; wte, wpe).
-enum class Layout : uint8_t { Llama, GPT2 };
+// model.norm, lm_head), GPT-2's (h.N.attn.c_attn = q|k|v in one Conv1D stored (in, out),
+// attn.c_proj, mlp.c_fc, mlp.c_proj, ln_1, ln_2, ln_f; wte, wpe) or Phi-3's (Llama's names, but
+// q|k|v in one self_attn.qkv_proj and gate|up in one mlp.gate_up_proj).
+enum class Layout : uint8_t { Llama, GPT2, Phi3 };
 // LayerNorm: with a bias. RMSNormPlusOne (Gemma): the weight w is applied as (1 + w), in fp32,
 // and starts at 0.
 enum class NormKind : uint8_t { RMSNorm, LayerNorm, RMSNormPlusOne };
@@ -25,12 +26,12 @@ enum class NormKind : uint8_t { RMSNorm, LayerNorm, RMSNormPlusOne };
 // gelu_tanh(gate)·up (Gemma's gelu_pytorch_tanh).
 enum class MlpKind : uint8_t { SwiGLU, Gelu, GeGLU };
 // Which linears have biases: those config.json's attention_bias / mlp_bias say (Llama;
-// Qwen3 has attention_bias only), q/k/v always and nothing else (Qwen2), none (Mistral), every
-// one (GPT-2).
+// Qwen3 has attention_bias only), q/k/v always and nothing else (Qwen2), none (Mistral, Phi-3),
+// every one (GPT-2).
 enum class BiasRule : uint8_t { FromConfig, Qkv, None, All };
 // Which layers attend through a sliding window (ModelConfig::sliding_window): none; every layer
-// when config.json's sliding_window is not null (Mistral); the layers from max_window_layers when
-// use_sliding_window is true (Qwen2, Qwen3); every layer but each window_pattern-th (Gemma 2:
+// when config.json's sliding_window is not null (Mistral, Phi-3); the layers from max_window_layers
+// when use_sliding_window is true (Qwen2, Qwen3); every layer but each window_pattern-th (Gemma 2:
 // alternating, the first local; Gemma 3: five local, one global).
 enum class WindowRule : uint8_t { None, AllLayers, FromMaxWindowLayers, Pattern };
 
@@ -67,6 +68,11 @@ struct Family {
     float attn_softcap = 0, final_softcap = 0;
 
     bool gated_mlp() const { return mlp != MlpKind::Gelu; }  // fc is gate | up (2F)
+    // q|k|v and the MLP's input projection are one tensor each (GPT-2's c_attn and c_fc, Phi-3's
+    // qkv_proj and gate_up_proj), not a tensor per member.
+    bool fused_tensors() const { return layout != Layout::Llama; }
+    // Llama's tensor names (model.layers.N..., model.embed_tokens, model.norm).
+    bool llama_names() const { return layout != Layout::GPT2; }
     // What the norm kernels add to the weights (NormKind::RMSNormPlusOne).
     float norm_offset() const { return norm == NormKind::RMSNormPlusOne ? 1.0f : 0.0f; }
 };

@@ -62,7 +62,7 @@ void check_int8_spec(const QatSpec& spec, const ModelConfig& c) {
                   "'{}' chooses only some of them",
                   names, qat_spec_to_json(spec)["linears"].get<std::string>());
     };
-    if (c.family().layout == Layout::Llama) {
+    if (!c.family().fused_tensors()) {
         whole({R::Q, R::K, R::V}, "q_proj, k_proj and v_proj");
         whole({R::Gate, R::Up}, "gate_proj and up_proj");
     }

@@ -23,7 +23,18 @@ const std::vector<Module>& modules(Arch a) {
         {"gate_proj", R::Gate}, {"up_proj", R::Up}, {"down_proj", R::Down}};
     static const std::vector<Module> gpt2 = {
         {"c_attn", R::Qkv}, {"c_proj", R::AttnOut}, {"c_fc", R::Fc}, {"c_proj", R::Down}};
-    return family(a).layout == Layout::Llama ? llama : gpt2;
+    static const std::vector<Module> phi3 = {{"qkv_proj", R::Qkv},
+                                             {"o_proj", R::AttnOut},
+                                             {"gate_up_proj", R::Fc},
+                                             {"down_proj", R::Down}};
+    switch (family(a).layout) {
+        case Layout::GPT2:
+            return gpt2;
+        case Layout::Phi3:
+            return phi3;
+        default:
+            return llama;
+    }
 }
 
 std::string known_names(Arch a) {

@@ -11,7 +11,8 @@
 //
 // Targets are PEFT module names, matched like PEFT matches them (by the last name component):
 // Llama q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; GPT-2 c_attn, c_proj
-// (attn.c_proj and mlp.c_proj both), c_fc; or "all-linear" (every decoder linear, not the head).
+// (attn.c_proj and mlp.c_proj both), c_fc; Phi-3 qkv_proj, o_proj, gate_up_proj, down_proj; or
+// "all-linear" (every decoder linear, not the head).
 #pragma once
 
 #include <string>

@@ -34,6 +34,11 @@ ModelParallel ModelParallel::resolved(const ModelConfig& c) const {
                   "divisible by tp (kv heads split) or tp divisible by num_kv_heads (each kv "
                   "head replicated on tp / num_kv_heads ranks)",
                   KV, tp_size);
+        // One tensor q|k|v (Phi-3's qkv_proj) cannot hold a replicated k|v beside its own q.
+        ETE_CHECK(!c.family().fused_tensors() || KV % tp_size == 0,
+                  "{}: parallel.tp = {} exceeds model.num_kv_heads = {}: the fused qkv_proj "
+                  "splits whole kv heads only (expected tp dividing num_kv_heads)",
+                  c.family().name, tp_size, KV);
     }
     ETE_CHECK(num_stages >= 1 && num_stages <= L,
               "parallel.pp = {}: expected 1..model.num_layers = {} (each stage holds >= 1 layer)",

@@ -20,8 +20,7 @@ constexpr ShardRule kColsPadded{1, 1, true};  // row-parallel over the MLP width
 constexpr ShardRule kRowsQkv{0, 3, false};    // GPT-2 c_attn: q | k | v each split
 
 std::string layer_prefix(const ModelConfig& c, int i) {
-    return c.family().layout == Layout::Llama ? fmt::format("model.layers.{}.", i)
-                                              : fmt::format("h.{}.", i);
+    return c.family().llama_names() ? fmt::format("model.layers.{}.", i) : fmt::format("h.{}.", i);
 }
 
 ParamSpec spec(std::string name, Shape shape, ParamKind kind, ParamInit init, float std,
@@ -59,12 +58,19 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
     role(t, R::AttnNorm, i);
     // tp > KV replicates each kv head on tp / KV ranks (ShardRule::max_parts).
     const ShardRule kv{0, 1, false, c.num_kv_heads};
-    mat("self_attn.q_proj", HD, C, kRows);
-    role(t, R::Q, i);
-    mat("self_attn.k_proj", KVD, C, kv);
-    role(t, R::K, i);
-    mat("self_attn.v_proj", KVD, C, kv);
-    role(t, R::V, i);
+    const bool fused = c.family().fused_tensors();
+    if (fused) {  // Phi-3: q | k | v, the q group H / KV times as wide (ShardRule::lead)
+        mat("self_attn.qkv_proj", HD + 2 * KVD, C,
+            ShardRule{0, 3, false, c.num_kv_heads, c.num_heads / c.num_kv_heads});
+        role(t, R::Qkv, i);
+    } else {
+        mat("self_attn.q_proj", HD, C, kRows);
+        role(t, R::Q, i);
+        mat("self_attn.k_proj", KVD, C, kv);
+        role(t, R::K, i);
+        mat("self_attn.v_proj", KVD, C, kv);
+        role(t, R::V, i);
+    }
     if (c.has_qkv_bias()) {
         bias("self_attn.q_proj", HD, kRows);
         role(t, R::QBias, i);
@@ -91,10 +97,15 @@ void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
         norm("pre_feedforward_layernorm", C);
         role(t, R::MlpNorm, i);
     }
-    mat("mlp.gate_proj", F, C, kRowsPadded);
-    role(t, R::Gate, i);
-    mat("mlp.up_proj", F, C, kRowsPadded);
-    role(t, R::Up, i);
+    if (fused) {  // Phi-3: gate | up, each half split (padded) across tp
+        mat("mlp.gate_up_proj", 2 * F, C, ShardRule{0, 2, true});
+        role(t, R::Fc, i);
+    } else {
+        mat("mlp.gate_proj", F, C, kRowsPadded);
+        role(t, R::Gate, i);
+        mat("mlp.up_proj", F, C, kRowsPadded);
+        role(t, R::Up, i);
+    }
     if (c.has_mlp_bias()) {
         bias("mlp.gate_proj", F, kRowsPadded);
         role(t, R::GateBias, i);
@@ -145,8 +156,7 @@ void gpt2_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
 }
 
 ParamSpec embedding_spec(const ModelConfig& c) {
-    const char* name =
-        c.family().layout == Layout::Llama ? "model.embed_tokens.weight" : "wte.weight";
+    const char* name = c.family().llama_names() ? "model.embed_tokens.weight" : "wte.weight";
     return spec(name, {int64_t(c.vocab_size), int64_t(c.hidden_size)}, ParamKind::Embedding,
                 ParamInit::Normal, float(c.initializer_range), kRowsPadded);
 }
@@ -291,7 +301,7 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c, const ModelParallel& mp
     const ModelParallel m = mp.resolved(c);
     std::vector<ParamSpec> t;
     const int64_t V = c.vocab_size, C = c.hidden_size;
-    const bool llama = c.family().layout == Layout::Llama;
+    const bool llama = c.family().llama_names();
     if (m.first_stage()) {
         t.push_back(embedding_spec(c));
         if (!c.family().rope) {

@@ -76,11 +76,16 @@ enum class ParamRole : uint8_t {
 // max_parts > 0 says the split dim is that many indivisible pieces (GQA key/value heads): at
 // tp <= max_parts it splits like any other dim; at tp > max_parts (tp a multiple of it) it is cut
 // into max_parts slices and each slice is held by tp / max_parts consecutive ranks (shard.h).
+//
+// lead > 0 makes the groups unequal (Phi-3's qkv_proj, q | k | v under GQA): group 0 is lead
+// times as wide as each of the others and is always cut into tp parts; max_parts caps the
+// others only.
 struct ShardRule {
     int dim = -1;       // -1 replicated; 0 rows; 1 columns (of the ETE (out, in) layout)
     int groups = 1;     // the split dim is G equal groups, each split across tp (c_attn q|k|v: 3)
     bool pad = false;   // a group may not divide by tp: pad it to a multiple of tp with zero rows
     int max_parts = 0;  // 0: no limit; else the most parts the split dim may be cut into
+    int lead = 0;       // 0: equal groups; else group 0's width in units of the others'
 };
 
 struct ParamSpec {

@@ -6,9 +6,10 @@
 // caps it below tp (GQA kv heads at tp > KV), and then R = tp / P consecutive ranks hold the same
 // part: rank r holds part r / R. Each group is padded to gp = g rounded up to a multiple of P
 // when the rule allows padding (vocab, MLP width), else gp = g must divide; part p is rows
-// [p·gp/P, (p+1)·gp/P) of every group, in group order. Elements of a shard past g are padding:
-// zero weights whose gradients are masked, dropped on export. Buffers here are in ETE layout
-// (linears (out, in)), row-major; `global` is the logical tensor of ParamSpec::global_shape.
+// [p·gp/P, (p+1)·gp/P) of every group, in group order. With ShardRule::lead the first group is
+// lead·g wide (g = E / (G - 1 + lead)) and always cut into tp parts. Elements of a shard past g are
+// padding: zero weights whose gradients are masked, dropped on export. Buffers here are in ETE
+// layout (linears (out, in)), row-major; `global` is the logical tensor of ParamSpec::global_shape.
 //
 // Every global element has exactly one owner among the tp ranks (shard_owner): it is the one
 // that writes it when the logical model is gathered and counts it in the gradient norm.

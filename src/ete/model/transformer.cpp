@@ -62,9 +62,9 @@ Transformer::~Transformer() = default;
 
 // The layers of this stage as views into the store (its buffers never move).
 void Transformer::build_layers() {
-    const bool llama = cfg_.family().layout == Layout::Llama;
+    const bool split = !cfg_.family().fused_tensors();  // a tensor per q, k, v, gate, up
     const int64_t C = cfg_.hidden_size, D = cfg_.D(), HD = int64_t(H_) * D;
-    const int64_t KVD = int64_t(KV_) * D, FC = llama ? 2 * int64_t(F_) : F_;
+    const int64_t KVD = int64_t(KV_) * D, FC = cfg_.family().gated_mlp() ? 2 * int64_t(F_) : F_;
     const bool layernorm = cfg_.family().norm == NormKind::LayerNorm;
     ParamStore& ps = params_;
     auto vec = [&](int i) { return i < 0 ? CVec{} : ps.value(i).flat(); };
@@ -128,11 +128,11 @@ void Transformer::build_layers() {
         DecoderLayer L;
         L.ln1 = norm(at(R::AttnNorm), at(R::AttnNormBias));
         L.ln2 = norm(at(R::MlpNorm), at(R::MlpNormBias));
-        L.qkv = llama
+        L.qkv = split
                     ? fused(l, {{R::Q, R::QBias, HD}, {R::K, R::KBias, KVD}, {R::V, R::VBias, KVD}})
                     : fused(l, {{R::Qkv, R::QkvBias, HD + 2 * KVD}});
         L.o = linear(at(R::AttnOut), at(R::AttnOutBias), C, HD, TpMode::Row);
-        L.fc = llama ? fused(l, {{R::Gate, R::GateBias, F_}, {R::Up, R::UpBias, F_}})
+        L.fc = split ? fused(l, {{R::Gate, R::GateBias, F_}, {R::Up, R::UpBias, F_}})
                      : fused(l, {{R::Fc, R::FcBias, FC}});
         L.proj = linear(at(R::Down), at(R::DownBias), C, F_, TpMode::Row);
         if (cfg_.family().qk_norm)
@@ -168,7 +168,7 @@ void Transformer::build_layers() {
 std::vector<std::pair<Linear*, int>> Transformer::adapted_linears(int i) {
     DecoderLayer& L = layers_[size_t(i)];
     const int l = mp_.layer_begin + i;
-    const bool llama = cfg_.family().layout == Layout::Llama;
+    const bool split_names = !cfg_.family().fused_tensors();
     using R = ParamRole;
     std::vector<std::pair<Linear*, R>> all;
     const bool split = L.qkv.size() > 1;  // a frozen Llama base: one Linear per member
@@ -176,14 +176,14 @@ std::vector<std::pair<Linear*, int>> Transformer::adapted_linears(int i) {
         for (int k = 0; k < L.qkv.size(); ++k)
             all.push_back({&L.qkv.part(k), std::array{R::Q, R::K, R::V}[size_t(k)]});
     } else {
-        all.push_back({&L.qkv.part(0), llama ? R::Q : R::Qkv});
+        all.push_back({&L.qkv.part(0), split_names ? R::Q : R::Qkv});
     }
     all.push_back({&L.o, R::AttnOut});
     if (L.fc.size() > 1) {
         all.push_back({&L.fc.part(0), R::Gate});
         all.push_back({&L.fc.part(1), R::Up});
     } else {
-        all.push_back({&L.fc.part(0), llama ? R::Gate : R::Fc});
+        all.push_back({&L.fc.part(0), split_names ? R::Gate : R::Fc});
     }
     all.push_back({&L.proj, R::Down});
     std::vector<std::pair<Linear*, int>> out;
@@ -297,12 +297,13 @@ void Transformer::setup(int B, int T, const std::vector<bool>& plan, int slots) 
     block_ = DeviceBuffer::zeroed(be_, bytes);
     arena_.reset(block_.data(), block_.bytes());
     allocate(arena_);
-    std::vector<float> cos(size_t(T) * cfg_.D() / 2), sin(cos.size());
-    rope_tables(cos.data(), sin.data(), T, cfg_.D(), cfg_.rope_theta, cfg_.rope_scaling);
+    const int R = cfg_.rotary_dim();
+    std::vector<float> cos(size_t(T) * R / 2), sin(cos.size());
+    rope_tables(cos.data(), sin.data(), T, R, cfg_.rope_theta, cfg_.rope_scaling);
     be_.upload(rope_cos_.data, cos.data(), cos.size() * sizeof(float));
     be_.upload(rope_sin_.data, sin.data(), sin.size() * sizeof(float));
     if (rope_local_cos_.empty()) return;
-    rope_tables(cos.data(), sin.data(), T, cfg_.D(), cfg_.rope_local_theta, RopeScaling{});
+    rope_tables(cos.data(), sin.data(), T, R, cfg_.rope_local_theta, RopeScaling{});
     be_.upload(rope_local_cos_.data, cos.data(), cos.size() * sizeof(float));
     be_.upload(rope_local_sin_.data, sin.data(), sin.size() * sizeof(float));
 }
@@ -408,13 +409,14 @@ void Transformer::allocate(Arena& a) {
     d_cap_ = bwd && last && cfg_.final_softcap > 0 ? a.alloc_mat(F32, head_rows_, V_) : Mat{};
     losses_ = last ? a.alloc_vec(F32, N) : Vec{};
     targets_ = last ? a.alloc_vec(DType::I32, N) : Vec{};
-    rope_cos_ = a.alloc_mat(F32, T_, D / 2);
-    rope_sin_ = a.alloc_mat(F32, T_, D / 2);
+    const int64_t R2 = cfg_.rotary_dim() / 2;
+    rope_cos_ = a.alloc_mat(F32, T_, R2);
+    rope_sin_ = a.alloc_mat(F32, T_, R2);
     bool local_rope = false;
     for (int l = mp_.layer_begin; l < mp_.layer_end; ++l)
         local_rope = local_rope || cfg_.local_rope(l);
-    rope_local_cos_ = local_rope ? a.alloc_mat(F32, T_, D / 2) : Mat{};
-    rope_local_sin_ = local_rope ? a.alloc_mat(F32, T_, D / 2) : Mat{};
+    rope_local_cos_ = local_rope ? a.alloc_mat(F32, T_, R2) : Mat{};
+    rope_local_sin_ = local_rope ? a.alloc_mat(F32, T_, R2) : Mat{};
     post_tmp_ = sandwich && any_recompute ? a.alloc_mat(F32, N, C) : Mat{};
     // Backward buffers (none for a forward-only model).
     auto back = [&](DType t, int64_t cols, bool need = true) {

@@ -364,8 +364,8 @@ class Transformer {
     Mat d_cap_;                // (head_rows, V) F32, Gemma 2: the final soft-cap's derivative
     Vec losses_;               // (N) F32
     Vec targets_;              // (N) I32 the last stage's targets (global ids)
-    Mat rope_cos_, rope_sin_;  // (T, D/2) F32
-    Mat rope_local_cos_, rope_local_sin_;  // (T, D/2) F32: rope_local_theta's, or empty
+    Mat rope_cos_, rope_sin_;  // (T, R/2) F32, R = rotary_dim()
+    Mat rope_local_cos_, rope_local_sin_;  // (T, R/2) F32: rope_local_theta's, or empty
     Mat d_resid_, d_ln_;                   // (N, C) F32
     Mat d_qkv_, d_att_;                    // (N, S), (N, H·D) A
     Mat d_fc_, d_act_;                     // (N, 2F | F), (N, F) A

@@ -54,7 +54,7 @@ void Transformer::enable_int8(const Int8Model& m) {
     }
     qat_->set_inference();
     int8_scratch_ = std::make_unique<Int8Scratch>(be_);
-    const bool llama = cfg_.family().layout == Layout::Llama;
+    const bool split = !cfg_.family().fused_tensors();  // a tensor per member
     using R = ParamRole;
     for (int l = 0; l < cfg_.num_layers; ++l) {
         if (!m.spec.quantizes_layer(l, cfg_.num_layers)) continue;
@@ -70,9 +70,9 @@ void Transformer::enable_int8(const Int8Model& m) {
                     int8_add_linear(f.part(k), {at(roles[size_t(k)])}, m, site, l);
             }
         };
-        group(L.qkv, llama ? std::vector<R>{R::Q, R::K, R::V} : std::vector<R>{R::Qkv}, kQatLn1);
+        group(L.qkv, split ? std::vector<R>{R::Q, R::K, R::V} : std::vector<R>{R::Qkv}, kQatLn1);
         int8_add_linear(L.o, {at(R::AttnOut)}, m, kQatAtt, l);
-        group(L.fc, llama ? std::vector<R>{R::Gate, R::Up} : std::vector<R>{R::Fc}, kQatLn2);
+        group(L.fc, split ? std::vector<R>{R::Gate, R::Up} : std::vector<R>{R::Fc}, kQatLn2);
         int8_add_linear(L.proj, {at(R::Down)}, m, kQatAct, l);
     }
     if (m.spec.quantizes_head())

@@ -66,7 +66,7 @@ void Transformer::enable_qat(const QatSpec& spec) {
     qat_ = std::make_unique<QatRuntime>(spec, be_, cfg_.arch, cfg_.num_layers, tp_host_);
     if (!spec.has(QatPoint::Weight)) return;
     ParamStore& ps = params_;
-    const bool llama = cfg_.family().layout == Layout::Llama;
+    const bool split = !cfg_.family().fused_tensors();  // a tensor per member
     using R = ParamRole;
     for (int i = 0; i < int(layers_.size()); ++i) {
         const int l = mp_.layer_begin + i;
@@ -84,9 +84,9 @@ void Transformer::enable_qat(const QatSpec& spec) {
                     qat_add_linear(f.part(k), {at(roles[size_t(k)])}, TpMode::Column);
             }
         };
-        group(L.qkv, llama ? std::vector<R>{R::Q, R::K, R::V} : std::vector<R>{R::Qkv});
+        group(L.qkv, split ? std::vector<R>{R::Q, R::K, R::V} : std::vector<R>{R::Qkv});
         qat_add_linear(L.o, {at(R::AttnOut)}, TpMode::Row);
-        group(L.fc, llama ? std::vector<R>{R::Gate, R::Up} : std::vector<R>{R::Fc});
+        group(L.fc, split ? std::vector<R>{R::Gate, R::Up} : std::vector<R>{R::Fc});
         qat_add_linear(L.proj, {at(R::Down)}, TpMode::Row);
     }
     if (spec.quantizes_head() && mp_.last_stage()) qat_add_head();

@@ -107,10 +107,12 @@ const std::vector<Key>& keys() {
                           "longest sequence"));
         t.push_back(field("model.norm_eps", &M::norm_eps, "RMSNorm/LayerNorm epsilon"));
         t.push_back(field("model.rope_theta", &M::rope_theta, "RoPE base"));
+        t.push_back(field("model.partial_rotary_factor", &M::partial_rotary_factor,
+                          "share of each head RoPE rotates (phi3; int(head_dim * f) even)"));
         t.push_back(field(
             "model.sliding_window", &M::sliding_window,
-            "attend to the last N positions only (0 = all; mistral, qwen2, qwen3; gemma2/3 on "
-            "their local layers)"));
+            "attend to the last N positions only (0 = all; mistral, qwen2, qwen3, phi3; gemma2/3 "
+            "on their local layers)"));
         t.push_back(field("model.tie_word_embeddings", &M::tie_word_embeddings,
                           "share the embedding with the LM head"));
         t.push_back(field("model.initializer_range", &M::initializer_range, "init std"));
@@ -205,9 +207,11 @@ const std::vector<Key>& keys() {
         t.push_back(field("lora.dropout", &R::lora_dropout,
                           "dropout probability on each adapter's input while training (PEFT's "
                           "lora_dropout; layout-invariant masks)"));
-        t.push_back(field("lora.targets", &R::lora_targets,
-                          "adapted linears: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,"
-                          "down_proj (GPT-2: c_attn,c_proj,c_fc) or all-linear"));
+        t.push_back(
+            field("lora.targets", &R::lora_targets,
+                  "adapted linears: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,"
+                  "down_proj (GPT-2: c_attn,c_proj,c_fc; Phi-3: qkv_proj,o_proj,gate_up_proj,"
+                  "down_proj) or all-linear"));
         t.push_back(
             field("lora.use_rslora", &R::lora_use_rslora, "rank-stabilised scale alpha / sqrt(r)"));
         t.push_back(field("lora.init_from", &R::lora_init_from,

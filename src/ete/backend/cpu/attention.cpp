@@ -492,12 +492,12 @@ void backward_group(A* d_qkv, const A* d_out, const A* out, const float* lse, co
 // Elements below which RoPE runs on the calling thread: a parallel region costs more.
 constexpr int64_t kRopeParallelMin = 32768;
 
-// In-place rotate-half rotation of the q and k heads at position t - s (packed rows) or t;
-// sign = +1 forward, -1 inverse.
+// In-place rotate-half rotation of the first 2·half dims of the q and k heads at position t - s
+// (packed rows) or t; sign = +1 forward, -1 the transpose (backward).
 template <typename A>
-void rope_apply(A* x, size_t S, const float* cos, const float* sin, size_t ldt, const int32_t* doc,
-                AttnDims d, float sign) {
-    const int half = d.D / 2, heads = d.H + d.KV;
+void rope_apply(A* x, size_t S, const float* cos, const float* sin, size_t ldt, int half,
+                const int32_t* doc, AttnDims d, float sign) {
+    const int heads = d.H + d.KV;
     const int64_t N = int64_t(d.B) * d.T;
 #pragma omp parallel for schedule(static) if (N * heads * d.D > kRopeParallelMin)
     for (int64_t n = 0; n < N; ++n) {
@@ -518,8 +518,9 @@ void rope_apply(A* x, size_t S, const float* cos, const float* sin, size_t ldt, 
 
 void check_tables(const char* op, const CMat& cos, const CMat& sin, const AttnDims& d) {
     ETE_CHECK(cos.dtype == DType::F32 && sin.dtype == DType::F32 && cos.rows >= d.T &&
-                  sin.rows >= d.T && cos.cols == d.D / 2 && sin.cols == d.D / 2,
-              "{}: cos/sin tables must be F32 (>= {}, {})", op, d.T, d.D / 2);
+                  sin.rows >= d.T && cos.cols >= 1 && 2 * cos.cols <= d.D && sin.cols == cos.cols,
+              "{}: cos/sin tables must be F32 (>= {}, R/2) for a rotary width R <= {}", op, d.T,
+              d.D);
 }
 
 void rope_op(Mat x, CMat cos, CMat sin, const AttnDims& d, const char* op, float sign) {
@@ -529,7 +530,7 @@ void rope_op(Mat x, CMat cos, CMat sin, const AttnDims& d, const char* op, float
     with_float_type(x.dtype, op, [&](auto t) {
         using A = decltype(t);
         rope_apply(elems<A>(x), size_t(x.ld), elems<float>(cos), elems<float>(sin), size_t(cos.ld),
-                   doc, d, sign);
+                   int(cos.cols), doc, d, sign);
     });
 }
 

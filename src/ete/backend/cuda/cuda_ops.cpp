@@ -28,6 +28,14 @@ void check_attention(const AttnDims& d, ete::CMat qkv, const char* op) {
               int64_t(d.B) * d.T, d.qkv_stride());
 }
 
+// The kernel reads (T, R/2) tables at stride R/2: contiguous, R <= D.
+void check_rope_tables(ete::CMat cos, ete::CMat sin, const AttnDims& d, const char* op) {
+    ETE_CHECK(cos.rows >= d.T && sin.rows == cos.rows && cos.cols >= 1 && sin.cols == cos.cols &&
+                  2 * cos.cols <= d.D && cos.ld == cos.cols && sin.ld == sin.cols,
+              "[cuda] {}: cos/sin ({}, {}): expected contiguous (>= {}, R/2) tables, R <= {}", op,
+              cos.rows, cos.cols, d.T, d.D);
+}
+
 }  // namespace
 
 void CudaBackend::copy(ete::Mat dst, ete::CMat src) {
@@ -152,15 +160,17 @@ void CudaBackend::layernorm_backward(ete::Mat d_x, Vec d_w, Vec d_b, ete::CMat d
 
 void CudaBackend::rope_forward(ete::Mat qkv, ete::CMat cos, ete::CMat sin, AttnDims d) {
     const char* op = "rope_forward";
-    cuda::rope(stream_, mat(qkv, op), f32(cos.flat(), op), f32(sin.flat(), op), attn_dims(d, op),
-               false);
+    check_rope_tables(cos, sin, d, op);
+    cuda::rope(stream_, mat(qkv, op), f32(cos.flat(), op), f32(sin.flat(), op), int(cos.cols),
+               attn_dims(d, op), false);
     check_launch(op);
 }
 
 void CudaBackend::rope_backward(ete::Mat d_qkv, ete::CMat cos, ete::CMat sin, AttnDims d) {
     const char* op = "rope_backward";
-    cuda::rope(stream_, mat(d_qkv, op), f32(cos.flat(), op), f32(sin.flat(), op), attn_dims(d, op),
-               true);
+    check_rope_tables(cos, sin, d, op);
+    cuda::rope(stream_, mat(d_qkv, op), f32(cos.flat(), op), f32(sin.flat(), op), int(cos.cols),
+               attn_dims(d, op), true);
     check_launch(op);
 }
 

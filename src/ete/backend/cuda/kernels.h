@@ -78,7 +78,8 @@ struct Attn {
     float softcap;             // > 0: scores capped to softcap·tanh(s / softcap) (backend.h)
 };
 // RoPE on the q and k heads in place; cos/sin F32 (T, D/2); inverse: the backward rotation.
-void rope(cudaStream_t s, Mat qkv, const float* cos, const float* sin, Attn d, bool inverse);
+void rope(cudaStream_t s, Mat qkv, const float* cos, const float* sin, int half, Attn d,
+          bool inverse);
 // Causal attention (attention.cu): out (B·T, H·D), lse F32 (B·H·T). D <= attention_max_head_dim().
 int attention_max_head_dim();
 void attention_forward(cudaStream_t s, Mat out, float* lse, CMat qkv, Attn d, float scale);

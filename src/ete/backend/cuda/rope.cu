@@ -1,12 +1,12 @@
-// ete/backend/cuda/rope.cu — RoPE (HF rotate-half) on the q and k heads of the fused qkv, in
-// place, at position t − doc_start; the inverse rotation is its backward.
+// ete/backend/cuda/rope.cu — RoPE (HF rotate-half) on the first 2·half dims of the q and k heads
+// of the fused qkv, in place, at position t − doc_start; the transposed rotation is its backward.
 #include "ete/backend/cuda/common.cuh"
 
 namespace ete::cuda {
 namespace {
 
-__global__ void k_rope(Mat qkv, const float* cos, const float* sin, Attn d, float sign) {
-    const int half = d.D / 2, heads = d.H + d.KV;
+__global__ void k_rope(Mat qkv, const float* cos, const float* sin, int half, Attn d, float sign) {
+    const int heads = d.H + d.KV;
     ETE_GRID_STRIDE(i, int64_t(d.B) * d.T * heads * half) {
         const int j = int(i % half);
         const int h = int((i / half) % heads);
@@ -22,10 +22,11 @@ __global__ void k_rope(Mat qkv, const float* cos, const float* sin, Attn d, floa
 
 }  // namespace
 
-void rope(cudaStream_t s, Mat qkv, const float* cos, const float* sin, Attn d, bool inverse) {
-    const int64_t n = int64_t(d.B) * d.T * (d.H + d.KV) * (d.D / 2);
+void rope(cudaStream_t s, Mat qkv, const float* cos, const float* sin, int half, Attn d,
+          bool inverse) {
+    const int64_t n = int64_t(d.B) * d.T * (d.H + d.KV) * half;
     if (n == 0) return;
-    k_rope<<<grid_for(n), kThreads, 0, s>>>(qkv, cos, sin, d, inverse ? -1.0f : 1.0f);
+    k_rope<<<grid_for(n), kThreads, 0, s>>>(qkv, cos, sin, half, d, inverse ? -1.0f : 1.0f);
 }
 
 }  // namespace ete::cuda

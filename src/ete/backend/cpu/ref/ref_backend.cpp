@@ -643,7 +643,7 @@ class RefBackend final : public Backend {
         compute({x.dtype, cos.dtype, sin.dtype}, [&](auto t) {
             using T = decltype(t);
             Host<T> X(x), Cs(cos), Sn(sin);
-            ref::rope_apply<T>(X.data(), Cs.data(), Sn.data(), hd, sign);
+            ref::rope_apply<T>(X.data(), Cs.data(), Sn.data(), int(cos.cols), hd, sign);
             X.write(x);
         });
     }

@@ -173,10 +173,10 @@ void layernorm_backward(T* d_x, T* d_w, T* d_b, const T* d_out, const T* x, cons
     }
 }
 
-// Rotates q and k heads by the angle of position t - s; sign = +1 forward, -1 inverse (backward).
+// Rotates the first 2·half dims of the q and k heads by the angle of position t - s (tables
+// (T, half)); sign = +1 forward, -1 the transpose (backward).
 template <typename T>
-void rope_apply(T* qkv, const T* cos, const T* sin, AttnDims d, int sign) {
-    int half = d.D / 2;
+void rope_apply(T* qkv, const T* cos, const T* sin, int half, AttnDims d, int sign) {
     for (int b = 0; b < d.B; ++b)
         for (int t = 0; t < d.T; ++t) {
             T* row = qkv + (size_t(b) * d.T + t) * d.qkv_stride();
