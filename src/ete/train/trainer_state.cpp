@@ -334,6 +334,19 @@ CheckpointSource Trainer::streamed_source() const {
 
 // final/ on world rank 0: a PEFT adapter dir over the base (LoRA) or an HF model dir. Weights
 // that are not finite are refused, as in checkpoints.
+namespace {
+
+// The tokenizer.json final/ carries: the run's (data.tokenizer), else that of the model dir the
+// run started from, so a fine-tune of an HF dir on pre-tokenized shards still generates.
+std::string final_tokenizer(const RunConfig& c, bool run_has_one) {
+    if (run_has_one) return c.data_tokenizer;
+    if (c.model_init_from.empty()) return "";
+    const std::string t = (fs::path(c.model_init_from) / "tokenizer.json").string();
+    return fs::exists(t) ? t : "";
+}
+
+}  // namespace
+
 void Trainer::write_final(const HostParams& whole) const {
     for (int i = 0; i < whole.size(); ++i)
         if (whole.trainable(i))
@@ -353,7 +366,7 @@ void Trainer::write_final(const HostParams& whole) const {
             extra.emplace_back(kQatStateFile, qat_state_json(model_.qat()->spec(),
                                                              model_.qat()->state(), factors));
         }
-        return save_hf_model(out_ + "/final", mc_, whole, tok_ ? cfg_.data_tokenizer : "",
+        return save_hf_model(out_ + "/final", mc_, whole, final_tokenizer(cfg_, tok_.has_value()),
                              kDefaultMaxShardBytes, save_dtype(cfg_), extra);
     }
     // At the final rank, with lora_alpha chosen so PEFT's alpha / r is the scale trained with
