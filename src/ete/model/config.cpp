@@ -288,6 +288,18 @@ ModelConfig gpt2_from_json(const json& j, const std::string& w) {
     c.norm_eps = json_get(j, "layer_norm_epsilon", 1e-5, w);
     c.tie_word_embeddings = true;
     c.initializer_range = json_get(j, "initializer_range", 0.02, w);
+    // Settings of GPT2Config that change the maths and that ETE does not implement: an untied
+    // head (its lm_head.weight would be ignored), unscaled or layer-scaled attention scores.
+    ETE_CHECK(json_get(j, "tie_word_embeddings", true, w),
+              "{}: tie_word_embeddings = false is not supported for gpt2 (the LM head is the "
+              "token embedding)",
+              w);
+    ETE_CHECK(json_get(j, "scale_attn_weights", true, w),
+              "{}: scale_attn_weights = false is not supported (expected true: scores scaled by "
+              "1/sqrt(head_dim))",
+              w);
+    ETE_CHECK(!json_get(j, "scale_attn_by_inverse_layer_idx", false, w),
+              "{}: scale_attn_by_inverse_layer_idx = true is not supported (expected false)", w);
     std::string act = json_get<std::string>(j, "activation_function", "gelu_new", w);
     ETE_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
               "{}: activation_function '{}' is not supported (expected gelu_new)", w, act);
