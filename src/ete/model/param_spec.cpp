@@ -36,92 +36,92 @@ ParamSpec& role(std::vector<ParamSpec>& t, ParamRole r, int layer = -1) {
     return t.back();
 }
 
-void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
-    std::string p = layer_prefix(c, i);
-    int64_t C = c.hidden_size, F = c.intermediate_size, HD = int64_t(c.num_heads) * c.D(),
-            KVD = int64_t(c.num_kv_heads) * c.D();
-    float s = float(c.initializer_range);
-    auto mat = [&](const std::string& n, int64_t out, int64_t in, ShardRule r) {
-        t.push_back(spec(p + n + ".weight", {out, in}, ParamKind::Matrix, ParamInit::Normal, s, r));
-    };
-    auto bias = [&](const std::string& n, int64_t out, ShardRule r) {
-        t.push_back(spec(p + n + ".bias", {out}, ParamKind::Bias, ParamInit::Zeros, 0, r));
-    };
+// Appends one Llama-layout layer's rows (weights named under its prefix) with their roles.
+struct LayerRows {
+    std::vector<ParamSpec>& t;
+    const ModelConfig& c;
+    int layer;
+    std::string prefix;
+
+    void mat(const std::string& n, int64_t out, int64_t in, ShardRule r, ParamRole w) {
+        t.push_back(spec(prefix + n + ".weight", {out, in}, ParamKind::Matrix, ParamInit::Normal,
+                         float(c.initializer_range), r));
+        role(t, w, layer);
+    }
+    void bias(const std::string& n, int64_t out, ShardRule r, ParamRole b) {
+        t.push_back(spec(prefix + n + ".bias", {out}, ParamKind::Bias, ParamInit::Zeros, 0, r));
+        role(t, b, layer);
+    }
     // A (1 + w) norm starts at 0 (the identity scale, as HF initialises Gemma's).
-    const ParamInit norm_init = c.family().norm_offset() != 0 ? ParamInit::Zeros : ParamInit::Ones;
-    auto norm = [&](const std::string& n, int64_t width) {
-        t.push_back(spec(p + n + ".weight", {width}, ParamKind::Norm, norm_init, 0, kReplicated));
-    };
+    void norm(const std::string& n, int64_t width, ParamRole w) {
+        const ParamInit init = c.family().norm_offset() != 0 ? ParamInit::Zeros : ParamInit::Ones;
+        t.push_back(spec(prefix + n + ".weight", {width}, ParamKind::Norm, init, 0, kReplicated));
+        role(t, w, layer);
+    }
+};
+
+// q|k|v (a tensor each, or Phi-3's one qkv_proj), their biases, o_proj, Qwen3's and Gemma 3's
+// q/k norms.
+void llama_attention(LayerRows& r) {
     using R = ParamRole;
-    const bool sandwich = c.family().sandwich_norms;
-    norm("input_layernorm", C);
-    role(t, R::AttnNorm, i);
+    const ModelConfig& c = r.c;
+    const int64_t C = c.hidden_size, HD = int64_t(c.num_heads) * c.D(),
+                  KVD = int64_t(c.num_kv_heads) * c.D();
     // tp > KV replicates each kv head on tp / KV ranks (ShardRule::max_parts).
     const ShardRule kv{0, 1, false, c.num_kv_heads};
-    const bool fused = c.family().fused_tensors();
-    if (fused) {  // Phi-3: q | k | v, the q group H / KV times as wide (ShardRule::lead)
-        mat("self_attn.qkv_proj", HD + 2 * KVD, C,
-            ShardRule{0, 3, false, c.num_kv_heads, c.num_heads / c.num_kv_heads});
-        role(t, R::Qkv, i);
+    if (c.family().fused_tensors()) {  // Phi-3: q | k | v, q H / KV times as wide (lead)
+        r.mat("self_attn.qkv_proj", HD + 2 * KVD, C,
+              ShardRule{0, 3, false, c.num_kv_heads, c.num_heads / c.num_kv_heads}, R::Qkv);
     } else {
-        mat("self_attn.q_proj", HD, C, kRows);
-        role(t, R::Q, i);
-        mat("self_attn.k_proj", KVD, C, kv);
-        role(t, R::K, i);
-        mat("self_attn.v_proj", KVD, C, kv);
-        role(t, R::V, i);
+        r.mat("self_attn.q_proj", HD, C, kRows, R::Q);
+        r.mat("self_attn.k_proj", KVD, C, kv, R::K);
+        r.mat("self_attn.v_proj", KVD, C, kv, R::V);
     }
     if (c.has_qkv_bias()) {
-        bias("self_attn.q_proj", HD, kRows);
-        role(t, R::QBias, i);
-        bias("self_attn.k_proj", KVD, kv);
-        role(t, R::KBias, i);
-        bias("self_attn.v_proj", KVD, kv);
-        role(t, R::VBias, i);
+        r.bias("self_attn.q_proj", HD, kRows, R::QBias);
+        r.bias("self_attn.k_proj", KVD, kv, R::KBias);
+        r.bias("self_attn.v_proj", KVD, kv, R::VBias);
     }
-    mat("self_attn.o_proj", C, HD, kCols);
-    role(t, R::AttnOut, i);
-    if (c.has_o_bias()) {
-        bias("self_attn.o_proj", C, kReplicated);  // added after the all-reduce
-        role(t, R::AttnOutBias, i);
-    }
+    r.mat("self_attn.o_proj", C, HD, kCols, R::AttnOut);
+    if (c.has_o_bias())
+        r.bias("self_attn.o_proj", C, kReplicated, R::AttnOutBias);  // added after the all-reduce
     if (c.family().qk_norm) {  // replicated: every rank's heads use them (nn/head_norm.h)
-        norm("self_attn.q_norm", c.D());
-        role(t, R::QNorm, i);
-        norm("self_attn.k_norm", c.D());
-        role(t, R::KNorm, i);
+        r.norm("self_attn.q_norm", c.D(), R::QNorm);
+        r.norm("self_attn.k_norm", c.D(), R::KNorm);
     }
-    norm("post_attention_layernorm", C);  // Gemma: of the attention output
-    role(t, sandwich ? R::PostAttnNorm : R::MlpNorm, i);
-    if (sandwich) {
-        norm("pre_feedforward_layernorm", C);
-        role(t, R::MlpNorm, i);
-    }
-    if (fused) {  // Phi-3: gate | up, each half split (padded) across tp
-        mat("mlp.gate_up_proj", 2 * F, C, ShardRule{0, 2, true});
-        role(t, R::Fc, i);
+}
+
+// gate and up (or Phi-3's one gate_up_proj), their biases, down_proj.
+void llama_mlp(LayerRows& r) {
+    using R = ParamRole;
+    const ModelConfig& c = r.c;
+    const int64_t C = c.hidden_size, F = c.intermediate_size;
+    if (c.family().fused_tensors()) {  // Phi-3: gate | up, each half split (padded) across tp
+        r.mat("mlp.gate_up_proj", 2 * F, C, ShardRule{0, 2, true}, R::Fc);
     } else {
-        mat("mlp.gate_proj", F, C, kRowsPadded);
-        role(t, R::Gate, i);
-        mat("mlp.up_proj", F, C, kRowsPadded);
-        role(t, R::Up, i);
+        r.mat("mlp.gate_proj", F, C, kRowsPadded, R::Gate);
+        r.mat("mlp.up_proj", F, C, kRowsPadded, R::Up);
     }
     if (c.has_mlp_bias()) {
-        bias("mlp.gate_proj", F, kRowsPadded);
-        role(t, R::GateBias, i);
-        bias("mlp.up_proj", F, kRowsPadded);
-        role(t, R::UpBias, i);
+        r.bias("mlp.gate_proj", F, kRowsPadded, R::GateBias);
+        r.bias("mlp.up_proj", F, kRowsPadded, R::UpBias);
     }
-    mat("mlp.down_proj", C, F, kColsPadded);
-    role(t, R::Down, i);
-    if (c.has_mlp_bias()) {
-        bias("mlp.down_proj", C, kReplicated);
-        role(t, R::DownBias, i);
-    }
-    if (sandwich) {
-        norm("post_feedforward_layernorm", C);
-        role(t, R::PostFfnNorm, i);
-    }
+    r.mat("mlp.down_proj", C, F, kColsPadded, R::Down);
+    if (c.has_mlp_bias()) r.bias("mlp.down_proj", C, kReplicated, R::DownBias);
+}
+
+void llama_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {
+    using R = ParamRole;
+    LayerRows r{t, c, i, layer_prefix(c, i)};
+    const int64_t C = c.hidden_size;
+    const bool sandwich = c.family().sandwich_norms;
+    r.norm("input_layernorm", C, R::AttnNorm);
+    llama_attention(r);
+    // Gemma: the attention output's norm, then the MLP's input norm.
+    r.norm("post_attention_layernorm", C, sandwich ? R::PostAttnNorm : R::MlpNorm);
+    if (sandwich) r.norm("pre_feedforward_layernorm", C, R::MlpNorm);
+    llama_mlp(r);
+    if (sandwich) r.norm("post_feedforward_layernorm", C, R::PostFfnNorm);
 }
 
 void gpt2_layer(std::vector<ParamSpec>& t, const ModelConfig& c, int i) {

@@ -259,7 +259,22 @@ class Transformer {
         std::vector<Vec> padding;  // views of padding elements of the gradient buffer
     };
 
+    // Activation planning (transformer_memory.cpp).
     void allocate(Arena& a);
+    LayerActs layer_acts(Arena& a) const;
+    void allocate_slots(Arena& a, int kept);
+    void allocate_backward(Arena& a);
+    void upload_rope_tables(int T);
+    // The builder (transformer_build.cpp): each layer from the family's row.
+    struct FusedMember {  // a member of q|k|v or gate|up: weight and bias roles, local rows
+        ParamRole w, b;
+        int64_t rows;
+    };
+    Linear make_linear(int w, int b, int64_t out, int64_t in, TpMode mode);
+    FusedLinear make_fused(int l, const std::vector<FusedMember>& members);
+    Norm make_norm(int w, int b);
+    Vec norm_scratch() const;  // Gemma: where the (1 + w) weights are built, else empty
+    DecoderLayer build_layer(int l);
     void build_layers();
     void build_grad_groups();
     void finish_group(const GradGroup& g);
