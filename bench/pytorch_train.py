@@ -5,7 +5,9 @@ Same models and step as bench/train_throughput.cpp. --model llama-bench (default
 V 8192, C 512, L 8, H 8, KV 4, F 1408, untied head, micro-batch (B, T) = (8, 256). --model
 gemma-bench: Gemma 2 (Gemma2ForCausalLM's operations) on those shapes: tied head, (1 + w) norms in
 fp32 before and after attention and the MLP, GeGLU, embedding x sqrt(C), scores and logits
-soft-capped at 50 and 30, a window of 128 on the even layers. --model
+soft-capped at 50 and 30, a window of 128 on the even layers. --model phi3-bench: Phi-3
+(Phi3ForCausalLM's operations) on those shapes: q|k|v in one qkv_proj, gate|up in one
+gate_up_proj, RoPE on the first 48 of each head's 64 dims. --model
 gpt2-124m: GPT-2 small as Hugging Face's GPT2LMHeadModel (V 50257, C 768, L 12, H 12, F 3072,
 learned positions, LayerNorm, tanh GELU, biases, tied head; init std 0.02 with the residual
 projections scaled by 1/sqrt(2L)) at (4, 64). Random token ids with a fixed seed; a step is
@@ -37,7 +39,7 @@ def parse_args():
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = torch default)")
     p.add_argument("--steps", type=int, default=8, help="measured optimizer steps")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps (not measured)")
-    p.add_argument("--model", choices=["llama-bench", "gemma-bench", "gpt2-124m"],
+    p.add_argument("--model", choices=["llama-bench", "gemma-bench", "phi3-bench", "gpt2-124m"],
                    default="llama-bench")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--batch", type=int, default=0, help="micro-batch rows B (0: 8, gpt2 4)")
@@ -69,6 +71,7 @@ VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = 8192, 512, 8, 8, 4, 1408
 HEAD_DIM = HIDDEN // HEADS
 ROPE_THETA, NORM_EPS, INIT_STD = 10000.0, 1e-6, 0.02
 GEMMA_WINDOW, GEMMA_ATTN_CAP, GEMMA_FINAL_CAP = 128, 50.0, 30.0
+PHI3_ROTARY = int(HEAD_DIM * 0.75)  # partial_rotary_factor 0.75 (Phi-4-mini)
 G_VOCAB, G_POSITIONS, G_HIDDEN, G_LAYERS, G_HEADS, G_INTERMEDIATE = 50257, 1024, 768, 12, 12, 3072
 
 
@@ -255,6 +258,65 @@ class Gemma(nn.Module):
         return torch.tanh(logits / GEMMA_FINAL_CAP) * GEMMA_FINAL_CAP
 
 
+class Phi3Attention(nn.Module):
+    """Phi3Attention: one qkv_proj (q | k | v rows), RoPE on the first PHI3_ROTARY dims of each
+    head (apply_rotary_pos_emb's q_rot / q_pass split)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv_proj = nn.Linear(HIDDEN, (HEADS + 2 * KV_HEADS) * HEAD_DIM, bias=False)
+        self.o_proj = nn.Linear(HEADS * HEAD_DIM, HIDDEN, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        B, T, _ = x.shape
+        q, k, v = self.qkv_proj(x).split(
+            [HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1)
+        q = q.view(B, T, HEADS, HEAD_DIM).transpose(1, 2)
+        k = k.view(B, T, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        v = v.view(B, T, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        R = PHI3_ROTARY
+        q = torch.cat((q[..., :R] * cos + rotate_half(q[..., :R]) * sin, q[..., R:]), dim=-1)
+        k = torch.cat((k[..., :R] * cos + rotate_half(k[..., :R]) * sin, k[..., R:]), dim=-1)
+        k, v = repeat_kv(k), repeat_kv(v)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HEAD_DIM)
+        scores = scores.masked_fill(mask, float("-inf"))
+        att = torch.matmul(F.softmax(scores, dim=-1), v)
+        return self.o_proj(att.transpose(1, 2).reshape(B, T, HEADS * HEAD_DIM))
+
+
+class Phi3Block(nn.Module):
+    """Phi3DecoderLayer: Llama's block with gate | up in one gate_up_proj."""
+
+    def __init__(self):
+        super().__init__()
+        self.input_layernorm = RMSNorm(HIDDEN)
+        self.self_attn = Phi3Attention()
+        self.post_attention_layernorm = RMSNorm(HIDDEN)
+        self.gate_up_proj = nn.Linear(HIDDEN, 2 * INTERMEDIATE, bias=False)
+        self.down_proj = nn.Linear(INTERMEDIATE, HIDDEN, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        gate, up = self.gate_up_proj(self.post_attention_layernorm(x)).chunk(2, dim=-1)
+        return x + self.down_proj(up * F.silu(gate))
+
+
+class Phi3(Llama):
+    """Phi3ForCausalLM on the Llama bench's shapes (untied head, no window: Phi-3's 2047 is
+    longer than the rows)."""
+
+    def __init__(self, T):
+        super().__init__(T)
+        self.layers = nn.ModuleList(Phi3Block() for _ in range(LAYERS))
+        cos, sin = rope_tables(T, PHI3_ROTARY)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        for p in self.layers.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=INIT_STD)
+
+
 class GPT2Block(nn.Module):
     """HF GPT2Block: pre-LayerNorm, fused c_attn (q|k|v), tanh GELU MLP, biases everywhere."""
 
@@ -360,7 +422,8 @@ def main():
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     gpt2 = a.model == "gpt2-124m"
-    model = GPT2(a.seq) if gpt2 else Gemma(a.seq) if a.model == "gemma-bench" else Llama(a.seq)
+    model = (GPT2(a.seq) if gpt2 else Gemma(a.seq) if a.model == "gemma-bench" else
+             Phi3(a.seq) if a.model == "phi3-bench" else Llama(a.seq))
     vocab = G_VOCAB if gpt2 else VOCAB
     opt = make_optimizer(model)
     gen = torch.Generator().manual_seed(a.seed)

@@ -3,7 +3,8 @@
 // --model llama-bench (default): a ~32M-parameter Llama (V 8192, C 512, L 8, H 8, KV 4, F 1408,
 // untied head) at micro-batch (B, T) = (8, 256); --model gemma-bench: Gemma 2 on those shapes
 // (tied head, (1 + w) sandwich norms, GeGLU, soft-caps 50/30, a window of 128 on alternate
-// layers; its model FLOP/s count full causal attention). --model gpt2-124m: GPT-2 small as HF
+// layers; its model FLOP/s count full causal attention); --model phi3-bench: Phi-3 on those
+// shapes (fused qkv_proj and gate_up_proj, RoPE on 3/4 of each head). --model gpt2-124m: GPT-2 small as HF
 // builds it (V 50257, C 768, L 12, H 12, F 3072, tied head) at (4, 64), llm.c's CPU setting. Random
 // token ids with a fixed seed, AdamW and global-norm clipping at 1.0, in --precision fp32, bf16 or
 // fp16 (fp32 masters, gradients and optimizer; 16-bit GEMM operands). A step is exactly what the
@@ -72,8 +73,8 @@ ModelConfig bench_model_config(const std::string& name) {
         c.tie_word_embeddings = true;
         return c;
     }
-    ETE_CHECK(name == "llama-bench" || name == "gemma-bench",
-              "--model '{}': expected llama-bench, gemma-bench or gpt2-124m", name);
+    ETE_CHECK(name == "llama-bench" || name == "gemma-bench" || name == "phi3-bench",
+              "--model '{}': expected llama-bench, gemma-bench, phi3-bench or gpt2-124m", name);
     c.arch = Arch::Llama;
     c.vocab_size = 8192;
     c.hidden_size = 512;
@@ -88,6 +89,11 @@ ModelConfig bench_model_config(const std::string& name) {
         c.use_family_defaults();
         c.tie_word_embeddings = true;
         c.sliding_window = 128;
+    }
+    if (name == "phi3-bench") {  // Phi-3 on the same shapes: fused qkv_proj and gate_up_proj,
+        c.arch = Arch::Phi3;     // RoPE on 48 of each head's 64 dims (Phi-4-mini's 0.75)
+        c.use_family_defaults();
+        c.partial_rotary_factor = 0.75;
     }
     return c;
 }
@@ -369,7 +375,7 @@ int main(int argc, char** argv) {
     app.add_option("--threads", o.threads, "OpenMP and OpenBLAS threads (0 = library default)")
         ->check(CLI::Range(0, 1 << 20))
         ->capture_default_str();
-    app.add_option("--model", o.model, "llama-bench, gemma-bench or gpt2-124m")
+    app.add_option("--model", o.model, "llama-bench, gemma-bench, phi3-bench or gpt2-124m")
         ->capture_default_str();
     app.add_option("--precision", o.precision, "fp32, bf16 or fp16")->capture_default_str();
     app.add_option("--batch", o.batch, "micro-batch rows B (0 = the model's: 8, gpt2 4)")
