@@ -12,6 +12,7 @@
 
 #include "ete/backend/backend.h"
 #include "ete/core/file_util.h"
+#include "ete/core/json_file.h"
 #include "ete/data/token_shard.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/peft.h"
@@ -145,6 +146,43 @@ TEST_F(LoraCli, EvalWithAdapterScoresBasePlusAdapter) {
     m.setup(B, T);
     const double want = m.forward_loss(in.data(), tgt.data(), B, T) / (B * T);
     EXPECT_NEAR(loss, want, forward_tolerance(cfg_, T, B * T, 4) * want);
+}
+
+// final/ records the base's content hash: eval, generate and export merged over another base of
+// the same shape are refused naming both (exit 1, nothing written) unless --allow-base-mismatch;
+// an adapter without the hash (as PEFT writes it) loads with a notice.
+TEST_F(LoraCli, AnAdapterOverAnotherBaseIsRefused) {
+    ASSERT_EQ(train("base", "run", "").code, 0);
+    const json cfg = read_json_file(path("run/final/adapter_config.json"));
+    EXPECT_EQ(cfg[kPeftBaseHashKey], model_dir_hash(path("base")));
+    const std::string other = "--model " + path("other") + " --adapter " + path("run/final");
+    const std::string tokens = " --tokens " + path("t.bin") + " --batch 2 --seq 6";
+    for (const std::string& cmd : {"eval " + other + tokens, "generate " + other + " --prompt x",
+                                   "export merged " + other + " --out " + path("merged")}) {
+        const ShellResult r = run_shell(ete_cmd(cmd + " 2>&1"));
+        EXPECT_EQ(r.code, 1) << cmd;
+        EXPECT_NE(r.out.find("was trained over a base with content hash " +
+                             cfg[kPeftBaseHashKey].get<std::string>() + ", but '" + path("other") +
+                             "' hashes to " + model_dir_hash(path("other"))),
+                  std::string::npos)
+            << r.out;
+    }
+    EXPECT_FALSE(fs::exists(path("merged")));
+    ShellResult r = run_shell(ete_cmd("export merged " + other + " --out " + path("merged") +
+                                      " --allow-base-mismatch 2>&1"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("--allow-base-mismatch: going on"), std::string::npos) << r.out;
+    // The right base loads silently; a PEFT-written adapter (no hash) with a notice.
+    r = run_shell(ete_cmd("eval --model " + path("base") + " --adapter " + path("run/final") +
+                          tokens + " 2>&1"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(r.out.find("cannot be verified"), std::string::npos) << r.out;
+    json peft = cfg;
+    peft.erase(kPeftBaseHashKey);
+    write_file_atomic(path("run/final/adapter_config.json"), peft.dump(2));
+    r = run_shell(ete_cmd("eval " + other + tokens + " 2>&1"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("records no base hash"), std::string::npos) << r.out;
 }
 
 double eval_loss(const std::string& args) {

@@ -67,10 +67,12 @@ TEST(Peft, WritesThePeftLayoutAndReadsItBackBitForBit) {
             spec(arch == Arch::Llama ? std::vector<std::string>{"q_proj", "down_proj"}
                                      : std::vector<std::string>{"c_attn", "c_proj"});
         const HostParams h = random_adapters(c, s);
-        save_peft_adapter(d / "a", c, s, h, "/models/base",
+        save_peft_adapter(d / "a", c, s, h, "/models/base", "0123456789abcdef",
                           [&](const std::string&) { return s.r; });
         const json cfg = json::parse(read_file(d / "a/adapter_config.json"));
         EXPECT_EQ(cfg["peft_type"], "LORA");
+        EXPECT_EQ(cfg[kPeftBaseHashKey], "0123456789abcdef");
+        EXPECT_EQ(load_peft_config(d / "a", c).base_hash, "0123456789abcdef");
         EXPECT_EQ(cfg["r"], 4);
         EXPECT_EQ(cfg["lora_alpha"], 8.0);
         EXPECT_EQ(cfg["fan_in_fan_out"], arch == Arch::GPT2);
@@ -102,7 +104,7 @@ TEST(Peft, RankPatternWritesAndReadsSmallerAdapters) {
     const LoraSpec s = spec({"q_proj", "v_proj"});
     HostParams h = random_adapters(c, s);
     auto rank = [](const std::string& m) { return m == "model.layers.0.self_attn.v_proj" ? 2 : 4; };
-    save_peft_adapter(d / "a", c, s, h, "", rank);
+    save_peft_adapter(d / "a", c, s, h, "", "", rank);
     const json cfg = json::parse(read_file(d / "a/adapter_config.json"));
     EXPECT_EQ(cfg["rank_pattern"], json({{"model.layers.0.self_attn.v_proj", 2}}));
     const auto f = SafetensorsFile::open(d / "a/adapter_model.safetensors");
@@ -129,7 +131,7 @@ TEST(Peft, DirsThatDoNotFitTheBaseAreOneLineErrors) {
     TmpDir d;
     const ModelConfig c = tiny(Arch::Llama);
     const LoraSpec s = spec({"q_proj"});
-    save_peft_adapter(d / "a", c, s, random_adapters(c, s), "",
+    save_peft_adapter(d / "a", c, s, random_adapters(c, s), "", "",
                       [](const std::string&) { return 4; });
     // A different base width: the adapter shapes no longer fit.
     ModelConfig wider = c;
@@ -169,7 +171,7 @@ TEST(Peft, NumbersAreNeverNarrowed) {
     TmpDir d;
     const ModelConfig c = tiny(Arch::Llama);
     const LoraSpec s = spec({"q_proj"});
-    save_peft_adapter(d / "a", c, s, random_adapters(c, s), "",
+    save_peft_adapter(d / "a", c, s, random_adapters(c, s), "", "",
                       [&](const std::string&) { return s.r; });
     const std::string cfg_path = d / "a/adapter_config.json";
     const json good = json::parse(read_file(cfg_path));

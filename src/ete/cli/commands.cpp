@@ -68,11 +68,11 @@ struct LoadedModel {
     std::unique_ptr<Transformer> model;
 };
 
-LoadedModel load_model(const std::string& dir, const std::string& adapter = "",
-                       bool fake_quant = false) {
+LoadedModel load_model(const std::string& dir, const std::string& adapter, bool fake_quant,
+                       bool allow_base_mismatch) {
     LoadedModel m;
-    m.model = fake_quant ? load_fake_quant_model(*m.backend, dir, adapter)
-                         : load_inference_model(*m.backend, dir, adapter);
+    m.model = fake_quant ? load_fake_quant_model(*m.backend, dir, adapter, allow_base_mismatch)
+                         : load_inference_model(*m.backend, dir, adapter, allow_base_mismatch);
     if (m.model->int8())
         log_info("{}: integer model, {} linears in int8 ({})", dir, m.model->int8_linears(),
                  m.backend->describe());
@@ -136,7 +136,7 @@ std::vector<int32_t> eval_tokens(const EvalArgs& a, uint64_t need) {
 // training). Packing changes the rows, not the loss: attention stays inside each example.
 int eval_jsonl(const EvalArgs& a) {
     ETE_CHECK(a.dump_logits.empty(), "eval: --dump-logits works with --tokens or --text only");
-    LoadedModel m = load_model(a.model_dir, a.adapter, a.fake_quant);
+    LoadedModel m = load_model(a.model_dir, a.adapter, a.fake_quant, a.allow_base_mismatch);
     const int B = a.batch, T = a.seq > 0 ? a.seq : m.model->config().max_position_embeddings;
     SftOptions opt;
     opt.pack = a.pack;
@@ -168,7 +168,7 @@ int cmd_eval(const EvalArgs& a) {
     ETE_CHECK(!a.pack || !a.jsonl.empty(), "eval: --pack applies to --jsonl only");
     if (!a.jsonl.empty()) return eval_jsonl(a);
     ETE_CHECK(a.seq > 0, "eval: --seq is required with --tokens or --text");
-    LoadedModel m = load_model(a.model_dir, a.adapter, a.fake_quant);
+    LoadedModel m = load_model(a.model_dir, a.adapter, a.fake_quant, a.allow_base_mismatch);
     const int B = a.batch, T = a.seq, V = m.model->config().vocab_size;
     std::vector<int32_t> ids = eval_tokens(a, uint64_t(B) * uint64_t(T + 1));
     // Row b is tokens [b(T+1), (b+1)(T+1)): inputs are its first T, targets its last T.
@@ -207,7 +207,7 @@ int cmd_generate(const GenerateArgs& a) {
     ETE_CHECK(a.top_p > 0 && a.top_p <= 1, "--top-p {}: expected in (0, 1]", a.top_p);
     ETE_CHECK(a.top_k >= 0, "--top-k {}: expected >= 0 (0 = all tokens)", a.top_k);
     ETE_CHECK(a.max_new_tokens >= 0, "--max-new-tokens {}: expected >= 0", a.max_new_tokens);
-    LoadedModel m = load_model(a.model_dir, a.adapter);
+    LoadedModel m = load_model(a.model_dir, a.adapter, false, a.allow_base_mismatch);
     std::string tok_path = a.tokenizer.empty() ? a.model_dir + "/tokenizer.json" : a.tokenizer;
     ETE_CHECK(fs::exists(tok_path), "tokenizer '{}' not found (pass --tokenizer)", tok_path);
     Tokenizer tok = Tokenizer::load(tok_path);

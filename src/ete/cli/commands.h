@@ -18,7 +18,8 @@ int cmd_train(const TrainArgs& a);
 
 struct EvalArgs {
     std::string model_dir, tokens, text, jsonl, tokenizer, dump_logits;
-    std::string adapter;     // PEFT LoRA adapter dir over model_dir, or empty
+    std::string adapter;               // PEFT LoRA adapter dir over model_dir, or empty
+    bool allow_base_mismatch = false;  // an adapter over a base other than its recorded one
     int batch = 1, seq = 0;  // seq 0: required for --tokens/--text; the model's context for --jsonl
     bool json = false, pack = false;
     bool fake_quant = false;  // a QAT run's final model as it trained (its qat.json)
@@ -29,6 +30,7 @@ int cmd_eval(const EvalArgs& a);
 struct GenerateArgs {
     std::string model_dir, prompt = "", tokenizer;
     std::string adapter;  // PEFT LoRA adapter dir over model_dir, or empty
+    bool allow_base_mismatch = false;
     int max_new_tokens = 200, top_k = 0;
     double temperature = 0.8, top_p = 0.95;
     uint64_t seed = 0;
@@ -65,16 +67,19 @@ struct QuantizeArgs {
     std::string calib, weight_granularity = "channel", act_granularity = "tensor", adapter;
     std::string observer = "minmax", skip_layers, linears = "all-linear";
     int calib_batches = 8, batch = 4, seq = 0, group_size = 128;
+    bool allow_base_mismatch = false;
 };
 int cmd_quantize(const QuantizeArgs& a);
 int cmd_quantize_int8(const QuantizeArgs& a);
 struct ExportInt8Args {
     std::string model_dir, adapter, run, out, probe;
+    bool allow_base_mismatch = false;
 };
 int cmd_export_int8(const ExportInt8Args& a);
 
 struct ExportMergedArgs {
     std::string model_dir, adapter, out, dtype = "f32";
+    bool allow_base_mismatch = false;
 };
 int cmd_export_merged(const ExportMergedArgs& a);
 

@@ -110,7 +110,8 @@ int cmd_export_int8(const ExportInt8Args& a) {
               "ete export int8: --out must differ from the model and the adapter");
     auto be = make_cpu_backend();
     const QatState st = read_qat_state(adapter.empty() ? dir : adapter);
-    std::unique_ptr<Transformer> fake = load_fake_quant_model(*be, dir, adapter);
+    std::unique_ptr<Transformer> fake =
+        load_fake_quant_model(*be, dir, adapter, a.allow_base_mismatch);
     const ModelConfig& cfg = fake->config();
     check_int8_spec(st.spec, cfg);
     HostParams host(param_specs(cfg));
@@ -159,7 +160,8 @@ int cmd_quantize_int8(const QuantizeArgs& a) {
     spec.linears = split_comma_list(a.linears);
     spec.warmup_steps = std::numeric_limits<int32_t>::max();  // observe only, never fake-quantize
     auto be = make_cpu_backend();
-    std::unique_ptr<Transformer> model = load_inference_model(*be, model_dir, adapter);
+    std::unique_ptr<Transformer> model =
+        load_inference_model(*be, model_dir, adapter, a.allow_base_mismatch);
     ETE_CHECK(!model->int8(), "ete quantize: '{}' is already an integer model", model_dir);
     const ModelConfig cfg = model->config();
     check_int8_spec(spec, cfg);

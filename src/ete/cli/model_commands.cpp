@@ -98,7 +98,8 @@ int cmd_export_merged(const ExportMergedArgs& a) {
     const DType dtype = a.dtype == "bf16" ? DType::BF16 : DType::F32;
     auto be = make_cpu_backend();
     // Base + adapter, as trained (for a QLoRA adapter the base in NF4).
-    std::unique_ptr<Transformer> lora = load_inference_model(*be, a.model_dir, a.adapter);
+    std::unique_ptr<Transformer> lora =
+        load_inference_model(*be, a.model_dir, a.adapter, a.allow_base_mismatch);
     const ModelConfig& cfg = lora->config();
     // The weights to merge into: dequant(NF4) when the base given is quantized (what the
     // adapter was trained against), else the base's own full-precision weights.

@@ -10,6 +10,8 @@
 
 #include "ete/core/file_util.h"
 #include "ete/core/json_file.h"
+#include "ete/core/log.h"
+#include "ete/io/hf_model.h"
 #include "ete/io/safetensors.h"
 #include "ete/model/transformer.h"
 
@@ -55,6 +57,7 @@ std::string peft_tensor_name(const std::string& ete_name, Arch arch) {
 
 void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraSpec& spec,
                        const HostParams& adapters, const std::string& base_model,
+                       const std::string& base_hash,
                        const std::function<int(const std::string&)>& rank, DType dtype,
                        const std::vector<std::pair<std::string, std::string>>& extra) {
     json rank_pattern = json::object(), alpha_pattern = json::object();
@@ -99,6 +102,7 @@ void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraS
                 {"alpha_pattern", alpha_pattern},
                 {"init_lora_weights", true},
                 {"inference_mode", true}};
+    if (!base_hash.empty()) cfg[kPeftBaseHashKey] = base_hash;
     const std::map<std::string, std::string> meta = {
         {"format", "pt"},
         {"ete.base_format", spec.base_format},
@@ -226,6 +230,7 @@ PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c) {
     ETE_CHECK(s.dropout >= 0.0f && s.dropout < 1.0f, "{}: lora_dropout {}, expected [0, 1)", path,
               s.dropout);
     info.base_model = get("base_model_name_or_path", std::string());
+    info.base_hash = get(kPeftBaseHashKey, std::string());
     const bool conv1d = c.family().layout == Layout::GPT2;
     ETE_CHECK(get("fan_in_fan_out", conv1d) == conv1d,
               "{}: fan_in_fan_out = {} does not match a {} base", path,
@@ -324,6 +329,25 @@ void load_peft_into(Transformer& m, const std::string& dir, const PeftAdapterInf
             lin->set_rank(info.rank_of(module));
             lin->set_adapter_scale(info.scale_of(module));
         }
+}
+
+void check_adapter_base(const std::string& base_dir, const std::string& adapter_dir,
+                        const PeftAdapterInfo& info, bool allow_mismatch) {
+    if (info.base_hash.empty()) {
+        log_info(
+            "adapter '{}' records no base hash ({} absent: written by PEFT?): its base '{}' "
+            "cannot be verified",
+            adapter_dir, kPeftBaseHashKey, base_dir);
+        return;
+    }
+    const std::string have = model_dir_hash(base_dir);
+    if (have == info.base_hash) return;
+    const std::string msg = fmt::format(
+        "adapter '{}' was trained over a base with content hash {}, but '{}' hashes to {}: "
+        "another base (or a changed one) gives a wrong model",
+        adapter_dir, info.base_hash, base_dir, have);
+    ETE_CHECK(allow_mismatch, "{} (pass --allow-base-mismatch to use it anyway)", msg);
+    log_warn("{} (--allow-base-mismatch: going on)", msg);
 }
 
 }  // namespace ete

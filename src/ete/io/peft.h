@@ -26,9 +26,14 @@ namespace ete {
 
 class Transformer;
 
+// adapter_config.json's key (ETE's own; PEFT ignores it) for the content hash of the base model
+// dir the adapter was trained over (io/hf_model.h model_dir_hash).
+inline constexpr const char* kPeftBaseHashKey = "ete_base_model_hash";
+
 struct PeftAdapterInfo {
     LoraSpec spec;           // enabled, r, alpha, rslora, targets, base format
     std::string base_model;  // base_model_name_or_path
+    std::string base_hash;   // kPeftBaseHashKey, or "" (a dir PEFT wrote, or an unnamed base)
     // rank_pattern and alpha_pattern as PEFT reads them: key -> value, a key applying to a module
     // whose path matches the regex (.*\.)?(key) whole.
     std::map<std::string, int> rank_pattern;
@@ -54,9 +59,11 @@ std::string peft_tensor_name(const std::string& ete_name, Arch arch);
 // Writes DIR atomically from the adapter parameters of `adapters` (a host table holding the
 // whole model's trainable parameters: LoRA A and B). rank(module) gives each adapter's active
 // rank (module = the base weight's name without ".weight"). dtype: F32, BF16 or F16.
-// extra: more files for the dir, (name, contents) (a QAT run's qat.json).
+// extra: more files for the dir, (name, contents) (a QAT run's qat.json). base_hash: the base
+// dir's model_dir_hash, recorded under kPeftBaseHashKey ("" when the base was not a model dir).
 void save_peft_adapter(const std::string& dir, const ModelConfig& c, const LoraSpec& spec,
                        const HostParams& adapters, const std::string& base_model,
+                       const std::string& base_hash,
                        const std::function<int(const std::string& module)>& rank,
                        DType dtype = DType::F32,
                        const std::vector<std::pair<std::string, std::string>>& extra = {});
@@ -74,6 +81,13 @@ PeftAdapterInfo load_peft_config(const std::string& dir, const ModelConfig& c);
 // and every tensor of the file must be an adapter of the table, with the shapes the config says.
 void load_peft_weights(const std::string& dir, const ModelConfig& c, const ParamTable& table,
                        const std::function<void(int, const float*)>& take);
+
+// Refuses (ete::Error naming both dirs and hashes) an adapter whose recorded base hash differs
+// from base_dir's content, unless allow_mismatch (then a warning): merging or running an adapter
+// over another base of the same shape gives a wrong model that looks right. An adapter with no
+// recorded hash (PEFT's own) loads with a notice that its base cannot be verified.
+void check_adapter_base(const std::string& base_dir, const std::string& adapter_dir,
+                        const PeftAdapterInfo& info, bool allow_mismatch);
 
 // Uploads the adapter weights of dir into m (a one-process model built with info.spec, info as
 // load_peft_config(dir) gave it) and sets each adapted linear to its rank.

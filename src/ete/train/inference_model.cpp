@@ -28,7 +28,8 @@ std::pair<std::string, std::string> resolve_adapter_dir(const std::string& dir,
 }
 
 std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string& model_dir,
-                                                  const std::string& adapter_dir) {
+                                                  const std::string& adapter_dir,
+                                                  bool allow_base_mismatch) {
     const auto [dir, adapter] = resolve_adapter_dir(model_dir, adapter_dir);
     if (is_int8_model_dir(dir)) {
         ETE_CHECK(adapter.empty(),
@@ -45,6 +46,7 @@ std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string
         return m;
     }
     const PeftAdapterInfo info = load_peft_config(adapter, cfg);
+    check_adapter_base(dir, adapter, info, allow_base_mismatch);
     auto m = std::make_unique<Transformer>(cfg, be, ModelParallel{}, DType::F32, info.spec,
                                            QatSpec{}, /*gradients=*/false);
     load_hf_weights(dir, m->params());
@@ -90,11 +92,12 @@ QatState read_qat_state(const std::string& dir) {
 }
 
 std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::string& model_dir,
-                                                   const std::string& adapter_dir) {
+                                                   const std::string& adapter_dir,
+                                                   bool allow_base_mismatch) {
     const auto [dir, adapter] = resolve_adapter_dir(model_dir, adapter_dir);
     const std::string from = adapter.empty() ? dir : adapter;  // where the run left qat.json
     const QatState st = read_qat_state(from);
-    auto m = load_inference_model(be, dir, adapter);
+    auto m = load_inference_model(be, dir, adapter, allow_base_mismatch);
     ETE_CHECK(!m->int8(), "'{}' is already an integer model", dir);
     m->enable_qat(st.spec);
     m->qat()->restore(st.observers, (std::filesystem::path(from) / kQatStateFile).string());

@@ -20,8 +20,11 @@ namespace ete {
 // (as its metadata says), whether the dir is full precision (quantized on load) or already
 // quantized — and each adapter runs at its own rank (rank_pattern).
 // An integer model dir (io/int8_dir.h, `ete export int8`) loads as the integer model.
+// An adapter is checked against the base's content hash it records (io/peft.h
+// check_adapter_base): another base is refused unless allow_base_mismatch.
 std::unique_ptr<Transformer> load_inference_model(Backend& be, const std::string& dir,
-                                                  const std::string& adapter = "");
+                                                  const std::string& adapter = "",
+                                                  bool allow_base_mismatch = false);
 // (base dir, adapter dir) for a model dir and an optional adapter: dir itself when it is a model
 // dir or an adapter is given; for an adapter dir alone, the base it names and dir. Throws
 // ete::Error naming both when that base is not a model dir here.
@@ -33,7 +36,8 @@ std::pair<std::string, std::string> resolve_adapter_dir(const std::string& dir,
 // frozen. A QAT run over LoRA or QLoRA: dir is the base and `adapter` the run's final adapter dir,
 // which holds qat.json.
 std::unique_ptr<Transformer> load_fake_quant_model(Backend& be, const std::string& dir,
-                                                   const std::string& adapter = "");
+                                                   const std::string& adapter = "",
+                                                   bool allow_base_mismatch = false);
 
 // final/qat.json: the QAT spec, observers and learned weight scale factors (qat.learnable_scale)
 // a run ends with (what `ete export int8` reads).

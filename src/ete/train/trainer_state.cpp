@@ -385,7 +385,7 @@ void Trainer::write_final(const HostParams& whole) const {
                            qat_state_json(model_.qat()->spec(), model_.qat()->state()));
     save_peft_adapter(
         out_ + "/final", mc_, spec, whole,
-        cfg_.model_init_from.empty() ? "" : fs::absolute(cfg_.model_init_from).string(),
+        cfg_.model_init_from.empty() ? "" : fs::absolute(cfg_.model_init_from).string(), base_hash_,
         [&](const std::string&) { return spec.r; }, DType::F32, extra);
 }
 
