@@ -129,6 +129,29 @@ TEST(DurabilityProgress, AFailedAppendLeavesNoHalfLine) {
     fs::remove(p);
 }
 
+// metrics.jsonl planted as a symbolic link or a hard link to another file is refused (one line
+// naming it), and the file it points at is left as it was.
+TEST(DurabilityProgress, APlantedLinkIsNeverWrittenThrough) {
+    const fs::path dir = fs::temp_directory_path() / fmt::format("ete_metrics_link_{}", ::getpid());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const fs::path target = dir / "precious.txt", metrics = dir / "metrics.jsonl";
+    write_file_atomic(target.string(), "keep me\n");
+    fs::create_symlink(target, metrics);
+    EXPECT_EQ(error_of([&] { Progress p(metrics.string(), 10, 1); }),
+              fmt::format("metrics file '{}': cannot open for writing (a symbolic link: ETE never "
+                          "writes through one, remove it)",
+                          metrics.string()));
+    fs::remove(metrics);
+    fs::create_hard_link(target, metrics);
+    EXPECT_NE(error_of([&] {
+                  Progress p(metrics.string(), 10, 1);
+              }).find("expected a regular file of its own"),
+              std::string::npos);
+    EXPECT_EQ(read_file(target.string()), "keep me\n");
+    fs::remove_all(dir);
+}
+
 // A checkpoint that cannot be written (file too large for the disk) removes its partial directory
 // — before the fix it stayed and filled the disk for every retry — and training goes on; the
 // final save's failure is an error that names the newest checkpoint.

@@ -2,6 +2,7 @@
 #include "ete/train/progress.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,9 +22,23 @@ Progress::Progress(const std::string& path, int64_t total_steps, int64_t log_eve
     : total_(total_steps), log_every_(log_every), tty_(::isatty(STDERR_FILENO) != 0) {
     if (!path.empty()) {
         path_ = path;
-        metrics_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        // Never through a link planted in the run dir (its target would be appended to), and
+        // only into a regular file of our own.
+        metrics_ =
+            ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
         ETE_CHECK(metrics_ >= 0, "metrics file '{}': cannot open for writing ({})", path,
-                  std::strerror(errno));
+                  errno == ELOOP ? "a symbolic link: ETE never writes through one, remove it"
+                                 : std::strerror(errno));
+        struct stat st {};
+        const bool regular = ::fstat(metrics_, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1;
+        if (!regular) {
+            ::close(metrics_);
+            metrics_ = -1;
+            throw_error(fmt::format(
+                "metrics file '{}': expected a regular file of its own (not a device, FIFO or a "
+                "hard link to another file)",
+                path));
+        }
     }
 }
 

@@ -99,7 +99,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& run_dir) {
     if (::gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "localhost");
     const std::time_t now = std::time(nullptr);
     path_ = fmt::format("{}/events.out.tfevents.{}.{}.{}", dir, int64_t(now), host, ::getpid());
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    // A new file (its name is this process's): never one planted under that name, nor a link.
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     ETE_CHECK(fd_ >= 0, "monitor.tensorboard: cannot create '{}' ({})", path_,
               std::strerror(errno));
     write_record(file_version_event(double(now)));
