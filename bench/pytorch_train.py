@@ -7,7 +7,9 @@ gemma-bench: Gemma 2 (Gemma2ForCausalLM's operations) on those shapes: tied head
 fp32 before and after attention and the MLP, GeGLU, embedding x sqrt(C), scores and logits
 soft-capped at 50 and 30, a window of 128 on the even layers. --model phi3-bench: Phi-3
 (Phi3ForCausalLM's operations) on those shapes: q|k|v in one qkv_proj, gate|up in one
-gate_up_proj, RoPE on the first 48 of each head's 64 dims. --model
+gate_up_proj, RoPE on the first 48 of each head's 64 dims. --model qwen2-bench (q/k/v biases,
+tied head), qwen3-bench (per-head q/k RMSNorm before RoPE), mistral-bench (a window of 128 on
+every layer): those families on the same shapes. --model
 gpt2-124m: GPT-2 small as Hugging Face's GPT2LMHeadModel (V 50257, C 768, L 12, H 12, F 3072,
 learned positions, LayerNorm, tanh GELU, biases, tied head; init std 0.02 with the residual
 projections scaled by 1/sqrt(2L)) at (4, 64). Random token ids with a fixed seed; a step is
@@ -39,7 +41,8 @@ def parse_args():
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = torch default)")
     p.add_argument("--steps", type=int, default=8, help="measured optimizer steps")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps (not measured)")
-    p.add_argument("--model", choices=["llama-bench", "gemma-bench", "phi3-bench", "gpt2-124m"],
+    p.add_argument("--model", choices=["llama-bench", "gemma-bench", "phi3-bench", "qwen2-bench",
+                                       "qwen3-bench", "mistral-bench", "gpt2-124m"],
                    default="llama-bench")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--batch", type=int, default=0, help="micro-batch rows B (0: 8, gpt2 4)")
@@ -72,6 +75,7 @@ HEAD_DIM = HIDDEN // HEADS
 ROPE_THETA, NORM_EPS, INIT_STD = 10000.0, 1e-6, 0.02
 GEMMA_WINDOW, GEMMA_ATTN_CAP, GEMMA_FINAL_CAP = 128, 50.0, 30.0
 PHI3_ROTARY = int(HEAD_DIM * 0.75)  # partial_rotary_factor 0.75 (Phi-4-mini)
+MISTRAL_WINDOW = 128
 G_VOCAB, G_POSITIONS, G_HIDDEN, G_LAYERS, G_HEADS, G_INTERMEDIATE = 50257, 1024, 768, 12, 12, 3072
 
 
@@ -317,6 +321,58 @@ class Phi3(Llama):
                 nn.init.normal_(p, std=INIT_STD)
 
 
+class QwenAttention(Attention):
+    """Qwen2Attention (q/k/v biases) or Qwen3Attention (Qwen3RMSNorm over each query and key head
+    before RoPE); Mistral's is Llama's."""
+
+    def __init__(self, qkv_bias, qk_norm):
+        super().__init__()
+        if qkv_bias:
+            self.q_proj = nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=True)
+            self.k_proj = nn.Linear(HIDDEN, KV_HEADS * HEAD_DIM, bias=True)
+            self.v_proj = nn.Linear(HIDDEN, KV_HEADS * HEAD_DIM, bias=True)
+        self.q_norm = RMSNorm(HEAD_DIM) if qk_norm else None
+        self.k_norm = RMSNorm(HEAD_DIM) if qk_norm else None
+
+    def forward(self, x, cos, sin, mask):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, HEADS, HEAD_DIM)
+        k = self.k_proj(x).view(B, T, KV_HEADS, HEAD_DIM)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = self.v_proj(x).view(B, T, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k, v = repeat_kv(k), repeat_kv(v)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HEAD_DIM)
+        scores = scores.masked_fill(mask, float("-inf"))
+        att = torch.matmul(F.softmax(scores, dim=-1), v)
+        return self.o_proj(att.transpose(1, 2).reshape(B, T, HEADS * HEAD_DIM))
+
+
+class LlamaFamily(Llama):
+    """Qwen2ForCausalLM (q/k/v biases, tied head as Qwen2.5's small models), Qwen3ForCausalLM
+    (per-head q/k norms, untied) and MistralForCausalLM (a window of MISTRAL_WINDOW on every
+    layer, untied) on the Llama bench's shapes."""
+
+    def __init__(self, T, name):
+        super().__init__(T)
+        for layer in self.layers:
+            layer.self_attn = QwenAttention(name == "qwen2-bench", name == "qwen3-bench")
+        if name == "qwen2-bench":
+            self.lm_head.weight = self.embed_tokens.weight
+        if name == "mistral-bench":
+            window = torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-MISTRAL_WINDOW)
+            self.register_buffer("mask", self.mask | window, persistent=False)
+        for n, p in self.layers.named_parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=INIT_STD)
+            elif n.endswith("bias"):
+                nn.init.zeros_(p)
+
+
 class GPT2Block(nn.Module):
     """HF GPT2Block: pre-LayerNorm, fused c_attn (q|k|v), tanh GELU MLP, biases everywhere."""
 
@@ -423,7 +479,8 @@ def main():
     torch.manual_seed(a.seed)
     gpt2 = a.model == "gpt2-124m"
     model = (GPT2(a.seq) if gpt2 else Gemma(a.seq) if a.model == "gemma-bench" else
-             Phi3(a.seq) if a.model == "phi3-bench" else Llama(a.seq))
+             Phi3(a.seq) if a.model == "phi3-bench" else
+             LlamaFamily(a.seq, a.model) if a.model != "llama-bench" else Llama(a.seq))
     vocab = G_VOCAB if gpt2 else VOCAB
     opt = make_optimizer(model)
     gen = torch.Generator().manual_seed(a.seed)

@@ -4,7 +4,9 @@
 // untied head) at micro-batch (B, T) = (8, 256); --model gemma-bench: Gemma 2 on those shapes
 // (tied head, (1 + w) sandwich norms, GeGLU, soft-caps 50/30, a window of 128 on alternate
 // layers; its model FLOP/s count full causal attention); --model phi3-bench: Phi-3 on those
-// shapes (fused qkv_proj and gate_up_proj, RoPE on 3/4 of each head). --model gpt2-124m: GPT-2 small as HF
+// shapes (fused qkv_proj and gate_up_proj, RoPE on 3/4 of each head); qwen2-bench (q/k/v biases,
+// tied), qwen3-bench (per-head q/k norms), mistral-bench (a window of 128 on every layer) likewise.
+// --model gpt2-124m: GPT-2 small as HF
 // builds it (V 50257, C 768, L 12, H 12, F 3072, tied head) at (4, 64), llm.c's CPU setting. Random
 // token ids with a fixed seed, AdamW and global-norm clipping at 1.0, in --precision fp32, bf16 or
 // fp16 (fp32 masters, gradients and optimizer; 16-bit GEMM operands). A step is exactly what the
@@ -73,8 +75,13 @@ ModelConfig bench_model_config(const std::string& name) {
         c.tie_word_embeddings = true;
         return c;
     }
-    ETE_CHECK(name == "llama-bench" || name == "gemma-bench" || name == "phi3-bench",
-              "--model '{}': expected llama-bench, gemma-bench, phi3-bench or gpt2-124m", name);
+    const std::string family = name.substr(0, name.find('-'));
+    ETE_CHECK(name == family + "-bench" &&
+                  (family == "gemma" || family == "llama" || family == "phi3" ||
+                   family == "qwen2" || family == "qwen3" || family == "mistral"),
+              "--model '{}': expected llama-bench, gemma-bench, phi3-bench, qwen2-bench, "
+              "qwen3-bench, mistral-bench or gpt2-124m",
+              name);
     c.arch = Arch::Llama;
     c.vocab_size = 8192;
     c.hidden_size = 512;
@@ -94,6 +101,12 @@ ModelConfig bench_model_config(const std::string& name) {
         c.arch = Arch::Phi3;     // RoPE on 48 of each head's 64 dims (Phi-4-mini's 0.75)
         c.use_family_defaults();
         c.partial_rotary_factor = 0.75;
+    }
+    if (family == "qwen2" || family == "qwen3" || family == "mistral") {
+        c.arch = family_named(family)->arch;  // Qwen2: q/k/v biases, tied as its small models;
+        c.use_family_defaults();              // Qwen3: per-head q/k norms; Mistral: a window
+        c.tie_word_embeddings = family == "qwen2";
+        c.sliding_window = family == "mistral" ? 128 : 0;
     }
     return c;
 }
@@ -375,7 +388,9 @@ int main(int argc, char** argv) {
     app.add_option("--threads", o.threads, "OpenMP and OpenBLAS threads (0 = library default)")
         ->check(CLI::Range(0, 1 << 20))
         ->capture_default_str();
-    app.add_option("--model", o.model, "llama-bench, gemma-bench, phi3-bench or gpt2-124m")
+    app.add_option("--model", o.model,
+                   "llama-bench, gemma-bench, phi3-bench, qwen2-bench, qwen3-bench, mistral-bench "
+                   "or gpt2-124m")
         ->capture_default_str();
     app.add_option("--precision", o.precision, "fp32, bf16 or fp16")->capture_default_str();
     app.add_option("--batch", o.batch, "micro-batch rows B (0 = the model's: 8, gpt2 4)")
