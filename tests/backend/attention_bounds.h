@@ -78,14 +78,14 @@ struct AttnFwdBound {
 
 // attention_forward of qkv (B*T, S): out and lse against the reference's.
 // Soft-capping (AttnDims::softcap): a score s becomes cap · tanh(s / cap). The cap contracts a
-// score's error (its derivative 1 - t² <= 1) and adds its own: the division, tanhf (2 ulp, as
-// glibc's and CUDA's), the product and cap · log2e formed in fp32 (the CPU's log2 units) — at most
-// (4u + 4u) of the capped value.
+// score's error (its derivative 1 - t² <= 1) and adds its own: the division, the tanh (the CPU's
+// tanh_fast, kTanhFastRel; CUDA's tanhf, 2 ulp), the product and cap · log2e formed in fp32 (the
+// CPU's log2 units) — at most 4u + the tanh's of the capped value.
 inline double capped_score(double s, float cap) {
     return cap > 0 ? cap * std::tanh(s / cap) : s;
 }
-inline double cap_error(double capped, float cap) {
-    return cap > 0 ? (4 * kUnitF32 + kUlp2Rel) * std::fabs(capped) : 0.0;
+inline double cap_error(double capped, float cap, double tanh_rel) {
+    return cap > 0 ? (4 * kUnitF32 + tanh_rel) * std::fabs(capped) : 0.0;
 }
 
 inline AttnFwdBound attention_forward_bound(const DVec& qkv, const AttnDims& d, float scale,
@@ -118,11 +118,10 @@ inline AttnFwdBound attention_forward_bound(const DVec& qkv, const AttnDims& d, 
                 for (int j = j0; j <= i; ++j) {
                     const size_t jj = size_t(j);
                     p[jj] = std::exp(s[jj] - M) / Z;
-                    const double cap = cap_error(s[jj], d.softcap);
                     rc[jj] = gamma_worst(D + 3) * sc * A[jj] + 4 * u * Smax + (n_t + 1) * kExp2Rel +
-                             acc_c + cap;
+                             acc_c + cap_error(s[jj], d.softcap, kTanhFastRel);
                     rg[jj] = gamma_worst(D + 1) * sc * A[jj] + 4 * u * Smax + (nk + 1) * kUlp2Rel +
-                             acc_g + cap;
+                             acc_g + cap_error(s[jj], d.softcap, kUlp2Rel);
                     wc += p[jj] * rc[jj];
                     wg += p[jj] * rg[jj];
                 }
@@ -210,30 +209,36 @@ inline AttnBwdBound attention_backward_bound(const DVec& qkv, const DVec& d_out,
                         dP += dy[e] * v[e], B += std::fabs(dy[e] * v[e]);
                     }
                     // Capped (softcap): the capped score's error as in the forward, and
-                    // dS = dS_capped · f with f = 1 - t², whose error comes from t's (tanhf
-                    // and the raw score's, through t' = f / cap) and from 1 - t·t and the
-                    // product (3u).
+                    // dS = dS_capped · f with f = 1 - t². CUDA forms f as 1 - t·t: its error
+                    // comes from t's (tanhf and the raw score's, through t' = f / cap) and
+                    // from 1 - t·t and the product (3u). The CPU's tanh_fast gives f itself
+                    // (kTanhFastRel), moved by the raw score's error and the division's
+                    // through f' = 2 |t| f / cap.
                     const double s = capped_score(sc * dot, d.softcap), p = std::exp(s - l);
-                    const double cap = cap_error(s, d.softcap);
-                    double f = 1, fe = 0;
+                    const double cap_c = cap_error(s, d.softcap, kTanhFastRel);
+                    const double cap_g = cap_error(s, d.softcap, kUlp2Rel);
+                    double f = 1, fe_c = 0, fe_g = 0;
                     if (d.softcap > 0) {
-                        const double t = s / d.softcap;
+                        const double t = s / d.softcap, x_err = gamma_worst(D + 3) * sc * A;
                         f = 1 - t * t;
-                        fe = 2 * std::fabs(t) *
-                                 ((kUlp2Rel + 2 * u) * std::fabs(t) +
-                                  f * gamma_worst(D + 3) * sc * A / d.softcap) +
-                             3 * u;
+                        fe_g = 2 * std::fabs(t) *
+                                   ((kUlp2Rel + 2 * u) * std::fabs(t) + f * x_err / d.softcap) +
+                               3 * u;
+                        fe_c = kTanhFastRel * f +
+                               2 * std::fabs(t) * f * (x_err + 2 * u * std::fabs(sc * dot)) /
+                                   d.softcap +
+                               3 * u;
                     }
                     const double dSc = p * (dP - Di), dS = dSc * f;
                     const double rho_c = gamma_worst(D + 3) * sc * A + 2 * u * std::fabs(l) +
-                                         u * std::fabs(s - l) + kExp2Rel + le + cap;
+                                         u * std::fabs(s - l) + kExp2Rel + le + cap_c;
                     const double rho_g =
-                        gamma_worst(D + 1) * sc * A + u * std::fabs(s - l) + kUlp2Rel + le + cap;
+                        gamma_worst(D + 1) * sc * A + u * std::fabs(s - l) + kUlp2Rel + le + cap_g;
                     const double base = p * (gd * (B + Ci) + eD);
-                    const double eS_c =
-                        f * (base + p * (rho_c + 3 * u) * std::fabs(dP - Di)) + fe * std::fabs(dSc);
-                    const double eS_g =
-                        f * (base + p * (rho_g + 3 * u) * std::fabs(dP - Di)) + fe * std::fabs(dSc);
+                    const double eS_c = f * (base + p * (rho_c + 3 * u) * std::fabs(dP - Di)) +
+                                        fe_c * std::fabs(dSc);
+                    const double eS_g = f * (base + p * (rho_g + 3 * u) * std::fabs(dP - Di)) +
+                                        fe_g * std::fabs(dSc);
                     const double eS_r = p * gamma_worst(2 * D + 8, kUnitF64) * (B + Ci) +
                                         (d.softcap > 0 ? 8 * kUnitF64 * std::fabs(dSc) : 0.0);
                     const double aS = std::fabs(dS);

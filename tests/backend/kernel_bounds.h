@@ -42,6 +42,9 @@ inline constexpr double kExp2Rel = 9 * kUnitF32;
 // CUDA's expf and tanhf (<= 2 ulp) and logf (<= 1 ulp): the CUDA C++ Programming Guide's table
 // of single-precision functions; glibc's log2f (<= 1 ulp) likewise.
 inline constexpr double kUlp2Rel = 4 * kUnitF32, kUlp1Rel = 2 * kUnitF32;
+// The CPU's tanh_fast (cpu/simd_math.h): tanh and its slope 1 - tanh² each within 8 ulp
+// (the SimdMath sweep checks it).
+inline constexpr double kTanhFastRel = 16 * kUnitF32;
 // glibc's double exp, log and tanh (< 1 ulp).
 inline constexpr double kLibmRel = 2 * kUnitF64;
 

@@ -410,6 +410,35 @@ TEST(SimdMath, ExpFastIsWithinTwoUlpOfCorrectlyRoundedExp) {
                 sigmoid_of(f32(0.5), kExpFastRel).e);
 }
 
+// tanh_fast against tanh in double rounded once, and its slope against 1 / cosh² in double, over
+// every float exponent up to the clamp at 40 (kTanhFastRel: 8 ulp); past it tanh is 1 and the
+// slope stays at its value at 40 (< 7.3e-35, above the true one but as small).
+TEST(SimdMath, TanhFastAndItsSlopeAreWithinEightUlp) {
+    int64_t worst_t = 0, worst_s = 0;
+    for (float x = 1e-30f; x < 40.0f; x += 3.1e-5f * x + 1e-38f)
+        for (float v : {x, -x}) {
+            float t, slope;
+            cpu::tanh_fast(v, t, slope);
+            const double c = std::cosh(double(v));
+            worst_t = std::max(worst_t, ulp_distance(t, float(std::tanh(double(v)))));
+            worst_s = std::max(worst_s, ulp_distance(slope, float(1.0 / (c * c))));
+        }
+    EXPECT_LE(worst_t, 8);
+    EXPECT_LE(worst_s, 8);
+    RecordProperty("worst_ulp_tanh", int(worst_t));
+    RecordProperty("worst_ulp_slope", int(worst_s));
+    float t, slope;
+    cpu::tanh_fast(0.0f, t, slope);
+    EXPECT_EQ(t, 0.0f);
+    EXPECT_EQ(slope, 1.0f);
+    cpu::tanh_fast(-1e6f, t, slope);
+    EXPECT_EQ(t, -1.0f);
+    EXPECT_GT(slope, 0.0f);
+    EXPECT_LT(slope, 7.3e-35f);
+    cpu::tanh_fast(NAN, t, slope);
+    EXPECT_TRUE(std::isnan(t) && std::isnan(slope));
+}
+
 TEST_F(Kernels, SwigluMatchesRef) {
     for (Shape s : shapes()) {
         int F = s.C;

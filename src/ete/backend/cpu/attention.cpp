@@ -38,6 +38,7 @@
 #include "ete/backend/cpu/attention_tiles.h"
 #include "ete/backend/cpu/cpu_backend.h"
 #include "ete/backend/cpu/elem.h"
+#include "ete/backend/cpu/simd_math.h"
 #include "ete/core/error.h"
 
 namespace ete::cpu {
@@ -171,15 +172,27 @@ void pack_rows(float* dst, int Dp, const Src* src, size_t src_ld, int rows, int 
 
 // Soft-capping (AttnDims::softcap) of a score tile in log2 units, rows of `cols` (stride ld):
 // s' = s · log2e becomes cap2 · tanh(s' / cap2) with cap2 = cap · log2e, which is
-// cap · tanh(s / cap) in log2 units. d_cap (same layout) or null: 1 - tanh², the derivative.
+// cap · tanh(s / cap) in log2 units. d_cap (same layout) or null: 1 - tanh², the derivative
+// (tanh_fast, vectorised: simd_math.h).
 void cap_tile(float* st, int rows, int cols, int ld, float cap2, float* d_cap) {
     for (int c = 0; c < rows; ++c) {
         float* row = st + size_t(c) * ld;
         float* dr = d_cap ? d_cap + size_t(c) * ld : nullptr;
-        for (int r = 0; r < cols; ++r) {
-            const float t = std::tanh(row[r] / cap2);
-            row[r] = cap2 * t;
-            if (dr) dr[r] = 1.0f - t * t;
+        if (dr) {
+#pragma omp simd
+            for (int r = 0; r < cols; ++r) {
+                float t, slope;
+                tanh_fast(row[r] / cap2, t, slope);
+                row[r] = cap2 * t;
+                dr[r] = slope;
+            }
+        } else {
+#pragma omp simd
+            for (int r = 0; r < cols; ++r) {
+                float t, slope;
+                tanh_fast(row[r] / cap2, t, slope);
+                row[r] = cap2 * t;
+            }
         }
     }
 }

@@ -178,10 +178,22 @@ void CpuBackend::softcap_forward(Mat x, Mat d_cap, float cap) {
     for (int64_t r = 0; r < x.rows; ++r) {
         float* row = elems<float>(x) + r * x.ld;
         float* d = d_cap.empty() ? nullptr : elems<float>(d_cap) + r * d_cap.ld;
-        for (int64_t c = 0; c < x.cols; ++c) {
-            const float t = std::tanh(row[c] / cap);
-            row[c] = cap * t;
-            if (d) d[c] = 1.0f - t * t;
+        const int cols = int(x.cols);
+        if (d) {
+#pragma omp simd
+            for (int c = 0; c < cols; ++c) {
+                float t, slope;
+                tanh_fast(row[c] / cap, t, slope);
+                row[c] = cap * t;
+                d[c] = slope;
+            }
+        } else {
+#pragma omp simd
+            for (int c = 0; c < cols; ++c) {
+                float t, slope;
+                tanh_fast(row[c] / cap, t, slope);
+                row[c] = cap * t;
+            }
         }
     }
 }
