@@ -175,26 +175,8 @@ void pack_rows(float* dst, int Dp, const Src* src, size_t src_ld, int rows, int 
 // cap · tanh(s / cap) in log2 units. d_cap (same layout) or null: 1 - tanh², the derivative
 // (tanh_fast, vectorised: simd_math.h).
 void cap_tile(float* st, int rows, int cols, int ld, float cap2, float* d_cap) {
-    for (int c = 0; c < rows; ++c) {
-        float* row = st + size_t(c) * ld;
-        float* dr = d_cap ? d_cap + size_t(c) * ld : nullptr;
-        if (dr) {
-#pragma omp simd
-            for (int r = 0; r < cols; ++r) {
-                float t, slope;
-                tanh_fast(row[r] / cap2, t, slope);
-                row[r] = cap2 * t;
-                dr[r] = slope;
-            }
-        } else {
-#pragma omp simd
-            for (int r = 0; r < cols; ++r) {
-                float t, slope;
-                tanh_fast(row[r] / cap2, t, slope);
-                row[r] = cap2 * t;
-            }
-        }
-    }
+    for (int c = 0; c < rows; ++c)
+        softcap_row(st + size_t(c) * ld, d_cap ? d_cap + size_t(c) * ld : nullptr, cols, cap2);
 }
 
 // One online-softmax step over a score tile st(nk, kFwdQ) (rows = keys j0 + c, columns = queries

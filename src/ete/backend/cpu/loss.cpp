@@ -178,23 +178,7 @@ void CpuBackend::softcap_forward(Mat x, Mat d_cap, float cap) {
     for (int64_t r = 0; r < x.rows; ++r) {
         float* row = elems<float>(x) + r * x.ld;
         float* d = d_cap.empty() ? nullptr : elems<float>(d_cap) + r * d_cap.ld;
-        const int cols = int(x.cols);
-        if (d) {
-#pragma omp simd
-            for (int c = 0; c < cols; ++c) {
-                float t, slope;
-                tanh_fast(row[c] / cap, t, slope);
-                row[c] = cap * t;
-                d[c] = slope;
-            }
-        } else {
-#pragma omp simd
-            for (int c = 0; c < cols; ++c) {
-                float t, slope;
-                tanh_fast(row[c] / cap, t, slope);
-                row[c] = cap * t;
-            }
-        }
+        softcap_row(row, d, int(x.cols), cap);
     }
 }
 

@@ -93,4 +93,25 @@ constexpr float kExpMax = 88.0f;   // above: clamped
     slope = 4.0f * ((m + 1.0f) * r) * r;
 }
 
+// Soft-capping of n contiguous floats in place: x = cap · tanh(x / cap), and slope (when not null)
+// = 1 - tanh², its derivative (Gemma's attention scores and final logits). Two loops so that
+// each vectorises.
+[[gnu::always_inline]] inline void softcap_row(float* x, float* slope, int n, float cap) {
+    if (slope) {
+#pragma omp simd
+        for (int i = 0; i < n; ++i) {
+            float t;
+            tanh_fast(x[i] / cap, t, slope[i]);
+            x[i] = cap * t;
+        }
+    } else {
+#pragma omp simd
+        for (int i = 0; i < n; ++i) {
+            float t, s;
+            tanh_fast(x[i] / cap, t, s);
+            x[i] = cap * t;
+        }
+    }
+}
+
 }  // namespace ete::cpu
