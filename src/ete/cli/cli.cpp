@@ -237,7 +237,10 @@ int cli_main(int argc, char** argv) {
     // A closed stdout or stderr (`ete train ... | head -1`) makes writes fail, never kills: a
     // training run must outlive the terminal or pipe that watched it.
     std::signal(SIGPIPE, SIG_IGN);
-    CLI::App app{"ete — the Efficient Training Engine (Llama and GPT-2 families)", "ete"};
+    CLI::App app{
+        "ete — the Efficient Training Engine (decoder LMs: Llama, Qwen2/3, Mistral, Gemma 2/3, "
+        "Phi-3, GPT-2)",
+        "ete"};
     app.require_subcommand(1);
     // Evaluated only when asked for: cuda_summary() loads the GPU driver.
     app.set_version_flag("--version", std::function<std::string()>([] {
