@@ -5,6 +5,7 @@
 #include "test_util.h"
 
 #include "ete/core/error.h"
+#include "ete/model/lora_spec.h"
 #include "ete/optim/adamw.h"
 #include "ete/train/config.h"
 
@@ -86,6 +87,27 @@ TEST(Config, NonFiniteAndAbsurdNumbersAreRefused) {
         auto e = error_of([&] { validate(b); });
         EXPECT_NE(e.find(want), std::string::npos) << e;
     }
+}
+
+// lora.targets at its default on a family without q_proj/v_proj is PEFT's default for it; a
+// value the user gave is kept (and checked) as given.
+TEST(Config, DefaultLoraTargetsFollowPeftsPerFamily) {
+    RunConfig c;
+    EXPECT_EQ(lora_spec(c).targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+    c.model.arch = Arch::Phi3;
+    EXPECT_EQ(lora_spec(c).targets,
+              (std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));
+    c.model.arch = Arch::GPT2;
+    EXPECT_EQ(lora_spec(c).targets, (std::vector<std::string>{"c_attn"}));
+    c.lora_targets = "c_fc";
+    EXPECT_EQ(lora_spec(c).targets, (std::vector<std::string>{"c_fc"}));
+    c.model.arch = Arch::Phi3;
+    c.lora_enabled = true;
+    c.lora_targets = "q_proj,v_proj ";  // given (not the default text): checked as given
+    EXPECT_NE(error_of([&] {
+                  check_lora_spec(lora_spec(c), c.model);
+              }).find("'q_proj' is not a linear of a phi3 model"),
+              std::string::npos);
 }
 
 TEST(LrSchedule, WarmupThenCosineToMin) {

@@ -211,7 +211,8 @@ const std::vector<Key>& keys() {
             field("lora.targets", &R::lora_targets,
                   "adapted linears: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,"
                   "down_proj (GPT-2: c_attn,c_proj,c_fc; Phi-3: qkv_proj,o_proj,gate_up_proj,"
-                  "down_proj) or all-linear"));
+                  "down_proj) or all-linear; left at q_proj,v_proj, GPT-2 gets c_attn and Phi-3 "
+                  "its four, PEFT's defaults"));
         t.push_back(
             field("lora.use_rslora", &R::lora_use_rslora, "rank-stabilised scale alpha / sqrt(r)"));
         t.push_back(field("lora.init_from", &R::lora_init_from,
@@ -579,6 +580,14 @@ LoraSpec lora_spec(const RunConfig& c) {
     s.dropout = float(c.lora_dropout);
     s.dropout_seed = c.seed;
     s.targets = split_comma_list(c.lora_targets);
+    // ETE's default (q_proj, v_proj) on a family that stores q|k|v as one tensor: PEFT's own
+    // default for it (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: GPT-2 c_attn, Phi-3
+    // every linear), not an error about modules the model does not have.
+    if (c.lora_targets == RunConfig{}.lora_targets && c.model.family().fused_tensors())
+        s.targets =
+            c.model.family().layout == Layout::GPT2
+                ? std::vector<std::string>{"c_attn"}
+                : std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
     return s;
 }
 

@@ -141,7 +141,8 @@ void validate(const RunConfig& cfg);
 DType compute_dtype(const RunConfig& cfg);
 DType save_dtype(const RunConfig& cfg);
 
-// The [lora] section as the model sees it (enabled = false when LoRA is off).
+// The [lora] section as the model sees it (enabled = false when LoRA is off). lora.targets left at
+// its default on GPT-2 or Phi-3 (no q_proj/v_proj) is PEFT's default for that family.
 struct LoraSpec;
 LoraSpec lora_spec(const RunConfig& cfg);
 struct AnomalyConfig;
