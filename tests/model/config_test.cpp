@@ -433,13 +433,14 @@ TEST(HfConfig, Gemma3ReadsItsLayerPatternAndLocalRope) {
 TEST(HfConfig, Gpt2SettingsEteDoesNotImplementAreRefused) {
     const json base = {{"model_type", "gpt2"}, {"n_embd", 32}, {"n_layer", 2}, {"n_head", 4}};
     EXPECT_EQ(config_from_hf_json(base, "g.json").arch, Arch::GPT2);
-    for (const auto& [key, value] : {std::pair{"tie_word_embeddings", false},
-                                     std::pair{"scale_attn_weights", false},
-                                     std::pair{"scale_attn_by_inverse_layer_idx", true}}) {
+    for (const auto& [key, value] :
+         {std::pair{"tie_word_embeddings", false}, std::pair{"scale_attn_weights", false},
+          std::pair{"scale_attn_by_inverse_layer_idx", true}}) {
         json j = base;
         j[key] = value;
-        EXPECT_EQ(error_of([&] { config_from_hf_json(j, "g.json"); })
-                      .rfind(fmt::format("g.json: {} = {} is not supported", key, value), 0),
+        EXPECT_EQ(error_of([&] {
+                      config_from_hf_json(j, "g.json");
+                  }).rfind(fmt::format("g.json: {} = {} is not supported", key, value), 0),
                   0u)
             << key;
     }

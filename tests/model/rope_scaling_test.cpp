@@ -67,8 +67,11 @@ TEST(RopeScaling, LongropeSwitchesPastTheOriginalContext) {
     const double a = std::sqrt(1.5);
     EXPECT_FLOAT_EQ(cos[0], float(a));
     EXPECT_EQ(sin[0], 0.0f);
+    // Each table entry is libm's cosf/sinf (<= 1 ulp: 2u) times the f32 factor (u, and a's own
+    // rounding u): 4u relative, so the sum of squares is within 2 · 4u · a² = 8u · 1.5 ≈ 7.2e-7.
     for (size_t i = 0; i < cos.size(); ++i)
-        EXPECT_NEAR(double(cos[i]) * cos[i] + double(sin[i]) * sin[i], a * a, 1e-6);
+        EXPECT_NEAR(double(cos[i]) * cos[i] + double(sin[i]) * sin[i], a * a,
+                    8 * testing::kUnitF32 * a * a);
 }
 
 // Phi-4-mini's config.json, cut to a small model: fused tensors, 3/4 of each head rotated with

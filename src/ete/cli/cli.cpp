@@ -21,6 +21,12 @@
 namespace ete {
 namespace {
 
+// --allow-base-mismatch, on every command that takes --adapter (io/peft.h check_adapter_base).
+void add_allow_base_mismatch(CLI::App* c, bool& flag) {
+    c->add_flag("--allow-base-mismatch", flag,
+                "use --adapter over a base whose content differs from the one it recorded");
+}
+
 std::string config_keys_text() {
     std::string s = "\nConfig keys (TOML [section] key = value, or --set section.key=value):\n";
     for (const auto& [k, h] : config_keys_help()) s += fmt::format("  {:<30} {}\n", k, h);
@@ -58,8 +64,7 @@ void add_eval(CLI::App& app, EvalArgs& a, std::function<int()>& run) {
         "eval", "Mean next-token loss on a token shard, a text file or SFT JSONL records");
     c->add_option("--model", a.model_dir, "HF model dir")->required();
     c->add_option("--adapter", a.adapter, "PEFT LoRA adapter dir over --model");
-    c->add_flag("--allow-base-mismatch", a.allow_base_mismatch,
-                "use --adapter over a base whose content differs from the one it recorded");
+    add_allow_base_mismatch(c, a.allow_base_mismatch);
     c->add_option("--tokens", a.tokens, "token shard (ETETOK01)");
     c->add_option("--text", a.text, "UTF-8 text file, encoded with the model's tokenizer");
     c->add_option("--jsonl", a.jsonl,
@@ -86,8 +91,7 @@ void add_generate(CLI::App& app, GenerateArgs& a, std::function<int()>& run) {
     auto* c = app.add_subcommand("generate", "Sample text from a model");
     c->add_option("--model", a.model_dir, "HF model dir")->required();
     c->add_option("--adapter", a.adapter, "PEFT LoRA adapter dir over --model");
-    c->add_flag("--allow-base-mismatch", a.allow_base_mismatch,
-                "use --adapter over a base whose content differs from the one it recorded");
+    add_allow_base_mismatch(c, a.allow_base_mismatch);
     c->add_option("--prompt", a.prompt, "text to continue");
     c->add_option("--tokenizer", a.tokenizer, "tokenizer.json (default: the model dir's)");
     c->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")
@@ -189,8 +193,7 @@ void add_quantize(CLI::App& app, QuantizeArgs& q, ExportMergedArgs& e, ExportInt
         ->capture_default_str();
     c->add_option("--adapter", q.adapter,
                   "w8a8/w4a8: a PEFT LoRA adapter over --model, kept in fp32 beside the integers");
-    c->add_flag("--allow-base-mismatch", q.allow_base_mismatch,
-                "use --adapter over a base whose content differs from the one it recorded");
+    add_allow_base_mismatch(c, q.allow_base_mismatch);
     c->add_option("--double-quant", q.double_quant, "8-bit quantize the block absmax values")
         ->capture_default_str();
     c->add_option("--blocksize", q.blocksize, "elements per NF4 block (power of two, 32..4096)")
@@ -204,8 +207,7 @@ void add_quantize(CLI::App& app, QuantizeArgs& q, ExportMergedArgs& e, ExportInt
         "merged", "Merge a LoRA adapter into its base and write a plain HF model dir");
     m->add_option("--model", e.model_dir, "base HF model dir (full precision or NF4)")->required();
     m->add_option("--adapter", e.adapter, "PEFT LoRA adapter dir")->required();
-    m->add_flag("--allow-base-mismatch", e.allow_base_mismatch,
-                "use --adapter over a base whose content differs from the one it recorded");
+    add_allow_base_mismatch(m, e.allow_base_mismatch);
     m->add_option("--out", e.out, "merged model dir to write")->required();
     m->add_option("--dtype", e.dtype, "f32 or bf16")->capture_default_str();
     m->callback([&] { run = [&] { return cmd_export_merged(e); }; });
@@ -215,8 +217,7 @@ void add_quantize(CLI::App& app, QuantizeArgs& q, ExportMergedArgs& e, ExportInt
                   "a QAT run's final model dir (with qat.json), or the base of --adapter");
     n->add_option("--adapter", i8.adapter,
                   "a QAT run's final LoRA adapter dir (with qat.json) over --model");
-    n->add_flag("--allow-base-mismatch", i8.allow_base_mismatch,
-                "use --adapter over a base whose content differs from the one it recorded");
+    add_allow_base_mismatch(n, i8.allow_base_mismatch);
     n->add_option("--run", i8.run, "a QAT run dir (its final/; over LoRA, the base it names)");
     n->add_option("--out", i8.out, "integer model dir to write")->required();
     n->add_option("--probe", i8.probe, "token shard for the check against fake quantization");

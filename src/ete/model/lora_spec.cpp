@@ -48,6 +48,17 @@ std::string known_names(Arch a) {
 
 }  // namespace
 
+std::vector<std::string> peft_default_targets(Arch arch) {
+    switch (family(arch).layout) {
+        case Layout::GPT2:
+            return {"c_attn"};
+        case Layout::Phi3:
+            return {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+        default:
+            return {"q_proj", "v_proj"};
+    }
+}
+
 std::string lora_module_name(ParamRole base, Arch arch) {
     for (const Module& m : modules(arch))
         if (m.role == base) return m.name;

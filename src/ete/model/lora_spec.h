@@ -58,6 +58,11 @@ std::vector<std::string> split_comma_list(const std::string& s);
 std::vector<ParamRole> linear_roles(const std::vector<std::string>& names, Arch arch);
 void check_linear_names(const std::vector<std::string>& names, Arch arch, const char* key);
 
+// PEFT's default target modules for a family (its
+// TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): q_proj, v_proj for the Llama layout, c_attn
+// for GPT-2, every linear for Phi-3.
+std::vector<std::string> peft_default_targets(Arch arch);
+
 // The PEFT module name of a base role ("q_proj", "c_attn", ...; GPT-2's AttnOut and Down are both
 // "c_proj").
 std::string lora_module_name(ParamRole base, Arch arch);

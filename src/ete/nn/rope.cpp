@@ -106,8 +106,8 @@ void rope_tables(float* cos, float* sin, int T, int R, double theta, const RopeS
         for (int j = 0; j < half; ++j) {
             // HF computes the angle in f32 (t * inv_freq as float); match that rounding.
             const float angle = float(t) * float(rf.inv_freq[size_t(j)]);
-            cos[size_t(t) * half + j] = a == 1.0f ? std::cos(angle) : std::cos(angle) * a;
-            sin[size_t(t) * half + j] = a == 1.0f ? std::sin(angle) : std::sin(angle) * a;
+            cos[size_t(t) * half + j] = std::cos(angle) * a;  // a = 1: exact, unscaled
+            sin[size_t(t) * half + j] = std::sin(angle) * a;
         }
 }
 

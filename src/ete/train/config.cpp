@@ -580,14 +580,9 @@ LoraSpec lora_spec(const RunConfig& c) {
     s.dropout = float(c.lora_dropout);
     s.dropout_seed = c.seed;
     s.targets = split_comma_list(c.lora_targets);
-    // ETE's default (q_proj, v_proj) on a family that stores q|k|v as one tensor: PEFT's own
-    // default for it (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: GPT-2 c_attn, Phi-3
-    // every linear), not an error about modules the model does not have.
-    if (c.lora_targets == RunConfig{}.lora_targets && c.model.family().fused_tensors())
-        s.targets =
-            c.model.family().layout == Layout::GPT2
-                ? std::vector<std::string>{"c_attn"}
-                : std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+    // Left at its default (q_proj, v_proj): PEFT's default for the family, which differs where
+    // q|k|v is one tensor (GPT-2, Phi-3), not an error about modules the model does not have.
+    if (c.lora_targets == kDefaultLoraTargets) s.targets = peft_default_targets(c.model.arch);
     return s;
 }
 

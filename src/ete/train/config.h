@@ -11,6 +11,9 @@
 
 namespace ete {
 
+// lora.targets' default, which lora_spec reads as "PEFT's default for the family".
+inline constexpr const char* kDefaultLoraTargets = "q_proj,v_proj";
+
 struct RunConfig {
     // [model] — used when model.init_from is empty (fresh init).
     std::string model_arch = "llama";
@@ -81,7 +84,8 @@ struct RunConfig {
     int lora_r = 8;
     double lora_alpha = 16;
     double lora_dropout = 0;
-    std::string lora_targets = "q_proj,v_proj";  // comma-separated PEFT names, or all-linear
+    // Comma-separated PEFT names, or all-linear; left at the default: the family's PEFT default.
+    std::string lora_targets = kDefaultLoraTargets;
     bool lora_use_rslora = false;
     std::string lora_base_format = "nf4";  // f32 | bf16 | nf4
     int lora_nf4_blocksize = 64;
