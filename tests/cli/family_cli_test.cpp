@@ -90,6 +90,7 @@ TEST_F(FamilyCli, EveryFamilyFineTunesGeneratesAndSavesItsOwnFormat) {
         // Full fine-tune: final/ is the same family with the same keys and tensors.
         ShellResult r = train("full", "");
         ASSERT_EQ(r.code, 0) << r.out;
+        EXPECT_EQ(r.out.find("ignoring"), std::string::npos) << r.out;  // every key is read
         const json base_cfg = read_json_file(path("base/config.json"));
         const json final_cfg = read_json_file(path("full/final/config.json"));
         for (const char* key : {"model_type", "architectures", "rope_scaling", "sliding_window",
@@ -131,6 +132,34 @@ TEST_F(FamilyCli, EveryFamilyFineTunesGeneratesAndSavesItsOwnFormat) {
         ASSERT_EQ(r.code, 0) << r.out;
         EXPECT_EQ(load_hf_config(path("merged")).arch, f.arch);
     }
+}
+
+// A key that neither ETE nor the family's class reads is named once, and the dir still loads; one
+// that asks for what the class does not build is a one-line error and a non-zero exit.
+TEST_F(FamilyCli, ConfigKeysNoOneReadsAreNamedAndChangesAreRefused) {
+    const ModelConfig c = tiny(family(Arch::Phi3), vocab_);
+    HostParams p(param_specs(c));
+    p.init(5);
+    save_hf_model(path("base"), c, p, tok_);
+    json cfg = read_json_file(path("base/config.json"));
+    cfg["zeta_scale"] = 2;
+    write_file_atomic(path("base/config.json"), cfg.dump());
+    ShellResult r = run_shell(ete_cmd("inspect --summary " + path("base") + " 2>&1"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::string note =
+        "config.json: ignoring zeta_scale (Hugging Face's Phi3ForCausalLM "
+        "does not read it either)";
+    ASSERT_NE(r.out.find(note), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(note, r.out.find(note) + 1), std::string::npos) << r.out;  // once
+
+    cfg["lm_head_bias"] = true;
+    write_file_atomic(path("base/config.json"), cfg.dump());
+    r = run_shell(ete_cmd("inspect --summary " + path("base") + " 2>&1"));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("config.json: lm_head_bias = true is not supported for phi3"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 }
 
 }  // namespace

@@ -6,16 +6,20 @@
 #include "ete/io/bnb_nf4.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "ete/core/file_util.h"
+#include "ete/core/log.h"
 #include "ete/io/safetensors.h"
 
 namespace ete {
@@ -30,12 +34,29 @@ constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 }  // namespace
 
+namespace {
+
+// Once per file and process: the keys that neither ETE nor Hugging Face's class reads.
+void note_unread_keys(const Family& f, const json& j, const std::string& path) {
+    static std::mutex mu;
+    static std::set<std::string> noted;
+    const std::vector<std::string> keys = unread_config_keys(f, j);
+    std::lock_guard<std::mutex> lock(mu);
+    if (keys.empty() || !noted.insert(path).second) return;
+    log_info("{}: ignoring {} (Hugging Face's {} does not read {} either)", path,
+             fmt::join(keys, ", "), f.hf_class, keys.size() == 1 ? "it" : "them");
+}
+
+}  // namespace
+
 ModelConfig load_hf_config(const std::string& dir) {
     std::string path = (fs::path(dir) / "config.json").string();
     ETE_CHECK(fs::is_directory(dir), "model dir '{}': not a directory", dir);
     ETE_CHECK(fs::exists(path), "model dir '{}': config.json is missing", dir);
     const json j = read_json_file(path);
-    return config_from_hf_json(j, path);
+    ModelConfig c = config_from_hf_json(j, path);
+    note_unread_keys(c.family(), j, path);
+    return c;
 }
 
 bool is_int8_model_dir(const std::string& dir) {

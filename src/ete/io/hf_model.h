@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ete/model/config.h"
+#include "ete/model/config_keys.h"
 #include "ete/model/param_store.h"
 
 namespace ete {
@@ -22,9 +23,9 @@ namespace ete {
 // Reads DIR/config.json.
 ModelConfig load_hf_config(const std::string& dir);
 
-// Whether DIR/config.json says quantization_config.quant_method = ete_int8: an integer model
-// (io/int8_dir.h), whose weights no full-precision loader reads.
-inline constexpr const char* kInt8QuantMethod = "ete_int8";
+// Whether DIR/config.json says quantization_config.quant_method = ete_int8 (kInt8QuantMethod,
+// model/config_keys.h): an integer model (io/int8_dir.h), whose weights no full-precision loader
+// reads.
 bool is_int8_model_dir(const std::string& dir);
 
 // HF's default max_shard_size ("5GB", decimal).

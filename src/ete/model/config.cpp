@@ -8,6 +8,7 @@
 
 #include "ete/core/error.h"
 #include "ete/core/json_file.h"
+#include "ete/model/config_keys.h"
 #include "ete/model/config_rope.h"
 
 namespace ete {
@@ -324,6 +325,7 @@ ModelConfig config_from_hf_json(const json& j, const std::string& where) {
         throw_error(
             fmt::format("{}: model_type '{}' is not supported (expected {})", where, type, types));
     }
+    check_config_keys(*f, j, where);
     ModelConfig c = f->layout == Layout::GPT2 ? gpt2_from_json(j, where)
                                               : llama_layout_from_json(f->arch, j, where);
     c.bos_token_id = first_id(j, "bos_token_id");

@@ -14,6 +14,52 @@ using N = NormKind;
 using M = MlpKind;
 using B = BiasRule;
 using W = WindowRule;
+using K = std::string_view;
+
+// Per family, the keys of its Hugging Face config class (and of its published config.json files)
+// beyond the Llama layout's common ones. Unread but harmless: Llama's pretraining_tp (the same
+// product, sliced), GPT-2's summary_* (a classification head) and reorder_and_upcast_attn (fp32
+// scores, as ETE computes them), Gemma 2's sliding_window_size and hidden_act (the class reads
+// sliding_window and hidden_activation). GPT-2's dropouts are not read (docs/models.md).
+constexpr std::array kLlamaKeys = {K{"pretraining_tp"}, K{"attention_bias"}, K{"mlp_bias"}};
+constexpr std::array kGpt2Keys = {K{"vocab_size"},
+                                  K{"n_positions"},
+                                  K{"n_ctx"},
+                                  K{"n_embd"},
+                                  K{"n_layer"},
+                                  K{"n_head"},
+                                  K{"n_inner"},
+                                  K{"activation_function"},
+                                  K{"resid_pdrop"},
+                                  K{"embd_pdrop"},
+                                  K{"attn_pdrop"},
+                                  K{"layer_norm_epsilon"},
+                                  K{"initializer_range"},
+                                  K{"summary_type"},
+                                  K{"summary_use_proj"},
+                                  K{"summary_activation"},
+                                  K{"summary_proj_to_labels"},
+                                  K{"summary_first_dropout"},
+                                  K{"scale_attn_weights"},
+                                  K{"scale_attn_by_inverse_layer_idx"},
+                                  K{"reorder_and_upcast_attn"},
+                                  K{"tie_word_embeddings"}};
+constexpr std::array kQwen2Keys = {K{"use_sliding_window"}, K{"sliding_window"},
+                                   K{"max_window_layers"}, K{"layer_types"}};
+constexpr std::array kMistralKeys = {K{"sliding_window"}, K{"layer_types"}};
+constexpr std::array kQwen3Keys = {K{"attention_bias"}, K{"use_sliding_window"},
+                                   K{"sliding_window"}, K{"max_window_layers"}, K{"layer_types"}};
+constexpr std::array kGemma2Keys = {K{"hidden_activation"},      K{"query_pre_attn_scalar"},
+                                    K{"attn_logit_softcapping"}, K{"final_logit_softcapping"},
+                                    K{"sliding_window"},         K{"layer_types"},
+                                    K{"attention_bias"},         K{"sliding_window_size"}};
+constexpr std::array kGemma3Keys = {K{"hidden_activation"},      K{"query_pre_attn_scalar"},
+                                    K{"attn_logit_softcapping"}, K{"final_logit_softcapping"},
+                                    K{"sliding_window"},         K{"layer_types"},
+                                    K{"attention_bias"},         K{"rope_local_base_freq"},
+                                    K{"sliding_window_pattern"}, K{"use_bidirectional_attention"}};
+constexpr std::array kPhi3Keys = {K{"resid_pdrop"}, K{"embd_pdrop"},
+                                  K{"original_max_position_embeddings"}, K{"sliding_window"}};
 
 // In Arch order. Mistral is Llama's decoder without biases and with an optional attention
 // window; Qwen2 Llama's with q/k/v biases and a window on the layers from max_window_layers;
@@ -36,7 +82,8 @@ constexpr std::array kFamilies = {
            .always_tied = false,
            .bias = B::FromConfig,
            .window = W::None,
-           .qk_norm = false},
+           .qk_norm = false,
+           .config_keys = kLlamaKeys},
     Family{.arch = Arch::GPT2,
            .name = "gpt2",
            .model_type = "gpt2",
@@ -48,7 +95,8 @@ constexpr std::array kFamilies = {
            .always_tied = true,
            .bias = B::All,
            .window = W::None,
-           .qk_norm = false},
+           .qk_norm = false,
+           .config_keys = kGpt2Keys},
     Family{.arch = Arch::Qwen2,
            .name = "qwen2",
            .model_type = "qwen2",
@@ -60,7 +108,8 @@ constexpr std::array kFamilies = {
            .always_tied = false,
            .bias = B::Qkv,
            .window = W::FromMaxWindowLayers,
-           .qk_norm = false},
+           .qk_norm = false,
+           .config_keys = kQwen2Keys},
     Family{.arch = Arch::Mistral,
            .name = "mistral",
            .model_type = "mistral",
@@ -72,7 +121,8 @@ constexpr std::array kFamilies = {
            .always_tied = false,
            .bias = B::None,
            .window = W::AllLayers,
-           .qk_norm = false},
+           .qk_norm = false,
+           .config_keys = kMistralKeys},
     Family{.arch = Arch::Qwen3,
            .name = "qwen3",
            .model_type = "qwen3",
@@ -84,7 +134,8 @@ constexpr std::array kFamilies = {
            .always_tied = false,
            .bias = B::FromConfig,
            .window = W::FromMaxWindowLayers,
-           .qk_norm = true},
+           .qk_norm = true,
+           .config_keys = kQwen3Keys},
     Family{.arch = Arch::Gemma2,
            .name = "gemma2",
            .model_type = "gemma2",
@@ -103,7 +154,8 @@ constexpr std::array kFamilies = {
            .local_rope = false,
            .window_pattern = 2,
            .attn_softcap = 50.0f,
-           .final_softcap = 30.0f},
+           .final_softcap = 30.0f,
+           .config_keys = kGemma2Keys},
     Family{.arch = Arch::Gemma3,
            .name = "gemma3",
            .model_type = "gemma3_text",
@@ -120,7 +172,8 @@ constexpr std::array kFamilies = {
            .embed_scale = true,
            .softcap_keys = true,
            .local_rope = true,
-           .window_pattern = 6},
+           .window_pattern = 6,
+           .config_keys = kGemma3Keys},
     Family{.arch = Arch::Phi3,
            .name = "phi3",
            .model_type = "phi3",
@@ -132,7 +185,8 @@ constexpr std::array kFamilies = {
            .always_tied = false,
            .bias = B::None,
            .window = W::AllLayers,
-           .qk_norm = false},
+           .qk_norm = false,
+           .config_keys = kPhi3Keys},
 };
 
 }  // namespace

@@ -66,6 +66,10 @@ struct Family {
     // model built from [model] rather than a config.json.
     int window_pattern = 0;
     float attn_softcap = 0, final_softcap = 0;
+    // The keys of Hugging Face's config class for the family beyond those every Llama-layout
+    // family has (model/config_keys.cpp): each is read (model/config.cpp) or leaves the math
+    // unchanged. A key outside them is a notice, or an error where it would change the math.
+    std::span<const std::string_view> config_keys;
 
     bool gated_mlp() const { return mlp != MlpKind::Gelu; }  // fc is gate | up (2F)
     // q|k|v and the MLP's input projection are one tensor each (GPT-2's c_attn and c_fc, Phi-3's
