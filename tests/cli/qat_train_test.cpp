@@ -32,11 +32,11 @@ using namespace parallel_test;
 constexpr double kTieFlipLoss = 1.25e-5;
 constexpr double kLr = 1e-2;  // the job's
 
-void expect_same_qat(const RunResult& want, const RunResult& got, const std::string& what) {
+void expect_same_qat(const RunResult& want, const RunResult& got, const std::string& what,
+                     const Parity& p = parity_tolerance(), double outside = 0.01) {
     // got may be a resumed run that logged only the last steps.
     ASSERT_FALSE(got.steps.empty()) << what << "\n" << got.log;
     ASSERT_EQ(got.steps.back(), int64_t(want.losses.size())) << what;
-    const Parity p = parity_tolerance();
     for (size_t i = 0; i < got.losses.size(); ++i) {
         const double w = want.losses[size_t(got.steps[i] - 1)];
         EXPECT_NEAR(got.losses[i], w, (p.ltol + 4 * kTieFlipLoss) * w)
@@ -53,7 +53,8 @@ void expect_same_qat(const RunResult& want, const RunResult& got, const std::str
             worst = std::max(worst, d);
         }
     }
-    EXPECT_LE(off, n / 100) << what << ": " << off << " of " << n << ", worst " << worst;
+    EXPECT_LE(double(off), outside * double(n))
+        << what << ": " << off << " of " << n << ", worst " << worst;
     EXPECT_LT(worst, kLr / 10) << what;
 }
 
@@ -168,6 +169,40 @@ TEST_F(QatTrain, EveryLayoutMatchesOneProcess) {
         for (const auto& [name, w] : outs_one.weights)
             for (size_t i = 0; i < w.size(); ++i)
                 ASSERT_NEAR(got.weights.at(name)[i], w[i], 3e-3) << what << " " << name;
+    }
+}
+
+// QAT over LoRA (an f32 frozen base) and over QLoRA (NF4, the model widened so every shard is
+// whole blocks of 32) on tp = 2, pp = 2 and dp x tp: the adapters shard with their base as in
+// LoraEveryLayoutMatchesOneProcess, the fake-quantized weights of the frozen base are cut like
+// the base, and the observers reduce over every rank. adam_eps = 1e-4 as there (adapter
+// elements with ~zero gradients). Losses: expect_same_qat's fp32 parity plus tie flips. The
+// adapters are few (28 tensors) and all downstream of the quantized inputs, so a tie flip (see
+// above) reaches a larger part of them than of a whole model: re-splitting one process's batch
+// (micro_batch 1 x grad_accum 8 instead of 4 x 2, the same sums in another order) moves up to
+// 4.9% of the adapter elements outside fp32 parity, by lr / 31 at most (measured on Zen 4 with
+// these points, 6.6% with linear_in alone); the layouts moved 1.7% (qlora at tp = 2), worst
+// lr / 84. So up to 10% may leave parity and none by lr / 10, while a wrong shard, scale or
+// observer moves the losses by far more than a flip and most elements by whole steps (~lr).
+TEST_F(QatTrain, OverLoraAndQloraEveryLayoutMatchesOneProcess) {
+    const std::string qat =
+        " --set qat.enabled=true --set qat.points=weight,linear_in,post_norm "
+        "--set qat.warmup_steps=2 --set lora.enabled=true --set lora.targets=all-linear "
+        "--set lora.r=4 --set train.adam_eps=1e-4";
+    const std::string nf4 =
+        " --set lora.base_format=nf4 --set lora.nf4_blocksize=32 --set model.hidden_size=64 "
+        "--set model.intermediate_size=64";
+    for (const std::string& base : {std::string(" --set lora.base_format=f32"), nf4}) {
+        const bool q = base == nf4;
+        const RunResult one = train(1, qat + base);
+        ASSERT_EQ(one.losses.size(), 5u) << one.log;
+        EXPECT_EQ(one.weights.size(), 4u * 7 * 2);  // adapters only
+        const Parity tol = q ? parity_tolerance(64, 64) : parity_tolerance();
+        for (const auto& l : {std::array<int, 3>{1, 2, 1}, {1, 1, 2}, {2, 2, 1}})
+            expect_same_qat(
+                one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + qat + base),
+                fmt::format("qat over {} ({},{},{})", q ? "qlora" : "lora", l[0], l[1], l[2]),
+                tol, 0.10);
     }
 }
 
