@@ -451,14 +451,70 @@ TEST_F(ParallelTrain, QloraResumeOntoAnotherLayout) {
                 tol.ltol, tol.watol);
 }
 
-TEST_F(ParallelTrain, MeshThatDoesNotMatchTheRanksIsAClearError) {
-    ShellResult r =
-        run_shell("OMP_NUM_THREADS=1 " + kMpiEnv +
+// A config error is one every rank meets alike before any talks to another
+// (train/job_check.h): one line from rank 0, an exit of 1, and no MPI_Abort (whose banner Open
+// MPI prints). `ete launch` checks the job before it starts mpirun at all.
+TEST_F(ParallelTrain, ConfigErrorsAreOneLineFromOneRank) {
+    const std::string job = (dir_ / "job.toml").string() + " --out " + (dir_ / "bad").string();
+    auto errors = [](const std::string& out) {
+        size_t n = 0;
+        for (size_t at = out.find("ete: error:"); at != std::string::npos;
+             at = out.find("ete: error:", at + 1))
+            ++n;
+        return n;
+    };
+    struct Case {
+        std::string sets, message;
+    };
+    const Case cases[] = {
+        {" --set parallel.dp=3", "parallel.dp*tp*pp = 3*1*1 = 3 but the job has 2 ranks"},
+        {" --set parallel.tp=2 --set model.hidden_size=36 --set model.num_heads=6 "
+         "--set model.num_kv_heads=3",
+         "model.num_kv_heads = 3 does not fit parallel.tp = 2"},
+        {" --set parallel.tpp=2", "--set: unknown config key 'parallel.tpp'"},
+        {" --set parallel.pp=2 --set parallel.pp_layers=1,1", "parallel.pp_layers"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.sets);
+        ShellResult r = run_shell("OMP_NUM_THREADS=1 " + kMpiEnv +
+                                  ete_cmd("launch -n 2 -- train " + job + c.sets) + " 2>&1");
+        EXPECT_EQ(r.code, 1) << r.out;
+        EXPECT_NE(r.out.find(c.message), std::string::npos) << r.out;
+        EXPECT_EQ(errors(r.out), 1u) << r.out;
+        EXPECT_EQ(r.out.find("ete launch: mpirun"), std::string::npos) << r.out;  // not started
+        // Plain mpirun: the ranks check it, rank 0 reports.
+        r = run_shell(
+            "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 "
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
+            kMpiEnv + "mpirun -np 2 --oversubscribe " + ete_cmd("train " + job + c.sets) + " 2>&1");
+        EXPECT_NE(r.code, 0) << r.out;
+        EXPECT_NE(r.out.find(c.message), std::string::npos) << r.out;
+        EXPECT_EQ(errors(r.out), 1u) << r.out;
+        EXPECT_EQ(r.out.find("MPI_ABORT"), std::string::npos) << r.out;
+    }
+}
+
+// A QLoRA base stored in NF4 (`ete quantize`) whose 64-element blocks straddle the tp = 2 shards
+// of a 64-wide o_proj (32 columns each): the error says that the dir's blocks are fixed and which
+// block size re-quantizing needs, not lora.nf4_blocksize (which cannot change a stored base).
+TEST_F(ParallelTrain, AStoredNf4BaseThatCannotShardSaysHowToRequantize) {
+    train(1, " --set model.hidden_size=64 --set model.intermediate_size=64");
+    const std::string base = last_out_ + "/final", q = (dir_ / "nf4").string();
+    ShellResult r = run_shell(
+        ete_cmd("quantize --scheme nf4 --blocksize 64 --model " + base + " --out " + q) + " 2>&1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = run_shell("OMP_NUM_THREADS=1 " + kMpiEnv +
                   ete_cmd("launch -n 2 -- train " + (dir_ / "job.toml").string() + " --out " +
-                          (dir_ / "bad").string() + " --set parallel.dp=3") +
+                          (dir_ / "bad").string() + " --set model.init_from=" + q +
+                          " --set lora.enabled=true --set parallel.tp=2") +
                   " 2>&1");
     EXPECT_NE(r.code, 0);
-    EXPECT_NE(r.out.find("parallel.dp*tp*pp = 3*1*1 = 3 but the job has 2 ranks"),
+    EXPECT_NE(r.out.find("NF4 blocks of 64 elements would straddle its shards at parallel.tp = 2"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("the base dir stores blocks of 64 (lora.nf4_blocksize cannot change "
+                         "them): re-quantize its full-precision weights with `ete quantize "
+                         "--blocksize 32`"),
               std::string::npos)
         << r.out;
 }

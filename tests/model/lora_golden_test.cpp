@@ -339,10 +339,19 @@ TEST(LoraModel, Nf4ShardsAreSlicesOfTheWholeTensor) {
         std::vector<float> w(size_t(shape_numel(p.global_shape)), 0.5f);
         const Nf4Tensor g =
             nf4_quantize(w.data(), p.global_shape[0], p.global_shape[1], {64, true});
-        EXPECT_NE(error_of([&] {
-                      nf4_shard(p, 0, 2, g);
-                  }).find("NF4 blocks of 64 elements would straddle its shards at parallel.tp = 2"),
-                  std::string::npos);
+        const std::string at = fmt::format(
+            "parameter '{}': NF4 blocks of 64 elements would straddle its shards at parallel.tp "
+            "= 2 (a shard run of 32 elements at element 0); ",
+            p.name);
+        // The remedy names the block size that fits (32, the smallest), and what sets it:
+        // lora.nf4_blocksize where ETE quantizes, re-quantizing the dir where the blocks are
+        // stored.
+        EXPECT_EQ(error_of([&] { nf4_shard(p, 0, 2, g); }),
+                  at + "use lora.nf4_blocksize = 32, or another tp");
+        EXPECT_EQ(error_of([&] { nf4_shard(p, 0, 2, g, Nf4Origin::Stored); }),
+                  at + "the base dir stores blocks of 64 (lora.nf4_blocksize cannot change "
+                       "them): re-quantize its full-precision weights with `ete quantize "
+                       "--blocksize 32`, or use another tp");
     }
 }
 

@@ -14,8 +14,10 @@
 #include "ete/cli/commands.h"
 #include "ete/cli/launch.h"
 #include "ete/core/error.h"
+#include "ete/parallel/launch_env.h"
 #include "ete/parallel/mpi_comm.h"
 #include "ete/train/config.h"
+#include "ete/train/job_check.h"
 #include "ete/train/monitor.h"
 
 namespace ete {
@@ -276,8 +278,10 @@ int cli_main(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        // One line, like every other error (CLI11 adds "Run with --help" on a second).
-        std::fprintf(stderr, "ete: error: %s (see ete --help)\n", e.what());
+        // One line, like every other error (CLI11 adds "Run with --help" on a second); every
+        // rank of a job parses the same line, so rank 0 alone says it.
+        if (detect_launch().rank == 0)
+            std::fprintf(stderr, "ete: error: %s (see ete --help)\n", e.what());
         return e.get_exit_code() == 0 ? 0 : 2;
     }
     // An error on one rank of a job ends the whole job at exit (its peers may wait for it in a
@@ -291,6 +295,11 @@ int cli_main(int argc, char** argv) {
                      "in the log, and ulimit -v / the job's memory limit)\n");
         mpi_abort_job_at_exit(1);
         return 1;
+    } catch (const ConfigError& e) {
+        // Every rank meets it alike before any talks to another (train/job_check.h): rank 0
+        // alone reports it, and every rank ends without aborting MPI.
+        if (detect_launch().rank == 0) std::fprintf(stderr, "ete: error: %s\n", e.what());
+        return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "ete: error: %s\n", e.what());
         // A failed transport (timeout, lost peer) is worth a restart; anything else is not.
@@ -298,6 +307,23 @@ int cli_main(int argc, char** argv) {
         mpi_abort_job_at_exit(code);
         return code;
     }
+}
+
+void check_launched_job(const std::vector<std::string>& args, int ranks) {
+    if (args.empty() || args[0] != "train") return;
+    CLI::App app;
+    TrainArgs a;
+    std::function<int()> run;
+    add_train(app, a, run);
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
+    try {
+        app.parse(reversed);
+    } catch (const CLI::Success&) {
+        return;  // --help: the ranks print it
+    } catch (const CLI::ParseError& e) {
+        throw ConfigError(fmt::format("{} (see ete train --help)", e.what()));
+    }
+    if (!a.dump_config) check_job(train_config(a), ranks);
 }
 
 }  // namespace ete

@@ -24,6 +24,7 @@
 #include "ete/train/config.h"
 #include "ete/train/generate.h"
 #include "ete/train/inference_model.h"
+#include "ete/train/job_check.h"
 #include "ete/train/trainer.h"
 
 namespace ete {
@@ -44,15 +45,27 @@ std::string requeue_resume() {
 
 }  // namespace
 
+RunConfig train_config(const TrainArgs& a) {
+    try {
+        RunConfig cfg = default_run_config();
+        if (!a.config_path.empty()) apply_toml(cfg, read_file(a.config_path), a.config_path);
+        for (const auto& o : a.overrides) apply_override(cfg, o);
+        validate(cfg);
+        return cfg;
+    } catch (const ConfigError&) {
+        throw;
+    } catch (const Error& e) {
+        throw ConfigError(e.what());
+    }
+}
+
 int cmd_train(const TrainArgs& a) {
-    RunConfig cfg = default_run_config();
-    if (!a.config_path.empty()) apply_toml(cfg, read_file(a.config_path), a.config_path);
-    for (const auto& o : a.overrides) apply_override(cfg, o);
-    validate(cfg);
+    const RunConfig cfg = train_config(a);
     if (a.dump_config) {
         std::fputs(dump_toml(cfg).c_str(), stdout);
         return 0;
     }
+    check_job(cfg, detect_launch().world_size);  // before a rank talks to another
     ResumeOptions resume{a.resume, a.resume_force};
     if (resume.from.empty()) resume.from = requeue_resume();
     const TrainSummary s = run_training(cfg, a.out_dir, resume);

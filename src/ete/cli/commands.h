@@ -15,6 +15,10 @@ struct TrainArgs {
     std::vector<std::string> resume_force;  // keys a resume may see changed
 };
 int cmd_train(const TrainArgs& a);
+// The config of `ete train` (embedded default, the TOML file, the --set overrides) validated;
+// throws ConfigError (core/error.h): every rank reads the same files and flags.
+struct RunConfig;
+RunConfig train_config(const TrainArgs& a);
 
 struct EvalArgs {
     std::string model_dir, tokens, text, jsonl, tokenizer, dump_logits;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "ete/cli/cli.h"
 #include "ete/cli/launch.h"
 #include "ete/core/error.h"
 #include "ete/core/signals.h"
@@ -186,6 +187,9 @@ int cmd_launch(const LaunchArgs& a) {
               a.min_ranks);
     ETE_CHECK(a.min_ranks <= a.n, "launch --min-ranks {}: expected at most -n {}", a.min_ranks,
               a.n);
+    // On this node the job's config is checked before any rank starts (a hostfile's nodes may
+    // see files this one does not: there the ranks check it, rank 0 reporting).
+    if (a.hostfile.empty()) check_launched_job(a.args, a.n);
     install_signal_handlers(SignalMode::Deferred);  // main did already, unless a test calls this
     const LaunchHost host = launch_host();
     std::vector<std::string> history;

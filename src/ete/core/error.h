@@ -17,6 +17,13 @@ class Error : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// An error of a job's configuration that every rank meets alike, before any rank talks to another
+// (train/job_check.h): rank 0 alone reports it and the job ends without aborting MPI.
+class ConfigError : public Error {
+  public:
+    using Error::Error;
+};
+
 [[noreturn]] void throw_error(const std::string& msg);
 [[noreturn]] void assert_fail(const char* expr, const char* file, int line);
 

@@ -18,8 +18,15 @@
 
 namespace ete {
 
+// Where an NF4 weight's blocks come from, for the remedy an error names: quantized by ETE as it
+// loads (lora.nf4_blocksize sets the block), or read as stored in a pre-quantized model dir
+// (its blocks are fixed: only re-quantizing the dir changes them).
+enum class Nf4Origin { Quantized, Stored };
+
 // The shard of `global` (the whole (out, in) tensor of s.global_shape) on tp_rank; at tp_size 1
-// `global` itself. Throws ete::Error naming s when its shard runs are not whole blocks.
-Nf4Tensor nf4_shard(const ParamSpec& s, int tp_rank, int tp_size, const Nf4Tensor& global);
+// `global` itself. Throws ete::Error naming s when its shard runs are not whole blocks, with the
+// largest block size that would fit.
+Nf4Tensor nf4_shard(const ParamSpec& s, int tp_rank, int tp_size, const Nf4Tensor& global,
+                    Nf4Origin origin = Nf4Origin::Quantized);
 
 }  // namespace ete

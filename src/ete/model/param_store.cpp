@@ -203,8 +203,8 @@ std::vector<float> ParamStore::download(int i) const {
     return out;
 }
 
-void ParamStore::upload_global_nf4(int i, const Nf4Tensor& global) {
-    upload_nf4(i, nf4_shard(specs()[size_t(i)], tp_rank(), tp_size(), global));
+void ParamStore::upload_global_nf4(int i, const Nf4Tensor& global, Nf4Origin origin) {
+    upload_nf4(i, nf4_shard(specs()[size_t(i)], tp_rank(), tp_size(), global, origin));
 }
 
 void ParamStore::upload_global(int i, const float* global) {

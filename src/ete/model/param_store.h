@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ete/backend/backend.h"
+#include "ete/model/nf4_shard.h"
 #include "ete/model/param_spec.h"
 #include "ete/quant/nf4.h"
 
@@ -136,7 +137,7 @@ class ParamStore : public ParamTable {
     // (model/nf4_shard.h), so every layout holds the same blocks; upload() of a local shard
     // would quantize the shard alone and is refused for NF4 under tensor parallelism.
     void upload_global(int i, const float* global);
-    void upload_global_nf4(int i, const Nf4Tensor& global);
+    void upload_global_nf4(int i, const Nf4Tensor& global, Nf4Origin origin = Nf4Origin::Quantized);
     // Backend bytes of the frozen parameters (dense and NF4).
     size_t frozen_bytes() const;
     // `rows` rows of `cols` starting at parameter i, across the parameters that follow it in the

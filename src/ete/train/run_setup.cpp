@@ -62,12 +62,16 @@ ModelConfig resolve_model(RunConfig& cfg, const std::optional<Tokenizer>& tok) {
     return mc;
 }
 
-std::optional<Tokenizer> load_tokenizer(const RunConfig& cfg) {
-    if (cfg.data_tokenizer.empty()) return std::nullopt;
-    ETE_CHECK(fs::exists(cfg.data_tokenizer),
+void check_tokenizer_path(const RunConfig& cfg) {
+    ETE_CHECK(cfg.data_tokenizer.empty() || fs::exists(cfg.data_tokenizer),
               "data.tokenizer '{}': file not found (train one with `ete tokenizer train`, or set "
               "data.tokenizer=\"\")",
               cfg.data_tokenizer);
+}
+
+std::optional<Tokenizer> load_tokenizer(const RunConfig& cfg) {
+    if (cfg.data_tokenizer.empty()) return std::nullopt;
+    check_tokenizer_path(cfg);
     return Tokenizer::load(cfg.data_tokenizer);
 }
 

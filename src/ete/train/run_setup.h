@@ -48,6 +48,8 @@ class StopSignals {
 // special ids taken from the tokenizer. Also writes it back into cfg.model.
 ModelConfig resolve_model(RunConfig& cfg, const std::optional<Tokenizer>& tok);
 std::optional<Tokenizer> load_tokenizer(const RunConfig& cfg);
+// Throws naming data.tokenizer when it is set and names no file.
+void check_tokenizer_path(const RunConfig& cfg);
 // The batch source of data.format: a token-shard sampler (over *shard, which it fills and which
 // must outlive it) or an SFT dataset.
 std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& mc,

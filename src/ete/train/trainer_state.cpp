@@ -107,7 +107,7 @@ void Trainer::load_weights() {
         const std::string& name = global.specs()[size_t(g)].name;
         if (!local.has(name)) return;
         const int i = local.index(name);
-        if (local.is_nf4(i)) return local.upload_global_nf4(i, t);
+        if (local.is_nf4(i)) return local.upload_global_nf4(i, t, Nf4Origin::Stored);
         std::vector<float> v(size_t(t.numel()));
         nf4_dequantize(t, v.data());
         take(g, v.data());

@@ -1,0 +1,54 @@
+// ete/train/job_check.cpp
+#include "ete/train/job_check.h"
+
+#include <optional>
+
+#include "ete/core/error.h"
+#include "ete/model/lora_spec.h"
+#include "ete/model/model_parallel.h"
+#include "ete/model/param_spec.h"
+#include "ete/model/qat_spec.h"
+#include "ete/train/dist.h"
+#include "ete/train/run_setup.h"
+
+namespace ete {
+
+namespace {
+
+void check_job_or_throw(RunConfig cfg, int world_size) {
+    check_tokenizer_path(cfg);
+    // The tokenizer itself is read only where it sizes the vocabulary.
+    std::optional<Tokenizer> tok;
+    if (cfg.model_init_from.empty() && cfg.model.vocab_size == 0) tok = load_tokenizer(cfg);
+    const ModelConfig mc = resolve_model(cfg, tok);
+    const MeshShape m = resolve_mesh(cfg, world_size);
+    const LoraSpec lora = lora_spec(cfg);
+    const QatSpec qat = qat_spec(cfg);
+    check_lora_spec(lora, mc);
+    if (cfg.qat_enabled) check_qat_spec(qat, mc);
+    const std::vector<int> bounds = pipeline_layer_bounds(mc, m.pp, cfg.parallel_pp_layers);
+    for (int stage = 0; stage < m.pp; ++stage) {
+        ModelParallel mp;
+        mp.tp_size = m.tp;
+        mp.stage = stage;
+        mp.num_stages = m.pp;
+        mp.layer_begin = bounds[size_t(stage)];
+        mp.layer_end = bounds[size_t(stage) + 1];
+        param_specs(mc, mp.resolved(mc), lora, qat);
+    }
+    replica_rows(cfg.micro_batch, m.dp, 0, cfg.parallel_uneven_batch);
+}
+
+}  // namespace
+
+void check_job(const RunConfig& cfg, int world_size) {
+    try {
+        check_job_or_throw(cfg, world_size);
+    } catch (const ConfigError&) {
+        throw;
+    } catch (const Error& e) {
+        throw ConfigError(e.what());
+    }
+}
+
+}  // namespace ete

@@ -1,0 +1,17 @@
+// ete/train/job_check.h — the checks of a training job that depend only on its config and on
+// files every rank reads alike: the model (with model.init_from's config.json), the tokenizer's
+// path, the mesh on the job's ranks, every stage's tensor and pipeline split and its parameter
+// shapes, the LoRA and QAT specs and the batch's split over the data-parallel replicas. They run
+// before a rank talks to another, so every rank of a job meets the same error at the same point:
+// `ete train` reports it from rank 0 alone and ends without aborting MPI, and `ete launch` runs
+// the checks before it starts any rank.
+#pragma once
+
+#include "ete/train/config.h"
+
+namespace ete {
+
+// Throws ConfigError (core/error.h) with the first failed check's message.
+void check_job(const RunConfig& cfg, int world_size);
+
+}  // namespace ete
