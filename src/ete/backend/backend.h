@@ -136,6 +136,16 @@ class Backend : public DeviceMemory {
     virtual std::string name() const = 0;
     // One line: kernels and engines in use ("OpenBLAS SkylakeX, oneDNN 2.6 avx512_core_bf16").
     virtual std::string describe() const { return name(); }
+    // Memory the GEMM engines keep for products in the compute dtype whose largest operand has
+    // `largest` elements, run on `threads` threads: what a memory estimate adds for them. By
+    // default a GEMM library's per-thread buffers: OpenBLAS reserves BUFFER_SIZE (32 MiB of
+    // address space on x86-64) per thread but touches only its packed panels, a few MiB on large
+    // products (measured on the bench models, docs/benchmarks.md).
+    virtual uint64_t gemm_workspace_bytes(DType compute, uint64_t largest, int threads) const {
+        (void)compute;
+        (void)largest;
+        return uint64_t(threads) * (uint64_t(8) << 20);
+    }
     void set_profiler(OpProfiler* p) { profiler_ = p; }
     OpProfiler* profiler() const { return profiler_; }
 

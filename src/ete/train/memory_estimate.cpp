@@ -12,10 +12,6 @@ namespace {
 
 // What the CPU backend's NF4 GEMM dequantizes at a time (backend/cpu/nf4.cpp).
 constexpr uint64_t kNf4TileElems = uint64_t(4) << 20;
-// OpenBLAS reserves a GEMM buffer per thread (BUFFER_SIZE, 32 MiB of address space on x86-64) but
-// touches only its packed panels, a few MiB on large products; oneDNN's scratchpads for the
-// 16-bit GEMMs are of the same order. Measured on the bench models (docs/benchmarks.md).
-constexpr uint64_t kGemmBufferPerThread = uint64_t(8) << 20;
 
 }  // namespace
 
@@ -81,7 +77,7 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
             tile = std::max(tile, tr * cols * dtype_size(act));
         }
     }
-    e.workspace = tile + uint64_t(threads) * kGemmBufferPerThread;
+    e.workspace = tile + model.params().backend().gemm_workspace_bytes(act, largest, threads);
     // A model dir: the tensor as read (f32), its transposed copy (GPT-2 Conv1D), and the 16-bit
     // conversion or NF4 form the store makes of it; a fresh init: one f32 host tensor and that.
     const bool nf4 = cfg.lora_enabled && cfg.lora_base_format == "nf4";

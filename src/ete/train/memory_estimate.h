@@ -9,7 +9,8 @@
 //   optimizer    AdamW's two F32 moments (sharded over dp with ZeRO-1)
 //   activations  the arena (every slot's saved activations and the shared scratch)
 //   comm         data-parallel bucket staging (bf16 copies; the host copy of non-host backends)
-//   workspace    NF4 dequantization tiles, and the GEMM library's per-thread buffers
+//   workspace    NF4 dequantization tiles, and the GEMM engines' buffers
+//                (Backend::gemm_workspace_bytes: per thread, and a 16-bit fallback's staging)
 //   loading      transient: the largest tensor on the host while a model dir is read (f32 as
 //                read, its transposed copy for GPT-2's Conv1D, its 16-bit or NF4 form)
 // Two moments compete for the peak: training (runtime + frozen + weights + gradients + optimizer

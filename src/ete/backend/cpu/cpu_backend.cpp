@@ -43,6 +43,11 @@ std::string engines_summary() {
         cpu_summary(), openblas_core_name(), openblas_core_why(), dnnl_info(), dnnl_s8_info());
 }
 
+uint64_t CpuBackend::gemm_workspace_bytes(DType compute, uint64_t largest, int threads) const {
+    const uint64_t base = Backend::gemm_workspace_bytes(compute, largest, threads);
+    return compute == DType::F32 ? base : base + dnnl_gemm_staging_bytes(compute, largest);
+}
+
 std::string CpuBackend::describe() const {
     return fmt::format("{} backend | {}", name(), engines_summary());
 }

@@ -42,6 +42,9 @@ class CpuBackend final : public Backend {
 
     std::string name() const override { return guard_ ? "guarded" : "cpu"; }
     std::string describe() const override;
+    // The per-thread buffers, and a 16-bit compute dtype's fp32 staging where its GEMMs run the
+    // sgemm fallback (dnnl_gemm.h).
+    uint64_t gemm_workspace_bytes(DType compute, uint64_t largest, int threads) const override;
 
     // memory.cpp
     void* allocate(size_t bytes) override;

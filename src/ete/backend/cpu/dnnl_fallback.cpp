@@ -121,6 +121,12 @@ void dnnl_gemm_fallback(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
                                ldc, c_dtype, FallbackBlocks{});
 }
 
+uint64_t dnnl_fallback_staging_bytes(uint64_t largest, const FallbackBlocks& bl) {
+    const uint64_t whole = std::min<uint64_t>(largest, uint64_t(bl.whole));
+    const uint64_t block = std::min<uint64_t>(largest, uint64_t(bl.block));
+    return (whole + 2 * block) * sizeof(float);
+}
+
 // One operand (the weight, usually) is converted whole when it fits bl.whole elements, and the
 // other streams through it in blocks of bl.block elements, so each is converted once. K longer
 // than bl.k runs in chunks summed into C (a 16-bit C: into an fp32 staging block, rounded once at

@@ -68,6 +68,11 @@ bool dnnl_gemm_s8_scaled(int64_t M, const void* A, int64_t lda, DType a_dtype, c
 std::string dnnl_gemm_s8_impl(int64_t M, int64_t N, int64_t K, int64_t lda, DType a_dtype,
                               int64_t ldw, int64_t ldc);
 
+// Host bytes dnnl_gemm keeps for `ab` products whose largest operand has `largest` elements: the
+// fp32 fallback's staging (thread-local, kept at its high-water mark) where the fallback runs
+// them, else 0 (oneDNN's scratchpads are of the order of OpenBLAS's per-thread buffers).
+uint64_t dnnl_gemm_staging_bytes(DType ab, uint64_t largest);
+
 // This build links oneDNN.
 bool dnnl_available();
 // The CPU has native instructions for this dtype (AVX512-BF16 / AMX / AVX512-FP16) per oneDNN's

@@ -37,6 +37,9 @@ struct FallbackBlocks {
     int64_t whole = int64_t(1) << 22;
     int64_t k = 4096;
 };
+// The most the fallback's staging holds (bytes) for products whose largest operand has `largest`
+// elements: one operand converted whole (at most bl.whole), one block of the other and one of C.
+uint64_t dnnl_fallback_staging_bytes(uint64_t largest, const FallbackBlocks& bl = {});
 // The fallback with other block sizes (tests use tiny ones to cross block edges).
 void dnnl_gemm_fallback_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                                 float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,

@@ -169,6 +169,15 @@ const Gemm16Choice& gemm16_engine(DType ab) {
     return ab == DType::F16 ? f16 : bf16;
 }
 
+}  // namespace
+
+uint64_t dnnl_gemm_staging_bytes(DType ab, uint64_t largest) {
+    return gemm16_engine(ab).engine == Gemm16Engine::Sgemm ? dnnl_fallback_staging_bytes(largest)
+                                                           : 0;
+}
+
+namespace {
+
 void log_fallback_once(DType ab, const std::string& why) {
     static std::atomic<bool> logged[2];  // BF16, F16
     if (logged[ab == DType::F16].exchange(true)) return;

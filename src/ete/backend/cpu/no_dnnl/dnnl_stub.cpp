@@ -22,6 +22,10 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
     dnnl_gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, ab, beta, C, ldc, c);
 }
 
+uint64_t dnnl_gemm_staging_bytes(DType, uint64_t) {
+    return 0;  // no 16-bit GEMM runs (dnnl_gemm throws)
+}
+
 std::string dnnl_gemm_impl(bool, bool, int64_t, int64_t, int64_t, float, int64_t, int64_t, DType,
                            float, int64_t, DType) {
     return "none";
