@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # fuzz/run_fuzz.sh — builds the libFuzzer targets in build-fuzz/ (clang, separate from the GCC
-# build) — the safetensors reader and the tokenizer.json reader — and fuzzes each for half of
-# FUZZ_SECONDS on a copy of its seeds (fuzz/seeds/; the tokenizer goldens and
-# fuzz/tokenizer_seeds/; the committed files are never modified). Prints one summary line per
+# build) — the safetensors reader, the tokenizer.json reader and the adapter / NF4 / integer
+# model dir readers — and fuzzes each for a third of FUZZ_SECONDS on a copy of its seeds
+# (fuzz/seeds/; the tokenizer goldens and fuzz/tokenizer_seeds/; fuzz/model_dir_seeds/; the
+# committed files are never modified). Prints one summary line per
 # target; exits non-zero on any crash, leak, timeout, OOM or sanitizer report, leaving the
 # reproducer in build-fuzz/artifacts_<target>/.
 # Env: FUZZ_SECONDS (default 60), FUZZ_BUILD_DIR (default <repo>/build-fuzz), CXX (default
@@ -18,7 +19,7 @@ cxx="${CXX:-$(command -v clang++-14 || command -v clang++ || true)}"
 
 cmake -S "$root/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
 # A failed build says why (its output was discarded before, so CI failed without a word).
-ninja -C "$build" safetensors_fuzz tokenizer_fuzz >"$build/build.log" 2>&1 ||
+ninja -C "$build" safetensors_fuzz tokenizer_fuzz model_dirs_fuzz >"$build/build.log" 2>&1 ||
     { tail -n 30 "$build/build.log" >&2; echo "run_fuzz: the fuzz build failed" >&2; exit 1; }
 [[ "${1:-}" == build ]] && exit 0
 
@@ -67,10 +68,12 @@ fuzz() {
 }
 
 # The time splits between the targets; each replays its seeds (crash_* reproducers) first.
-half=$(((seconds + 1) / 2))
+third=$(((seconds + 2) / 3))
 status=0
-fuzz safetensors_fuzz "$half" 4096 "$root/fuzz/safetensors.dict" "$root"/fuzz/seeds/* || status=1
+fuzz safetensors_fuzz "$third" 4096 "$root/fuzz/safetensors.dict" "$root"/fuzz/seeds/* || status=1
 # tokenizer.json: the test goldens of four families and small files of every component.
-fuzz tokenizer_fuzz "$half" 65536 "" "$root"/tests/golden/tokenizers/{gpt2,llama2_legacy,llama2_metaspace,llama3}.json \
+fuzz tokenizer_fuzz "$third" 65536 "" "$root"/tests/golden/tokenizers/{gpt2,llama2_legacy,llama2_metaspace,llama3}.json \
     "$root"/fuzz/tokenizer_seeds/* || status=1
+# Adapter dirs, NF4 weights and quantization_config (fuzz/make_model_dir_seeds.sh).
+fuzz model_dirs_fuzz "$third" 16384 "" "$root"/fuzz/model_dir_seeds/* || status=1
 exit $status

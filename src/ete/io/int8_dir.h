@@ -30,6 +30,12 @@ void save_int8_model(const std::string& dir, const ModelConfig& c, const HostPar
                      const std::string& adapter = "",
                      uint64_t max_shard_bytes = kDefaultMaxShardBytes);
 
+// A dir's quantization_config (`where`: its config.json, for errors): the spec, checked against
+// the model, and the static activation points' scales and zero points (finite, > 0, integral on
+// the grid); the weights are read by load_int8_model.
+Int8Model read_int8_config(const nlohmann::json& qc, const ModelConfig& c,
+                           const std::string& where);
+
 // The model of an int8 dir, ready for setup: every tensor checked against the config (names,
 // shapes, dtypes, scales finite and positive, integers on their grid). With an adapter, its LoRA
 // path runs in fp32 beside the integer base, reading the input the integers were quantized from,

@@ -167,7 +167,8 @@ void check_config_keys(const Family& f, const json& j, const std::string& where)
 
 std::vector<std::string> unread_config_keys(const Family& f, const json& j) {
     std::vector<std::string> keys;
-    for (const auto& [key, value] : j.items()) {
+    for (const auto& item : j.items()) {
+        const std::string& key = item.key();
         const bool neutral = std::any_of(kNeutralKeys.begin(), kNeutralKeys.end(),
                                          [&](const NeutralKey& n) { return key == n.key; });
         if (!in(kCommonKeys, key) && !family_reads(f, key) && !neutral) keys.push_back(key);

@@ -18,11 +18,6 @@ Mat head(Mat buf, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-float lora_scale(float alpha, int r, bool rslora) {
-    ETE_ASSERT(r > 0);
-    return rslora ? alpha / std::sqrt(float(r)) : alpha / float(r);
-}
-
 Linear::Linear(LinearParams p, TpMode mode, Communicator* tp)
     : p_(p), mode_(mode), tp_(mode == TpMode::None ? nullptr : tp) {
     ETE_ASSERT(p_.w.empty() != (p_.nf4 == nullptr));
