@@ -28,6 +28,26 @@ TEST(Config, TomlAndOverridesSetFields) {
     EXPECT_FALSE(c.model.tie_word_embeddings);
 }
 
+// GPT-2 has no grouped-query attention: model.num_kv_heads follows model.num_heads unless given,
+// and a given one that differs is an error naming both.
+TEST(Config, Gpt2TakesItsKvHeadsFromItsHeads) {
+    RunConfig c = default_run_config();
+    ASSERT_NE(c.model.num_kv_heads, 8);
+    c.model.vocab_size = 100;  // else taken from the tokenizer
+    apply_override(c, "model.arch=gpt2");
+    apply_override(c, "model.num_heads=8");
+    EXPECT_EQ(c.model.num_kv_heads, 8);
+    EXPECT_NO_THROW(c.model.validate());
+    RunConfig l = default_run_config();  // Llama keeps its GQA default
+    apply_override(l, "model.num_heads=8");
+    EXPECT_EQ(l.model.num_kv_heads, 2);
+    apply_override(c, "model.num_kv_heads=2");  // given: kept, and refused
+    EXPECT_EQ(c.model.num_kv_heads, 2);
+    EXPECT_EQ(error_of([&] { c.model.validate(); }),
+              "gpt2: model.num_kv_heads = 2 with model.num_heads = 8: GPT-2 has no grouped-query "
+              "attention (leave num_kv_heads unset, or equal to num_heads)");
+}
+
 TEST(Config, DumpReloadsToTheSameConfig) {
     RunConfig a = default_run_config();
     apply_override(a, "train.seed=99");

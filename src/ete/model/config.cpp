@@ -64,9 +64,14 @@ void ModelConfig::validate() const {
     ETE_CHECK(num_heads % num_kv_heads == 0,
               "model.num_heads = {} is not a multiple of model.num_kv_heads = {}", num_heads,
               num_kv_heads);
-    ETE_CHECK(family().layout != Layout::GPT2 ||
-                  (num_kv_heads == num_heads && D() * num_heads == hidden_size),
-              "gpt2: expected num_kv_heads == num_heads and head_dim * num_heads == hidden_size");
+    ETE_CHECK(family().layout != Layout::GPT2 || num_kv_heads == num_heads,
+              "gpt2: model.num_kv_heads = {} with model.num_heads = {}: GPT-2 has no "
+              "grouped-query attention (leave num_kv_heads unset, or equal to num_heads)",
+              num_kv_heads, num_heads);
+    ETE_CHECK(family().layout != Layout::GPT2 || D() * num_heads == hidden_size,
+              "gpt2: model.head_dim = {} with model.num_heads = {}: expected head_dim * "
+              "num_heads == hidden_size = {}",
+              D(), num_heads, hidden_size);
     ETE_CHECK(sliding_window >= 0 && (sliding_window == 0 || family().window != WindowRule::None),
               "model.sliding_window = {}: expected 0{}", sliding_window,
               family().window != WindowRule::None ? " (none) or a window > 0"

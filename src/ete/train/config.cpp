@@ -382,6 +382,13 @@ namespace {
 void set_arch(RunConfig& cfg) {
     if (const Family* f = family_named(cfg.model_arch)) cfg.model.arch = f->arch;
     cfg.model.use_family_defaults();
+    if (cfg.model.family().layout == Layout::GPT2 && !cfg.model_kv_heads_given)
+        cfg.model.num_kv_heads = cfg.model.num_heads;
+}
+
+// Records what the user gave that a family's defaults depend on (set_arch).
+void note_given(RunConfig& cfg, const std::string& key) {
+    if (key == "model.num_kv_heads") cfg.model_kv_heads_given = true;
 }
 
 }  // namespace
@@ -405,6 +412,7 @@ void apply_toml(RunConfig& cfg, const std::string& text, const std::string& wher
             const Key& k =
                 find_key(std::string(section.str()) + "." + std::string(key.str()), where);
             k.set(cfg, from_node(k, value, where));
+            note_given(cfg, k.name);
         }
     }
     set_arch(cfg);
@@ -416,6 +424,7 @@ void apply_override(RunConfig& cfg, const std::string& assignment) {
               "--set '{}': expected section.key=value (e.g. train.lr=1e-3)", assignment);
     const Key& k = find_key(assignment.substr(0, eq), "--set");
     k.set(cfg, from_text(k, assignment.substr(eq + 1)));
+    note_given(cfg, k.name);
     set_arch(cfg);
 }
 

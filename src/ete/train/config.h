@@ -17,6 +17,9 @@ inline constexpr const char* kDefaultLoraTargets = "q_proj,v_proj";
 struct RunConfig {
     // [model] — used when model.init_from is empty (fresh init).
     std::string model_arch = "llama";
+    // Whether model.num_kv_heads was given (TOML or --set): GPT-2, which has no grouped-query
+    // attention, otherwise takes it from model.num_heads.
+    bool model_kv_heads_given = false;
     ModelConfig model;
     std::string model_init_from;  // HF model dir to start from
     // [train]
