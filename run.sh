@@ -15,7 +15,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 BUILD_PKGS=(cmake ninja-build g++ pkg-config libopenblas-dev libopenblas0-openmp nlohmann-json3-dev
             libtomlplusplus-dev libcli11-dev libfmt-dev libpcre2-dev libopenmpi-dev openmpi-bin
-            libdnnl-dev libxxhash-dev)
+            libdnnl-dev libxxhash-dev libhwloc-dev)
 TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
            prometheus python3-prometheus-client python3-protobuf protobuf-compiler python3-crcmod
            slurm-wlm munge)

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace ete {
@@ -115,6 +116,27 @@ TEST(Cli, UserOpenBlasCoreTypeWins) {
     EXPECT_TRUE(v.find("(set by ete: OpenBLAS picked ") != std::string::npos ||
                 v.find("(OpenBLAS's own choice") != std::string::npos)
         << v;
+}
+
+// `ete topo --json` over a saved nvidia-smi matrix: the host from hwloc, the GPUs from the file;
+// a damaged file is one error line naming it.
+TEST(Cli, TopoReportsTheHostAndASavedGpuMatrix) {
+    const std::string fixture = std::string(ETE_SOURCE_DIR) + "/tests/parallel/topo/nvswitch8.txt";
+    const ShellResult r = run_shell(ete_cmd("topo --json --nvidia-smi-topo " + fixture));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_GE(j["host"]["cores"].get<int>(), 1);
+    ASSERT_EQ(j["gpu"]["gpus"].size(), 8u);
+    EXPECT_EQ(j["gpu"]["gpus"][3]["links"][4], "NV18");
+    EXPECT_EQ(j["gpu"]["gpus"][3]["nic_links"], nlohmann::json({"NODE", "PIX", "SYS", "SYS"}));
+    EXPECT_EQ(j["gpu"]["gpus"][6]["numa_affinity"], 1);
+    EXPECT_EQ(j["gpu"]["nics"][2], "mlx5_2");
+    const std::string bad = write_tmp("ete_bad_topo.txt", "\tGPU0\tGPU1\nGPU0\t X \tNVL\n");
+    const ShellResult e = run_ete("topo --nvidia-smi-topo " + bad);
+    EXPECT_EQ(e.code, 1);
+    EXPECT_EQ(e.out, "ete: error: " + bad +
+                         ":2: the link of GPU0 to GPU1 is 'NVL' (expected X, NV#, PIX, PXB, PHB, "
+                         "NODE or SYS)\n");
 }
 
 }  // namespace
