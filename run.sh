@@ -205,7 +205,7 @@ run_tests() {
         cat "$BUILD_DIR/fuzz_build.log"
         return 1
     fi
-    log "fuzzing the safetensors and tokenizer.json readers for ${FUZZ_SECONDS:-60}s ($BUILD_DIR-fuzz)"
+    log "fuzzing the safetensors, tokenizer.json and model dir readers for ${FUZZ_SECONDS:-60}s ($BUILD_DIR-fuzz)"
     FUZZ_BUILD_DIR="$BUILD_DIR-fuzz" fuzz/run_fuzz.sh
 }
 

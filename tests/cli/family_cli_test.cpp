@@ -151,6 +151,16 @@ TEST_F(FamilyCli, ConfigKeysNoOneReadsAreNamedAndChangesAreRefused) {
         "does not read it either)";
     ASSERT_NE(r.out.find(note), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find(note, r.out.find(note) + 1), std::string::npos) << r.out;  // once
+    // A hostile key is shown cut at 64 characters, control characters as '?'.
+    const std::string hostile = "line\nbreak" + std::string(100, 'k');
+    cfg[hostile] = 1;
+    write_file_atomic(path("base/config.json"), cfg.dump());
+    r = run_shell(ete_cmd("inspect --summary " + path("base") + " 2>&1"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("ignoring line?break" + std::string(54, 'k') + ", zeta_scale (Hugging"),
+              std::string::npos)
+        << r.out;
+    cfg.erase(hostile);
 
     cfg["lm_head_bias"] = true;
     write_file_atomic(path("base/config.json"), cfg.dump());

@@ -452,8 +452,9 @@ TEST_F(ParallelTrain, QloraResumeOntoAnotherLayout) {
 }
 
 // A config error is one every rank meets alike before any talks to another
-// (train/job_check.h): one line from rank 0, an exit of 1, and no MPI_Abort (whose banner Open
-// MPI prints). `ete launch` checks the job before it starts mpirun at all.
+// (train/job_check.h): one line (from the first rank of the node), an exit of 1, and no
+// MPI_Abort (whose banner Open MPI prints). `ete launch` checks the job before it starts mpirun
+// at all.
 TEST_F(ParallelTrain, ConfigErrorsAreOneLineFromOneRank) {
     const std::string job = (dir_ / "job.toml").string() + " --out " + (dir_ / "bad").string();
     auto errors = [](const std::string& out) {
@@ -482,7 +483,11 @@ TEST_F(ParallelTrain, ConfigErrorsAreOneLineFromOneRank) {
         EXPECT_NE(r.out.find(c.message), std::string::npos) << r.out;
         EXPECT_EQ(errors(r.out), 1u) << r.out;
         EXPECT_EQ(r.out.find("ete launch: mpirun"), std::string::npos) << r.out;  // not started
-        // Plain mpirun: the ranks check it, rank 0 reports.
+        // Plain mpirun: the ranks check it, the node's first rank reports (two of the cases:
+        // each mpirun start costs about a second).
+        if (c.sets.find("parallel.dp=3") != std::string::npos ||
+            c.sets.find("parallel.pp_layers") != std::string::npos)
+            continue;
         r = run_shell(
             "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 "
             "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +

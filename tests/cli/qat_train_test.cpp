@@ -201,8 +201,8 @@ TEST_F(QatTrain, OverLoraAndQloraEveryLayoutMatchesOneProcess) {
         for (const auto& l : {std::array<int, 3>{1, 2, 1}, {1, 1, 2}, {2, 2, 1}})
             expect_same_qat(
                 one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + qat + base),
-                fmt::format("qat over {} ({},{},{})", q ? "qlora" : "lora", l[0], l[1], l[2]),
-                tol, 0.10);
+                fmt::format("qat over {} ({},{},{})", q ? "qlora" : "lora", l[0], l[1], l[2]), tol,
+                0.10);
     }
 }
 

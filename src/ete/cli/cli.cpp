@@ -299,9 +299,10 @@ int cli_main(int argc, char** argv) {
         mpi_abort_job_at_exit(1);
         return 1;
     } catch (const ConfigError& e) {
-        // Every rank meets it alike before any talks to another (train/job_check.h): rank 0
-        // alone reports it, and every rank ends without aborting MPI.
-        if (detect_launch().rank == 0) std::fprintf(stderr, "ete: error: %s\n", e.what());
+        // Every rank meets it alike before any talks to another (train/job_check.h), and ends
+        // without aborting MPI. The first rank of each node reports it: once on one node, and a
+        // node whose files differ from rank 0's (a missing model dir) is never left silent.
+        if (detect_launch().local_rank == 0) std::fprintf(stderr, "ete: error: %s\n", e.what());
         return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "ete: error: %s\n", e.what());

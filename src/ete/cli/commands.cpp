@@ -65,7 +65,9 @@ int cmd_train(const TrainArgs& a) {
         std::fputs(dump_toml(cfg).c_str(), stdout);
         return 0;
     }
-    check_job(cfg, detect_launch().world_size);  // before a rank talks to another
+    const LaunchInfo launch = detect_launch();
+    log_set_rank(launch.rank);  // the checks' notices (a model dir's unread keys): rank 0 alone
+    check_job(cfg, launch.world_size);  // before a rank talks to another
     ResumeOptions resume{a.resume, a.resume_force};
     if (resume.from.empty()) resume.from = requeue_resume();
     const TrainSummary s = run_training(cfg, a.out_dir, resume);

@@ -18,7 +18,8 @@ class Error : public std::runtime_error {
 };
 
 // An error of a job's configuration that every rank meets alike, before any rank talks to another
-// (train/job_check.h): rank 0 alone reports it and the job ends without aborting MPI.
+// (train/job_check.h): the first rank of each node reports it and the job ends without aborting
+// MPI.
 class ConfigError : public Error {
   public:
     using Error::Error;

@@ -43,8 +43,19 @@ void note_unread_keys(const Family& f, const json& j, const std::string& path) {
     const std::vector<std::string> keys = unread_config_keys(f, j);
     std::lock_guard<std::mutex> lock(mu);
     if (keys.empty() || !noted.insert(path).second) return;
-    log_info("{}: ignoring {} (Hugging Face's {} does not read {} either)", path,
-             fmt::join(keys, ", "), f.hf_class, keys.size() == 1 ? "it" : "them");
+    // A hostile file's keys may be long or hold control characters: the first 8, each cut at
+    // 64 characters, printable.
+    std::vector<std::string> shown;
+    for (size_t i = 0; i < keys.size() && i < 8; ++i) {
+        std::string k = keys[i].substr(0, 64);
+        for (char& c : k)
+            if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+        shown.push_back(k);
+    }
+    const std::string more =
+        keys.size() > shown.size() ? fmt::format(" and {} more", keys.size() - shown.size()) : "";
+    log_info("{}: ignoring {}{} (Hugging Face's {} does not read {} either)", path,
+             fmt::join(shown, ", "), more, f.hf_class, keys.size() == 1 ? "it" : "them");
 }
 
 }  // namespace

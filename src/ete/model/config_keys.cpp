@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ete/core/error.h"
+#include "ete/core/json_file.h"
 
 namespace ete {
 
@@ -140,13 +141,13 @@ void check_quantization_config(const json& q, const std::string& where) {
     ETE_CHECK(method == "bitsandbytes" || method == kInt8QuantMethod,
               "{}: quantization_config.quant_method {} is not supported (expected bitsandbytes "
               "NF4 or {})",
-              where, method.dump(), kInt8QuantMethod);
+              where, json_excerpt(method), kInt8QuantMethod);
     if (method != "bitsandbytes") return;
     const bool eight = q.value("load_in_8bit", false) == true;
     const json type = q.value("bnb_4bit_quant_type", json("nf4"));
     ETE_CHECK(!eight && type == "nf4",
               "{}: quantization_config: bitsandbytes {} is not supported (expected 4-bit nf4)",
-              where, eight ? "8-bit (load_in_8bit)" : "bnb_4bit_quant_type " + type.dump());
+              where, eight ? "8-bit (load_in_8bit)" : "bnb_4bit_quant_type " + json_excerpt(type));
 }
 
 }  // namespace
@@ -160,7 +161,7 @@ void check_config_keys(const Family& f, const json& j, const std::string& where)
             ETE_CHECK(value == json::parse(n.value),
                       "{}: {} = {} is not supported for {} (expected {}: Hugging Face's {} has no "
                       "such setting)",
-                      where, key, value.dump(), f.model_type, n.value, f.hf_class);
+                      where, key, json_excerpt(value), f.model_type, n.value, f.hf_class);
         }
     }
 }

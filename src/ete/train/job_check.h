@@ -3,8 +3,8 @@
 // path, the mesh on the job's ranks, every stage's tensor and pipeline split and its parameter
 // shapes, the LoRA and QAT specs and the batch's split over the data-parallel replicas. They run
 // before a rank talks to another, so every rank of a job meets the same error at the same point:
-// `ete train` reports it from rank 0 alone and ends without aborting MPI, and `ete launch` runs
-// the checks before it starts any rank.
+// `ete train` reports it from the first rank of each node and ends without aborting MPI, and
+// `ete launch` runs the checks before it starts any rank.
 #pragma once
 
 #include "ete/train/config.h"
