@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "ete/core/error.h"
 #include "ete/core/file_util.h"

@@ -34,7 +34,7 @@ void check_job_or_throw(RunConfig cfg, int world_size) {
         mp.num_stages = m.pp;
         mp.layer_begin = bounds[size_t(stage)];
         mp.layer_end = bounds[size_t(stage) + 1];
-        param_specs(mc, mp.resolved(mc), lora, qat);
+        param_specs(mc, mp.resolved(mc), lora, qat);  // throws on a stage that cannot be built
     }
     replica_rows(cfg.micro_batch, m.dp, 0, cfg.parallel_uneven_batch);
 }
