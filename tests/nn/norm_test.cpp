@@ -45,7 +45,7 @@ TEST(NormOffset, IsTheRmsNormOfOnePlusW) {
         dx(static_cast<size_t>(N * C), 0.5f), dw(static_cast<size_t>(C), 0.25f);
     const Norm norm({host_cvec(w), host_vec(dw), {}, {}}, false, 1e-6f, 1.0f, host_vec(scratch));
     norm.forward(*be, host_mat(out, N, C), Vec{}, host_vec(rstd), host_cmat(x, N, C));
-    norm.backward(*be, host_mat(dx, N, C), host_cmat(dy, N, C), host_cmat(x, N, C), CVec{},
+    norm.backward(*be, host_mat(dx, N, C), host_mat(dy, N, C), host_cmat(x, N, C), CVec{},
                   host_cvec(rstd));
     // The plain RMSNorm of 1 + w.
     std::vector<float> out1(out.size()), rstd1(rstd.size()), dx1(dx.size(), 0.5f),

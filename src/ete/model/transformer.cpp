@@ -71,20 +71,21 @@ const Int8Weight* static_int8_input(const Linear& lin) {
 
 }  // namespace
 
-// What the linears after a norm read: the norm of x in `out` (with its QAT site), or for integer
-// linears with a static input scale their integers straight from the norm (one pass,
-// rmsnorm_quantize) in the int8 scratch.
+// What the linears after a norm read: the norm of x in `out` (through the norm's output hook),
+// or for integer linears with a static input scale and no adapter their integers straight from
+// the norm (one pass, rmsnorm_quantize) in the int8 scratch.
 CMat Transformer::norm_input(const Norm& norm, const FusedLinear& next, Mat out, Vec mean, Vec rstd,
-                             CMat x, int site, int l, Vec mask) {
+                             CMat x, Vec hook_state) {
     const int N = int(x.rows);
     const Int8Weight* w8 = static_int8_input(next.part(0));
-    if (w8 && !norm.layernorm() && !site_adapted(site, l)) {
+    bool adapted = false;
+    for (int k = 0; k < next.size(); ++k) adapted = adapted || next.part(k).has_adapter();
+    if (w8 && !norm.layernorm() && !adapted) {
         const Mat q = int8_scratch_->xq(N, x.cols);
         norm.forward_quantized(be_, q, x, w8->input_scale(), w8->input_zero(), w8->input().grid);
         return q;
     }
-    norm.forward(be_, rows(out, N), rows(mean, N), rows(rstd, N), x);
-    qat_forward(site, l, rows(out, N), mask);
+    norm.forward(be_, rows(out, N), rows(mean, N), rows(rstd, N), x, hook_state);
     return rows(out, N);
 }
 
@@ -102,33 +103,31 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
     LoraActs la[kLoraSites];
     d.window = cfg_.window_of(l);
     d.softcap = cfg_.attn_softcap;
-    L.qkv.forward(
-        be_, qkv,
-        norm_input(L.ln1, L.qkv, ln1, s.ln1_mean, s.ln1_rstd, x, kQatLn1, l, s.qat_mask[kQatLn1]),
-        lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la));
+    L.qkv.forward(be_, qkv,
+                  norm_input(L.ln1, L.qkv, ln1, s.ln1_mean, s.ln1_rstd, x, s.qat_mask[kQatLn1]),
+                  lora_acts(i, s, kSiteQkv, L.qkv.size(), N, la));
     if (L.qk.enabled()) L.qk.forward(be_, qkv, s.qk_norm, att);  // att: scratch until attention
     if (f.rope) {
         const auto [cos, sin] = rope_of(l, d.T);
         be_.rope_forward(qkv, cos, sin, d);
     }
     be_.attention_forward(att, s.lse.slice(0, int64_t(d.B) * d.H * d.T), qkv, d, cfg_.attn_scale());
-    if (qat_site(kQatAtt, l)) {  // o_proj reads fq(att); attention's backward reads att
+    if (L.o.input_hook()) {  // o_proj reads hook(att) in att_q; attention's backward reads att
         Mat att_q = rows(s.att_q, N);
         be_.copy(att_q, att);
-        qat_forward(kQatAtt, l, att_q, s.qat_mask[kQatAtt]);
+        L.o.forward_input_hook(att_q, s.qat_mask[kQatAtt]);
     }
     const LoraActs* oa = lora_acts(i, s, kSiteO, 1, N, la + kSiteO);
     if (f.sandwich_norms) {
         post_norm_forward(L.o, L.post_attn, mid, x, o_input(s, N), oa, rows(s.attn_o, N),
-                          rows(s.attn_rstd, N), kQatAttnOut, l, kept[kQatAttnOut]);
+                          rows(s.attn_rstd, N), kept[kQatAttnOut]);
     } else {
-        row_parallel_forward(L.o, mid, x, o_input(s, N), oa, kQatAttnOut, l, kept[kQatAttnOut]);
+        row_parallel_forward(L.o, mid, x, o_input(s, N), oa, kept[kQatAttnOut]);
     }
-    qat_forward(kQatResidMid, l, mid, kept[kQatResidMid]);
-    L.fc.forward(
-        be_, fc,
-        norm_input(L.ln2, L.fc, ln2, s.ln2_mean, s.ln2_rstd, mid, kQatLn2, l, s.qat_mask[kQatLn2]),
-        lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc));
+    hook_forward(L.resid_mid_hook, mid, kept[kQatResidMid]);
+    L.fc.forward(be_, fc,
+                 norm_input(L.ln2, L.fc, ln2, s.ln2_mean, s.ln2_rstd, mid, s.qat_mask[kQatLn2]),
+                 lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc));
     // The integer model's down projection with a static input scale reads its integers straight
     // from SwiGLU (one pass: swiglu_quantize), not from the fp32 activation.
     const Int8Weight* down8 =
@@ -141,15 +140,15 @@ void Transformer::layer_forward(int i, const LayerActs& s, CMat x, Mat out, Attn
     } else {
         mlp_act_forward(act, fc);
     }
-    qat_forward(kQatAct, l, act, s.qat_mask[kQatAct]);
+    L.proj.forward_input_hook(act, s.qat_mask[kQatAct]);  // in place: the MLP's backward reads fc
     const LoraActs* pa = lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj);
     if (f.sandwich_norms) {  // a recompute needs the output's post-norm statistics too
         post_norm_forward(L.proj, L.post_ffn, out, mid, proj_in, pa, rows(s.ffn_o, N),
-                          rows(s.ffn_rstd, N), kQatFfnOut, l, kept[kQatFfnOut]);
-        if (!out.empty()) qat_forward(kQatResidOut, l, out, kept[kQatResidOut]);
+                          rows(s.ffn_rstd, N), kept[kQatFfnOut]);
+        if (!out.empty()) hook_forward(L.resid_out_hook, out, kept[kQatResidOut]);
     } else if (!out.empty()) {
-        row_parallel_forward(L.proj, out, mid, proj_in, pa, kQatFfnOut, l, kept[kQatFfnOut]);
-        qat_forward(kQatResidOut, l, out, kept[kQatResidOut]);
+        row_parallel_forward(L.proj, out, mid, proj_in, pa, kept[kQatFfnOut]);
+        hook_forward(L.resid_out_hook, out, kept[kQatResidOut]);
     } else {  // a recompute: the kept masks of ffn_out and residual are still those of the forward
         L.proj.forward_saved(be_, act, pa);  // its adapter's u, which backward reads
     }
@@ -162,23 +161,21 @@ void Transformer::mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims 
     const int N = d.B * d.T;
     Mat d_act = rows(d_act_, N), d_fc = rows(d_fc_, N), d_ln = rows(d_ln_, N);
     CMat fc = rows(s.fc, N), act = rows(s.act, N);
-    const int l = mp_.layer_begin + i;
     // The down projection's output gradient (through Gemma's post norm), as A.
     const Mat d_o =
         cfg_.family().sandwich_norms
             ? post_norm_backward(L.post_ffn, d_resid, rows(s.ffn_o, N), rows(s.ffn_rstd, N))
             : d_resid;
-    CMat dy = row_parallel_grad(d_o, kQatFfnOut, l, kept[kQatFfnOut]);
+    CMat dy = row_parallel_grad(L.proj, d_o, kept[kQatFfnOut]);
     LoraActs la[kLoraSites];
     L.proj.backward(be_, d_act, dy, act, lora_acts(i, s, kSiteProj, 1, N, la + kSiteProj));
-    qat_backward(kQatAct, l, d_act, s.qat_mask[kQatAct]);
+    L.proj.backward_input_hook(d_act, s.qat_mask[kQatAct]);
     mlp_act_backward(d_fc, d_act, fc);
     const LoraActs* fa = lora_acts(i, s, kSiteFc, L.fc.size(), N, la + kSiteFc);
     L.fc.backward_weight(be_, d_fc, rows(s.ln2, N), fa);
     L.fc.backward_input(be_, d_ln, d_fc, fa);  // summed over tp: ln2 fed every rank
-    qat_backward(kQatLn2, l, d_ln, s.qat_mask[kQatLn2]);
     L.ln2.backward(be_, d_resid, d_ln, rows(s.resid_mid, N), rows(s.ln2_mean, N),
-                   rows(s.ln2_rstd, N));
+                   rows(s.ln2_rstd, N), s.qat_mask[kQatLn2]);
 }
 
 // d_resid enters as dL/d(resid_mid) and leaves as dL/d(layer input x).
@@ -194,10 +191,10 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
         cfg_.family().sandwich_norms
             ? post_norm_backward(L.post_attn, d_resid, rows(s.attn_o, N), rows(s.attn_rstd, N))
             : d_resid;
-    CMat dy = row_parallel_grad(d_o, kQatAttnOut, l, kept[kQatAttnOut]);
+    CMat dy = row_parallel_grad(L.o, d_o, kept[kQatAttnOut]);
     LoraActs la[kLoraSites];
     L.o.backward(be_, d_att, dy, o_input(s, N), lora_acts(i, s, kSiteO, 1, N, la + kSiteO));
-    qat_backward(kQatAtt, l, d_att, s.qat_mask[kQatAtt]);
+    L.o.backward_input_hook(d_att, s.qat_mask[kQatAtt]);
     be_.attention_backward(d_qkv, d_att, rows(s.att, N), s.lse.slice(0, int64_t(d.B) * d.H * d.T),
                            rows(s.qkv, N), d, cfg_.attn_scale());
     if (cfg_.family().rope) {
@@ -210,8 +207,8 @@ void Transformer::attention_backward(int i, const LayerActs& s, CMat x, Mat d_re
     L.qkv.backward_weight(be_, d_qkv, rows(s.ln1, N), qa);
     Request kv_sum = kv_grads_start_sum(i);      // overlaps the d(ln1) all-reduce and the norm
     L.qkv.backward_input(be_, d_ln, d_qkv, qa);  // summed over tp: ln1 fed every rank's heads
-    qat_backward(kQatLn1, l, d_ln, s.qat_mask[kQatLn1]);
-    L.ln1.backward(be_, d_resid, d_ln, x, rows(s.ln1_mean, N), rows(s.ln1_rstd, N));
+    L.ln1.backward(be_, d_resid, d_ln, x, rows(s.ln1_mean, N), rows(s.ln1_rstd, N),
+                   s.qat_mask[kQatLn1]);
     kv_grads_finish(i, kv_sum);
 }
 
@@ -223,25 +220,23 @@ void Transformer::layer_backward(int i, Slot& s, Mat d_resid, AttnDims d) {
         qat_train_ = true;  // a training forward again: observes (no change) and keeps masks
         layer_forward(i, a, x, Mat{}, d, kept);
     }
-    const int l = mp_.layer_begin + i;
-    qat_backward(kQatResidOut, l, d_resid, kept[kQatResidOut]);  // d(output) -> d(pre-quant)
+    const DecoderLayer& L = layers_[size_t(i)];
+    hook_backward(L.resid_out_hook, d_resid, kept[kQatResidOut]);  // d(output) -> d(pre-hook)
     mlp_backward(i, a, d_resid, d, kept);
-    qat_backward(kQatResidMid, l, d_resid, kept[kQatResidMid]);
+    hook_backward(L.resid_mid_hook, d_resid, kept[kQatResidMid]);
     attention_backward(i, a, x, d_resid, d, kept);
 }
 
 void Transformer::final_norm_forward(Slot& s, int N) {
     final_norm_.forward(be_, rows(s.lnf, N), rows(s.lnf_mean, N), rows(s.lnf_rstd, N),
-                        rows(s.resid.back(), N));
-    qat_forward(kQatFinalNorm, cfg_.num_layers, rows(s.lnf, N), s.lnf_mask);
+                        rows(s.resid.back(), N), s.lnf_mask);
 }
 
 // d_resid (N, C) = dL/d(stage output) from d_lnf.
 void Transformer::final_norm_backward(Slot& s, Mat d_resid, int N) {
     be_.fill(d_resid, 0.0f);
-    qat_backward(kQatFinalNorm, cfg_.num_layers, rows(s.d_lnf, N), s.lnf_mask);
     final_norm_.backward(be_, d_resid, rows(s.d_lnf, N), rows(s.resid.back(), N),
-                         rows(s.lnf_mean, N), rows(s.lnf_rstd, N));
+                         rows(s.lnf_mean, N), rows(s.lnf_rstd, N), s.lnf_mask);
 }
 
 }  // namespace ete

@@ -74,6 +74,10 @@ struct DecoderLayer {
     Linear proj;               // (C, F) row-parallel
     HeadNorm qk;               // Qwen3's and Gemma 3's per-head q and k norms, or disabled
     Norm post_attn, post_ffn;  // Gemma's norms of o_proj's and down_proj's outputs, or unset
+    // Hooks on the residual stream after the attention add and after the MLP add (the layer's
+    // output): QAT's residual points (nn/act_hook.h), or null.
+    const ActHook* resid_mid_hook = nullptr;
+    const ActHook* resid_out_hook = nullptr;
 };
 
 // The places a layer can hold LoRA adapters: the members of qkv (up to 3), o, the members of fc
@@ -292,7 +296,7 @@ class Transformer {
     // The input of the linears after a norm (layer_forward): norm(x) in out, or an integer
     // model's quantized input straight from the norm.
     CMat norm_input(const Norm& norm, const FusedLinear& next, Mat out, Vec mean, Vec rstd, CMat x,
-                    int site, int l, Vec mask);
+                    Vec hook_state);
     // x in the compute dtype: itself, or converted into `scratch` (N, C).
     CMat in_compute(CMat x, Mat scratch);
     // Layers, by local index i (global layer layer_begin + i).
@@ -308,19 +312,19 @@ class Transformer {
                             const std::array<Vec, kQatSites>& kept);
     void mlp_backward(int i, const LayerActs& s, Mat d_resid, AttnDims d,
                       const std::array<Vec, kQatSites>& kept);
-    // y (N, C) = resid + in · Wᵀ + b for a row-parallel Linear; with QAT site `site` of layer l
-    // on, the product is fake-quantized (mask) before the residual add.
+    // y (N, C) = resid + in · Wᵀ + b for a row-parallel Linear; with an output hook the product
+    // passes through it (hook_state) before the residual add.
     void row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMat in, const LoraActs* acts,
-                              int site = -1, int l = 0, Vec mask = {});
+                              Vec hook_state = {});
     // The output gradient of a row-parallel Linear as its GEMMs read it: d_resid in the compute
-    // dtype, through site's mask when that site is on.
-    CMat row_parallel_grad(Mat d_resid, int site, int l, Vec mask);
-    // Gemma's sandwich: o (N, C) F32 = lin(in) (summed over tp, site's fake quantization), then
+    // dtype, through its output hook when it has one.
+    CMat row_parallel_grad(const Linear& lin, Mat d_resid, CVec hook_state);
+    // Gemma's sandwich: o (N, C) F32 = lin(in) (summed over tp, through its output hook), then
     // y = resid + post(o); rstd saved. y empty (a recompute): o and rstd only.
     void post_norm_forward(const Linear& lin, const Norm& post, Mat y, CMat resid, CMat in,
-                           const LoraActs* acts, Mat o, Vec rstd, int site, int l, Vec mask);
+                           const LoraActs* acts, Mat o, Vec rstd, Vec hook_state);
     // dL/d(o) (F32, in d_post_) from dL/d(y) through the post norm; its weight gradient +=.
-    Mat post_norm_backward(const Norm& post, CMat d_y, CMat o, CVec rstd);
+    Mat post_norm_backward(const Norm& post, Mat d_y, CMat o, CVec rstd);
     // The MLP's activation of fc into act (SwiGLU, GeGLU, GELU), and its backward.
     void mlp_act_forward(Mat act, CMat fc);
     void mlp_act_backward(Mat d_fc, CMat d_act, CMat fc);
@@ -415,7 +419,12 @@ class Transformer {
     bool qat_train_ = false, qat_calibrate_ = false;
     void qat_forward(int site, int l, Mat x, Vec mask);
     // d_x = d_y (default: d_x itself) through site's mask.
-    void qat_backward(int site, int l, Mat d_x, Vec mask, CMat d_y = {});
+    void qat_backward(int site, int l, Mat d_x, CVec mask, CMat d_y = {}) const;
+    // The activation points as hooks on the modules (nn/act_hook.h): installed by enable_qat on
+    // the norm, linear or layer output each site is (the one place that maps sites to modules).
+    class QatHook;
+    std::vector<std::unique_ptr<QatHook>> qat_hooks_;
+    void install_qat_hooks();
     bool qat_site(int site, int l) const { return qat_ && qat_->site_on(site, l); }
     // Whether an adapter reads the input of site's linears (kQatLn1..kQatAct, kQatFinalNorm) in
     // global layer l.
@@ -434,6 +443,22 @@ class Transformer {
     std::vector<std::unique_ptr<Int8Weight>> int8_weights_;
     void int8_add_linear(Linear& lin, const std::vector<std::string>& names, const Int8Model& m,
                          int site, int l);
+};
+
+// A QAT activation point (site, global layer l; the final norm: kQatFinalNorm, num_layers) as a
+// module hook: the Transformer's qat_forward / qat_backward of that point.
+class Transformer::QatHook final : public ActHook {
+  public:
+    QatHook(Transformer& t, int site, int l) : t_(t), site_(site), l_(l) {}
+    void forward(Mat x, Vec state) const override { t_.qat_forward(site_, l_, x, state); }
+    void backward(Mat d_x, CMat d_y, CVec state) const override {
+        t_.qat_backward(site_, l_, d_x, state, d_y);
+    }
+    bool grad_active() const override { return t_.qat_->fake_quant_on(); }
+
+  private:
+    Transformer& t_;
+    int site_, l_;
 };
 
 }  // namespace ete

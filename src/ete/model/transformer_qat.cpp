@@ -64,6 +64,7 @@ void Transformer::enable_qat(const QatSpec& spec) {
     check_qat_spec(spec, cfg_);
     ETE_CHECK(slots_.empty(), "enable_qat: call it before setup");
     qat_ = std::make_unique<QatRuntime>(spec, be_, cfg_.arch, cfg_.num_layers, tp_host_);
+    install_qat_hooks();
     if (!spec.has(QatPoint::Weight)) return;
     ParamStore& ps = params_;
     const bool split = !cfg_.family().fused_tensors();  // a tensor per member
@@ -123,6 +124,28 @@ void Transformer::qat_forward(int site, int l, Mat x, Vec mask) {
                       qat_train_);
 }
 
+// Each site is a hook on the module whose tensor it is: the norms' outputs (ln1, ln2, the final
+// norm), o_proj's and down_proj's inputs and outputs, the residual stream after each add.
+void Transformer::install_qat_hooks() {
+    qat_hooks_.clear();
+    auto hook = [&](int site, int l) -> const ActHook* {
+        if (!qat_->site_on(site, l)) return nullptr;
+        qat_hooks_.push_back(std::make_unique<QatHook>(*this, site, l));
+        return qat_hooks_.back().get();
+    };
+    for (int i = 0; i < int(layers_.size()); ++i) {
+        DecoderLayer& L = layers_[size_t(i)];
+        const int l = mp_.layer_begin + i;
+        L.ln1.set_output_hook(hook(kQatLn1, l));
+        L.ln2.set_output_hook(hook(kQatLn2, l));
+        L.o.set_hooks(hook(kQatAtt, l), hook(kQatAttnOut, l));
+        L.proj.set_hooks(hook(kQatAct, l), hook(kQatFfnOut, l));
+        L.resid_mid_hook = hook(kQatResidMid, l);
+        L.resid_out_hook = hook(kQatResidOut, l);
+    }
+    if (mp_.last_stage()) final_norm_.set_output_hook(hook(kQatFinalNorm, cfg_.num_layers));
+}
+
 bool Transformer::site_adapted(int site, int l) const {
     if (site == kQatFinalNorm || l == cfg_.num_layers) return head_.has_adapter();
     const DecoderLayer& L = layers_[size_t(l - mp_.layer_begin)];
@@ -145,7 +168,7 @@ bool Transformer::site_adapted(int site, int l) const {
     }
 }
 
-void Transformer::qat_backward(int site, int l, Mat d_x, Vec mask, CMat d_y) {
+void Transformer::qat_backward(int site, int l, Mat d_x, CVec mask, CMat d_y) const {
     if (!qat_ || !qat_->site_on(site, l)) return;
     qat_->act_backward(site, l, d_x, d_y.empty() ? CMat(d_x) : d_y,
                        mask.slice(0, QatRuntime::mask_bytes(d_x.rows, d_x.cols)));

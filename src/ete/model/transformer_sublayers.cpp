@@ -20,13 +20,13 @@ CMat Transformer::in_compute(CMat x, Mat scratch) {
 
 // y (N, C) = resid + in · Wᵀ + b. tp = 1: copy the residual and let the GEMM add into it.
 // tp > 1: the partial products are summed over the group first (in tp_buf_), so the replicated
-// bias is added once.
+// bias is added once. With an output hook the whole product (summed over tp) passes through it
+// first, in qat_out_.
 void Transformer::row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMat in,
-                                       const LoraActs* acts, int site, int l, Vec mask) {
-    if (site >= 0 && qat_site(site, l)) {  // the whole product (summed over tp), quantized
+                                       const LoraActs* acts, Vec hook_state) {
+    if (lin.output_hook()) {
         Mat o = rows(qat_out_, int(y.rows));
-        lin.forward(be_, o, in, false, Mat{}, acts);
-        qat_forward(site, l, o, mask);
+        lin.forward(be_, o, in, false, Mat{}, acts, hook_state);
         be_.copy(y, resid);
         be_.add(y, o);
         return;
@@ -36,16 +36,14 @@ void Transformer::row_parallel_forward(const Linear& lin, Mat y, CMat resid, CMa
 }
 
 void Transformer::post_norm_forward(const Linear& lin, const Norm& post, Mat y, CMat resid, CMat in,
-                                    const LoraActs* acts, Mat o, Vec rstd, int site, int l,
-                                    Vec mask) {
-    lin.forward(be_, o, in, false, Mat{}, acts);  // a Row layer sums over tp
-    qat_forward(site, l, o, mask);
+                                    const LoraActs* acts, Mat o, Vec rstd, Vec hook_state) {
+    lin.forward(be_, o, in, false, Mat{}, acts, hook_state);  // a Row layer sums over tp
     const Mat z = y.empty() ? rows(post_tmp_, int(o.rows)) : y;
     post.forward(be_, z, Vec{}, rstd, o);
     if (!y.empty()) be_.add(y, resid);
 }
 
-Mat Transformer::post_norm_backward(const Norm& post, CMat d_y, CMat o, CVec rstd) {
+Mat Transformer::post_norm_backward(const Norm& post, Mat d_y, CMat o, CVec rstd) {
     const Mat d_o = rows(d_post_, int(o.rows));
     be_.fill(d_o, 0.0f);
     post.backward(be_, d_o, d_y, o, CVec{}, rstd);
@@ -79,11 +77,12 @@ std::pair<CMat, CMat> Transformer::rope_of(int l, int T) const {
     return {rows(rope_cos_, T), rows(rope_sin_, T)};
 }
 
-CMat Transformer::row_parallel_grad(Mat d_resid, int site, int l, Vec mask) {
+CMat Transformer::row_parallel_grad(const Linear& lin, Mat d_resid, CVec hook_state) {
     const int N = int(d_resid.rows);
-    if (!qat_site(site, l) || !qat_->fake_quant_on()) return in_compute(d_resid, d_y16_);
+    const ActHook* h = lin.output_hook();
+    if (!h || !h->grad_active()) return in_compute(d_resid, d_y16_);
     Mat g = act_ == DType::F32 ? rows(qat_out_, N) : rows(d_y16_, N);
-    qat_backward(site, l, g, mask, d_resid);
+    h->backward(g, d_resid, hook_state);
     return g;
 }
 

@@ -82,8 +82,9 @@ void Linear::base_product(Backend& be, Mat y, CMat x, float beta) const {
     }
 }
 
-void Linear::forward(Backend& be, Mat y, CMat x, bool accumulate, Mat scratch,
-                     const LoraActs* acts) const {
+void Linear::forward(Backend& be, Mat y, CMat x, bool accumulate, Mat scratch, const LoraActs* acts,
+                     Vec hook_state) const {
+    ETE_ASSERT(!(accumulate && out_hook_));
     if (mode_ == TpMode::Row && tp_) {
         // Partial products first, summed over tp, then (once) the replicated bias.
         Mat part = accumulate ? scratch : y;
@@ -99,6 +100,7 @@ void Linear::forward(Backend& be, Mat y, CMat x, bool accumulate, Mat scratch,
         ETE_ASSERT(acts);
         adapter_forward(be, y, x, *acts);
     }
+    hook_forward(out_hook_, y, hook_state);
 }
 
 // What the adapter reads: x, or under dropout x̃ regenerated into acts.x_drop.

@@ -11,6 +11,10 @@
 //   - A frozen weight (empty d_w; always for NF4) gets no weight gradient; its bias likewise.
 //   - An adapter (nn/lora.h) adds scale · (x·Aᵀ)·Bᵀ (x under dropout: x̃); it needs LoraActs in
 //     forward and backward.
+//   - Hooks (nn/act_hook.h; QAT's fake quantization): one on the input the products read (the
+//     caller applies it to the buffer it will pass, forward_input_hook, and to backward's d_x,
+//     backward_input_hook), one on the output (forward applies it to the whole product, a Row
+//     layer's after its tp sum; the caller passes d_y through it before backward).
 //   - Tensor parallelism: Column splits the output features (the input is replicated:
 //     copy_to_region, so the input gradient is summed over tp); Row splits the input features
 //     (the output is partial: reduce_from_region sums it in forward, before the replicated bias).
@@ -26,6 +30,7 @@
 #pragma once
 
 #include "ete/backend/backend.h"
+#include "ete/nn/act_hook.h"
 #include "ete/nn/lora.h"
 #include "ete/parallel/communicator.h"
 
@@ -74,11 +79,26 @@ class Linear {
     // The adapter's scale (PEFT: alpha / r of its own rank_pattern / alpha_pattern entry).
     void set_adapter_scale(float scale);
 
+    // The hooks (null: none); they outlive the layer's use.
+    void set_hooks(const ActHook* input, const ActHook* output) {
+        in_hook_ = input;
+        out_hook_ = output;
+    }
+    const ActHook* input_hook() const { return in_hook_; }
+    const ActHook* output_hook() const { return out_hook_; }
+    // The input hook on x in place: the input forward and backward_weight then read (a caller
+    // that needs x itself too hands a copy). state: the hook's state for this call.
+    void forward_input_hook(Mat x, Vec state) const { hook_forward(in_hook_, x, state); }
+    // backward's d_x through the input hook, in place (state: forward_input_hook's).
+    void backward_input_hook(Mat d_x, CVec state) const { hook_backward(in_hook_, d_x, state); }
+
     // y (N, out) = x (N, in) · Wᵀ + b (+ adapter), or with accumulate y += .... A Row layer
     // under tp sums the product over tp before the bias; accumulating then needs `scratch`
     // (N, out), contiguous, in y's dtype. acts: the adapter's activations (needed iff it has one).
+    // With an output hook y = hook(...) (hook_state: its state for this call); accumulating
+    // onto a hooked output is refused.
     void forward(Backend& be, Mat y, CMat x, bool accumulate = false, Mat scratch = {},
-                 const LoraActs* acts = nullptr) const;
+                 const LoraActs* acts = nullptr, Vec hook_state = {}) const;
     // What forward saves for backward, without y: the adapter's u (nothing without an adapter).
     // For a recomputed layer whose output is not needed again.
     void forward_saved(Backend& be, CMat x, const LoraActs* acts) const;
@@ -113,6 +133,8 @@ class Linear {
     const Int8Weight* i8_ = nullptr;
     TpMode mode_ = TpMode::None;
     Communicator* tp_ = nullptr;
+    const ActHook* in_hook_ = nullptr;
+    const ActHook* out_hook_ = nullptr;
 };
 
 }  // namespace ete

@@ -14,12 +14,13 @@ CVec norm_weight(Backend& be, CVec w, float w_offset, Vec scratch) {
     return s.flat();
 }
 
-void Norm::forward(Backend& be, Mat out, Vec mean, Vec rstd, CMat x) const {
+void Norm::forward(Backend& be, Mat out, Vec mean, Vec rstd, CMat x, Vec hook_state) const {
     if (layernorm_) {
         be.layernorm_forward(out, mean, rstd, x, p_.w, p_.b, eps_);
     } else {
         be.rmsnorm_forward(out, rstd, x, norm_weight(be, p_.w, w_offset_, w_scratch_), eps_);
     }
+    hook_forward(out_hook_, out, hook_state);
 }
 
 void Norm::forward_quantized(Backend& be, Mat q, CMat x, CVec scale, CVec zero,
@@ -28,7 +29,9 @@ void Norm::forward_quantized(Backend& be, Mat q, CMat x, CVec scale, CVec zero,
     be.rmsnorm_quantize(q, x, norm_weight(be, p_.w, w_offset_, w_scratch_), eps_, scale, zero, g);
 }
 
-void Norm::backward(Backend& be, Mat d_x, CMat d_out, CMat x, CVec mean, CVec rstd) const {
+void Norm::backward(Backend& be, Mat d_x, Mat d_out, CMat x, CVec mean, CVec rstd,
+                    CVec hook_state) const {
+    hook_backward(out_hook_, d_out, hook_state);
     // A frozen norm (empty d_w, d_b) still passes the gradient to its input.
     if (layernorm_) {
         be.layernorm_backward(d_x, p_.d_w, p_.d_b, d_out, x, p_.w, mean, rstd);

@@ -1,10 +1,13 @@
 // ete/nn/norm.h — the normalisation layer: RMSNorm (Llama), Gemma's RMSNorm that multiplies by
 // (1 + w), or LayerNorm (GPT-2), with its weight (and bias) from the ParamStore in F32. Statistics
 // (mean, rstd) are F32 and saved by the caller for backward; the output may be in a 16-bit compute
-// dtype (it feeds a GEMM), the input and its gradient are the F32 residual stream.
+// dtype (it feeds a GEMM), the input and its gradient are the F32 residual stream. An output
+// hook (nn/act_hook.h: QAT's fake quantization of what the next linears read) transforms the
+// output in forward and the output's gradient in backward.
 #pragma once
 
 #include "ete/backend/backend.h"
+#include "ete/nn/act_hook.h"
 
 namespace ete {
 
@@ -28,15 +31,21 @@ class Norm {
     Norm(NormParams p, bool layernorm, float eps, float w_offset = 0.0f, Vec w_scratch = {})
         : p_(p), layernorm_(layernorm), eps_(eps), w_offset_(w_offset), w_scratch_(w_scratch) {}
     bool layernorm() const { return layernorm_; }
+    // The output hook (null: none); it outlives the norm's use.
+    void set_output_hook(const ActHook* h) { out_hook_ = h; }
+    const ActHook* output_hook() const { return out_hook_; }
 
-    // out (N, C) = norm(x); mean (N) is used by LayerNorm only.
-    void forward(Backend& be, Mat out, Vec mean, Vec rstd, CMat x) const;
+    // out (N, C) = hook(norm(x)); mean (N) is used by LayerNorm only. hook_state: the output
+    // hook's state for this call (unused without a hook).
+    void forward(Backend& be, Mat out, Vec mean, Vec rstd, CMat x, Vec hook_state = {}) const;
     // q (N, C) = quantize_s8 of forward's F32 output, in one pass (RMSNorm; the integer model's
     // inputs). LayerNorm: not fused (throws).
     void forward_quantized(Backend& be, Mat q, CMat x, CVec scale, CVec zero,
                            const QuantGrid& g) const;
-    // d_x (N, C) += the gradient through the norm (residual stream); d_w, d_b +=.
-    void backward(Backend& be, Mat d_x, CMat d_out, CMat x, CVec mean, CVec rstd) const;
+    // d_x (N, C) += the gradient through the norm (residual stream); d_w, d_b +=. With an output
+    // hook d_out is first passed back through it in place (hook_state: forward's).
+    void backward(Backend& be, Mat d_x, Mat d_out, CMat x, CVec mean, CVec rstd,
+                  CVec hook_state = {}) const;
 
   private:
     NormParams p_;
@@ -44,6 +53,7 @@ class Norm {
     float eps_ = 1e-5f;
     float w_offset_ = 0.0f;
     Vec w_scratch_;
+    const ActHook* out_hook_ = nullptr;
 };
 
 }  // namespace ete
