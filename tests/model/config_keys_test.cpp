@@ -281,6 +281,40 @@ TEST(ConfigKeys, KeysNoOneReadsAreListed) {
     EXPECT_EQ(unread_config_keys(family(Arch::Gemma3), g), std::vector<std::string>{});
 }
 
+// Inside the rope dict the keys its type does not read are listed too (HF's rope functions
+// warn of them and go on): a linear scaling's original context, a Qwen2-VL mrope_section on a
+// text model, a factor on Gemma 3's unscaled local rope. yarn and longrope read all of theirs.
+TEST(ConfigKeys, RopeKeysItsTypeDoesNotReadAreListed) {
+    json j = published("Llama-3.2-1B");
+    j["rope_scaling"] = {{"type", "linear"},
+                         {"factor", 2.0},
+                         {"original_max_position_embeddings", 4096},
+                         {"mrope_section", {16, 24, 24}}};
+    const ModelConfig c = config_from_hf_json(j, "c.json");
+    EXPECT_EQ(c.rope_scaling.type, "linear");
+    EXPECT_EQ(unread_config_keys(c.family(), j),
+              (std::vector<std::string>{"rope_scaling.mrope_section",
+                                        "rope_scaling.original_max_position_embeddings"}));
+    j["rope_scaling"] = {
+        {"rope_type", "yarn"},   {"factor", 4.0},     {"beta_fast", 32},
+        {"beta_slow", 1},        {"mscale", 1.0},     {"mscale_all_dim", 0},
+        {"attention_factor", 1}, {"truncate", false}, {"original_max_position_embeddings", 8192}};
+    EXPECT_EQ(unread_config_keys(c.family(), j), std::vector<std::string>{});
+    // The newer rope_parameters dict, one per layer type (Gemma 3).
+    json g = published("gemma-3-1b");
+    g.erase("rope_scaling");
+    g["rope_parameters"] = {
+        {"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
+        {"sliding_attention", {{"rope_type", "default"}, {"factor", 8.0}, {"rope_theta", 1e4}}}};
+    EXPECT_EQ(config_from_hf_json(g, "g.json").rope_scaling.factor, 8.0);
+    EXPECT_EQ(unread_config_keys(family(Arch::Gemma3), g),
+              std::vector<std::string>{"rope_parameters.sliding_attention.factor"});
+    // GPT-2's class has no rope: the whole dict is one unread key.
+    json h = published("gpt2");
+    h["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+    EXPECT_EQ(unread_config_keys(family(Arch::GPT2), h), std::vector<std::string>{"rope_scaling"});
+}
+
 // A setting outside the family's class at a value other than its neutral one asks for a
 // model that class does not build: refused by name, never ignored.
 TEST(ConfigKeys, NonNeutralSettingsOutsideTheClassAreRefused) {

@@ -3,6 +3,8 @@
 // files carry with a neutral value.
 #include "ete/model/config_keys.h"
 
+#include "ete/model/config_rope.h"
+
 #include <algorithm>
 #include <array>
 #include <string_view>
@@ -173,6 +175,13 @@ std::vector<std::string> unread_config_keys(const Family& f, const json& j) {
         const bool neutral = std::any_of(kNeutralKeys.begin(), kNeutralKeys.end(),
                                          [&](const NeutralKey& n) { return key == n.key; });
         if (!in(kCommonKeys, key) && !family_reads(f, key) && !neutral) keys.push_back(key);
+    }
+    // Inside the rope dict: the keys its type does not read.
+    for (const char* dict : {"rope_scaling", "rope_parameters"}) {
+        if (!j.contains(dict) || !family_reads(f, dict)) continue;
+        const std::string d = dict;
+        for (std::string& k : unread_rope_keys(j[dict], d + ".", d == "rope_parameters"))
+            keys.push_back(std::move(k));
     }
     std::sort(keys.begin(), keys.end());
     return keys;

@@ -1,6 +1,7 @@
 // ete/model/config_rope.cpp
 #include "ete/model/config_rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -104,6 +105,45 @@ RopeScaling parse_rope_scaling(const json& r, int max_positions, int original,
         s.long_factor = read_factors(r, "long_factor", where);
     }
     return s;
+}
+
+std::vector<std::string> unread_rope_keys(const json& r, const std::string& prefix,
+                                          bool parameters) {
+    std::vector<std::string> out;
+    if (!r.is_object()) return out;
+    if (parameters && (r.contains("full_attention") || r.contains("sliding_attention"))) {
+        for (const auto& [key, value] : r.items()) {
+            const bool kind = key == "full_attention" || key == "sliding_attention";
+            if (!kind) out.push_back(prefix + key);
+            if (kind && value.is_object())
+                for (std::string& k : unread_rope_keys(value, prefix + key + ".", true))
+                    out.push_back(std::move(k));
+        }
+        std::sort(out.begin(), out.end());
+        return out;
+    }
+    // What modeling_rope_utils reads per type (its required and optional keys), and ETE with it.
+    const std::string type =
+        r.contains("rope_type") && r["rope_type"].is_string() ? r["rope_type"].get<std::string>()
+        : r.contains("type") && r["type"].is_string()         ? r["type"].get<std::string>()
+                                                              : "default";
+    std::vector<std::string> read = {"rope_type", "type"};
+    if (parameters) read.insert(read.end(), {"rope_theta", "partial_rotary_factor"});
+    if (type == "linear") read.insert(read.end(), {"factor"});
+    if (type == "llama3")
+        read.insert(read.end(), {"factor", "low_freq_factor", "high_freq_factor",
+                                 "original_max_position_embeddings"});
+    if (type == "yarn")
+        read.insert(read.end(), {"factor", "attention_factor", "original_max_position_embeddings",
+                                 "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"});
+    if (type == "longrope")
+        read.insert(read.end(), {"short_factor", "long_factor", "factor", "attention_factor",
+                                 "original_max_position_embeddings"});
+    for (const auto& item : r.items())
+        if (std::find(read.begin(), read.end(), item.key()) == read.end())
+            out.push_back(prefix + item.key());
+    std::sort(out.begin(), out.end());
+    return out;
 }
 
 json rope_scaling_to_json(const RopeScaling& s, int max_positions) {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <vector>
 
 #include "ete/nn/rope.h"
 
@@ -16,6 +17,13 @@ namespace ete {
 // (dynamic, ...) are refused by name.
 RopeScaling parse_rope_scaling(const nlohmann::json& r, int max_positions, int original,
                                const std::string& where);
+
+// The keys of a rope dict that neither ETE nor Hugging Face's rope functions read for its type
+// (HF's _check_received_keys warns of them and goes on), each as prefix + key, sorted. A
+// rope_parameters dict (parameters = true) also holds rope_theta and partial_rotary_factor, and
+// for Gemma 3 one dict per layer type.
+std::vector<std::string> unread_rope_keys(const nlohmann::json& r, const std::string& prefix,
+                                          bool parameters);
 
 // The dict Hugging Face reads back as the same scaling (null for none). longrope is written as
 // Phi-3's config class requires it (type, short_factor, long_factor; factor and attention_factor
