@@ -24,6 +24,12 @@ Each variant becomes one safetensors file holding:
   adamw_losses        F32 [10] loss before each AdamW step (same batch every step)
   final.<hf name>     parameters after the 10 steps
 and __metadata__ {"config": HF config.json, "adamw": hyper-parameters} as JSON strings.
+
+<variant>.bf16.safetensors holds the same model trained as PyTorch users train in bf16: fp32
+parameters (the masters), the forward under torch.autocast("cpu", dtype=torch.bfloat16) (its
+matmuls take bf16 operands and return bf16, the rest follows type promotion, as in Hugging Face's
+modules), the loss in fp32, fp32 gradients and fp32 AdamW:
+  loss, grad.<hf name>, adamw_losses   as above, from the same weights, batch and hyper-parameters
 rope_scaling.safetensors holds HF's yarn and longrope frequencies (<case>.inv_freq F32,
 <case>.attention_factor F32 [1]) for the cases its "cases" metadata lists.
 """
@@ -611,6 +617,47 @@ def adamw_trajectory(cfg, table, forward, params32, inputs, targets):
     return losses, {n: p.detach() for n, p in P.items()}
 
 
+def autocast_loss(cfg, forward, P, inputs, targets):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = forward(cfg, P, inputs)
+    return mean_loss(logits.float(), targets)
+
+
+def make_bf16_golden(cfg, table, forward, B, T, seed):
+    """The bf16 autocast run of make_golden's model and batch (same generator draws)."""
+    gen = torch.Generator().manual_seed(seed)
+    V = cfg["vocab_size"]
+    params32 = init_params(table, gen)
+    inputs = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+    targets = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+    for b, t in [(0, 2), (1, 0), (1, T - 1)]:
+        targets[b, t] = IGNORE_INDEX
+    P = {n: p.clone().requires_grad_(True) for n, p in params32.items()}
+    loss = autocast_loss(cfg, forward, P, inputs, targets)
+    loss.backward()
+    out = {"loss": loss.detach().float().reshape(())}
+    for n, _, _ in table:
+        out["grad." + n] = P[n].grad.float()
+    P = {n: p.clone().requires_grad_(True) for n, p in params32.items()}
+    decay = [P[n] for n, _, kind in table if kind == "matrix"]
+    no_decay = [P[n] for n, _, kind in table if kind != "matrix"]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": ADAMW["weight_decay"]},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]), eps=ADAMW["eps"], foreach=False)
+    losses = []
+    for _ in range(ADAMW["steps"]):
+        opt.zero_grad(set_to_none=False)
+        step_loss = autocast_loss(cfg, forward, P, inputs, targets)
+        step_loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(P.values()), ADAMW["clip_grad_norm"])
+        opt.step()
+        losses.append(float(step_loss))
+    out["adamw_losses"] = torch.tensor(losses, dtype=torch.float64).float()
+    meta = {"autocast": "cpu bfloat16", "torch": torch.__version__}
+    return out, meta, float(loss)
+
+
 # ----------------------------------------------------------------------------------------------
 # safetensors writer (the official layout: u64 LE header length, JSON padded with spaces to a
 # multiple of 8, data ordered by dtype alignment then name)
@@ -745,6 +792,10 @@ def main():
     for name, cfg, table, forward, seed in variants():
         tensors, meta, loss = make_golden(cfg, table, forward, B, T, seed)
         path = os.path.join(args.out, name + ".safetensors")
+        write_safetensors(path, tensors, meta)
+        print(f"{path}: loss {loss:.6f}, {len(tensors)} tensors, {os.path.getsize(path)} bytes")
+        tensors, meta, loss = make_bf16_golden(cfg, table, forward, B, T, seed)
+        path = os.path.join(args.out, name + ".bf16.safetensors")
         write_safetensors(path, tensors, meta)
         print(f"{path}: loss {loss:.6f}, {len(tensors)} tensors, {os.path.getsize(path)} bytes")
     rope_goldens(os.path.join(args.out, "rope_scaling.safetensors"))
