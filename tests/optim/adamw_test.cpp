@@ -50,7 +50,7 @@ TEST_P(AdamWShard, SlicesTogetherEqualTheWholeUpdate) {
         for (AdamW* o : {&a, &b, &c}) o->step(1e-2);
     }
     EXPECT_EQ(sharded.to_host().data_vector(), whole.to_host().data_vector());
-    std::vector<float> part = b.download_exp_avg_sq(), all = full.download_exp_avg_sq();
+    std::vector<float> part = b.download_state(1), all = full.download_state(1);
     for (int64_t i = cut1; i < cut2; ++i) ASSERT_EQ(part[size_t(i - cut1)], all[size_t(i)]) << i;
 }
 
@@ -83,7 +83,7 @@ TEST_P(AdamWShard, FoldedGradScaleEqualsAScalingPass) {
         ob.step(1e-2, c);
     }
     EXPECT_EQ(a.to_host().data_vector(), b.to_host().data_vector());
-    EXPECT_EQ(oa.download_exp_avg_sq(), ob.download_exp_avg_sq());
+    EXPECT_EQ(oa.download_state(1), ob.download_state(1));
 }
 
 // The end of training frees the moments and the gradients (the final save needs the memory);
@@ -95,13 +95,13 @@ TEST(AdamWRelease, ReleasedStateRefusesToBeUsed) {
     fill_grads(s);
     AdamW opt(s, *be, AdamWConfig{});
     opt.step(1e-3);
-    opt.release_moments();
+    opt.release_state();
     s.release_grads();
     EXPECT_TRUE(s.grads_released());
     EXPECT_EQ(error_of([&] { opt.step(1e-3); }),
-              "AdamW: the moments were released (training is over)");
-    EXPECT_EQ(error_of([&] { opt.download_exp_avg(); }),
-              "AdamW: the moments were released (training is over)");
+              "AdamW: the optimizer state was released (training is over)");
+    EXPECT_EQ(error_of([&] { opt.download_state(0); }),
+              "AdamW: the optimizer state was released (training is over)");
     EXPECT_EQ(error_of([&] { s.zero_grads(); }),
               "zero_grads: the gradients were released (training is over)");
     EXPECT_FALSE(s.to_host().data_vector().empty());  // the weights themselves stay

@@ -7,6 +7,7 @@
 #include "ete/core/error.h"
 #include "ete/model/lora_spec.h"
 #include "ete/optim/adamw.h"
+#include "ete/optim/optimizer.h"
 #include "ete/train/config.h"
 
 namespace ete {
@@ -142,6 +143,22 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
     EXPECT_NEAR(lr_at(LrSchedule::Linear, 59, 110, 10, 1.0, 0.0), 1.0 - 49.0 / 99.0, 1e-12);
     EXPECT_DOUBLE_EQ(lr_at(LrSchedule::Constant, 100, 110, 10, 1.0, 0.1), 1.0);
     EXPECT_THROW(lr_schedule_from_name("exp"), Error);
+}
+
+TEST(RunConfigTest, OptimizerIsAdamwOrAdamw8bit) {
+    RunConfig c = default_run_config();
+    EXPECT_EQ(c.optimizer, "adamw");
+    apply_override(c, "train.optimizer=adamw8bit");
+    EXPECT_NO_THROW(validate(c));
+    apply_override(c, "train.optimizer=sgd");
+    EXPECT_EQ(error_of([&] { validate(c); }),
+              "train.optimizer = 'sgd': expected adamw or adamw8bit");
+    apply_override(c, "train.optimizer=adamw8bit");
+    apply_override(c, "train.backend=cuda");
+    EXPECT_NE(error_of([&] { validate(c); }).find("8-bit AdamW has no CUDA kernel yet"),
+              std::string::npos);
+    EXPECT_EQ(error_of([] { optimizer_kind_from_name("lion"); }),
+              "train.optimizer = 'lion': expected adamw or adamw8bit");
 }
 
 }  // namespace

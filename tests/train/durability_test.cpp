@@ -181,10 +181,12 @@ TEST_F(Durability, NonFiniteWeightsAreNeverSaved) {
     std::vector<float> m(6, 0.0f), v(6, 0.0f);
     const CheckpointState st{1, 1, 0, nlohmann::json::object(), nlohmann::json::object()};
     const std::string run = (dir_ / "r").string();
-    save_checkpoint(run, st, p, m.data(), v.data(), "");
+    save_checkpoint(run, st, p, {{"exp_avg", m.data()}, {"exp_avg_sq", v.data()}}, "");
     p.param(0)[4] = std::numeric_limits<float>::quiet_NaN();
     const CheckpointState st2{2, 2, 0, nlohmann::json::object(), nlohmann::json::object()};
-    const std::string e = error_of([&] { save_checkpoint(run, st2, p, m.data(), v.data(), ""); });
+    const std::string e = error_of([&] {
+        save_checkpoint(run, st2, p, {{"exp_avg", m.data()}, {"exp_avg_sq", v.data()}}, "");
+    });
     EXPECT_NE(e.find("parameter 'w' holds a non-finite value (nan at element 4)"),
               std::string::npos)
         << e;

@@ -32,9 +32,11 @@ std::vector<double> losses(const fs::path& metrics) {
 
 using ResumeTest = TinyRunTest;
 
-TEST_F(ResumeTest, HalfThenResumeEqualsStraightBitForBit) {
-    run_training(cfg_, (dir_ / "straight").string());
-    RunConfig half = cfg_;
+// 8 steps straight, and 4 + a resume from the checkpoint at 4: the same losses and bit-identical
+// final weights.
+void expect_resume_equals_straight(const RunConfig& cfg, const fs::path& dir_) {
+    run_training(cfg, (dir_ / "straight").string());
+    RunConfig half = cfg;
     half.checkpoint_every = 4;
     // Train 8 steps with a checkpoint at 4 into "a", then resume "b" from that checkpoint.
     run_training(half, (dir_ / "a").string());
@@ -50,6 +52,24 @@ TEST_F(ResumeTest, HalfThenResumeEqualsStraightBitForBit) {
     EXPECT_EQ(resumed, straight);  // the first 4 kept, the last 4 recomputed identically
     EXPECT_EQ(read_file((dir_ / "straight" / "final" / "model.safetensors").string()),
               read_file((dir_ / "b" / "final" / "model.safetensors").string()));
+}
+
+TEST_F(ResumeTest, HalfThenResumeEqualsStraightBitForBit) {
+    expect_resume_equals_straight(cfg_, dir_);
+}
+
+// 8-bit AdamW: the checkpoint holds the dequantized moments, and requantizing them restores the
+// same codes (core/dynamic_map.h), so a resume is still bit for bit. A wider model, so that its
+// matrices (64 x 128 and more) keep 8-bit moments and its norms F32 ones.
+TEST_F(ResumeTest, Adamw8bitHalfThenResumeEqualsStraightBitForBit) {
+    RunConfig c = cfg_;
+    c.optimizer = "adamw8bit";
+    c.model.hidden_size = 64;
+    c.model.intermediate_size = 128;
+    expect_resume_equals_straight(c, dir_);
+    const nlohmann::json st = nlohmann::json::parse(
+        read_file((dir_ / "a" / "checkpoints" / "step_00000004" / "state.json").string()));
+    EXPECT_EQ(st["run"]["train.optimizer"], "adamw8bit");
 }
 
 TEST_F(ResumeTest, ChangedSettingsAreRefusedUnlessForced) {

@@ -322,6 +322,14 @@ class Backend : public DeviceMemory {
     // AdamW over n F32 elements; decoupled weight decay p -= lr * wd * p. When p_compute is not
     // empty (a 16-bit compute copy of p), it is rewritten from the new p in the same pass.
     virtual void adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec p_compute) = 0;
+    // 8-bit AdamW over n F32 elements (optim/adamw8bit.h), in blocks of `block` elements (the
+    // last may be shorter): the moments are U8 codes (n each) of moment_map_signed() (m) and
+    // bnb_dynamic_map_unsigned() (v) times their block's absmax (F32, one per block;
+    // core/dynamic_map.h). One pass per block dequantizes them, updates p (and p_compute) with
+    // adamw_step's arithmetic on the fp32 moments, and requantizes those with the block's new
+    // absmax. Bit-exact to the reference script (tools/gen_adamw8bit_goldens.py).
+    virtual void adamw8bit_step(Vec p, CVec g, Vec m_codes, Vec v_codes, Vec m_absmax, Vec v_absmax,
+                                int64_t block, const AdamWStep& s, Vec p_compute) = 0;
 
   protected:
     OpProfiler* profiler_ = nullptr;

@@ -126,14 +126,16 @@ std::string slices_metadata(const ParamTable& table) {
 }  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
-                            const HostParams& store, const float* m, const float* v,
+                            const HostParams& store, const std::vector<HostState>& states,
                             const std::string& config_toml) {
     auto from = [&store](const float* base) {
         return [&store, base](int i, float* out) {
             std::copy(base + store.offset(i), base + store.offset(i) + store.numel(i), out);
         };
     };
-    return save_checkpoint(run_dir, st, store, {from(store.data()), from(m), from(v)}, config_toml);
+    CheckpointSource src{from(store.data()), {}};
+    for (const HostState& s : states) src.states.emplace_back(s.name, from(s.values));
+    return save_checkpoint(run_dir, st, store, src, config_toml);
 }
 
 std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
@@ -162,9 +164,11 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
                write_safetensors_streamed(
                    (tmp / "model.safetensors").string(), streamed(table, src.param, ""),
                    {{"format", "ete"}, {"layout", "ete"}, {"slices", meta}}));
-        auto opt = streamed(table, src.exp_avg, "exp_avg.");
-        auto v_tensors = streamed(table, src.exp_avg_sq, "exp_avg_sq.");
-        opt.insert(opt.end(), v_tensors.begin(), v_tensors.end());
+        std::vector<StreamedTensor> opt;
+        for (const auto& [name, fetch] : src.states) {
+            auto t = streamed(table, fetch, name + ".");
+            opt.insert(opt.end(), t.begin(), t.end());
+        }
         record("optimizer.safetensors",
                write_safetensors_streamed((tmp / "optimizer.safetensors").string(), opt,
                                           {{"format", "ete"}}));
@@ -197,14 +201,16 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
     return final_dir.string();
 }
 
-CheckpointState load_checkpoint(const std::string& dir, HostParams& store, float* m, float* v,
-                                bool verify) {
+CheckpointState load_checkpoint(const std::string& dir, HostParams& store,
+                                const std::vector<HostState>& states, bool verify) {
     auto into = [&store](float* base) {
         return [&store, base](int i, const float* values) {
             std::copy(values, values + store.numel(i), base + store.offset(i));
         };
     };
-    return load_checkpoint(dir, store, {into(store.data()), into(m), into(v)}, verify);
+    CheckpointSink sink{into(store.data()), {}};
+    for (const HostState& s : states) sink.states.emplace_back(s.name, into(s.values));
+    return load_checkpoint(dir, store, sink, verify);
 }
 
 CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table,
@@ -223,8 +229,7 @@ CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table,
     ETE_CHECK(bad.empty(), "checkpoint '{}': {}", dir, bad);
     read_into(SafetensorsFile::open((d / "model.safetensors").string()), table, sink.param, "");
     SafetensorsFile opt = SafetensorsFile::open((d / "optimizer.safetensors").string());
-    read_into(opt, table, sink.exp_avg, "exp_avg.");
-    read_into(opt, table, sink.exp_avg_sq, "exp_avg_sq.");
+    for (const auto& [name, take] : sink.states) read_into(opt, table, take, name + ".");
     CheckpointState st;
     try {
         st.step = state.at("step").get<int64_t>();

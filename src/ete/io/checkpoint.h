@@ -3,7 +3,9 @@
 // RUN/checkpoints/step_XXXXXXXX/ holds:
 //   model.safetensors      every parameter under its HF name, in ETE layout (linears (out, in)),
 //                          with `__metadata__` recording each tensor's slice of the global shape
-//   optimizer.safetensors  AdamW moments `exp_avg.<name>`, `exp_avg_sq.<name>` (same layout)
+//   optimizer.safetensors  the optimizer's state, `<state>.<name>` F32 per trainable parameter
+//                          (same layout; optim/optimizer.h: AdamW and 8-bit AdamW both write
+//                          `exp_avg.<name>` and `exp_avg_sq.<name>`, the moments' values)
 //   state.json             format version, step, optimizer step count, data position, seed, the
 //                          model config and the run settings that a resume must not change, and
 //                          `extra` state (the fp16 loss scaler)
@@ -27,39 +29,47 @@ constexpr int kCheckpointFormatVersion = 1;
 
 struct CheckpointState {
     int64_t step = 0;             // optimizer steps completed
-    int64_t optimizer_steps = 0;  // AdamW's t (bias-correction counter)
+    int64_t optimizer_steps = 0;  // the optimizer's t (AdamW's bias-correction counter)
     uint64_t data_position = 0;   // global sample index of the next micro-batch
     nlohmann::json run;           // settings a resume checks (model config, seed, data, batch)
     // Further training state restored as is (the fp16 loss scaler); an object, empty if none.
     nlohmann::json extra = nlohmann::json::object();
 };
 
-// Writes RUN/checkpoints/step_XXXXXXXX/ atomically; returns its path. m and v are the AdamW
-// moments (flat, same offsets as the parameters).
+// One named optimizer state in host memory: flat, at the parameters' offsets.
+struct HostState {
+    std::string name;
+    float* values;
+};
+
+// Writes RUN/checkpoints/step_XXXXXXXX/ atomically; returns its path.
 std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
-                            const HostParams& store, const float* m, const float* v,
+                            const HostParams& store, const std::vector<HostState>& states,
                             const std::string& config_toml);
 
-// The same directory with every tensor fetched as it is written: param(i, out), exp_avg(i, out)
-// and exp_avg_sq(i, out) put trainable parameter i's numel(i) F32 values into out, so the caller
-// never holds the model or a moment whole (one tensor at a time).
+// The same directory with every tensor fetched as it is written: param(i, out) and each state's
+// fetch(i, out) put trainable parameter i's numel(i) F32 values into out, so the caller never
+// holds the model or a state whole (one tensor at a time).
 struct CheckpointSource {
-    std::function<void(int, float*)> param, exp_avg, exp_avg_sq;
+    std::function<void(int, float*)> param;
+    std::vector<std::pair<std::string, std::function<void(int, float*)>>> states;
 };
 std::string save_checkpoint(const std::string& run_dir, const CheckpointState& st,
                             const ParamTable& table, const CheckpointSource& src,
                             const std::string& config_toml);
 
-// Reads a committed checkpoint into store, m and v; returns its state. Names, shapes and the
-// format version are checked against the store.
-// verify = false skips checkpoint_problem when the caller just verified the same directory.
-CheckpointState load_checkpoint(const std::string& dir, HostParams& store, float* m, float* v,
-                                bool verify = true);
-// The same, handing each tensor over as it is read: param(i, values), exp_avg(i, values),
-// exp_avg_sq(i, values) get trainable parameter i's numel(i) F32 values, valid for the call
-// (one tensor in host memory at a time; its file pages are released after the call).
+// Reads a committed checkpoint into store and the named states; returns its state. Names,
+// shapes and the format version are checked against the store; a state the file lacks is an
+// error naming it. verify = false skips checkpoint_problem when the caller just verified the
+// same directory.
+CheckpointState load_checkpoint(const std::string& dir, HostParams& store,
+                                const std::vector<HostState>& states, bool verify = true);
+// The same, handing each tensor over as it is read: param(i, values) and each state's
+// take(i, values) get trainable parameter i's numel(i) F32 values, valid for the call (one
+// tensor in host memory at a time; its file pages are released after the call).
 struct CheckpointSink {
-    std::function<void(int, const float*)> param, exp_avg, exp_avg_sq;
+    std::function<void(int, const float*)> param;
+    std::vector<std::pair<std::string, std::function<void(int, const float*)>>> states;
 };
 CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table,
                                 const CheckpointSink& sink, bool verify = true);

@@ -12,8 +12,7 @@ AdamW::AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg)
     : AdamW(store, backend, cfg, 0, store.numel()) {}
 
 AdamW::AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg, int64_t begin, int64_t end)
-    : store_(store), be_(backend), cfg_(cfg), begin_(begin), end_(end) {
-    ETE_ASSERT(0 <= begin && begin <= end && end <= store.numel());
+    : Optimizer(store, backend, begin, end), cfg_(cfg) {
     const size_t bytes = size_t(end - begin) * sizeof(float);
     m_ = DeviceBuffer(be_, bytes);
     v_ = DeviceBuffer(be_, bytes);
@@ -21,83 +20,42 @@ AdamW::AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg, int64_t begin
     be_.fill_bytes(v_.data(), 0, bytes);
 }
 
-void AdamW::release_moments() {
+const std::vector<std::string>& AdamW::state_names() const {
+    static const std::vector<std::string> names = {"exp_avg", "exp_avg_sq"};
+    return names;
+}
+
+void AdamW::release_state() {
     m_.reset();
     v_.reset();
     released_ = true;
 }
 
-void AdamW::check_moments() const {
-    ETE_CHECK(!released_, "AdamW: the moments were released (training is over)");
-}
-
-std::vector<float> AdamW::download_exp_avg() const {
-    check_moments();
-    std::vector<float> h(static_cast<size_t>(end_ - begin_));
-    be_.download(h.data(), m_.data(), m_.bytes());
-    return h;
-}
-
-std::vector<float> AdamW::download_exp_avg_sq() const {
-    check_moments();
-    std::vector<float> h(static_cast<size_t>(end_ - begin_));
-    be_.download(h.data(), v_.data(), v_.bytes());
-    return h;
-}
-
-void AdamW::download_range(const DeviceBuffer& b, int64_t first, int64_t n, float* out) const {
-    check_moments();
-    ETE_CHECK(first >= begin_ && n >= 0 && first + n <= end_,
-              "AdamW: moments [{}, {}) outside this optimizer's [{}, {})", first, first + n, begin_,
-              end_);
+void AdamW::download_state(int k, int64_t first, int64_t n, float* out) const {
+    check_range("AdamW", first, n);
+    const DeviceBuffer& b = k == 0 ? m_ : v_;
     be_.download(out, static_cast<const char*>(b.data()) + size_t(first - begin_) * sizeof(float),
                  size_t(n) * sizeof(float));
 }
 
-void AdamW::upload_moments(int64_t first, int64_t n, const float* m, const float* v) {
-    check_moments();
-    ETE_CHECK(first >= begin_ && n >= 0 && first + n <= end_,
-              "AdamW: moments [{}, {}) outside this optimizer's [{}, {})", first, first + n, begin_,
-              end_);
-    const size_t at = size_t(first - begin_) * sizeof(float), bytes = size_t(n) * sizeof(float);
-    if (m) be_.upload(static_cast<char*>(m_.data()) + at, m, bytes);
-    if (v) be_.upload(static_cast<char*>(v_.data()) + at, v, bytes);
-}
-
-void AdamW::download_exp_avg(int64_t first, int64_t n, float* out) const {
-    download_range(m_, first, n, out);
-}
-
-void AdamW::download_exp_avg_sq(int64_t first, int64_t n, float* out) const {
-    download_range(v_, first, n, out);
-}
-
-void AdamW::upload_moments(const float* m, const float* v) {
-    check_moments();
-    be_.upload(m_.data(), m, m_.bytes());
-    be_.upload(v_.data(), v, v_.bytes());
+void AdamW::upload_state(int k, int64_t first, int64_t n, const float* in) {
+    check_range("AdamW", first, n);
+    DeviceBuffer& b = k == 0 ? m_ : v_;
+    be_.upload(static_cast<char*>(b.data()) + size_t(first - begin_) * sizeof(float), in,
+               size_t(n) * sizeof(float));
 }
 
 void AdamW::step(double lr, float grad_scale) {
-    check_moments();
+    check_range("AdamW", begin_, 0);
     ++t_;
-    float bc1 = float(1.0 - std::pow(cfg_.beta1, double(t_)));
-    float bc2 = float(1.0 - std::pow(cfg_.beta2, double(t_)));
-    const auto& specs = store_.specs();
     Vec p = store_.masters(), g = store_.grads(), copy = store_.compute_copy();
-    for (size_t i = 0; i < specs.size(); ++i) {
-        if (!specs[i].trainable) continue;
-        // The part of parameter i inside [begin_, end_).
-        const int64_t off = store_.offset(int(i)), n = shape_numel(specs[i].shape);
-        const int64_t lo = std::max(off, begin_), hi = std::min(off + n, end_);
-        if (lo >= hi) continue;
-        float wd = param_decays(specs[i]) ? float(cfg_.weight_decay) : 0.0f;
-        AdamWStep s{float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps), wd, bc1,
-                    bc2,       grad_scale};
-        be_.adamw_step(p.slice(lo, hi - lo), g.slice(lo, hi - lo),
-                       exp_avg().slice(lo - begin_, hi - lo),
-                       exp_avg_sq().slice(lo - begin_, hi - lo), s,
-                       copy.empty() ? Vec{} : copy.slice(lo, hi - lo));
+    for (const Segment& sg : segments()) {
+        const AdamWStep s =
+            adamw_step_of(cfg_, store_.specs()[size_t(sg.param)], lr, grad_scale, t_);
+        const int64_t lo = sg.lo, n = sg.hi - sg.lo;
+        be_.adamw_step(p.slice(lo, n), g.slice(lo, n), exp_avg().slice(lo - begin_, n),
+                       exp_avg_sq().slice(lo - begin_, n), s,
+                       copy.empty() ? Vec{} : copy.slice(lo, n));
     }
 }
 

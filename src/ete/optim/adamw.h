@@ -1,6 +1,7 @@
 // ete/optim/adamw.h — AdamW with decoupled weight decay, global-norm clipping, LR schedules.
 //
-// Moments are F32 backend memory beside the flat trainable buffer (same offsets). Weight decay
+// An Optimizer (optim/optimizer.h). Moments are F32 backend memory beside the flat trainable
+// buffer (same offsets). Weight decay
 // applies per ParamSpec (matrices only by default). The update follows torch.optim.AdamW's
 // operation order so PyTorch goldens match to rounding; under mixed precision the same pass
 // rewrites the parameters' compute copy.
@@ -11,59 +12,36 @@
 
 #include "ete/backend/backend.h"
 #include "ete/model/param_store.h"
+#include "ete/optim/optimizer.h"
 #include "ete/parallel/communicator.h"
 
 namespace ete {
 
-struct AdamWConfig {
-    double lr = 3e-4;
-    double beta1 = 0.9;
-    double beta2 = 0.95;
-    double eps = 1e-8;
-    double weight_decay = 0.1;
-};
-
-class AdamW {
+// AdamW with F32 moments: state "exp_avg" and "exp_avg_sq", backend memory at the flat buffer's
+// offsets (minus begin).
+class AdamW final : public Optimizer {
   public:
     AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg);
     // ZeRO-1: this optimizer owns only the flat elements [begin, end) of the store — its
     // moments cover that range and step() updates only those parameters (the caller then
     // gathers the parameters the other ranks updated).
     AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg, int64_t begin, int64_t end);
-    // One update with learning rate lr; increments the step counter first (t starts at 1). The
-    // gradients are read as g · grad_scale (clipping and unscaling folded into the update).
-    void step(double lr, float grad_scale = 1.0f);
-    int64_t steps_taken() const { return t_; }
-    int64_t shard_begin() const { return begin_; }
-    int64_t shard_end() const { return end_; }
+    OptimizerKind kind() const override { return OptimizerKind::AdamW; }
+    const std::vector<std::string>& state_names() const override;
+    void step(double lr, float grad_scale = 1.0f) override;
+    void download_state(int k, int64_t first, int64_t n, float* out) const override;
+    void upload_state(int k, int64_t first, int64_t n, const float* in) override;
+    using Optimizer::download_state;
+    using Optimizer::upload_state;
+    size_t state_bytes() const override { return m_.bytes() + v_.bytes(); }
+    void release_state() override;
     // The moments, (end - begin) F32 elements of backend memory each.
     Vec exp_avg() { return {m_.data(), DType::F32, end_ - begin_}; }
     Vec exp_avg_sq() { return {v_.data(), DType::F32, end_ - begin_}; }
-    // Host copies in and out (checkpoints).
-    std::vector<float> download_exp_avg() const;
-    std::vector<float> download_exp_avg_sq() const;
-    // n elements from flat element `first` (of the whole buffer, inside this optimizer's
-    // [begin, end)) into host memory.
-    void download_exp_avg(int64_t first, int64_t n, float* out) const;
-    void download_exp_avg_sq(int64_t first, int64_t n, float* out) const;
-    // n elements of each moment from host memory into flat elements [first, first + n).
-    void upload_moments(int64_t first, int64_t n, const float* m, const float* v);
-    void upload_moments(const float* m, const float* v);
-    void set_steps_taken(int64_t t) { t_ = t; }
-    // Frees the moments when training is over (the final save needs the memory); step(), the
-    // downloads and uploads refuse to run afterwards.
-    void release_moments();
 
   private:
-    ParamStore& store_;
-    Backend& be_;
     AdamWConfig cfg_;
-    void check_moments() const;
-    void download_range(const DeviceBuffer& b, int64_t first, int64_t n, float* out) const;
     DeviceBuffer m_, v_;
-    bool released_ = false;
-    int64_t begin_ = 0, end_ = 0;
-    int64_t t_ = 0;
 };
 
 // The global L2 norm of the gradients over the ranks of `mp` (tensor x pipeline parallel; null

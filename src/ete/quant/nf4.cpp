@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ete/core/dynamic_map.h"
 #include "ete/core/error.h"
 
 namespace ete {
@@ -105,27 +106,7 @@ Nf4Tensor finish(Nf4Tensor t, const Nf4Options& opt) {
 }  // namespace
 
 const std::array<float, 256>& nf4_dynamic_map() {
-    static const std::array<float, 256> map = [] {
-        std::vector<double> v;
-        for (int i = 0; i < 7; ++i) {
-            const int n = (1 << i) + 1;
-            const double scale = std::pow(10.0, i - 6);
-            for (int j = 0; j + 1 < n; ++j) {
-                const double lo = 0.1 + 0.9 * j / (n - 1), hi = 0.1 + 0.9 * (j + 1) / (n - 1);
-                const double m = (lo + hi) / 2;
-                v.push_back(scale * m);
-                v.push_back(-scale * m);
-            }
-        }
-        v.push_back(0.0);
-        v.push_back(1.0);
-        std::sort(v.begin(), v.end());
-        std::array<float, 256> out{};
-        ETE_ASSERT(v.size() == out.size());
-        for (size_t i = 0; i < v.size(); ++i) out[i] = float(v[i]);
-        return out;
-    }();
-    return map;
+    return bnb_dynamic_map_signed();
 }
 
 Nf4Buffer::Nf4Buffer(DeviceMemory& mem, const Nf4Tensor& t) {

@@ -124,6 +124,8 @@ const std::vector<Key>& keys() {
         t.push_back(field("train.min_lr", &R::min_lr, "final learning rate of the decay"));
         t.push_back(field("train.warmup_steps", &R::warmup_steps, "linear warmup steps"));
         t.push_back(field("train.lr_schedule", &R::lr_schedule, "constant, cosine or linear"));
+        t.push_back(field("train.optimizer", &R::optimizer,
+                          "adamw, or adamw8bit (both moments in blockwise 8-bit codes)"));
         t.push_back(field("train.weight_decay", &R::weight_decay, "AdamW decay (matrices only)"));
         t.push_back(field("train.beta1", &R::beta1, "AdamW beta1"));
         t.push_back(field("train.beta2", &R::beta2, "AdamW beta2"));
@@ -477,6 +479,11 @@ void validate(const RunConfig& c) {
     ETE_CHECK(c.min_lr >= 0 && c.min_lr <= c.lr, "train.min_lr = {}: expected in [0, train.lr]",
               c.min_lr);
     ETE_CHECK(c.warmup_steps >= 0, "train.warmup_steps = {}: expected >= 0", c.warmup_steps);
+    ETE_CHECK(c.optimizer == "adamw" || c.optimizer == "adamw8bit",
+              "train.optimizer = '{}': expected adamw or adamw8bit", c.optimizer);
+    ETE_CHECK(c.optimizer != "adamw8bit" || c.backend != "cuda",
+              "train.optimizer = adamw8bit: 8-bit AdamW has no CUDA kernel yet (expected "
+              "train.backend = cpu, or train.optimizer = adamw)");
     ETE_CHECK(c.weight_decay >= 0 && c.weight_decay <= 10,
               "train.weight_decay = {}: expected in [0, 10]", c.weight_decay);
     ETE_CHECK(c.beta1 >= 0 && c.beta1 < 1, "train.beta1 = {}: expected in [0, 1)", c.beta1);

@@ -31,6 +31,7 @@ struct RunConfig {
     double min_lr = 3e-4;
     int64_t warmup_steps = 40;
     std::string lr_schedule = "cosine";
+    std::string optimizer = "adamw";  // adamw | adamw8bit (optim/optimizer.h)
     double weight_decay = 0.1;
     double beta1 = 0.9;
     double beta2 = 0.95;

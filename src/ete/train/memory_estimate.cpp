@@ -5,6 +5,7 @@
 
 #include "ete/core/error.h"
 #include "ete/core/mem_stats.h"
+#include "ete/optim/optimizer.h"
 
 namespace ete {
 
@@ -58,7 +59,11 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
     }
     e.weights = n * 4 + (act != DType::F32 ? n * dtype_size(act) : 0) + model.qat_weight_bytes();
     e.gradients = n * 4;
-    e.optimizer = 2 * n * 4 / uint64_t(cfg.parallel_zero1 ? dp : 1);
+    // train.optimizer's state for this rank's shard (ZeRO-1: the first replica's 1/dp, which is
+    // never smaller than the others').
+    const uint64_t shard = cfg.parallel_zero1 ? (n + uint64_t(dp) - 1) / uint64_t(dp) : n;
+    e.optimizer = uint64_t(optimizer_state_bytes(optimizer_kind_from_name(cfg.optimizer),
+                                                 ps.specs(), 0, int64_t(shard)));
     e.activations = activations.value_or(model.activation_bytes());
     if (dp > 1) {
         const uint64_t bucket = uint64_t(cfg.parallel_bucket_mb * double(1 << 20));

@@ -6,7 +6,8 @@
 //   frozen base  frozen parameters (a LoRA base: dense, or NF4 with its statistics)
 //   weights      trainable F32 masters (+ the 16-bit compute copy under mixed precision)
 //   gradients    F32, one per trainable element
-//   optimizer    AdamW's two F32 moments (sharded over dp with ZeRO-1)
+//   optimizer    the optimizer's state (optim/optimizer.h: AdamW's two F32 moments, 8-bit
+//                AdamW's codes and block absmax), sharded over dp with ZeRO-1
 //   activations  the arena (every slot's saved activations and the shared scratch)
 //   comm         data-parallel bucket staging (bf16 copies; the host copy of non-host backends)
 //   workspace    NF4 dequantization tiles, and the GEMM engines' buffers

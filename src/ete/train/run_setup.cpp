@@ -125,6 +125,7 @@ json run_settings(const RunConfig& c, const ModelConfig& mc, const std::string& 
             {"train.min_lr", c.min_lr},
             {"train.warmup_steps", c.warmup_steps},
             {"train.lr_schedule", c.lr_schedule},
+            {"train.optimizer", c.optimizer},
             {"train.weight_decay", c.weight_decay},
             {"train.beta1", c.beta1},
             {"train.beta2", c.beta2},
@@ -138,6 +139,7 @@ void check_resume_compatible(const json& saved_settings, const json& now, const 
     // Settings added after the first checkpoint format: what a checkpoint without them meant.
     json saved = saved_settings;
     if (!saved.contains("train.precision")) saved["train.precision"] = "fp32";
+    if (!saved.contains("train.optimizer")) saved["train.optimizer"] = "adamw";
     if (!saved.contains("lora")) saved["lora"] = nullptr;
     if (!saved.contains("lora.base_hash")) saved["lora.base_hash"] = "";
     if (!saved.contains("data.shuffle")) saved["data.shuffle"] = true;

@@ -302,12 +302,12 @@ StepMetrics Trainer::step(int64_t step) {
     if (verdict.anomalous()) ++consecutive_skips_;
     if (take) consecutive_skips_ = 0;
     double lr = lr_at(sched_, step, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
-    if (take) opt_.step(lr, grad_scale);
+    if (take) opt_->step(lr, grad_scale);
     if (take && zero1()) {  // every replica updated its slice: gather the whole model everywhere
         ParamStore& ps = model_.params();
-        const int64_t have = opt_.shard_end() - opt_.shard_begin();
+        const int64_t have = opt_->shard_end() - opt_->shard_begin();
         std::vector<float> mine(static_cast<size_t>(have)), full(size_t(ps.numel()));
-        backend_->download(mine.data(), ps.masters().slice(opt_.shard_begin(), have).data,
+        backend_->download(mine.data(), ps.masters().slice(opt_->shard_begin(), have).data,
                            mine.size() * sizeof(float));
         gather_shards(mine.data(), full.data());
         ps.upload_masters(full.data());

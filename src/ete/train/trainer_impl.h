@@ -59,15 +59,19 @@ class Trainer {
     }
     // Whether this rank holds only part of the model (so files need the layout map).
     bool sharded() const { return dist_.shape().tp > 1 || dist_.shape().pp > 1; }
-    // AdamW over the whole model, or (parallel.zero1) over this replica's 1/dp of it.
-    AdamW make_optimizer() {
-        AdamWConfig c{cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.adam_eps, cfg_.weight_decay};
+    // train.optimizer over the whole model, or (parallel.zero1) over this replica's 1/dp of it.
+    std::unique_ptr<Optimizer> make_optimizer() {
+        OptimizerConfig c{optimizer_kind_from_name(cfg_.optimizer),
+                          {cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.adam_eps, cfg_.weight_decay}};
         const int64_t n = model_.params().numel(), dp = dist_.shape().dp;
-        if (!cfg_.parallel_zero1 || dp == 1) return AdamW(model_.params(), *backend_, c);
+        if (!cfg_.parallel_zero1 || dp == 1)
+            return ete::make_optimizer(c, model_.params(), *backend_, 0, n);
         const int64_t per = (n + dp - 1) / dp, begin = std::min(n, dist_.groups.dp_rank * per);
-        return AdamW(model_.params(), *backend_, c, begin, std::min(n, begin + per));
+        return ete::make_optimizer(c, model_.params(), *backend_, begin, std::min(n, begin + per));
     }
-    bool zero1() const { return opt_.shard_end() - opt_.shard_begin() != model_.params().numel(); }
+    bool zero1() const {
+        return opt_->shard_end() - opt_->shard_begin() != model_.params().numel();
+    }
     // Whether every rank holds the whole model and both moments at their logical shapes (no tp,
     // pp or ZeRO-1): checkpoints then move tensor by tensor, with no gather.
     bool state_is_whole() const { return !sharded() && !zero1(); }
@@ -78,7 +82,7 @@ class Trainer {
     void load_weights();  // init_weights without the heap trim
     // verified: checkpoint_problem(dir) was just checked (not hashed again).
     void load_state(const std::string& dir, CheckpointState& st, bool verified = false);
-    // The logical whole model (weights, or with moments = true also the AdamW moments, zero
+    // The logical whole model (weights, or with moments = true also the optimizer state, zero
     // elsewhere) on world rank 0; other ranks get an empty store.
     std::unique_ptr<HostParams> gather_model() const;
     std::vector<float> whole_of(std::vector<float> local) const;
@@ -86,7 +90,8 @@ class Trainer {
     // The newest checkpoint of the run dir that verifies (collective).
     std::optional<std::string> newest_good_checkpoint();
     CheckpointSource streamed_source() const;
-    void gather_moments(std::vector<float>& m, std::vector<float>& v);
+    // The optimizer's whole logical state on world rank 0, one vector per state (collective).
+    std::vector<std::vector<float>> gather_states();
     void save_final();
     void write_final(const HostParams& whole) const;
     void fill_micro(int64_t step, int a);
@@ -178,7 +183,7 @@ class Trainer {
     Transformer model_;
     LayoutMap layout_;
     int slots_ = 1;  // micro-batches in flight on this pipeline stage (+1 arriving)
-    AdamW opt_;
+    std::unique_ptr<Optimizer> opt_;
     LrSchedule sched_;
     std::unique_ptr<GradSync> sync_;  // dp > 1
     // The pp and tied-embedding groups over backend memory (stage buffers, gradients).

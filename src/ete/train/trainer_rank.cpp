@@ -4,7 +4,7 @@
 // A change is applied to the logical whole adapters: every rank contributes its owned elements
 // (layout.h), world rank 0 shrinks or grows each adapter on the host and broadcasts the result,
 // and every rank takes its slice back — so replicas, tensor shards and pipeline stages stay
-// exactly consistent. The AdamW moments of the adapters are reset: a shrink rotates each
+// exactly consistent. The optimizer state of the adapters is reset: a shrink rotates each
 // adapter's basis (the old moments describe other coordinates) and a grow adds fresh ones. With
 // AdamW's step count unchanged (bias correction ~1), the first updates afterwards are about
 // 0.45 of a warm Adam step ((1-β1)/√(1-β2) at the defaults) and grow back as the moments refill.
@@ -79,9 +79,9 @@ void Trainer::apply_rank_change(const RankChange& c, int64_t step) {
     }
     layout_.gather_local(whole.data(), lp.data());
     local.upload_masters(lp.data());
-    const size_t slice = size_t(opt_.shard_end() - opt_.shard_begin());
+    const size_t slice = size_t(opt_->shard_end() - opt_->shard_begin());
     const std::vector<float> zeros(slice, 0.0f);
-    opt_.upload_moments(zeros.data(), zeros.data());
+    for (int k = 0; k < opt_->state_count(); ++k) opt_->upload_state(k, zeros.data());
     set_adapter_ranks(c.to);
     log_info(
         "lora rank: {} -> {} after step {} ({}: smoothed loss improved {:.4f} over the "

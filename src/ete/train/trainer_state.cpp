@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 // this replica's, gathered into `full` (all replicas call it).
 void Trainer::gather_shards(const float* mine, float* full) {
     const int64_t n = model_.params().numel(), dp = dist_.shape().dp;
-    const int64_t per = (n + dp - 1) / dp, have = opt_.shard_end() - opt_.shard_begin();
+    const int64_t per = (n + dp - 1) / dp, have = opt_->shard_end() - opt_->shard_begin();
     std::vector<float> send(size_t(per), 0.0f), all(size_t(per * dp));
     std::copy(mine, mine + have, send.begin());
     dist_.groups.dp->all_gather(send.data(), all.data(), size_t(per), DType::F32);
@@ -115,7 +115,7 @@ void Trainer::load_weights() {
     load_hf_tensors(cfg_.model_init_from, global, take, take_nf4);
 }
 
-// Reads checkpoint `dir` into this rank's weights and (its slice of) the AdamW moments; with
+// Reads checkpoint `dir` into this rank's weights and (its slice of) the optimizer state; with
 // state_is_whole() tensor by tensor, straight into backend memory (the mirror of checkpoint()).
 void Trainer::load_state(const std::string& dir, CheckpointState& st, bool verified) {
     if (state_is_whole()) {
@@ -124,30 +124,32 @@ void Trainer::load_state(const std::string& dir, CheckpointState& st, bool verif
         auto local = [&](int i) { return ps.index(table.specs()[size_t(i)].name); };
         CheckpointSink sink;
         sink.param = [&](int i, const float* v) { ps.upload(local(i), v); };
-        sink.exp_avg = [&](int i, const float* v) {
-            opt_.upload_moments(ps.offset(local(i)), ps.numel(local(i)), v, nullptr);
-        };
-        sink.exp_avg_sq = [&](int i, const float* v) {
-            opt_.upload_moments(ps.offset(local(i)), ps.numel(local(i)), nullptr, v);
-        };
+        for (int k = 0; k < opt_->state_count(); ++k)
+            sink.states.emplace_back(opt_->state_names()[size_t(k)], [&, k](int i, const float* v) {
+                opt_->upload_state(k, ps.offset(local(i)), ps.numel(local(i)), v);
+            });
         st = load_checkpoint(dir, table, sink, !verified);
         return;
     }
     HostParams whole(layout_.global_specs());
     const size_t n = size_t(whole.numel());
-    std::vector<float> m(n), v(n);
-    st = load_checkpoint(dir, whole, m.data(), v.data(), !verified);
+    std::vector<std::vector<float>> states(size_t(opt_->state_count()), std::vector<float>(n));
+    std::vector<HostState> named;
+    for (int k = 0; k < opt_->state_count(); ++k)
+        named.push_back({opt_->state_names()[size_t(k)], states[size_t(k)].data()});
+    st = load_checkpoint(dir, whole, named, !verified);
     ParamStore& local = model_.params();
-    std::vector<float> lp(size_t(local.numel())), lm(lp.size()), lv(lp.size());
+    std::vector<float> lp(size_t(local.numel()));
     layout_.gather_local(whole.data(), lp.data());
-    layout_.gather_local(m.data(), lm.data());
-    layout_.gather_local(v.data(), lv.data());
     local.upload_masters(lp.data());
-    opt_.upload_moments(lm.data() + opt_.shard_begin(), lv.data() + opt_.shard_begin());
+    for (int k = 0; k < opt_->state_count(); ++k) {
+        layout_.gather_local(states[size_t(k)].data(), lp.data());
+        opt_->upload_state(k, lp.data() + opt_->shard_begin());
+    }
 }
 
 void Trainer::restore_state(const CheckpointState& st) {
-    opt_.set_steps_taken(st.optimizer_steps);
+    opt_->set_steps_taken(st.optimizer_steps);
     if (scaler_.enabled() && st.extra.contains("loss_scaler"))
         scaler_.restore(st.extra["loss_scaler"]);
     if (ranks_ && st.extra.contains("lora_rank")) {
@@ -249,24 +251,23 @@ std::unique_ptr<HostParams> Trainer::gather_model() const {
     return std::make_unique<HostParams>(layout_.global_specs(), std::move(w));
 }
 
-// The whole logical AdamW moments into m and v on world rank 0 (every rank must call).
-void Trainer::gather_moments(std::vector<float>& m, std::vector<float>& v) {
-    std::vector<float> lm = opt_.download_exp_avg(), lv = opt_.download_exp_avg_sq();
-    if (zero1()) {
-        const size_t n = size_t(model_.params().numel());
-        std::vector<float> fm(n), fv(n);
-        gather_shards(lm.data(), fm.data());
-        gather_shards(lv.data(), fv.data());
-        lm.swap(fm);
-        lv.swap(fv);
+std::vector<std::vector<float>> Trainer::gather_states() {
+    std::vector<std::vector<float>> out;
+    for (int k = 0; k < opt_->state_count(); ++k) {
+        std::vector<float> mine = opt_->download_state(k);
+        if (zero1()) {
+            std::vector<float> full(size_t(model_.params().numel()));
+            gather_shards(mine.data(), full.data());
+            mine.swap(full);
+        }
+        out.push_back(whole_of(std::move(mine)));
     }
-    m = whole_of(std::move(lm));
-    v = whole_of(std::move(lv));
+    return out;
 }
 
 bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
     auto t0 = Clock::now();
-    const CheckpointState st{steps_done, opt_.steps_taken(), data_position(steps_done),
+    const CheckpointState st{steps_done, opt_->steps_taken(), data_position(steps_done),
                              run_settings(cfg_, mc_, base_hash_), checkpoint_extra()};
     std::string dir;
     bool ok = true;
@@ -295,13 +296,13 @@ bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
             });
         }
     } else {
-        std::vector<float> m, v;
-        gather_moments(m, v);
+        std::vector<std::vector<float>> states = gather_states();
         std::unique_ptr<HostParams> whole = gather_model();
+        std::vector<HostState> named;
+        for (int k = 0; k < opt_->state_count(); ++k)
+            named.push_back({opt_->state_names()[size_t(k)], states[size_t(k)].data()});
         if (dist_.main())
-            write([&] {
-                return save_checkpoint(out_, st, *whole, m.data(), v.data(), dump_toml(cfg_));
-            });
+            write([&] { return save_checkpoint(out_, st, *whole, named, dump_toml(cfg_)); });
     }
     if (dist_.main() && ok) {
         prune_checkpoints(out_, cfg_.keep_checkpoints);
@@ -323,12 +324,11 @@ CheckpointSource Trainer::streamed_source() const {
         const std::vector<float> v = ps.download(local(i));
         std::copy(v.begin(), v.end(), out);
     };
-    src.exp_avg = [this, &ps, local](int i, float* out) {
-        opt_.download_exp_avg(ps.offset(local(i)), ps.numel(local(i)), out);
-    };
-    src.exp_avg_sq = [this, &ps, local](int i, float* out) {
-        opt_.download_exp_avg_sq(ps.offset(local(i)), ps.numel(local(i)), out);
-    };
+    for (int k = 0; k < opt_->state_count(); ++k)
+        src.states.emplace_back(
+            opt_->state_names()[size_t(k)], [this, &ps, local, k](int i, float* out) {
+                opt_->download_state(k, ps.offset(local(i)), ps.numel(local(i)), out);
+            });
     return src;
 }
 
@@ -393,7 +393,7 @@ void Trainer::save_final() {
     // Training is over: the moments and gradients are not needed again, and a model near the
     // memory limit needs their memory for the whole copy gathered here (a 1.1B full fine-tune
     // on 24 GiB was killed at this point with them kept).
-    opt_.release_moments();
+    opt_->release_state();
     model_.params().release_grads();
     std::unique_ptr<HostParams> whole = gather_model();
     if (dist_.main()) {

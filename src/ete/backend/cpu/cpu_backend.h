@@ -10,6 +10,7 @@
 //   attention.cpp    RoPE, flash attention
 //   loss.cpp         cross-entropy
 //   optim.cpp        AdamW
+//   optim8.cpp       8-bit AdamW (compiled without floating-point contraction)
 //   dropout.cpp      counter-based dropout (LoRA's adapter input)
 //   fake_quant.cpp   QAT: block min/max, quantization parameters, fake quant and its STE
 //   int8.cpp         the integer model: activation quantization, packed int8 GEMM, dequantization
@@ -136,6 +137,8 @@ class CpuBackend final : public Backend {
 
     // optim.cpp
     void adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec p_compute) override;
+    void adamw8bit_step(Vec p, CVec g, Vec m_codes, Vec v_codes, Vec m_absmax, Vec v_absmax,
+                        int64_t block, const AdamWStep& s, Vec p_compute) override;
 
   private:
     // One op: host views of its arguments, and its timing when a profiler is set.

@@ -105,6 +105,8 @@ class CudaBackend final : public Backend {
     void cross_entropy_backward(ete::Mat d_logits, ete::CMat logits, CVec lse, CVec targets,
                                 float d_scale) override;
     void adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec p_compute) override;
+    void adamw8bit_step(Vec p, CVec g, Vec m_codes, Vec v_codes, Vec m_absmax, Vec v_absmax,
+                        int64_t block, const AdamWStep& s, Vec p_compute) override;
 
     // cuda_gemm.cpp
     void gemm(ete::CMat a, bool trans_a, ete::CMat b, bool trans_b, ete::Mat c, float alpha,

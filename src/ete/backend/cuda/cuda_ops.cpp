@@ -289,6 +289,14 @@ void CudaBackend::adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Ve
     check_launch(op);
 }
 
+// No CUDA kernel yet: the trainer refuses train.optimizer = "adamw8bit" on a GPU before it
+// starts (train/job_check.cpp), so this is reached only by a direct call.
+void CudaBackend::adamw8bit_step(Vec, CVec, Vec, Vec, Vec, Vec, int64_t, const AdamWStep&, Vec) {
+    throw_error(
+        "[cuda] adamw8bit_step: 8-bit AdamW has no CUDA kernel yet (train.optimizer = "
+        "\"adamw8bit\" runs on the CPU backend)");
+}
+
 // --- quantization (quant.cu) ---
 
 namespace {

@@ -612,6 +612,24 @@ class RefBackend final : public Backend {
             }
         }
     }
+    void adamw8bit_step(Vec p, CVec g, Vec m_codes, Vec v_codes, Vec m_absmax, Vec v_absmax,
+                        int64_t block, const AdamWStep& s, Vec p_compute) override {
+        const int64_t n = p.n, nb = block > 0 ? (n + block - 1) / block : 0;
+        ETE_CHECK(block > 0 && g.n == n && m_codes.n == n && v_codes.n == n && m_absmax.n == nb &&
+                      v_absmax.n == nb && p.dtype == DType::F32 && g.dtype == DType::F32 &&
+                      m_codes.dtype == DType::U8 && v_codes.dtype == DType::U8 &&
+                      m_absmax.dtype == DType::F32 && v_absmax.dtype == DType::F32,
+                  "ref adamw8bit_step: expected F32 p, g (n = {}), U8 codes of n, F32 absmax of "
+                  "ceil(n / block) = {}",
+                  n, nb);
+        auto* pp = static_cast<float*>(p.data);
+        ref::adamw8bit_step(pp, static_cast<const float*>(g.data),
+                            static_cast<uint8_t*>(m_codes.data),
+                            static_cast<uint8_t*>(v_codes.data), static_cast<float*>(m_absmax.data),
+                            static_cast<float*>(v_absmax.data), n, block, s);
+        for (int64_t i = 0; !p_compute.empty() && i < n; ++i)
+            put(p_compute.data, p_compute.dtype, i, double(pp[i]));
+    }
     void adamw_step(Vec p, CVec g, Vec m, Vec v, const AdamWStep& s, Vec p_compute) override {
         compute({p.dtype, g.dtype, m.dtype, v.dtype}, [&](auto t) {
             using T = decltype(t);

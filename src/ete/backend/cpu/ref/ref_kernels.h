@@ -402,6 +402,10 @@ void cross_entropy_backward(T* d, const T* logits, const T* lse, const int32_t* 
     }
 }
 
+// Backend::adamw8bit_step over n elements in blocks of `block` (ref_adamw8bit.cpp).
+void adamw8bit_step(float* p, const float* g, uint8_t* mc, uint8_t* vc, float* ma, float* va,
+                    int64_t n, int64_t block, const AdamWStep& s);
+
 // AdamW in the exact operation order of torch.optim.AdamW (single-tensor path), so 10-step
 // goldens match to float rounding.
 // g is read as g * grad_scale (clipping folded into the step).

@@ -1,0 +1,107 @@
+// ete/backend/cpu/optim8.cpp — the 8-bit AdamW step on the CPU (Backend::adamw8bit_step).
+//
+// Each block is one task (OpenMP over blocks): dequantize and step its elements in one loop
+// (keeping the fresh fp32 moments in a block-sized scratch and their absmax), then requantize
+// them. The arithmetic is adamw_step's, element by element, and this file is compiled without
+// floating-point contraction (src/ete/CMakeLists.txt): every product and sum rounds on its own,
+// as in the reference script's float32 NumPy, so codes, absmax and parameters are bit-exact to
+// its goldens on every CPU (and to the reference backend, ref/ref_adamw8bit.cpp).
+#include <algorithm>
+#include <cmath>
+
+#include "ete/backend/cpu/cpu_backend.h"
+#include "ete/backend/cpu/elem.h"
+#include "ete/core/dynamic_map.h"
+
+namespace ete::cpu {
+namespace {
+
+constexpr int64_t kMaxBlock = 4096;
+
+struct Consts {
+    float step_size, bc2_sqrt, decay, one_m_b1, beta2, one_m_b2, eps, grad_scale;
+};
+
+// Block [i0, i1) of the operands; b its index. m_new, v_new: scratch of i1 - i0 floats.
+void step_block(float* p, const float* g, uint8_t* mc, uint8_t* vc, float* ma, float* va, int64_t b,
+                int64_t i0, int64_t i1, const Consts& k, float* m_new, float* v_new) {
+    const float* sm = moment_map_signed().data();
+    const float* um = bnb_dynamic_map_unsigned().data();
+    const float m_abs = ma[b], v_abs = va[b];
+    float m_max = 0.0f, v_max = 0.0f;
+    for (int64_t i = i0; i < i1; ++i) {
+        const float gi = k.grad_scale == 1.0f ? g[i] : g[i] * k.grad_scale;
+        float m = sm[mc[i]] * m_abs, v = um[vc[i]] * v_abs;
+        p[i] = p[i] * k.decay;
+        m = m + (gi - m) * k.one_m_b1;
+        v = v * k.beta2 + k.one_m_b2 * gi * gi;
+        const float denom = std::sqrt(v) / k.bc2_sqrt + k.eps;
+        p[i] = p[i] - k.step_size * (m / denom);
+        m_new[i - i0] = m;
+        v_new[i - i0] = v;
+        m_max = std::max(m_max, std::fabs(m));
+        v_max = std::max(v_max, v);
+    }
+    ma[b] = m_max;
+    va[b] = v_max;
+    const uint8_t m_zero = dynamic_code(0.0f, sm), v_zero = dynamic_code(0.0f, um);
+    for (int64_t i = i0; i < i1; ++i) {
+        mc[i] = m_max == 0.0f ? m_zero : dynamic_code(m_new[i - i0] / m_max, sm);
+        vc[i] = v_max == 0.0f ? v_zero : dynamic_code(v_new[i - i0] / v_max, um);
+    }
+}
+
+}  // namespace
+
+void CpuBackend::adamw8bit_step(Vec p, CVec g, Vec m_codes, Vec v_codes, Vec m_absmax, Vec v_absmax,
+                                int64_t block, const AdamWStep& s, Vec p_compute) {
+    Scope h(*this, "adamw8bit");
+    const int64_t n = p.n, nb = block > 0 ? (n + block - 1) / block : 0;
+    ETE_CHECK(block > 0 && block <= kMaxBlock, "adamw8bit_step: block {}: expected 1..{}", block,
+              kMaxBlock);
+    ETE_CHECK(g.n == n && m_codes.n == n && v_codes.n == n && m_absmax.n == nb &&
+                  v_absmax.n == nb && (p_compute.empty() || p_compute.n == n),
+              "adamw8bit_step: expected {} elements in p, g and the codes, {} absmax values, "
+              "and the compute copy empty or of {}",
+              n, nb, n);
+    ETE_CHECK(p.dtype == DType::F32 && g.dtype == DType::F32 && m_codes.dtype == DType::U8 &&
+                  v_codes.dtype == DType::U8 && m_absmax.dtype == DType::F32 &&
+                  v_absmax.dtype == DType::F32,
+              "adamw8bit_step: expected F32 parameters, gradients and absmax, U8 codes");
+    p = h(p);
+    g = h(g);
+    m_codes = h(m_codes);
+    v_codes = h(v_codes);
+    m_absmax = h(m_absmax);
+    v_absmax = h(v_absmax);
+    p_compute = h(p_compute);
+    const Consts k{s.lr / s.bc1,   std::sqrt(s.bc2), 1.0f - s.lr * s.weight_decay,
+                   1.0f - s.beta1, s.beta2,          1.0f - s.beta2,
+                   s.eps,          s.grad_scale};
+    float* pp = elems<float>(p);
+    const float* gp = elems<float>(g);
+    auto* mc = static_cast<uint8_t*>(m_codes.data);
+    auto* vc = static_cast<uint8_t*>(v_codes.data);
+    float *ma = elems<float>(m_absmax), *va = elems<float>(v_absmax);
+    auto update = [&](auto copy) {
+        using C = std::remove_pointer_t<decltype(copy)>;
+#pragma omp parallel if (n >= 1 << 15)
+        {
+            float m_new[kMaxBlock], v_new[kMaxBlock];
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < nb; ++b) {
+                const int64_t i0 = b * block, i1 = std::min(n, i0 + block);
+                step_block(pp, gp, mc, vc, ma, va, b, i0, i1, k, m_new, v_new);
+                if constexpr (!std::is_same_v<C, void>)
+                    for (int64_t i = i0; i < i1; ++i) store(copy[i], pp[i]);
+            }
+        }
+    };
+    if (p_compute.empty()) return update(static_cast<void*>(nullptr));
+    with_float_type(p_compute.dtype, "adamw8bit_step", [&](auto t) {
+        using C = decltype(t);
+        update(elems<C>(p_compute));
+    });
+}
+
+}  // namespace ete::cpu

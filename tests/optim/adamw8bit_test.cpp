@@ -1,0 +1,256 @@
+// tests/optim/adamw8bit_test.cpp — 8-bit AdamW against its reference script
+// (tools/gen_adamw8bit_goldens.py -> tests/golden/adamw8bit.safetensors): the dynamic maps and
+// blockwise codes bit for bit, whole steps bit for bit on every backend (the kernels round each
+// operation on its own, as the script's float32 NumPy), requantization of dequantized moments as
+// the identity (what makes a resume restore the same bytes), and the optimizer's state layout.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ete/backend/backend.h"
+#include "ete/core/dynamic_map.h"
+#include "ete/core/rng.h"
+#include "ete/io/safetensors.h"
+#include "ete/model/param_spec.h"
+#include "ete/model/param_store.h"
+#include "ete/optim/adamw8bit.h"
+#include "test_util.h"
+
+namespace ete {
+namespace {
+
+const SafetensorsFile& golden() {
+    static const SafetensorsFile f =
+        SafetensorsFile::open(std::string(ETE_SOURCE_DIR) + "/tests/golden/adamw8bit.safetensors");
+    return f;
+}
+
+std::vector<float> f32(const std::string& name) {
+    const Tensor t = golden().to_f32(name);
+    return {t.f32(), t.f32() + t.numel()};
+}
+
+std::vector<uint8_t> u8(const std::string& name) {
+    const Tensor t = golden().to_tensor(name);
+    const auto* p = static_cast<const uint8_t*>(t.data());
+    return {p, p + t.numel()};
+}
+
+template <typename T>
+std::vector<uint32_t> bits(const std::vector<T>& v) {
+    std::vector<uint32_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+        float f = float(v[i]);
+        std::memcpy(&out[i], &f, 4);
+    }
+    return out;
+}
+
+TEST(DynamicMap, MapsAreTheReferenceScriptsBitForBit) {
+    const auto& s = moment_map_signed();
+    const auto& u = bnb_dynamic_map_unsigned();
+    EXPECT_EQ(bits(std::vector<float>(s.begin(), s.end())), bits(f32("map.signed")));
+    EXPECT_EQ(bits(std::vector<float>(u.begin(), u.end())), bits(f32("map.unsigned")));
+    // bitsandbytes' own signed map differs in its lowest value only.
+    const auto& b = bnb_dynamic_map_signed();
+    EXPECT_FLOAT_EQ(b[0], -0.99296875f);
+    EXPECT_EQ(s[0], -1.0f);
+    for (int i = 1; i < 256; ++i) ASSERT_EQ(s[size_t(i)], b[size_t(i)]) << i;
+    EXPECT_EQ(s[255], 1.0f);
+    EXPECT_EQ(u[0], 0.0f);
+    EXPECT_EQ(u[255], 1.0f);
+}
+
+// Blocks of 256: six decades of values, zeros, a negative absmax element, exact midpoints
+// between neighbouring codes (ties go to the lower index), the codes themselves, a short block.
+TEST(DynamicMap, BlockCodesAreTheReferenceScriptsBitForBit) {
+    const std::vector<float> x = f32("quant.x");
+    const int64_t block = 256, n = int64_t(x.size());
+    std::vector<float> ax(x.size());
+    for (size_t i = 0; i < x.size(); ++i) ax[i] = std::abs(x[i]);
+    std::vector<uint8_t> mc(x.size()), vc(x.size());
+    std::vector<float> ma, va;
+    for (int64_t b0 = 0; b0 < n; b0 += block) {
+        const int64_t len = std::min(block, n - b0);
+        ma.push_back(
+            quantize_block(x.data() + b0, len, moment_map_signed().data(), true, mc.data() + b0));
+        va.push_back(quantize_block(ax.data() + b0, len, bnb_dynamic_map_unsigned().data(), false,
+                                    vc.data() + b0));
+    }
+    EXPECT_EQ(mc, u8("quant.m_codes"));
+    EXPECT_EQ(bits(ma), bits(f32("quant.m_absmax")));
+    EXPECT_EQ(vc, u8("quant.v_codes"));
+    EXPECT_EQ(bits(va), bits(f32("quant.v_absmax")));
+    EXPECT_EQ(ma[1], 0.0f);  // the block of zeros
+    EXPECT_EQ(mc[256], dynamic_code(0.0f, moment_map_signed().data()));
+}
+
+// Quantizing a dequantized block gives back its absmax and codes: the absmax element decodes to
+// ±absmax exactly (the maps hold ±1), every other code to within an ulp of a code value, far
+// nearer to it than to its neighbours.
+TEST(DynamicMap, RequantizingADequantizedBlockIsTheIdentity) {
+    const CounterRng rng(5, "requantize");
+    for (int trial = 0; trial < 200; ++trial) {
+        const int64_t n = 1 + trial % 256;
+        std::vector<float> x(static_cast<size_t>(n));
+        const float scale = std::pow(10.0f, -float(trial % 9));
+        for (int64_t i = 0; i < n; ++i)
+            x[size_t(i)] = (2 * rng.uniform(uint64_t(trial * 1000 + i)) - 1) * scale;
+        x[size_t(trial % n)] = -2 * scale;  // a negative absmax element half the time
+        if (trial % 2) x[size_t(trial % n)] = 2 * scale;
+        for (bool is_signed : {true, false}) {
+            const float* map =
+                is_signed ? moment_map_signed().data() : bnb_dynamic_map_unsigned().data();
+            std::vector<float> in = x;
+            if (!is_signed)
+                for (float& v : in) v = std::abs(v);
+            std::vector<uint8_t> q(static_cast<size_t>(n)), q2(static_cast<size_t>(n));
+            std::vector<float> d(static_cast<size_t>(n));
+            const float a = quantize_block(in.data(), n, map, is_signed, q.data());
+            dequantize_block(q.data(), n, a, map, d.data());
+            EXPECT_EQ(quantize_block(d.data(), n, map, is_signed, q2.data()), a);
+            ASSERT_EQ(q2, q) << "trial " << trial << (is_signed ? " signed" : " unsigned");
+        }
+    }
+}
+
+class Adamw8bitStep : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Adamw8bitStep, EveryCaseIsTheReferenceScriptsBitForBit) {
+    auto be = make_backend(GetParam());
+    for (const char* c : {"first", "later", "small_blocks"}) {
+        const std::string k = c;
+        const std::vector<float> h = f32(k + ".hyper");
+        const AdamWStep s{h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]};
+        const int64_t block = int64_t(h[8]), n = int64_t(h[9]), nb = (n + block - 1) / block;
+        DeviceBuffer p(*be, size_t(n) * 4), g(*be, size_t(n) * 4), mc(*be, size_t(n)),
+            vc(*be, size_t(n)), ma(*be, size_t(nb) * 4), va(*be, size_t(nb) * 4),
+            copy(*be, size_t(n) * 2);
+        auto put = [&](DeviceBuffer& b, const std::string& name, bool codes) {
+            if (codes) {
+                be->upload(b.data(), u8(name).data(), b.bytes());
+            } else {
+                be->upload(b.data(), f32(name).data(), b.bytes());
+            }
+        };
+        put(p, k + ".p", false);
+        put(g, k + ".g", false);
+        put(mc, k + ".m_codes", true);
+        put(vc, k + ".v_codes", true);
+        put(ma, k + ".m_absmax", false);
+        put(va, k + ".v_absmax", false);
+        be->adamw8bit_step({p.data(), DType::F32, n}, {g.data(), DType::F32, n},
+                           {mc.data(), DType::U8, n}, {vc.data(), DType::U8, n},
+                           {ma.data(), DType::F32, nb}, {va.data(), DType::F32, nb}, block, s,
+                           {copy.data(), DType::BF16, n});
+        auto floats = [&](const DeviceBuffer& b) {
+            std::vector<float> v(b.bytes() / 4);
+            be->download(v.data(), b.data(), b.bytes());
+            return v;
+        };
+        auto bytes = [&](const DeviceBuffer& b) {
+            std::vector<uint8_t> v(b.bytes());
+            be->download(v.data(), b.data(), b.bytes());
+            return v;
+        };
+        const std::vector<float> got_p = floats(p);
+        EXPECT_EQ(bits(got_p), bits(f32(k + ".out.p"))) << c;
+        EXPECT_EQ(bytes(mc), u8(k + ".out.m_codes")) << c;
+        EXPECT_EQ(bits(floats(ma)), bits(f32(k + ".out.m_absmax"))) << c;
+        EXPECT_EQ(bytes(vc), u8(k + ".out.v_codes")) << c;
+        EXPECT_EQ(bits(floats(va)), bits(f32(k + ".out.v_absmax"))) << c;
+        // The compute copy is the new master rounded to bf16.
+        std::vector<uint16_t> c16(static_cast<size_t>(n));
+        be->download(c16.data(), copy.data(), copy.bytes());
+        for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(c16[size_t(i)], f32_to_bf16(got_p[size_t(i)])) << c << " " << i;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Adamw8bitStep, ::testing::Values("cpu", "guarded", "ref"));
+
+// A model whose matrices are 8-bit and whose norms keep F32 moments.
+std::vector<ParamSpec> specs() {
+    ModelConfig c;
+    c.vocab_size = 300;
+    c.hidden_size = 128;
+    c.intermediate_size = 256;
+    c.num_layers = 2;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.max_position_embeddings = 32;
+    return param_specs(c);
+}
+
+void fill_grads(ParamStore& s, uint64_t seed) {
+    std::vector<float> g(size_t(s.numel()));
+    const CounterRng rng(seed, "grads");
+    for (size_t i = 0; i < g.size(); ++i) g[i] = (2 * rng.uniform(i) - 1) * 0.01f;
+    s.backend().upload(s.grads().data, g.data(), g.size() * 4);
+}
+
+TEST(AdamW8bit, StateIsAboutTwoBytesPerParameterAndTheEstimateKnowsIt) {
+    auto be = make_cpu_backend();
+    ParamStore s(specs(), *be);
+    AdamW8bit opt(s, *be, AdamWConfig{});
+    const int64_t n = s.numel();
+    EXPECT_EQ(int64_t(opt.state_bytes()),
+              optimizer_state_bytes(OptimizerKind::AdamW8bit, s.specs(), 0, n));
+    EXPECT_EQ(optimizer_state_bytes(OptimizerKind::AdamW, s.specs(), 0, n), 8 * n);
+    // Matrices (k and v 64 x 128 the smallest): 2 + 8/256 bytes per element; the norms (128
+    // each) keep 8.
+    int64_t small = 0;
+    for (const ParamSpec& p : s.specs())
+        small += AdamW8bit::quantized(p) ? 0 : shape_numel(p.shape);
+    EXPECT_EQ(small, 128 * 5);  // two norms per layer and the final one
+    EXPECT_LE(double(opt.state_bytes()) / double(n), 2.1);
+}
+
+// Download, upload into a fresh optimizer: the same bytes, so the next steps are identical.
+TEST(AdamW8bit, UploadingTheDownloadedStateRestoresItExactly) {
+    auto be = make_cpu_backend();
+    ParamStore a(specs(), *be), b(specs(), *be);
+    a.init(4);
+    AdamWConfig cfg{1e-2, 0.9, 0.95, 1e-8, 0.1};
+    AdamW8bit oa(a, *be, cfg);
+    for (int t = 0; t < 3; ++t) {
+        fill_grads(a, uint64_t(t));
+        oa.step(1e-2);
+    }
+    b.from_host(a.to_host());
+    AdamW8bit ob(b, *be, cfg);
+    for (int k = 0; k < 2; ++k) ob.upload_state(k, oa.download_state(k).data());
+    ob.set_steps_taken(oa.steps_taken());
+    for (int k = 0; k < 2; ++k) EXPECT_EQ(ob.download_state(k), oa.download_state(k));
+    for (int t = 3; t < 6; ++t) {
+        fill_grads(a, uint64_t(t));
+        fill_grads(b, uint64_t(t));
+        oa.step(1e-2);
+        ob.step(1e-2);
+    }
+    EXPECT_EQ(a.to_host().data_vector(), b.to_host().data_vector());
+    // The moments really are quantized: not AdamW's.
+    ParamStore c(specs(), *be);
+    c.init(4);
+    AdamW oc(c, *be, cfg);
+    for (int t = 0; t < 3; ++t) {
+        fill_grads(c, uint64_t(t));
+        oc.step(1e-2);
+    }
+    EXPECT_NE(oc.download_state(0), AdamW8bit(c, *be, cfg).download_state(0));
+}
+
+TEST(AdamW8bit, AnUploadThatCutsABlockedParameterIsRefused) {
+    auto be = make_cpu_backend();
+    ParamStore s(specs(), *be);
+    AdamW8bit opt(s, *be, AdamWConfig{});
+    const int emb = s.index("model.embed_tokens.weight");
+    std::vector<float> v(100, 0.0f);
+    const std::string e = error_of([&] { opt.upload_state(0, s.offset(emb) + 10, 100, v.data()); });
+    EXPECT_NE(e.find("cuts the blocks of 'model.embed_tokens.weight'"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace ete
