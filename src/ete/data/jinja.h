@@ -34,7 +34,8 @@ struct Program;
 struct Limits {
     int64_t max_steps = 2'000'000;         // loop iterations + macro calls + items built
     int max_depth = 64;                    // nested macro calls
-    size_t max_output = size_t(64) << 20;  // bytes of output, and of any one string or list
+    size_t max_output = size_t(64) << 20;  // bytes of output, and of any one string
+    size_t max_items = 1'000'000;          // items of any one list
 };
 
 struct RenderOptions {

@@ -34,6 +34,7 @@ bool is_test(std::string_view name);
 struct BuiltinEnv {
     std::function<void(size_t)> count_steps;  // charges the renderer's iteration budget
     std::time_t now = 0;
+    size_t max_items = 0;  // of any one list (range)
 };
 
 Value apply_filter(std::string_view name, const Value& subject, const Args& args,

@@ -326,6 +326,7 @@ Value call_global(std::string_view name, const Args& args, const BuiltinEnv& env
         const int64_t n =
             st > 0 ? (b > a ? (b - a + st - 1) / st : 0) : (a > b ? (a - b - st - 1) / -st : 0);
         env.count_steps(size_t(n));  // a huge range is a runaway template
+        ETE_CHECK(uint64_t(n) <= env.max_items, "a list of more than {} items", env.max_items);
         std::vector<Value> out;
         for (int64_t k = 0; k < n; ++k) out.push_back(Value::integer(a + k * st));
         return Value::sequence(std::move(out), SeqKind::View);

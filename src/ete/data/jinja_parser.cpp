@@ -260,7 +260,9 @@ class Parser {
         t->args.push_back(std::move(first));
         while (is_op(",")) {
             ++pos_;
-            if (cur().type == TT::VarEnd || cur().type == TT::BlockEnd || is_name("if")) break;
+            if (cur().type == TT::VarEnd || cur().type == TT::BlockEnd || is_name("if") ||
+                is_op(")") || is_op("]"))
+                break;
             t->args.push_back(expression(with_cond));
         }
         return t;

@@ -57,6 +57,7 @@ class Renderer {
     Renderer(const RenderOptions& opt, Rendered& out) : opt_(opt), result_(out), out_(&out.text) {
         env_.now = opt.now ? *opt.now : std::time(nullptr);
         env_.count_steps = [this](size_t n) { steps(n); };
+        env_.max_items = opt.limits.max_items;
     }
 
     void run(const Program& prog, const nlohmann::ordered_json& context) {
@@ -84,11 +85,12 @@ class Renderer {
                   opt_.limits.max_steps);
     }
     void check_size(const Value& v) const {
-        const size_t n = v.is_string()                 ? v.s.size()
-                         : v.type == Value::Type::List ? v.list->items.size()
-                                                       : 0;
-        ETE_CHECK(n <= opt_.limits.max_output, "a value of more than {} bytes or items",
-                  opt_.limits.max_output);
+        if (v.is_string())
+            ETE_CHECK(v.s.size() <= opt_.limits.max_output, "a string of more than {} bytes",
+                      opt_.limits.max_output);
+        if (v.type == Value::Type::List)
+            ETE_CHECK(v.list->items.size() <= opt_.limits.max_items, "a list of more than {} items",
+                      opt_.limits.max_items);
     }
     void emit(std::string_view s) {
         out_->append(s);
@@ -412,29 +414,24 @@ Value Renderer::call_macro(const MacroStmt& m, const Args& args) {
     return Value::string(std::move(text));
 }
 
-int64_t checked(bool overflow, int64_t v) {
-    ETE_CHECK(!overflow, "integer overflow");
-    return v;
-}
-
 double floor_mod(double a, double b) {
     double m = std::fmod(a, b);
     if (m != 0 && ((m < 0) != (b < 0))) m += b;
     return m;
 }
 
-Value repeat(const Value& seq, int64_t n, size_t limit) {
+Value repeat(const Value& seq, int64_t n, const Limits& limits) {
     n = std::max<int64_t>(n, 0);
     if (seq.is_string()) {
-        ETE_CHECK(seq.s.empty() || uint64_t(n) <= limit / seq.s.size(),
-                  "a string of more than {} bytes", limit);
+        ETE_CHECK(seq.s.empty() || uint64_t(n) <= limits.max_output / seq.s.size(),
+                  "a string of more than {} bytes", limits.max_output);
         std::string out;
         for (int64_t k = 0; k < n; ++k) out += seq.s;
         return Value::string(std::move(out));
     }
     const auto& items = seq.list->items;
-    ETE_CHECK(items.empty() || uint64_t(n) <= limit / items.size(), "a list of more than {} items",
-              limit);
+    ETE_CHECK(items.empty() || uint64_t(n) <= limits.max_items / items.size(),
+              "a list of more than {} items", limits.max_items);
     std::vector<Value> out;
     for (int64_t k = 0; k < n; ++k) out.insert(out.end(), items.begin(), items.end());
     return Value::sequence(std::move(out), seq.list->kind);
@@ -457,7 +454,7 @@ Value Renderer::binary(const std::string& op, const Value& a, const Value& b) co
         items.insert(items.end(), b.list->items.begin(), b.list->items.end());
         return Value::sequence(std::move(items), a.list->kind);
     }
-    if (op == "*" && seq_a && b.is_int_like()) return repeat(a, b.as_int(), opt_.limits.max_output);
+    if (op == "*" && seq_a && b.is_int_like()) return repeat(a, b.as_int(), opt_.limits);
     if (op == "*" && a.is_int_like() && (b.is_string() || b.type == Value::Type::List))
         return binary(op, b, a);
     if (op == "%" && a.is_string()) ETE_CHECK(false, "string formatting with '%' is not supported");
@@ -466,20 +463,23 @@ Value Renderer::binary(const std::string& op, const Value& a, const Value& b) co
     const int64_t x = a.as_int(), y = b.as_int();
     const double p = a.as_double(), q = b.as_double();
     int64_t r = 0;
-    if (op == "+")
-        return ints ? Value::integer(checked(__builtin_add_overflow(x, y, &r), r))
-                    : Value::number(p + q);
-    if (op == "-")
-        return ints ? Value::integer(checked(__builtin_sub_overflow(x, y, &r), r))
-                    : Value::number(p - q);
-    if (op == "*")
-        return ints ? Value::integer(checked(__builtin_mul_overflow(x, y, &r), r))
-                    : Value::number(p * q);
+    if (ints && (op == "+" || op == "-" || op == "*")) {
+        const bool overflow = op == "+"   ? __builtin_add_overflow(x, y, &r)
+                              : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                          : __builtin_mul_overflow(x, y, &r);
+        ETE_CHECK(!overflow, "integer overflow");
+        return Value::integer(r);
+    }
+    if (op == "+") return Value::number(p + q);
+    if (op == "-") return Value::number(p - q);
+    if (op == "*") return Value::number(p * q);
     if (op == "**") {
         if (ints && y >= 0) {
             int64_t acc = 1;
-            for (int64_t k = 0; k < y && acc != 0 && !(acc == 1 && (x == 1)); ++k)
-                acc = checked(__builtin_mul_overflow(acc, x, &r), r);
+            for (int64_t k = 0; k < y && acc != 0 && x != 1; ++k) {
+                ETE_CHECK(!__builtin_mul_overflow(acc, x, &r), "integer overflow");
+                acc = r;
+            }
             return Value::integer(acc);
         }
         return Value::number(std::pow(p, q));
