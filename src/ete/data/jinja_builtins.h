@@ -57,4 +57,10 @@ Value get_attr(const Value& obj, const std::string& name);
 // obj[start:stop:step] (absent parts undefined/none).
 Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
 
+// Python's binary operators (+ - * / // % ** ~) and comparisons (== != < <= > >= in notin);
+// str/list results are bounded by `limits`.
+struct Limits;
+Value binary_op(const std::string& op, const Value& a, const Value& b, const Limits& limits);
+bool compare_op(const std::string& op, const Value& a, const Value& b);
+
 }  // namespace ete::jinja

@@ -126,6 +126,8 @@ class Renderer {
 
     Value eval(const Expr& e, Frame& f);
     Value eval_call(const Expr& e, Frame& f);
+    Value eval_literal(const Expr& e, Frame& f);   // List, Tuple, Dict
+    Value eval_operator(const Expr& e, Frame& f);  // not, -, +, binary, compare, and/or, if
     Value call_macro(const MacroStmt& m, const Args& args);
     Args eval_args(const Expr& e, size_t first, Frame& f) {
         Args a;
@@ -133,8 +135,6 @@ class Renderer {
         for (const auto& [name, x] : e.kwargs) a.kw.emplace_back(name, eval(*x, f));
         return a;
     }
-    Value binary(const std::string& op, const Value& a, const Value& b) const;
-    bool compare_op(const std::string& op, const Value& a, const Value& b) const;
 
     const RenderOptions& opt_;
     Rendered& result_;
@@ -269,22 +269,9 @@ Value Renderer::eval(const Expr& e, Frame& f) {
             return v ? *v : Value::undefined(fmt::format("'{}' is undefined", e.name));
         }
         case K::List:
-        case K::Tuple: {
-            std::vector<Value> items;
-            for (const ExprPtr& x : e.args) items.push_back(eval(*x, f));
-            return Value::sequence(std::move(items),
-                                   e.kind == K::Tuple ? SeqKind::Tuple : SeqKind::List);
-        }
-        case K::Dict: {
-            auto d = std::make_shared<DictObj>();
-            for (size_t k = 0; k < e.args.size(); k += 2) {
-                Value key = eval(*e.args[k], f);
-                line_ = e.line;
-                ETE_CHECK(key.is_string(), "dict keys must be strings, not '{}'", type_name(key));
-                d->set(key.s, eval(*e.args[k + 1], f));
-            }
-            return Value::mapping(d);
-        }
+        case K::Tuple:
+        case K::Dict:
+            return eval_literal(e, f);
         case K::GetAttr: {
             const Value obj = eval(*e.args[0], f);
             line_ = e.line;
@@ -322,6 +309,41 @@ Value Renderer::eval(const Expr& e, Frame& f) {
             line_ = e.line;
             return Value::boolean(apply_test(e.name, subject, args));
         }
+        default:
+            return eval_operator(e, f);
+    }
+    return {};
+}
+
+Value Renderer::eval_literal(const Expr& e, Frame& f) {
+    using K = Expr::Kind;
+    switch (e.kind) {
+        case K::List:
+        case K::Tuple: {
+            std::vector<Value> items;
+            for (const ExprPtr& x : e.args) items.push_back(eval(*x, f));
+            return Value::sequence(std::move(items),
+                                   e.kind == K::Tuple ? SeqKind::Tuple : SeqKind::List);
+        }
+        case K::Dict: {
+            auto d = std::make_shared<DictObj>();
+            for (size_t k = 0; k < e.args.size(); k += 2) {
+                Value key = eval(*e.args[k], f);
+                line_ = e.line;
+                ETE_CHECK(key.is_string(), "dict keys must be strings, not '{}'", type_name(key));
+                d->set(key.s, eval(*e.args[k + 1], f));
+            }
+            return Value::mapping(d);
+        }
+        default:
+            ETE_ASSERT(false);
+    }
+    return {};
+}
+
+Value Renderer::eval_operator(const Expr& e, Frame& f) {
+    using K = Expr::Kind;
+    switch (e.kind) {
         case K::Not:
             return Value::boolean(!truthy(eval(*e.args[0], f)));
         case K::Neg:
@@ -339,7 +361,7 @@ Value Renderer::eval(const Expr& e, Frame& f) {
         case K::Binary: {
             const Value a = eval(*e.args[0], f), b = eval(*e.args[1], f);
             line_ = e.line;
-            Value v = binary(e.name, a, b);
+            Value v = binary_op(e.name, a, b, opt_.limits);
             check_size(v);
             return v;
         }
@@ -365,6 +387,8 @@ Value Renderer::eval(const Expr& e, Frame& f) {
             if (truthy(eval(*e.args[0], f))) return eval(*e.args[1], f);
             return e.args[2] ? eval(*e.args[2], f)
                              : Value::undefined("the conditional expression has no else");
+        default:
+            ETE_ASSERT(false);
     }
     return {};
 }
@@ -412,119 +436,6 @@ Value Renderer::call_macro(const MacroStmt& m, const Args& args) {
     }
     --depth_;
     return Value::string(std::move(text));
-}
-
-double floor_mod(double a, double b) {
-    double m = std::fmod(a, b);
-    if (m != 0 && ((m < 0) != (b < 0))) m += b;
-    return m;
-}
-
-Value repeat(const Value& seq, int64_t n, const Limits& limits) {
-    n = std::max<int64_t>(n, 0);
-    if (seq.is_string()) {
-        ETE_CHECK(seq.s.empty() || uint64_t(n) <= limits.max_output / seq.s.size(),
-                  "a string of more than {} bytes", limits.max_output);
-        std::string out;
-        for (int64_t k = 0; k < n; ++k) out += seq.s;
-        return Value::string(std::move(out));
-    }
-    const auto& items = seq.list->items;
-    ETE_CHECK(items.empty() || uint64_t(n) <= limits.max_items / items.size(),
-              "a list of more than {} items", limits.max_items);
-    std::vector<Value> out;
-    for (int64_t k = 0; k < n; ++k) out.insert(out.end(), items.begin(), items.end());
-    return Value::sequence(std::move(out), seq.list->kind);
-}
-
-Value Renderer::binary(const std::string& op, const Value& a, const Value& b) const {
-    if (op == "~") return Value::string(to_str(a) + to_str(b));
-    check_defined(a);
-    check_defined(b);
-    const auto unsupported = [&] {
-        ETE_CHECK(false, "unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a),
-                  type_name(b));
-    };
-    const bool seq_a =
-        a.is_string() || (a.type == Value::Type::List && a.list->kind != SeqKind::View);
-    if (op == "+" && seq_a && a.type == b.type) {
-        if (a.is_string()) return Value::string(a.s + b.s);
-        if (a.list->kind != b.list->kind) unsupported();
-        std::vector<Value> items = a.list->items;
-        items.insert(items.end(), b.list->items.begin(), b.list->items.end());
-        return Value::sequence(std::move(items), a.list->kind);
-    }
-    if (op == "*" && seq_a && b.is_int_like()) return repeat(a, b.as_int(), opt_.limits);
-    if (op == "*" && a.is_int_like() && (b.is_string() || b.type == Value::Type::List))
-        return binary(op, b, a);
-    if (op == "%" && a.is_string()) ETE_CHECK(false, "string formatting with '%' is not supported");
-    if (!a.is_number() || !b.is_number()) unsupported();
-    const bool ints = a.is_int_like() && b.is_int_like();
-    const int64_t x = a.as_int(), y = b.as_int();
-    const double p = a.as_double(), q = b.as_double();
-    int64_t r = 0;
-    if (ints && (op == "+" || op == "-" || op == "*")) {
-        const bool overflow = op == "+"   ? __builtin_add_overflow(x, y, &r)
-                              : op == "-" ? __builtin_sub_overflow(x, y, &r)
-                                          : __builtin_mul_overflow(x, y, &r);
-        ETE_CHECK(!overflow, "integer overflow");
-        return Value::integer(r);
-    }
-    if (op == "+") return Value::number(p + q);
-    if (op == "-") return Value::number(p - q);
-    if (op == "*") return Value::number(p * q);
-    if (op == "**") {
-        if (ints && y >= 0) {
-            int64_t acc = 1;
-            for (int64_t k = 0; k < y && acc != 0 && x != 1; ++k) {
-                ETE_CHECK(!__builtin_mul_overflow(acc, x, &r), "integer overflow");
-                acc = r;
-            }
-            return Value::integer(acc);
-        }
-        return Value::number(std::pow(p, q));
-    }
-    ETE_CHECK(ints ? y != 0 : q != 0, "division by zero");
-    if (op == "/") return Value::number(p / q);
-    if (op == "//") {
-        if (!ints) return Value::number(std::floor(p / q));
-        ETE_CHECK(!(x == INT64_MIN && y == -1), "integer overflow");
-        return Value::integer(x / y - ((x % y != 0) && ((x < 0) != (y < 0))));
-    }
-    if (ints) {
-        ETE_CHECK(!(x == INT64_MIN && y == -1), "integer overflow");
-        const int64_t m = x % y;
-        return Value::integer(m != 0 && ((m < 0) != (y < 0)) ? m + y : m);
-    }
-    return Value::number(floor_mod(p, q));
-}
-
-bool Renderer::compare_op(const std::string& op, const Value& a, const Value& b) const {
-    if (op == "==") return equal(a, b);
-    if (op == "!=") return !equal(a, b);
-    if (op == "in" || op == "notin") {
-        bool found = false;
-        if (b.is_string()) {
-            ETE_CHECK(a.is_string(), "'in <string>' requires a string as left operand, not '{}'",
-                      type_name(a));
-            found = b.s.find(a.s) != std::string::npos;
-        } else if (b.type == Value::Type::Dict) {
-            found = a.is_string() && b.dict->find(a.s);
-        } else if (b.type == Value::Type::Iterator) {
-            while (!found && b.iter->pos < b.iter->items.size())
-                found = equal(b.iter->items[b.iter->pos++], a);
-        } else {
-            for (const Value& x : iterate(b)) found = found || equal(x, a);
-        }
-        return op == "in" ? found : !found;
-    }
-    check_defined(a);
-    check_defined(b);
-    const int c = compare(a, b);
-    if (op == "<") return c < 0;
-    if (op == "<=") return c <= 0;
-    if (op == ">") return c > 0;
-    return c >= 0;
 }
 
 }  // namespace
