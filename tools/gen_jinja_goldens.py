@@ -51,6 +51,7 @@ Real templates (tests/data/jinja/templates/, with where each came from):
 import datetime
 import json
 import os
+import re
 import sys
 
 import jinja2
@@ -395,6 +396,8 @@ def main():
         case.update(render(template, context))
         if name.endswith("_refused"):  # Jinja prints an address or refuses; ETE refuses
             case["ete_refuses"] = True
+            if "expected" in case:  # the address changes from run to run
+                case["expected"] = re.sub(r"0x[0-9a-f]+", "0x...", case["expected"])
         constructs.append(case)
     templates = real_templates()
     cases = real_cases(templates)
