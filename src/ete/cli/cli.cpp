@@ -135,8 +135,31 @@ void add_codec(CLI::App& tok, TokenizerCodecArgs& c, std::function<int()>& run) 
     de->callback([&] { run = [&] { return cmd_tokenizer_decode(c); }; });
 }
 
+void add_chat(CLI::App& tok, TokenizerChatArgs& a, std::function<int()>& run) {
+    auto* c = tok.add_subcommand(
+        "chat", "Render a conversation with the model's chat template (HF's apply_chat_template)");
+    c->add_option("--tokenizer-config", a.tokenizer_config,
+                  "tokenizer_config.json with the chat_template")
+        ->required()
+        ->check(CLI::ExistingFile);
+    c->add_option("--messages", a.messages,
+                  "JSON file: an array of messages, or {\"messages\": [...], \"tools\": [...]} "
+                  "(\"-\": stdin)");
+    c->add_option("input", a.messages, "\"-\": read the messages from stdin");
+    c->add_flag("--add-generation-prompt", a.add_generation_prompt,
+                "end with the header of an assistant turn");
+    c->add_option("--tools", a.tools, "JSON file: the tools (an array of JSON schemas)")
+        ->check(CLI::ExistingFile);
+    c->add_option("--set-var", a.set_vars,
+                  "a template variable, KEY=VALUE (VALUE as JSON when it parses, else a string), "
+                  "e.g. enable_thinking=false");
+    c->add_flag("--ids", a.ids,
+                "print the token ids (tokenizer.json beside the config; special tokens matched)");
+    c->callback([&] { run = [&] { return cmd_tokenizer_chat(a); }; });
+}
+
 void add_data(CLI::App& app, TokenizerTrainArgs& t, TokenizeArgs& k, TokenizerCodecArgs& c,
-              std::function<int()>& run) {
+              TokenizerChatArgs& chat, std::function<int()>& run) {
     auto* tok = app.add_subcommand("tokenizer", "Tokenizer tools");
     tok->require_subcommand(1);
     auto* tr = tok->add_subcommand("train", "Train a byte-level BPE tokenizer on text files");
@@ -147,6 +170,7 @@ void add_data(CLI::App& app, TokenizerTrainArgs& t, TokenizeArgs& k, TokenizerCo
     tr->add_option("--out", t.out, "tokenizer.json to write")->required();
     tr->callback([&] { run = [&] { return cmd_tokenizer_train(t); }; });
     add_codec(*tok, c, run);
+    add_chat(*tok, chat, run);
     auto* tz = app.add_subcommand("tokenize", "Encode a text file into a token shard");
     tz->add_option("input", k.input, "UTF-8 text file")->required()->check(CLI::ExistingFile);
     tz->add_option("--tokenizer", k.tokenizer, "tokenizer.json")
@@ -258,6 +282,7 @@ int cli_main(int argc, char** argv) {
     TokenizerTrainArgs tok_train;
     TokenizeArgs tokenize;
     TokenizerCodecArgs codec;
+    TokenizerChatArgs chat;
     InspectArgs inspect;
     QuantizeArgs quantize;
     ExportMergedArgs merged;
@@ -265,7 +290,7 @@ int cli_main(int argc, char** argv) {
     add_train(app, train, run);
     add_eval(app, eval, run);
     add_generate(app, gen, run);
-    add_data(app, tok_train, tokenize, codec, run);
+    add_data(app, tok_train, tokenize, codec, chat, run);
     add_inspect(app, inspect, run);
     add_quantize(app, quantize, merged, int8, run);
     LaunchArgs launch;

@@ -63,6 +63,15 @@ struct TokenizerCodecArgs {
 int cmd_tokenizer_encode(const TokenizerCodecArgs& a);
 int cmd_tokenizer_decode(const TokenizerCodecArgs& a);
 
+// `ete tokenizer chat`: a conversation rendered with the model's chat template, as HF's
+// apply_chat_template(tokenize=False) gives it (or its ids with --ids).
+struct TokenizerChatArgs {
+    std::string tokenizer_config, messages, tools;  // messages: a file or "-" (stdin)
+    std::vector<std::string> set_vars;              // "key=value", value JSON or a string
+    bool add_generation_prompt = false, ids = false;
+};
+int cmd_tokenizer_chat(const TokenizerChatArgs& a);
+
 struct QuantizeArgs {
     std::string scheme = "nf4", model_dir, out;
     bool double_quant = true;
