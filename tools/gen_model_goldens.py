@@ -590,7 +590,9 @@ def make_golden(cfg, table, forward, B, T, seed):
     for n, _, _ in table:
         out["grad." + n] = P[n].grad.float()
 
-    losses, final = adamw_trajectory(cfg, table, forward, params32, inputs, targets)
+    losses, final = adamw_trajectory(
+        table, {n: p.double() for n, p in params32.items()},
+        lambda P: mean_loss(forward(cfg, P, inputs), targets))
     out["adamw_losses"] = torch.tensor(losses, dtype=torch.float64).float()
     for n, _, _ in table:
         out["final." + n] = final[n].float()
@@ -598,8 +600,10 @@ def make_golden(cfg, table, forward, B, T, seed):
     return out, meta, float(loss)
 
 
-def adamw_trajectory(cfg, table, forward, params32, inputs, targets):
-    P = {n: p.double().requires_grad_(True) for n, p in params32.items()}
+def adamw_trajectory(table, params, loss_of):
+    """ADAMW["steps"] AdamW steps on the same batch from `params` (fresh tensors: float64 copies,
+    or the fp32 masters of a bf16 run); the loss before each step, and the final parameters."""
+    P = {n: p.requires_grad_(True) for n, p in params.items()}
     decay = [P[n] for n, _, kind in table if kind == "matrix"]  # ete::param_decays
     no_decay = [P[n] for n, _, kind in table if kind != "matrix"]
     opt = torch.optim.AdamW(
@@ -609,7 +613,7 @@ def adamw_trajectory(cfg, table, forward, params32, inputs, targets):
     losses = []
     for _ in range(ADAMW["steps"]):
         opt.zero_grad(set_to_none=False)
-        loss = mean_loss(forward(cfg, P, inputs), targets)
+        loss = loss_of(P)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(P.values()), ADAMW["clip_grad_norm"])
         opt.step()
@@ -638,21 +642,8 @@ def make_bf16_golden(cfg, table, forward, B, T, seed):
     out = {"loss": loss.detach().float().reshape(())}
     for n, _, _ in table:
         out["grad." + n] = P[n].grad.float()
-    P = {n: p.clone().requires_grad_(True) for n, p in params32.items()}
-    decay = [P[n] for n, _, kind in table if kind == "matrix"]
-    no_decay = [P[n] for n, _, kind in table if kind != "matrix"]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": ADAMW["weight_decay"]},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]), eps=ADAMW["eps"], foreach=False)
-    losses = []
-    for _ in range(ADAMW["steps"]):
-        opt.zero_grad(set_to_none=False)
-        step_loss = autocast_loss(cfg, forward, P, inputs, targets)
-        step_loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(P.values()), ADAMW["clip_grad_norm"])
-        opt.step()
-        losses.append(float(step_loss))
+    losses, _ = adamw_trajectory(table, {n: p.clone() for n, p in params32.items()},
+                                 lambda P: autocast_loss(cfg, forward, P, inputs, targets))
     out["adamw_losses"] = torch.tensor(losses, dtype=torch.float64).float()
     meta = {"autocast": "cpu bfloat16", "torch": torch.__version__}
     return out, meta, float(loss)
