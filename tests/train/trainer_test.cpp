@@ -127,6 +127,43 @@ TEST_F(TrainerTest, SftFormatTrainsOnResponsesOnly) {
     EXPECT_LT(m.back()["loss"].get<double>(), 0.5 * m.front()["loss"].get<double>());
 }
 
+// data.sft_chat_template = "model": chat records rendered with the chat_template of the
+// tokenizer_config.json beside the tokenizer (a ChatML template here, eos <|im_end|>); only the
+// assistant turns ("abab<|im_end|>": 5 tokens or fewer) carry targets, and the run trains.
+TEST_F(TrainerTest, SftWithTheModelsChatTemplateTrainsOnAssistantTurns) {
+    std::string jsonl;
+    for (int i = 0; i < 60; ++i)
+        jsonl += R"({"messages": [{"role": "user", "content": "repeat ab"}, )"
+                 R"({"role": "assistant", "content": "abab"}]})"
+                 "\n";
+    write_file_atomic((dir_ / "chat.jsonl").string(), jsonl);
+    Tokenizer tok = Tokenizer::train("abxy repeat user assistant", 280,
+                                     {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+    tok.save((dir_ / "tokenizer.json").string());
+    const nlohmann::json config = {
+        {"eos_token", "<|im_end|>"},
+        {"chat_template",
+         "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"}};
+    write_file_atomic((dir_ / "tokenizer_config.json").string(), config.dump());
+    cfg_.data_format = "sft";
+    cfg_.data_sft_chat_template = "model";
+    cfg_.data_train = (dir_ / "chat.jsonl").string();
+    cfg_.data_tokenizer = (dir_ / "tokenizer.json").string();
+    cfg_.model.vocab_size = 0;
+    cfg_.seq_len = 32;
+    cfg_.steps = 12;
+    cfg_.lr = 1e-2;
+    run_training(cfg_, (dir_ / "chat").string());
+    auto m = read_metrics((dir_ / "chat" / "metrics.jsonl").string());
+    ASSERT_EQ(m.size(), 12u);
+    for (const auto& j : m) {
+        EXPECT_GT(j["tokens"].get<int>(), 0);
+        EXPECT_LE(j["tokens"].get<int>(), 2 * 2 * 5);  // 4 records a step, 5 targets at most
+    }
+    EXPECT_LT(m.back()["loss"].get<double>(), 0.5 * m.front()["loss"].get<double>());
+}
+
 // data.sft_pack: when every step covers the whole dataset once, packed rows (attention and
 // positions kept inside each example) must train exactly like one example per row: the same
 // losses and the same weights, up to float summation order.

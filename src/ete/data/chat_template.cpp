@@ -71,19 +71,25 @@ ChatTemplate read_chat_template(const std::string& path, bool with_tools) {
         t.source = read_file(beside.string());
         t.where = beside.string();
     }
+    t.special_tokens = special_tokens_of(config, path);
+    return t;
+}
+
+OJson special_tokens_of(const nlohmann::json& config, const std::string& path) {
+    OJson out = OJson::object();
     for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
                             "cls_token", "mask_token"}) {
         if (config.contains(key) && !config[key].is_null())
-            t.special_tokens[key] = token_text(config[key], path, key);
+            out[key] = token_text(config[key], path, key);
     }
     if (config.contains("additional_special_tokens") &&
         config["additional_special_tokens"].is_array()) {
         OJson list = OJson::array();
         for (const nlohmann::json& v : config["additional_special_tokens"])
             list.push_back(token_text(v, path, "additional_special_tokens"));
-        t.special_tokens["additional_special_tokens"] = list;
+        out["additional_special_tokens"] = list;
     }
-    return t;
+    return out;
 }
 
 OJson chat_context(const ChatTemplate& t, const OJson& messages, const OJson& tools,

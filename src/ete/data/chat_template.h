@@ -26,6 +26,10 @@ struct ChatTemplate {
 // naming the file.
 ChatTemplate read_chat_template(const std::string& tokenizer_config_path, bool with_tools);
 
+// The special tokens of a parsed tokenizer_config.json (ChatTemplate::special_tokens); `path`
+// names it in errors.
+nlohmann::ordered_json special_tokens_of(const nlohmann::json& config, const std::string& path);
+
 // The variables apply_chat_template renders with: messages, tools (null when none), documents
 // (null), add_generation_prompt, the special tokens, then `extra` (enable_thinking, ...; it may
 // override any of them).

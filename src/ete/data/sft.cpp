@@ -20,19 +20,11 @@ using Json = nlohmann::json;
 
 constexpr size_t kWarnedBadLines = 5;  // malformed lines named one by one in the log
 
-struct Segment {
-    std::string text;
-    bool trained;
-};
-
-// A record's segments, or the reason it is malformed.
-struct Rendered {
-    std::vector<Segment> segments;
-    std::string error;
-};
+using Segment = SftSegment;
+using Rendered = SftRendered;
 
 Rendered malformed(std::string reason) {
-    return {{}, std::move(reason)};
+    return {{}, std::move(reason), false};
 }
 
 // Replaces each "{name}" of `fields` in `tmpl` in one left-to-right pass.
@@ -143,7 +135,8 @@ Rendered render_line(const std::string& line, const SftOptions& opt) {
                                      what.size() > 100 ? what.substr(0, 96) + "..." : what));
     }
     if (!rec.is_object()) return malformed("not a JSON object");
-    if (rec.contains("messages")) return render_chat(rec);
+    if (rec.contains("messages"))
+        return opt.chat_template ? opt.chat_template->render(line) : render_chat(rec);
     if (rec.contains("prompt") || rec.contains("completion")) return render_plain(rec);
     if (rec.contains("instruction") || rec.contains("output")) return render_alpaca(rec, opt);
     return malformed("no 'messages', 'prompt'/'completion' or 'instruction'/'output' field");
@@ -242,13 +235,18 @@ void SftDataset::read_jsonl(const Tokenizer& tokenizer, const SftOptions& option
         }
         // The post-processor's prefix first (Llama's <s>, Llama-3's <|begin_of_text|>), as HF's
         // tokenizer(text) adds it; it is context, not a target.
-        ids.assign(tokenizer.special_prefix().begin(), tokenizer.special_prefix().end());
+        // A chat template writes its own special tokens (apply_chat_template(tokenize=True)).
+        if (r.templated) {
+            ids.clear();
+        } else {
+            ids.assign(tokenizer.special_prefix().begin(), tokenizer.special_prefix().end());
+        }
         trained.assign(ids.size(), 0);
         for (const Segment& seg : r.segments) {
             tokenizer.encode_append(seg.text, ids);
             trained.resize(ids.size(), seg.trained ? 1 : 0);
         }
-        if (eos >= 0) {
+        if (eos >= 0 && !r.templated) {
             ids.push_back(eos);
             trained.push_back(1);
         }

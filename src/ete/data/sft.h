@@ -1,7 +1,8 @@
 // ete/data/sft.h — supervised fine-tuning examples from JSONL, with the prompt masked out of the
 // loss.
 //
-// Each line is one record in one of three forms:
+// Each line is one record in one of three forms (with SftOptions::chat_template set, chat
+// records render through the model's own template instead: data/sft_chat.h):
 //   Alpaca  {"instruction": s, "input": s (optional, may be empty), "output": s}
 //   Plain   {"prompt": s, "completion": s}
 //   Chat    {"messages": [{"role": "system" | "user" | "assistant", "content": s}, ...]}
@@ -38,6 +39,7 @@
 
 #include "ete/data/batch_source.h"
 #include "ete/data/loader.h"
+#include "ete/data/sft_chat.h"
 #include "ete/data/tokenizer.h"
 
 namespace ete {
@@ -54,6 +56,9 @@ struct SftOptions {
     double max_bad_fraction = 0.01;  // of non-blank lines; above it construction throws
     bool pack = false;               // several examples per row (see above)
     bool shuffle = true;             // false: every epoch in file order (loader.h)
+    // data.sft_chat_template: chat records rendered with the model's template (sft_chat.h);
+    // null = ETE's own "<|role|>" format.
+    std::shared_ptr<const SftChatTemplate> chat_template;
 };
 
 struct SftBadLine {

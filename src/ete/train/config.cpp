@@ -174,6 +174,9 @@ const std::vector<Key>& keys() {
                           &R::data_sft_prompt_template_no_input,
                           "Alpaca prompt with {instruction}, for records without input"));
         t.push_back(
+            field("data.sft_chat_template", &R::data_sft_chat_template,
+                  "chat records: ete, model (the tokenizer dir's chat_template) or a path"));
+        t.push_back(
             field("data.tokenizer", &R::data_tokenizer, "tokenizer.json saved with the model"));
         t.push_back(
             field("data.val_fraction", &R::data_val_fraction, "share held out for validation"));

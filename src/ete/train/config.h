@@ -65,6 +65,9 @@ struct RunConfig {
     bool data_sft_pack = false;  // several examples per row, attention kept inside each
     std::string data_sft_prompt_template = SftOptions{}.prompt_template;
     std::string data_sft_prompt_template_no_input = SftOptions{}.prompt_template_no_input;
+    // Chat records: "ete" (ETE's "<|role|>" format), "model" (the chat_template of the
+    // tokenizer_config.json beside data.tokenizer), or a path (data/sft_chat.h).
+    std::string data_sft_chat_template = "ete";
     std::string data_tokenizer = "data/tokenizer.json";
     double data_val_fraction = 0.02;
     bool data_shuffle = true;  // false: every epoch in file order

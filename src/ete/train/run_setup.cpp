@@ -115,6 +115,7 @@ json run_settings(const RunConfig& c, const ModelConfig& mc, const std::string& 
             {"data.sft_pack", c.data_sft_pack},
             {"data.sft_prompt_template", c.data_sft_prompt_template},
             {"data.sft_prompt_template_no_input", c.data_sft_prompt_template_no_input},
+            {"data.sft_chat_template", c.data_sft_chat_template},
             {"data.val_fraction", c.data_val_fraction},
             {"data.shuffle", c.data_shuffle},
             {"train.micro_batch", c.micro_batch},
@@ -140,6 +141,7 @@ void check_resume_compatible(const json& saved_settings, const json& now, const 
     json saved = saved_settings;
     if (!saved.contains("train.precision")) saved["train.precision"] = "fp32";
     if (!saved.contains("train.optimizer")) saved["train.optimizer"] = "adamw";
+    if (!saved.contains("data.sft_chat_template")) saved["data.sft_chat_template"] = "ete";
     if (!saved.contains("lora")) saved["lora"] = nullptr;
     if (!saved.contains("lora.base_hash")) saved["lora.base_hash"] = "";
     if (!saved.contains("data.shuffle")) saved["data.shuffle"] = true;
@@ -197,6 +199,9 @@ std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& 
         opt.prompt_template = cfg.data_sft_prompt_template;
         opt.prompt_template_no_input = cfg.data_sft_prompt_template_no_input;
         opt.shuffle = cfg.data_shuffle;
+        if (cfg.data_sft_chat_template != "ete")
+            opt.chat_template =
+                load_sft_chat_template(cfg.data_sft_chat_template, cfg.data_tokenizer, *tok);
         return std::make_unique<SftDataset>(cfg.data_train, *tok, cfg.seq_len, opt, cfg.seed,
                                             cfg.data_val_fraction);
     }
