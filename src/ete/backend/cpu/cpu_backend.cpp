@@ -23,7 +23,9 @@ std::string cpu_summary() {
     __builtin_cpu_init();
     std::string features;
     auto add = [&](bool has, const char* name) {
-        if (has) features += (features.empty() ? "" : " ") + std::string(name);
+        if (!has) return;
+        if (!features.empty()) features += ' ';
+        features += name;
     };
     add(__builtin_cpu_supports("avx2"), "avx2");
     add(__builtin_cpu_supports("fma"), "fma");
