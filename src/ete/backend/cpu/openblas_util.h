@@ -20,6 +20,9 @@ const char* openblas_core_override(std::string_view current_core, bool has_avx51
 // Why this process runs the core it does, e.g. "set by ete: OpenBLAS picked Zen, an AVX2 kernel
 // on a CPU with AVX-512", "OPENBLAS_CORETYPE=Haswell set by the user", "OpenBLAS's own choice".
 std::string openblas_core_why();
+// A one-line warning when the user's OPENBLAS_CORETYPE names a narrower core than the CPU runs
+// (e.g. Haswell on an AVX-512 CPU, which a machine image may set for everyone), else empty.
+std::string openblas_core_advice();
 // "SkylakeX", "Prescott", ... as OpenBLAS reports it.
 const char* openblas_core_name();
 
