@@ -11,7 +11,8 @@
 // token ids with a fixed seed, AdamW and global-norm clipping at 1.0, in --precision fp32, bf16 or
 // fp16 (fp32 masters, gradients and optimizer; 16-bit GEMM operands). A step is exactly what the
 // trainer does: zero grads, forward_backward with d_scale = 1/(B·T), the gradient norm, AdamW
-// (with the clip coefficient applied as it reads the gradients). After --warmup
+// (with the clip coefficient applied as it reads the gradients; --optimizer adamw8bit: 8-bit
+// AdamW, whose measured state bytes per parameter the report shows). After --warmup
 // steps, --steps measured steps give the per-step times; tokens/s and model FLOP/s use their
 // median. The report ends with the process's peak RSS. --qat POINTS trains with quantization-aware
 // training at those points (the [qat] defaults otherwise), stepping the QAT runtime as the trainer
@@ -40,6 +41,7 @@
 #include "ete/backend/cpu/openblas_util.h"
 #include "ete/model/transformer.h"
 #include "ete/optim/adamw.h"
+#include "ete/optim/optimizer.h"
 #include "op_profile.h"
 
 namespace ete::bench {
@@ -55,8 +57,9 @@ struct Options {
     std::string precision = "fp32";
     bool recompute = false;
     bool json = false;
-    bool ops = false;  // also print time per op name
-    std::string qat;   // QAT points (model/qat_spec.h), or empty: plain training
+    bool ops = false;                 // also print time per op name
+    std::string qat;                  // QAT points (model/qat_spec.h), or empty: plain training
+    std::string optimizer = "adamw";  // train.optimizer: adamw or adamw8bit
     uint64_t seed = 1234;
 };
 
@@ -154,8 +157,8 @@ struct StepParts {
 };
 
 // The training step of the trainer, with each part timed.
-StepParts train_step(Transformer& model, AdamW& opt, const std::vector<int32_t>& ids, int B, int T,
-                     int64_t step) {
+StepParts train_step(Transformer& model, Optimizer& opt, const std::vector<int32_t>& ids, int B,
+                     int T, int64_t step) {
     // ids is (B, T+1): inputs are columns [0, T), targets the same rows shifted by one.
     std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
     for (int b = 0; b < B; ++b) {
@@ -221,6 +224,7 @@ struct Result {
     double init_s = 0;        // parameter init
     double peak_rss_mib = 0;  // at the end
     size_t activation_bytes = 0;
+    size_t optimizer_bytes = 0;  // the optimizer's state as allocated
 };
 
 // Correctness before speed: at init (std 0.02) the logits are near zero, so the first loss per
@@ -248,7 +252,10 @@ Result run(const Options& o, const ModelConfig& cfg) {
     r.init_s = seconds_since(t_init);
     model.setup(o.batch, o.seq, o.recompute ? Recompute::Full : Recompute::None);
     r.activation_bytes = model.activation_bytes();
-    AdamW opt(model.params(), *cpu, {3e-4, 0.9, 0.95, 1e-8, 0.1});
+    std::unique_ptr<Optimizer> opt =
+        make_optimizer({optimizer_kind_from_name(o.optimizer), {3e-4, 0.9, 0.95, 1e-8, 0.1}},
+                       model.params(), *cpu, 0, model.params().numel());
+    r.optimizer_bytes = opt->state_bytes();
     cpu->set_profiler(&tb);
 
     std::mt19937_64 rng(o.seed);
@@ -260,7 +267,7 @@ Result run(const Options& o, const ModelConfig& cfg) {
     for (int s = 0; s < o.warmup + o.steps; ++s) {
         for (int32_t& id : ids) id = tok(rng);
         if (s == o.warmup) tb.reset();
-        StepParts p = train_step(model, opt, ids, o.batch, o.seq, s);
+        StepParts p = train_step(model, *opt, ids, o.batch, o.seq, s);
         if (s == 0) check_first_loss(p.loss_per_token, cfg.vocab_size);
         if (s == 0) r.first_loss = p.loss_per_token;
         std::fprintf(stderr, "%s step %2d: %8.1f ms  loss %.4f\n",
@@ -326,6 +333,9 @@ void print_json(const Options& o, const ModelConfig& cfg, const Result& r, int t
     j["params"] = r.numel;
     j["init_s"] = r.init_s;
     j["peak_rss_mib"] = r.peak_rss_mib;
+    j["optimizer"] = o.optimizer;
+    j["optimizer_state_bytes"] = r.optimizer_bytes;
+    j["optimizer_bytes_per_param"] = double(r.optimizer_bytes) / double(r.numel);
     j["activation_mib"] = double(r.activation_bytes) / (1 << 20);
     j["first_loss"] = r.first_loss;
     std::vector<double> ms;
@@ -359,6 +369,8 @@ void print_text(const Options& o, const ModelConfig& cfg, const Result& r, int t
                 cpu::dnnl_info().c_str());
     std::printf("init %.2f s | activations %.0f MiB | peak RSS %.0f MiB\n", r.init_s,
                 double(r.activation_bytes) / (1 << 20), r.peak_rss_mib);
+    std::printf("optimizer %s: state %.1f MiB, %.3f bytes per parameter\n", o.optimizer.c_str(),
+                double(r.optimizer_bytes) / (1 << 20), double(r.optimizer_bytes) / double(r.numel));
     std::printf(
         "median step %.1f ms  |  %.0f tokens/s  |  %.1f GFLOP/s model "
         "(6*P_mm*tokens + 6*L*B*H*D*T*(T+1) = %.1f GFLOP/step)\n",
@@ -401,6 +413,8 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--seed", o.seed, "init and token seed")->capture_default_str();
     app.add_flag("--recompute", o.recompute, "full activation recomputation");
+    app.add_option("--optimizer", o.optimizer, "adamw or adamw8bit (train.optimizer)")
+        ->capture_default_str();
     app.add_flag("--json", o.json, "print one JSON object instead of the text report");
     app.add_flag("--ops", o.ops, "also print the time of each backend op (stderr)");
     app.add_option("--qat", o.qat,

@@ -46,6 +46,28 @@ TEST_F(ParallelTrain, DataParallelMatchesOneProcess) {
     expect_same(one, train(2, "--set parallel.dp=2 --set parallel.zero1=true"), "dp=2 zero1");
 }
 
+// ZeRO-2 reduces each gradient piece to the replica whose shard holds it (parallel/zero.h), which
+// alone updates it; the gather of the masters then gives every replica the whole step. Same
+// update as one process, within the same summation-order noise: tiny buckets that straddle the
+// shards, dp = 4 over tp = 1 (the last shard holds the tail), and a tied GPT-2 over dp = 2 x pp = 2
+// whose embedding gradient is all-reduced whole before the stages sum it. (Stage 1 runs in
+// DataParallelMatchesOneProcess; stage 2 on the guarded backend and across a resume below.)
+TEST_F(ParallelTrain, ZeroStagesMatchOneProcess) {
+    RunResult one = train(1, "");
+    const std::string z2 = " --set parallel.zero_stage=2";
+    expect_same(one, train(2, mesh(2, 1, 1) + z2 + " --set parallel.bucket_mb=0.001"),
+                "dp=2 stage 2, 1 KiB buckets");
+    RunResult dp4 = train(4, mesh(4, 1, 1) + z2);
+    expect_same(one, dp4, "dp=4 stage 2");
+    // The fixture's Llama has 33,760 trainable elements: 8,440 on each replica (rank 0 logs).
+    EXPECT_NE(dp4.log.find("ZeRO stage 2: optimizer state of 8440 of 33760 elements"),
+              std::string::npos)
+        << dp4.log;
+    const std::string gpt2 =
+        " --set model.arch=gpt2 --set model.num_kv_heads=4 --set train.adam_eps=1e-4";
+    expect_same(train(1, gpt2), train(4, mesh(2, 1, 2) + gpt2 + z2), "tied gpt2 (2,1,2) stage 2");
+}
+
 // Overlap is real: the first gradient buckets (the head, the last layers) are all-reduced while
 // backward still runs through the earlier layers. metrics.jsonl records, per step, how many
 // buckets started before the step's last bucket became ready. A wider model (~10 MB of
@@ -193,15 +215,16 @@ TEST_F(ParallelTrain, QloraGpt2TensorParallelMatchesOneProcess) {
 }
 
 // The whole mesh on the guarded backend, whose memory the host cannot touch: tensor-parallel
-// all-reduces, pipeline send/recv, the tied-embedding sum, ZeRO-1 gathers and data-parallel
-// buckets (f32 and bf16) all stage through host memory, and give the CPU backend's run.
+// all-reduces, pipeline send/recv, the tied-embedding sum, ZeRO-2 reduces and gathers,
+// data-parallel buckets (f32 and bf16) all stage through host memory, and give the CPU backend's
+// run.
 TEST_F(ParallelTrain, EveryTransportCarriesBackendMemory) {
     const std::string guarded = " --set train.backend=guarded";
     RunResult one = train(1, "");
     expect_same(one, train(1, guarded), "guarded, one process");
     expect_same(one, train(8, mesh(2, 2, 2) + guarded), "guarded (2,2,2)");
-    expect_same(one, train(2, "--set parallel.dp=2 --set parallel.zero1=true" + guarded),
-                "guarded dp=2 zero1");
+    expect_same(one, train(2, "--set parallel.dp=2 --set parallel.zero_stage=2" + guarded),
+                "guarded dp=2 zero stage 2");
     RunResult bf16 = train(2, "--set parallel.dp=2 --set parallel.grad_bf16=true");
     RunResult bf16_guarded =
         train(2, "--set parallel.dp=2 --set parallel.grad_bf16=true" + guarded);
@@ -422,10 +445,10 @@ TEST_F(ParallelTrain, ResumeOntoAnotherLayout) {
     expect_same(one, pp2, "(2,2,1) -> (1,1,2)");
     expect_same(one, train(1, "--resume " + ckpt), "(2,2,1) -> (1,1,1)");
 
-    train(2, mesh(2, 1, 1) + " --set parallel.zero1=true --set train.checkpoint_every=3");
+    train(2, mesh(2, 1, 1) + " --set parallel.zero_stage=2 --set train.checkpoint_every=3");
     ckpt = last_out_ + "/checkpoints/step_00000003";
-    expect_same(one, train(1, "--resume " + ckpt), "dp=2 zero1 -> 1 process");
-    expect_same(one, train(2, mesh(2, 1, 1) + " --resume " + ckpt), "dp=2 zero1 -> dp=2");
+    expect_same(one, train(1, "--resume " + ckpt), "dp=2 zero stage 2 -> 1 process");
+    expect_same(one, train(2, mesh(2, 1, 1) + " --resume " + ckpt), "dp=2 zero stage 2 -> dp=2");
 }
 
 // QLoRA checkpoints hold adapters only; the NF4 base is rebuilt from the seed on the new layout

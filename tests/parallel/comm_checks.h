@@ -194,6 +194,47 @@ inline void check_all_gather(Communicator& c) {
     }
 }
 
+// In place: every rank's block already at its place in recv (ZeRO's gather of the masters).
+inline void check_all_gather_in_place(Communicator& c) {
+    const int n = c.size(), r = c.rank();
+    for (DType t : {DType::F32, DType::BF16, DType::U8}) {
+        for (size_t k : kCounts) {
+            auto v = [&](size_t j) { return double((j * 7 + j / (k ? k : 1)) % 200); };
+            Bytes buf = make_buf(t, k * size_t(n), [&](size_t j) {
+                return j / (k ? k : 1) == size_t(r) ? v(j) : 255.0;
+            });
+            const size_t el = dtype_size(t);
+            c.all_gather(buf.data() + size_t(r) * k * el, buf.data(), k, t);
+            expect_elements(
+                buf, t, k * size_t(n), v,
+                context(c, fmt::format("all_gather in place {} k {}", dtype_name(t), k)));
+        }
+    }
+}
+
+// reduce: the sum (and max) at the root, blocking and not; other ranks' buffers are unspecified.
+inline void check_reduce_every_root(Communicator& c) {
+    const int n = c.size(), r = c.rank();
+    for (int root = 0; root < n; ++root) {
+        for (DType t : {DType::F32, DType::BF16, DType::I64}) {
+            for (size_t k : kCounts) {
+                Bytes buf = make_buf(t, k, [&](size_t i) { return (r + 1) * mag17(i); });
+                c.reduce(buf.data(), k, t, ReduceOp::Sum, root);
+                const std::string what =
+                    context(c, fmt::format("reduce root {} {} k {}", root, dtype_name(t), k));
+                if (r == root)
+                    expect_elements(
+                        buf, t, k, [&](size_t i) { return n * (n + 1) / 2 * mag17(i); }, what);
+                Bytes max = make_buf(t, k, [&](size_t i) { return (r + 1) * mag17(i); });
+                c.ireduce(max.data(), k, t, ReduceOp::Max, root)->wait();
+                if (r == root)
+                    expect_elements(
+                        max, t, k, [&](size_t i) { return n * mag17(i); }, what + " max");
+            }
+        }
+    }
+}
+
 inline void check_broadcast_every_root(Communicator& c) {
     for (int root = 0; root < c.size(); ++root) {
         for (DType t : {DType::F32, DType::BF16, DType::I64}) {
@@ -440,6 +481,8 @@ inline void run_all_checks(Communicator& c) {
     check_all_reduce_identical_on_ranks(c);
     check_reduce_scatter(c);
     check_all_gather(c);
+    check_all_gather_in_place(c);
+    check_reduce_every_root(c);
     check_broadcast_every_root(c);
     check_send_recv_ring(c);
     check_tags_out_of_order(c);

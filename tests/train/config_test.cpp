@@ -161,5 +161,24 @@ TEST(RunConfigTest, OptimizerIsAdamwOrAdamw8bit) {
               "train.optimizer = 'lion': expected adamw or adamw8bit");
 }
 
+TEST(RunConfigTest, ZeroStageIsZeroToTwoAndZero1MeansOne) {
+    RunConfig c = default_run_config();
+    EXPECT_EQ(zero_stage(c), 0);
+    apply_override(c, "parallel.zero1=true");
+    EXPECT_EQ(zero_stage(c), 1);
+    apply_override(c, "parallel.zero_stage=2");
+    EXPECT_EQ(zero_stage(c), 2);  // the larger wins
+    EXPECT_NO_THROW(validate(c));
+    apply_override(c, "parallel.zero_stage=3");
+    EXPECT_EQ(error_of([&] { validate(c); }),
+              "parallel.zero_stage = 3: expected 0, 1 or 2 (stage 3, sharded parameters, is not "
+              "available yet)");
+    apply_override(c, "parallel.zero_stage=2");
+    apply_override(c, "lora.enabled=true");
+    apply_override(c, "lora.dynamic_rank=true");
+    EXPECT_NE(error_of([&] { validate(c); }).find("parallel.zero_stage = 2 with lora.dynamic_rank"),
+              std::string::npos);
+}
+
 }  // namespace
 }  // namespace ete

@@ -85,6 +85,25 @@ double grad_norm(ParamStore& store, Backend& backend, Communicator* mp, bool* lo
     return std::sqrt(sq);
 }
 
+double sharded_grad_norm(ParamStore& store, Backend& backend, Communicator* mp, Communicator& dp,
+                         int64_t begin, int64_t end, bool* local_finite) {
+    double sq = 0;
+    bool finite = true;
+    for (int i = 0; i < store.size(); ++i) {
+        if (!store.trainable(i)) continue;
+        const int64_t lo = std::max(begin, store.offset(i));
+        const int64_t hi = std::min(end, store.offset(i) + store.numel(i));
+        if (lo >= hi) continue;
+        const double s = backend.sum_squares(store.grads().slice(lo, hi - lo));
+        finite = finite && std::isfinite(s);
+        if (store.counts_in_norm(i)) sq += s;
+    }
+    if (local_finite) *local_finite = finite;
+    dp.all_reduce(&sq, 1, DType::F64, ReduceOp::Sum);
+    if (mp && mp->size() > 1) mp->all_reduce(&sq, 1, DType::F64, ReduceOp::Sum);
+    return std::sqrt(sq);
+}
+
 double clip_grad_norm(ParamStore& store, Backend& backend, double clip, Communicator* mp) {
     const double norm = grad_norm(store, backend, mp);
     const float coef = clip_coefficient(norm, clip);

@@ -51,6 +51,11 @@ class AdamW final : public Optimizer {
 // copies that are not counted in the norm included (a replicated parameter on a tp rank > 0).
 double grad_norm(ParamStore& store, Backend& backend, Communicator* mp,
                  bool* local_finite = nullptr);
+// The same under ZeRO-2, where each replica of `dp` holds the summed gradients of its shard
+// [begin, end) of the flat buffer only: the squares of this replica's shard, summed over dp and
+// mp; *local_finite covers the shard.
+double sharded_grad_norm(ParamStore& store, Backend& backend, Communicator* mp, Communicator& dp,
+                         int64_t begin, int64_t end, bool* local_finite = nullptr);
 // The clip coefficient torch uses for gradients of norm `norm`: min(1, clip / (norm + 1e-6))
 // in f32; 1 when clip <= 0 (no clipping).
 float clip_coefficient(double norm, double clip);

@@ -71,7 +71,17 @@ class Communicator {
     }
     virtual Request ireduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                                     ReduceOp op) = 0;
-    // recv (size()·send_count) = concatenation of every rank's send, in rank order.
+    // In place at root: root's buf (count) = op over ranks of buf; every other rank's buf is
+    // unspecified afterwards (this default all-reduces, which leaves the result everywhere).
+    virtual void reduce(void* buf, size_t count, DType dtype, ReduceOp op, int root) {
+        ireduce(buf, count, dtype, op, root)->wait();
+    }
+    virtual Request ireduce(void* buf, size_t count, DType dtype, ReduceOp op, int root) {
+        (void)root;
+        return iall_reduce(buf, count, dtype, op);
+    }
+    // recv (size()·send_count) = concatenation of every rank's send, in rank order. In place when
+    // send == recv + rank()·send_count elements (each rank's block already where it belongs).
     virtual void all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
         iall_gather(send, recv, send_count, dtype)->wait();
     }

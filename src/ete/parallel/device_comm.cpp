@@ -75,6 +75,10 @@ class DeviceCommunicator final : public Communicator {
         if (direct_) return inner_.reduce_scatter(send, recv, n, t, op);
         ireduce_scatter(send, recv, n, t, op)->wait();
     }
+    void reduce(void* buf, size_t count, DType t, ReduceOp op, int root) override {
+        if (direct_) return inner_.reduce(buf, count, t, op, root);
+        ireduce(buf, count, t, op, root)->wait();
+    }
     void all_gather(const void* send, void* recv, size_t n, DType t) override {
         if (direct_) return inner_.all_gather(send, recv, n, t);
         iall_gather(send, recv, n, t)->wait();
@@ -105,6 +109,14 @@ class DeviceCommunicator final : public Communicator {
         return staged(inner_.ireduce_scatter(h->data(), h->data() + in, n, t, op), h, recv, in,
                       out);
     }
+    Request ireduce(void* buf, size_t count, DType t, ReduceOp op, int root) override {
+        if (direct_) return inner_.ireduce(buf, count, t, op, root);
+        const size_t bytes = count * dtype_size(t);
+        HostBytes h = download(buf, bytes);
+        return staged(inner_.ireduce(h->data(), count, t, op, root), h, buf, 0, bytes);
+    }
+    // In place stays in place: the staged copy holds [send | recv] apart, and the upload of the
+    // gathered recv rewrites this rank's own block with the same bytes.
     Request iall_gather(const void* send, void* recv, size_t n, DType t) override {
         if (direct_) return inner_.iall_gather(send, recv, n, t);
         const size_t in = n * dtype_size(t), out = in * size_t(size());

@@ -52,6 +52,20 @@ GradSync::GradSync(Communicator& dp, DeviceMemory* mem, float* grads, size_t n,
     if (options_.overlap) comm_thread_ = std::thread([this] { comm_loop(); });
 }
 
+void GradSync::set_owners(GradOwners g) {
+    const std::vector<size_t>& o = g.owners;
+    ETE_CHECK(!armed_, "GradSync on group {}: set_owners during a step", dp_.name());
+    ETE_CHECK(o.empty() || (o.size() == size_t(dp_.size()) + 1 && o.front() == 0 &&
+                            o.back() == n_ && std::is_sorted(o.begin(), o.end())),
+              "GradSync on group {}: {} owner offsets (expected none, or {} increasing from 0 to "
+              "{})",
+              dp_.name(), o.size(), dp_.size() + 1, n_);
+    ETE_CHECK(g.whole_offset + g.whole_count <= n_,
+              "GradSync on group {}: whole range [{}, {}) past the {} gradients", dp_.name(),
+              g.whole_offset, g.whole_offset + g.whole_count, n_);
+    owners_ = std::move(g);
+}
+
 GradSync::~GradSync() {
     if (!comm_thread_.joinable()) return;
     {
@@ -247,10 +261,10 @@ void GradSync::reduce_bucket(size_t b) {
         if (options_.bf16) {
             uint16_t* h = staging_.data();
             for (size_t i = 0; i < r.count; ++i) h[i] = f32_to_bf16(p[i]);
-            dp_.all_reduce(h, r.count, DType::BF16, ReduceOp::Sum);
+            reduce_range(h, DType::BF16, r.offset, r.count);
             for (size_t i = 0; i < r.count; ++i) p[i] = bf16_to_f32(h[i]);
         } else {
-            dp_.all_reduce(p, r.count, DType::F32, ReduceOp::Sum);
+            reduce_range(p, DType::F32, r.offset, r.count);
         }
         if (mem_) mem_->upload(grads_ + r.offset, p, r.count * sizeof(float));
     } catch (const std::exception& e) {
@@ -267,6 +281,27 @@ void GradSync::reduce_bucket(size_t b) {
         ++done_;
     }
     cv_.notify_all();
+}
+
+void GradSync::reduce_range(void* p, DType t, size_t offset, size_t count) {
+    const std::vector<size_t>& owners = owners_.owners;
+    if (owners.empty()) return dp_.all_reduce(p, count, t, ReduceOp::Sum);
+    // Pieces cut at the owners' boundaries and the whole range's, in order: every rank derives
+    // the same sequence of collectives from the same bucket.
+    const size_t w0 = owners_.whole_offset, w1 = w0 + owners_.whole_count, end = offset + count;
+    for (size_t at = offset; at < end;) {
+        const bool whole = at >= w0 && at < w1;
+        const auto owner = std::upper_bound(owners.begin(), owners.end(), at) - owners.begin() - 1;
+        size_t stop = whole ? w1 : owners[size_t(owner) + 1];
+        if (!whole && at < w0) stop = std::min(stop, w0);
+        stop = std::min(stop, end);
+        void* piece = static_cast<char*>(p) + (at - offset) * dtype_size(t);
+        if (whole)
+            dp_.all_reduce(piece, stop - at, t, ReduceOp::Sum);
+        else
+            dp_.reduce(piece, stop - at, t, ReduceOp::Sum, int(owner));
+        at = stop;
+    }
 }
 
 }  // namespace ete

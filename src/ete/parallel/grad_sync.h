@@ -1,5 +1,6 @@
 // ete/parallel/grad_sync.h — data-parallel gradient synchronisation: a bucketed all-reduce (SUM) of
-// one flat f32 gradient buffer over the dp group, overlapped with backward (DESIGN.md §3, §4).
+// one flat f32 gradient buffer over the dp group (or, for ZeRO-2, a reduce of each piece to the
+// replica that owns it: GradSyncOptions::owners), overlapped with backward (DESIGN.md §3, §4).
 //
 // Buckets are fixed element ranges cut from the END of the buffer backwards, because backward
 // finalises gradients in reverse execution order, i.e. from the end of the buffer towards the
@@ -47,6 +48,17 @@ struct GradSyncOptions {
     bool overlap = true;             // false: every all-reduce runs inside finish(), main thread
 };
 
+// ZeRO-2 (GradSync::set_owners): dp.size() + 1 increasing element offsets from 0 to n, rank r
+// owning [owners[r], owners[r+1]). Each bucket is then reduced piece by piece to the owner of each
+// piece (a reduce, half an all-reduce's traffic), so after finish() a rank's own range holds the
+// sum and the rest of the buffer is unspecified, except [whole_offset, whole_offset +
+// whole_count), all-reduced as without owners (a pipeline's tied embedding, whose gradient is
+// summed with another stage's afterwards).
+struct GradOwners {
+    std::vector<size_t> owners;
+    size_t whole_offset = 0, whole_count = 0;
+};
+
 // One bucket's trace in the last step, in seconds since begin(). ready_s: its last element was
 // reported (or finish() reported it); start_s/end_s: its all-reduce, including bf16 conversion.
 struct BucketEvent {
@@ -68,6 +80,9 @@ class GradSync {
     GradSync(const GradSync&) = delete;
     GradSync& operator=(const GradSync&) = delete;
 
+    // ZeRO-2: reduce to owners from the next step on (ete::Error when `o` does not cover the
+    // buffer).
+    void set_owners(GradOwners o);
     // Arms one synchronisation: call before the backward of the last micro-batch of a step.
     void begin();
     // grads[offset, offset+count) are final. Ranges come in any order and may span buckets; each
@@ -91,6 +106,8 @@ class GradSync {
     void mark_ready(size_t offset, size_t count);  // updates bucket counters, launches buckets
     void report_unreported();
     void reduce_bucket(size_t b);  // the all-reduce of one bucket, with its trace
+    // The collectives of elements [offset, offset + count) whose host copy (of dtype t) is p.
+    void reduce_range(void* p, DType t, size_t offset, size_t count);
     void comm_loop();
     void wait_overlapped();
     void run_on_main_thread();
@@ -100,6 +117,7 @@ class GradSync {
     float* grads_;
     size_t n_;
     GradSyncOptions options_;
+    GradOwners owners_;  // empty owners: all-reduce
     size_t bucket_elems_;
     size_t num_buckets_;
     bool active_;  // dp size > 1

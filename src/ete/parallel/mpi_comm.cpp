@@ -280,6 +280,17 @@ class MpiComm final : public Communicator {
                 mpi_op(op, dtype), comm_, &r);
         return collective(r, w, rec);
     }
+    // In place at root (MPI_IN_PLACE); the other ranks only send.
+    Request ireduce(void* buf, size_t count, DType dtype, ReduceOp op, int root) override {
+        const std::string w = checked("reduce", count, dtype, true);
+        comm::check_root("reduce", *this, root);
+        const uint64_t rec = record("reduce", count, dtype);
+        const bool me = rank_ == root;
+        MPI_Request r;
+        ETE_MPI(w, MPI_Ireduce, me ? MPI_IN_PLACE : buf, me ? buf : nullptr, int(count),
+                mpi_type(dtype), mpi_op(op, dtype), root, comm_, &r);
+        return collective(r, w, rec);
+    }
     Request iall_gather(const void* send, void* recv, size_t send_count, DType dtype) override {
         return start_all_gather("all_gather", send, recv, send_count, dtype);
     }
@@ -344,8 +355,12 @@ class MpiComm final : public Communicator {
         const std::string w = checked(op, send_count * size_t(size()), dtype, false);
         const uint64_t rec = record(std::string(op).c_str(), send_count * size_t(size()), dtype);
         const MPI_Datatype t = mpi_type(dtype);
+        // This rank's block already in recv: MPI's in-place form (aliased buffers are invalid).
+        const bool in_place =
+            send == static_cast<const char*>(recv) + size_t(rank_) * send_count * dtype_size(dtype);
         MPI_Request r;
-        ETE_MPI(w, MPI_Iallgather, send, int(send_count), t, recv, int(send_count), t, comm_, &r);
+        ETE_MPI(w, MPI_Iallgather, in_place ? MPI_IN_PLACE : send, int(send_count), t, recv,
+                int(send_count), t, comm_, &r);
         return collective(r, w, rec);
     }
 

@@ -40,6 +40,12 @@ class TimedCommunicator : public Communicator {
     Request ireduce_scatter(const void* send, void* recv, size_t n, DType t, ReduceOp op) override {
         return inner_.ireduce_scatter(send, recv, n, t, op);
     }
+    void reduce(void* buf, size_t count, DType dtype, ReduceOp op, int root) override {
+        timed([&] { inner_.reduce(buf, count, dtype, op, root); });
+    }
+    Request ireduce(void* buf, size_t count, DType dtype, ReduceOp op, int root) override {
+        return inner_.ireduce(buf, count, dtype, op, root);
+    }
     void all_gather(const void* send, void* recv, size_t n, DType t) override {
         timed([&] { inner_.all_gather(send, recv, n, t); });
     }

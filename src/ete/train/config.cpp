@@ -196,8 +196,11 @@ const std::vector<Key>& keys() {
                           "all-reduce gradient buckets while backward runs"));
         t.push_back(field("parallel.grad_bf16", &R::parallel_grad_bf16,
                           "send data-parallel gradients as bf16 (fp32 accumulation)"));
+        t.push_back(field("parallel.zero_stage", &R::parallel_zero_stage,
+                          "ZeRO: 0 off, 1 shard the optimizer state across replicas, 2 also "
+                          "reduce each gradient only to the replica that updates it"));
         t.push_back(field("parallel.zero1", &R::parallel_zero1,
-                          "ZeRO-1: shard optimizer moments across replicas, gather weights"));
+                          "the same as parallel.zero_stage = 1 (a larger zero_stage wins)"));
         t.push_back(field("parallel.replica_check_every", &R::parallel_replica_check_every,
                           "steps between checks that replicas hold identical weights (0 = off)"));
         t.push_back(field("parallel.timeout_s", &R::parallel_timeout_s,
@@ -552,6 +555,13 @@ void validate(const RunConfig& c) {
               "parallel.uneven_batch = '{}': expected pad or drop", c.parallel_uneven_batch);
     ETE_CHECK(c.parallel_bucket_mb > 0, "parallel.bucket_mb = {}: expected > 0",
               c.parallel_bucket_mb);
+    ETE_CHECK(c.parallel_zero_stage >= 0 && c.parallel_zero_stage <= 2,
+              "parallel.zero_stage = {}: expected 0, 1 or 2 (stage 3, sharded parameters, is not "
+              "available yet)",
+              c.parallel_zero_stage);
+    ETE_CHECK(zero_stage(c) < 2 || !(c.lora_enabled && c.lora_dynamic_rank),
+              "parallel.zero_stage = 2 with lora.dynamic_rank: the rank rule reads every "
+              "adapter's whole gradient, which stage 2 leaves on one replica (use stage 1)");
     ETE_CHECK(c.parallel_replica_check_every >= 0,
               "parallel.replica_check_every = {}: expected >= 0", c.parallel_replica_check_every);
     ETE_CHECK(c.parallel_timeout_s >= 0, "parallel.timeout_s = {}: expected >= 0 (0 = no limit)",

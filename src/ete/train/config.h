@@ -77,12 +77,13 @@ struct RunConfig {
     int parallel_dp = 0;  // 0 = world size / (tp * pp)
     int parallel_tp = 1;
     int parallel_pp = 1;
-    std::string parallel_pp_layers;              // "" = balanced, or layers per stage "3,5"
-    std::string parallel_uneven_batch = "pad";   // micro_batch % dp != 0: pad or drop rows
-    double parallel_bucket_mb = 25;              // DP all-reduce bucket size (MiB)
-    bool parallel_overlap = true;                // all-reduce buckets during backward
-    bool parallel_grad_bf16 = false;             // communicate DP gradients in bf16
-    bool parallel_zero1 = false;                 // shard AdamW moments across DP replicas
+    std::string parallel_pp_layers;             // "" = balanced, or layers per stage "3,5"
+    std::string parallel_uneven_batch = "pad";  // micro_batch % dp != 0: pad or drop rows
+    double parallel_bucket_mb = 25;             // DP all-reduce bucket size (MiB)
+    bool parallel_overlap = true;               // all-reduce buckets during backward
+    bool parallel_grad_bf16 = false;            // communicate DP gradients in bf16
+    bool parallel_zero1 = false;                // = parallel.zero_stage 1 (kept for old configs)
+    int parallel_zero_stage = 0;  // ZeRO: 0 off, 1 optimizer state, 2 + gradients (zero_stage())
     int64_t parallel_replica_check_every = 100;  // steps between replica checksums (0 = off)
     double parallel_timeout_s = 300;             // a collective slower than this is an error
     double parallel_hang_warn_s = 0;  // report a collective pending this long (0 = timeout / 5)
@@ -151,6 +152,10 @@ void validate(const RunConfig& cfg);
 // the precision's natural choice).
 DType compute_dtype(const RunConfig& cfg);
 DType save_dtype(const RunConfig& cfg);
+// The ZeRO stage in effect: parallel.zero_stage, or 1 for parallel.zero1 = true.
+inline int zero_stage(const RunConfig& cfg) {
+    return cfg.parallel_zero_stage > 0 ? cfg.parallel_zero_stage : (cfg.parallel_zero1 ? 1 : 0);
+}
 
 // The [lora] section as the model sees it (enabled = false when LoRA is off). lora.targets left at
 // its default on GPT-2 or Phi-3 (no q_proj/v_proj) is PEFT's default for that family.

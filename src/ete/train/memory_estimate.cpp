@@ -6,6 +6,7 @@
 #include "ete/core/error.h"
 #include "ete/core/mem_stats.h"
 #include "ete/optim/optimizer.h"
+#include "ete/parallel/zero.h"
 
 namespace ete {
 
@@ -59,11 +60,12 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
     }
     e.weights = n * 4 + (act != DType::F32 ? n * dtype_size(act) : 0) + model.qat_weight_bytes();
     e.gradients = n * 4;
-    // train.optimizer's state for this rank's shard (ZeRO-1: the first replica's 1/dp, which is
-    // never smaller than the others').
-    const uint64_t shard = cfg.parallel_zero1 ? (n + uint64_t(dp) - 1) / uint64_t(dp) : n;
-    e.optimizer = uint64_t(optimizer_state_bytes(optimizer_kind_from_name(cfg.optimizer),
-                                                 ps.specs(), 0, int64_t(shard)));
+    // train.optimizer's state for this rank's shard (ZeRO: the size of the last replica's, which
+    // is never smaller than the others', at the start of the buffer).
+    const ShardRange r = zero_stage(cfg) > 0 && dp > 1 ? zero_shard(int64_t(n), dp, dp - 1)
+                                                       : ShardRange{0, int64_t(n)};
+    e.optimizer = uint64_t(
+        optimizer_state_bytes(optimizer_kind_from_name(cfg.optimizer), ps.specs(), 0, r.size()));
     e.activations = activations.value_or(model.activation_bytes());
     if (dp > 1) {
         const uint64_t bucket = uint64_t(cfg.parallel_bucket_mb * double(1 << 20));
@@ -112,7 +114,7 @@ void check_memory(const MemoryEstimate& e, const RunConfig& cfg, uint64_t batch_
                   format_bytes(e.activations + batch_bytes), cfg.micro_batch, cfg.seq_len)
             : fmt::format(
                   "weights, gradients and optimizer {}: fine-tune with [lora] (nf4), "
-                  "shard with parallel.zero1, or split the model with parallel.tp / "
+                  "shard with parallel.zero_stage, or split the model with parallel.tp / "
                   "parallel.pp",
                   format_bytes(model));
     throw_error(fmt::format(

@@ -13,6 +13,7 @@
 #include <limits>
 #include <thread>
 
+#include "ete/backend/cpu/openblas_util.h"
 #include "ete/core/dir_lock.h"
 #include "ete/core/file_util.h"
 #include "ete/core/log.h"
@@ -90,8 +91,10 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
         sync_ = std::make_unique<GradSync>(*dist_.groups.dp, backend_.get(),
                                            static_cast<float*>(model_.params().grads().data),
                                            size_t(model_.params().numel()), o);
+        if (zero() >= 2) sync_->set_owners(zero2_owners());
     }
     if (dist_.groups.pp) pp_dev_ = device_communicator(*dist_.groups.pp, *backend_);
+    if (zero() > 0) dp_dev_ = device_communicator(*dist_.groups.dp, *backend_);
     if (cfg_.lora_enabled && !cfg_.model_init_from.empty())
         base_hash_ = model_dir_hash(cfg_.model_init_from);
     if (dist_.tied) tied_dev_ = device_communicator(*dist_.tied, *backend_);
@@ -135,6 +138,19 @@ void Trainer::arm_grad_sync(bool last_micro) {
         [this](int64_t offset, int64_t count) { sync_->ready(size_t(offset), size_t(count)); });
 }
 
+GradOwners Trainer::zero2_owners() const {
+    GradOwners o;
+    const ParamStore& ps = model_.params();
+    const int dp = dist_.shape().dp;
+    for (int r = 0; r < dp; ++r) o.owners.push_back(size_t(zero_shard(ps.numel(), dp, r).begin));
+    o.owners.push_back(size_t(ps.numel()));
+    const int i = ps.find(ParamRole::TokenEmbed);
+    if (!dist_.tied || i < 0 || !ps.trainable(i)) return o;
+    o.whole_offset = size_t(ps.offset(i));
+    o.whole_count = size_t(ps.numel(i));
+    return o;
+}
+
 // All gradients of the step final and summed: over replicas, then (pp > 1 with a tied
 // embedding) between the first and last stage's copies.
 void Trainer::reduce_grads() {
@@ -163,8 +179,10 @@ void Trainer::qat_finish_step() {
 void Trainer::inject_nonfinite(int64_t step) {
     const int rank = dist_.world->rank();
     if (!faults_.fires("nan_grad", step + 1, rank)) return;
+    // The first element this rank's gradient check reads (ZeRO-2: its shard).
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    backend_->upload(model_.params().grads().data, &nan, sizeof(float));
+    backend_->upload(model_.params().grads().slice(zero_range().begin, 1).data, &nan,
+                     sizeof(float));
     log_warn("ETE_FAULT: a NaN gradient on world rank {} at step {}", rank, step + 1);
 }
 
@@ -176,7 +194,10 @@ AnomalyVerdict Trainer::finish_grads(int64_t step, bool local_loss_bad, double l
                                      float* grad_scale) {
     inject_nonfinite(step);
     bool finite = true;
-    const double n = grad_norm(model_.params(), *backend_, dist_.mp.get(), &finite);
+    const ShardRange r = zero_range();
+    const double n = zero() >= 2 ? sharded_grad_norm(model_.params(), *backend_, dist_.mp.get(),
+                                                     *dist_.groups.dp, r.begin, r.end, &finite)
+                                 : grad_norm(model_.params(), *backend_, dist_.mp.get(), &finite);
     uint32_t bits = local_loss_bad ? uint32_t(kNonFiniteLoss) : 0u;
     // Every element this rank holds, counted in the norm or not (a replicated copy on tp rank 1).
     if (!finite) bits |= uint32_t(scaler_.enabled() ? kOverflow : kNonFiniteGrad);
@@ -303,15 +324,7 @@ StepMetrics Trainer::step(int64_t step) {
     if (take) consecutive_skips_ = 0;
     double lr = lr_at(sched_, step, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
     if (take) opt_->step(lr, grad_scale);
-    if (take && zero1()) {  // every replica updated its slice: gather the whole model everywhere
-        ParamStore& ps = model_.params();
-        const int64_t have = opt_->shard_end() - opt_->shard_begin();
-        std::vector<float> mine(static_cast<size_t>(have)), full(size_t(ps.numel()));
-        backend_->download(mine.data(), ps.masters().slice(opt_->shard_begin(), have).data,
-                           mine.size() * sizeof(float));
-        gather_shards(mine.data(), full.data());
-        ps.upload_masters(full.data());
-    }
+    if (take && zero() > 0) gather_masters();  // every replica updated its shard
     // QAT: the fake-quantized weights of the new ones (what evaluation in between reads too).
     if (QatRuntime* q = model_.qat()) q->begin_step(step + 1);
     double dt = seconds_since(t0);
@@ -466,16 +479,21 @@ void Trainer::log_start() const {
         int64_t(rows_.global_rows) * cfg_.seq_len * cfg_.grad_accum,
         double(model_.activation_bytes()) / (1 << 20), backend_->name(), cfg_.precision);
     log_info("backend: {}", backend_->describe());
+    const std::string advice = cfg_.backend == "cuda" ? "" : cpu::openblas_core_advice();
+    if (!advice.empty() && dist_.main()) log_warn("{}", advice);
     log_info("memory estimate (rank {}): {}", dist_.world->rank(),
              estimate_memory(model_, cfg_, m.dp, runtime_rss_, omp_get_max_threads())
                  .line(cfg_.lora_enabled));
     if (m.size() > 1)
-        log_info("parallel: {} ranks = dp {} x tp {} x pp {} | {} rows per replica micro-batch{}",
+        log_info("parallel: {} ranks = dp {} x tp {} x pp {} | {} rows per replica micro-batch{}{}",
                  m.size(), m.dp, m.tp, m.pp, rows_.rows,
                  rows_.rows * m.dp != cfg_.micro_batch
                      ? fmt::format(" (train.micro_batch {} is uneven: {})", cfg_.micro_batch,
                                    cfg_.parallel_uneven_batch)
-                     : "");
+                     : "",
+                 zero() > 0 ? fmt::format(" | ZeRO stage {}: optimizer state of {} of {} elements",
+                                          zero(), zero_range().size(), model_.params().numel())
+                            : "");
     if (m.pp > 1) {
         const std::vector<int> b = pipeline_layer_bounds(mc_, m.pp, cfg_.parallel_pp_layers);
         std::string stages;

@@ -20,6 +20,7 @@
 #include "ete/parallel/grad_sync.h"
 #include "ete/parallel/pp_executor.h"
 #include "ete/parallel/timed_comm.h"
+#include "ete/parallel/zero.h"
 #include "ete/train/anomaly.h"
 #include "ete/train/dist.h"
 #include "ete/train/fault.h"
@@ -59,23 +60,31 @@ class Trainer {
     }
     // Whether this rank holds only part of the model (so files need the layout map).
     bool sharded() const { return dist_.shape().tp > 1 || dist_.shape().pp > 1; }
-    // train.optimizer over the whole model, or (parallel.zero1) over this replica's 1/dp of it.
+    // The ZeRO stage in effect: parallel.zero_stage with dp > 1, else 0.
+    int zero() const { return dist_.shape().dp > 1 ? zero_stage(cfg_) : 0; }
+    // This replica's ZeRO shard of the flat local buffers (parallel/zero.h); all of them at
+    // stage 0.
+    ShardRange zero_range() const {
+        const int64_t n = model_.params().numel();
+        if (zero() == 0) return {0, n};
+        return zero_shard(n, dist_.shape().dp, dist_.groups.dp_rank);
+    }
+    // train.optimizer over the whole model, or (ZeRO) over this replica's shard of it.
     std::unique_ptr<Optimizer> make_optimizer() {
         OptimizerConfig c{optimizer_kind_from_name(cfg_.optimizer),
                           {cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.adam_eps, cfg_.weight_decay}};
-        const int64_t n = model_.params().numel(), dp = dist_.shape().dp;
-        if (!cfg_.parallel_zero1 || dp == 1)
-            return ete::make_optimizer(c, model_.params(), *backend_, 0, n);
-        const int64_t per = (n + dp - 1) / dp, begin = std::min(n, dist_.groups.dp_rank * per);
-        return ete::make_optimizer(c, model_.params(), *backend_, begin, std::min(n, begin + per));
-    }
-    bool zero1() const {
-        return opt_->shard_end() - opt_->shard_begin() != model_.params().numel();
+        const ShardRange r = zero_range();
+        return ete::make_optimizer(c, model_.params(), *backend_, r.begin, r.end);
     }
     // Whether every rank holds the whole model and both moments at their logical shapes (no tp,
-    // pp or ZeRO-1): checkpoints then move tensor by tensor, with no gather.
-    bool state_is_whole() const { return !sharded() && !zero1(); }
+    // pp or ZeRO): checkpoints then move tensor by tensor, with no gather.
+    bool state_is_whole() const { return !sharded() && zero() == 0; }
+    // ZeRO: every replica's shard of a flat local host buffer, `mine` holding this replica's,
+    // gathered into `full` (collective over dp).
     void gather_shards(const float* mine, float* full);
+    // ZeRO after the optimizer step: every replica's updated shard of the masters gathered into
+    // every replica's backend memory (in place, device to device), the compute copy refreshed.
+    void gather_masters();
     // trainer_state.cpp: weights and optimizer state in and out of files, on any layout.
     int64_t start(const ResumeOptions& resume);
     void init_weights(bool resuming);
@@ -102,6 +111,9 @@ class Trainer {
     double run_micro_batches(int64_t step, float d_scale);  // returns this rank's loss sum
     double run_pipeline_step(int64_t step, float d_scale);
     void arm_grad_sync(bool last_micro);
+    // ZeRO-2: every replica's shard as the gradient reduction's owners (a tied embedding, summed
+    // with the other stage's copy afterwards, all-reduced whole).
+    GradOwners zero2_owners() const;
     void reduce_grads();
     // QAT after the step's backward: weight gradients masked, the step's activation ranges
     // reduced over every rank and folded into the observers.
@@ -187,7 +199,8 @@ class Trainer {
     LrSchedule sched_;
     std::unique_ptr<GradSync> sync_;  // dp > 1
     // The pp and tied-embedding groups over backend memory (stage buffers, gradients).
-    std::unique_ptr<Communicator> pp_dev_, tied_dev_;
+    // The dp group over backend memory (ZeRO's gather of the masters).
+    std::unique_ptr<Communicator> pp_dev_, tied_dev_, dp_dev_;
     LossScaler scaler_;                         // enabled for train.precision = fp16
     FaultPlan faults_ = FaultPlan::from_env();  // ETE_FAULT (tests and drills)
     AnomalyConfig anomaly_ = anomaly_config(cfg_);

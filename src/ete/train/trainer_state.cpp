@@ -24,15 +24,16 @@ namespace ete {
 
 namespace fs = std::filesystem;
 
-// ZeRO-1: every replica's [shard_begin, shard_end) slice of a flat local buffer, `mine` holding
-// this replica's, gathered into `full` (all replicas call it).
 void Trainer::gather_shards(const float* mine, float* full) {
-    const int64_t n = model_.params().numel(), dp = dist_.shape().dp;
-    const int64_t per = (n + dp - 1) / dp, have = opt_->shard_end() - opt_->shard_begin();
-    std::vector<float> send(size_t(per), 0.0f), all(size_t(per * dp));
-    std::copy(mine, mine + have, send.begin());
-    dist_.groups.dp->all_gather(send.data(), all.data(), size_t(per), DType::F32);
-    std::copy(all.begin(), all.begin() + n, full);
+    const ShardRange r = zero_range();
+    std::copy(mine, mine + r.size(), full + r.begin);
+    zero_all_gather(*dist_.groups.dp, full, model_.params().numel(), DType::F32);
+}
+
+void Trainer::gather_masters() {
+    ParamStore& ps = model_.params();
+    zero_all_gather(*dp_dev_, ps.masters().data, ps.numel(), DType::F32);
+    ps.refresh_compute();
 }
 
 void Trainer::init_weights(bool resuming) {
@@ -255,7 +256,7 @@ std::vector<std::vector<float>> Trainer::gather_states() {
     std::vector<std::vector<float>> out;
     for (int k = 0; k < opt_->state_count(); ++k) {
         std::vector<float> mine = opt_->download_state(k);
-        if (zero1()) {
+        if (zero() > 0) {
             std::vector<float> full(size_t(model_.params().numel()));
             gather_shards(mine.data(), full.data());
             mine.swap(full);

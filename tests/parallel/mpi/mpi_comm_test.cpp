@@ -52,6 +52,12 @@ TEST(MpiComm, ReduceScatter) {
 TEST(MpiComm, AllGather) {
     check_all_gather(mpi_world());
 }
+TEST(MpiComm, AllGatherInPlace) {
+    check_all_gather_in_place(mpi_world());
+}
+TEST(MpiComm, ReduceEveryRoot) {
+    check_reduce_every_root(mpi_world());
+}
 TEST(MpiComm, BroadcastEveryRoot) {
     check_broadcast_every_root(mpi_world());
 }

@@ -242,6 +242,15 @@ class NcclComm final : public Communicator {
                       state_->stream);
         return finish(w);
     }
+    Request ireduce(void* buf, size_t count, DType dtype, ReduceOp op, int root) override {
+        comm::check_root("reduce", *this, root);
+        const std::string w = begin("reduce");
+        const ncclDataType_t t = reduce_type("reduce", dtype);
+        ETE_NCCL_CALL(w, ncclReduce, buf, buf, count, t, nccl_op(op), root, state_->comm,
+                      state_->stream);
+        return finish(w);
+    }
+    // In place (send == recv + rank·send_count) is NCCL's own in-place all-gather.
     Request iall_gather(const void* send, void* recv, size_t send_count, DType dtype) override {
         const std::string w = begin("all_gather");
         ETE_NCCL_CALL(w, ncclAllGather, send, recv, send_count * dtype_size(dtype), ncclUint8,
