@@ -65,6 +65,28 @@ float clip_coefficient(double norm, double clip) {
     return std::min(1.0f, float(clip) / (float(norm) + 1e-6f));
 }
 
+namespace {
+
+// The squared norm of the gradients of flat elements [begin, end) that count in the norm, parameter
+// by parameter; *finite: whether every one of those elements (counted or not) is finite.
+double counted_squares(ParamStore& store, Backend& backend, int64_t begin, int64_t end,
+                       bool* finite) {
+    double sq = 0;
+    *finite = true;
+    for (int i = 0; i < store.size(); ++i) {
+        if (!store.trainable(i)) continue;
+        const int64_t lo = std::max(begin, store.offset(i));
+        const int64_t hi = std::min(end, store.offset(i) + store.numel(i));
+        if (lo >= hi) continue;
+        const double s = backend.sum_squares(store.grads().slice(lo, hi - lo));
+        *finite = *finite && std::isfinite(s);
+        if (store.counts_in_norm(i)) sq += s;
+    }
+    return sq;
+}
+
+}  // namespace
+
 double grad_norm(ParamStore& store, Backend& backend, Communicator* mp, bool* local_finite) {
     if (!mp || mp->size() == 1) {
         // One process holds each element once: every element is counted.
@@ -72,14 +94,8 @@ double grad_norm(ParamStore& store, Backend& backend, Communicator* mp, bool* lo
         if (local_finite) *local_finite = std::isfinite(sq);
         return std::sqrt(sq);
     }
-    double sq = 0;
     bool finite = true;
-    for (int i = 0; i < store.size(); ++i) {
-        if (!store.trainable(i)) continue;
-        const double s = backend.sum_squares(store.grad(i).flat());
-        finite = finite && std::isfinite(s);
-        if (store.counts_in_norm(i)) sq += s;
-    }
+    double sq = counted_squares(store, backend, 0, store.numel(), &finite);
     if (local_finite) *local_finite = finite;
     mp->all_reduce(&sq, 1, DType::F64, ReduceOp::Sum);
     return std::sqrt(sq);
@@ -87,17 +103,8 @@ double grad_norm(ParamStore& store, Backend& backend, Communicator* mp, bool* lo
 
 double sharded_grad_norm(ParamStore& store, Backend& backend, Communicator* mp, Communicator& dp,
                          int64_t begin, int64_t end, bool* local_finite) {
-    double sq = 0;
     bool finite = true;
-    for (int i = 0; i < store.size(); ++i) {
-        if (!store.trainable(i)) continue;
-        const int64_t lo = std::max(begin, store.offset(i));
-        const int64_t hi = std::min(end, store.offset(i) + store.numel(i));
-        if (lo >= hi) continue;
-        const double s = backend.sum_squares(store.grads().slice(lo, hi - lo));
-        finite = finite && std::isfinite(s);
-        if (store.counts_in_norm(i)) sq += s;
-    }
+    double sq = counted_squares(store, backend, begin, end, &finite);
     if (local_finite) *local_finite = finite;
     dp.all_reduce(&sq, 1, DType::F64, ReduceOp::Sum);
     if (mp && mp->size() > 1) mp->all_reduce(&sq, 1, DType::F64, ReduceOp::Sum);

@@ -22,7 +22,7 @@ namespace ete {
 class AdamW final : public Optimizer {
   public:
     AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg);
-    // ZeRO-1: this optimizer owns only the flat elements [begin, end) of the store — its
+    // ZeRO: this optimizer owns only the flat elements [begin, end) of the store — its
     // moments cover that range and step() updates only those parameters (the caller then
     // gathers the parameters the other ranks updated).
     AdamW(ParamStore& store, Backend& backend, AdamWConfig cfg, int64_t begin, int64_t end);

@@ -3,7 +3,7 @@
 // Optimizers via Block-wise Quantization", 2022).
 //
 // Format (core/dynamic_map.h): each parameter's moments in blocks of kBlock = 256 elements (as
-// bitsandbytes' blockwise optimizers; a block never straddles two parameters, and under ZeRO-1 a
+// bitsandbytes' blockwise optimizers; a block never straddles two parameters, and under ZeRO a
 // shard's part of a parameter starts a block), one byte per element — the first moment as an
 // index into the signed dynamic map, the second into the unsigned one — and an fp32 absmax per
 // block: 2 + 8/256 bytes per element instead of AdamW's 8. Dynamic maps spend their codes on

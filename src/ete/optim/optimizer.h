@@ -1,7 +1,7 @@
 // ete/optim/optimizer.h — the optimizer seam: an update rule over the flat trainable buffer with
 // named per-element state (DESIGN.md §4).
 //
-// An optimizer owns the flat elements [begin, end) of a ParamStore (all of them, or with ZeRO-1
+// An optimizer owns the flat elements [begin, end) of a ParamStore (all of them, or with ZeRO
 // this replica's shard) and keeps state for them in whatever dtype and block layout it likes
 // (AdamW: two F32 moments; 8-bit AdamW: blockwise 8-bit codes with an absmax per block). Outside
 // it the state is a list of named tensors of F32 values, one per element, at the parameters'

@@ -7,7 +7,7 @@
 //   weights      trainable F32 masters (+ the 16-bit compute copy under mixed precision)
 //   gradients    F32, one per trainable element
 //   optimizer    the optimizer's state (optim/optimizer.h: AdamW's two F32 moments, 8-bit
-//                AdamW's codes and block absmax), sharded over dp with ZeRO-1
+//                AdamW's codes and block absmax), sharded over dp with ZeRO
 //   activations  the arena (every slot's saved activations and the shared scratch)
 //   comm         data-parallel bucket staging (bf16 copies; the host copy of non-host backends)
 //   workspace    NF4 dequantization tiles, and the GEMM engines' buffers

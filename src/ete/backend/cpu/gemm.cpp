@@ -137,7 +137,7 @@ std::string openblas_core_advice() {
     if (!wider) return "";
     return fmt::format(
         "OPENBLAS_CORETYPE={} is set in the environment: {} kernels on a CPU that runs {}'s "
-        "(fp32 trained 1.6-3x faster with them on the CPUs measured, docs/numerics.md); unset "
+        "(fp32 trained 1.6-4x faster with them on the CPUs measured, docs/numerics.md); unset "
         "it to let ete choose",
         user, is_avx2_core(user) ? "AVX2" : "generic", wider);
 }
