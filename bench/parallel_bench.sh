@@ -35,28 +35,9 @@ log() { printf '==> %s\n' "$*" >&2; }
 [ -x "$ETE" ] || { echo "parallel_bench.sh: $ETE not built (ninja -C $BUILD_DIR ete)" >&2; exit 1; }
 
 python3 "$ROOT/bench/random_tokens.py" "$WORK/toks.bin" 2000000 8192
-cat >"$WORK/bench.toml" <<EOF
-[model]
-vocab_size = 8192
-hidden_size = 512
-intermediate_size = 1408
-num_layers = 8
-num_heads = 8
-num_kv_heads = 4
-max_position_embeddings = $T
-tie_word_embeddings = false
-[train]
-steps = $STEPS
-seq_len = $T
-grad_accum = 1
-warmup_steps = 2
-eval_every = 0
-log_every = 1000
-[data]
-train = "$WORK/toks.bin"
-tokenizer = ""
-val_fraction = 0.0
-EOF
+# shellcheck source=bench/bench_toml.sh
+source "$ROOT/bench/bench_toml.sh"
+write_bench_toml "$WORK/bench.toml" "$T" "$STEPS" "$WORK/toks.bin"
 
 # median over steps > WARMUP of a metrics.jsonl field (or a ratio of two fields)
 median() {

@@ -178,6 +178,15 @@ TEST(RunConfigTest, ZeroStageIsZeroToTwoAndZero1MeansOne) {
     apply_override(c, "lora.dynamic_rank=true");
     EXPECT_NE(error_of([&] { validate(c); }).find("parallel.zero_stage = 2 with lora.dynamic_rank"),
               std::string::npos);
+    c = default_run_config();
+    apply_override(c, "parallel.zero_stage=2");
+    apply_override(c, "qat.enabled=true");
+    apply_override(c, "qat.learnable_scale=true");
+    EXPECT_NE(
+        error_of([&] { validate(c); }).find("parallel.zero_stage = 2 with qat.learnable_scale"),
+        std::string::npos);
+    apply_override(c, "parallel.zero_stage=1");
+    EXPECT_NO_THROW(validate(c));
 }
 
 }  // namespace

@@ -562,6 +562,9 @@ void validate(const RunConfig& c) {
     ETE_CHECK(zero_stage(c) < 2 || !(c.lora_enabled && c.lora_dynamic_rank),
               "parallel.zero_stage = 2 with lora.dynamic_rank: the rank rule reads every "
               "adapter's whole gradient, which stage 2 leaves on one replica (use stage 1)");
+    ETE_CHECK(zero_stage(c) < 2 || !c.qat_learnable_scale,
+              "parallel.zero_stage = 2 with qat.learnable_scale: a weight's scale gradient is "
+              "summed over its whole gradient, which stage 2 leaves on one replica (use stage 1)");
     ETE_CHECK(c.parallel_replica_check_every >= 0,
               "parallel.replica_check_every = {}: expected >= 0", c.parallel_replica_check_every);
     ETE_CHECK(c.parallel_timeout_s >= 0, "parallel.timeout_s = {}: expected >= 0 (0 = no limit)",

@@ -7,8 +7,9 @@
 // Checkpoints and exported models always hold the logical model, so they load onto any layout.
 // Gathering sums over the world: each logical element is written by exactly one rank (the
 // dp-rank-0 replica's owner: ParamTable::counts_in_norm), every other rank contributes zeros.
-// This needs one whole-model buffer per rank while saving or loading — fine at CPU scale; a
-// sharded checkpoint format is the way to go past it.
+// to_global needs one whole-model buffer per rank: the final save (final/ is written whole by
+// rank 0) and LoRA rank changes (adapters only) use it; checkpoints move one tensor at a time
+// instead (state_stream.h).
 #pragma once
 
 #include <string>

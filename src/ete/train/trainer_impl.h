@@ -30,6 +30,7 @@
 #include "ete/train/progress.h"
 #include "ete/train/rank_controller.h"
 #include "ete/train/run_setup.h"
+#include "ete/train/state_stream.h"
 #include "ete/train/tensorboard.h"
 #include "ete/train/trainer.h"
 #include "ete/train/watchdog.h"
@@ -76,12 +77,14 @@ class Trainer {
         const ShardRange r = zero_range();
         return ete::make_optimizer(c, model_.params(), *backend_, r.begin, r.end);
     }
-    // Whether every rank holds the whole model and both moments at their logical shapes (no tp,
-    // pp or ZeRO): checkpoints then move tensor by tensor, with no gather.
+    // Whether every rank holds the whole model and optimizer state at their logical shapes (no
+    // tp, pp or ZeRO): checkpoints then move tensor by tensor with no collective.
     bool state_is_whole() const { return !sharded() && zero() == 0; }
-    // ZeRO: every replica's shard of a flat local host buffer, `mine` holding this replica's,
-    // gathered into `full` (collective over dp).
-    void gather_shards(const float* mine, float* full);
+    // Who puts which elements into a checkpoint's tensors (state_stream.h).
+    StreamRoles stream_roles() const {
+        const bool first = dist_.groups.dp_rank == 0;
+        return {state_is_whole(), first, zero() > 0 || first};
+    }
     // ZeRO after the optimizer step: every replica's updated shard of the masters gathered into
     // every replica's backend memory (in place, device to device), the compute copy refreshed.
     void gather_masters();
@@ -98,9 +101,6 @@ class Trainer {
     void load_adapter_init(const std::string& dir);
     // The newest checkpoint of the run dir that verifies (collective).
     std::optional<std::string> newest_good_checkpoint();
-    CheckpointSource streamed_source() const;
-    // The optimizer's whole logical state on world rank 0, one vector per state (collective).
-    std::vector<std::vector<float>> gather_states();
     void save_final();
     void write_final(const HostParams& whole) const;
     void fill_micro(int64_t step, int a);
@@ -111,6 +111,8 @@ class Trainer {
     double run_micro_batches(int64_t step, float d_scale);  // returns this rank's loss sum
     double run_pipeline_step(int64_t step, float d_scale);
     void arm_grad_sync(bool last_micro);
+    // After micro-batch backward that is not the step's last: its sync finished (ZeRO-2).
+    void end_micro_sync(bool last_micro);
     // ZeRO-2: every replica's shard as the gradient reduction's owners (a tied embedding, summed
     // with the other stage's copy afterwards, all-reduced whole).
     GradOwners zero2_owners() const;
@@ -198,6 +200,9 @@ class Trainer {
     std::unique_ptr<Optimizer> opt_;
     LrSchedule sched_;
     std::unique_ptr<GradSync> sync_;  // dp > 1
+    // ZeRO-2 without a whole (tied) range: gradients reduced to their owners after every
+    // micro-batch, so no replica accumulates other shards' gradients (GradSync::set_owners).
+    bool sync_each_micro_ = false;
     // The pp and tied-embedding groups over backend memory (stage buffers, gradients).
     // The dp group over backend memory (ZeRO's gather of the masters).
     std::unique_ptr<Communicator> pp_dev_, tied_dev_, dp_dev_;

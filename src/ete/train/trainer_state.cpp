@@ -24,12 +24,6 @@ namespace ete {
 
 namespace fs = std::filesystem;
 
-void Trainer::gather_shards(const float* mine, float* full) {
-    const ShardRange r = zero_range();
-    std::copy(mine, mine + r.size(), full + r.begin);
-    zero_all_gather(*dist_.groups.dp, full, model_.params().numel(), DType::F32);
-}
-
 void Trainer::gather_masters() {
     ParamStore& ps = model_.params();
     zero_all_gather(*dp_dev_, ps.masters().data, ps.numel(), DType::F32);
@@ -116,37 +110,11 @@ void Trainer::load_weights() {
     load_hf_tensors(cfg_.model_init_from, global, take, take_nf4);
 }
 
-// Reads checkpoint `dir` into this rank's weights and (its slice of) the optimizer state; with
-// state_is_whole() tensor by tensor, straight into backend memory (the mirror of checkpoint()).
+// Reads checkpoint `dir` tensor by tensor into this rank's part of the weights and of the
+// optimizer state, straight into backend memory (state_stream.h).
 void Trainer::load_state(const std::string& dir, CheckpointState& st, bool verified) {
-    if (state_is_whole()) {
-        ParamStore& ps = model_.params();
-        const ParamTable table(layout_.global_specs());
-        auto local = [&](int i) { return ps.index(table.specs()[size_t(i)].name); };
-        CheckpointSink sink;
-        sink.param = [&](int i, const float* v) { ps.upload(local(i), v); };
-        for (int k = 0; k < opt_->state_count(); ++k)
-            sink.states.emplace_back(opt_->state_names()[size_t(k)], [&, k](int i, const float* v) {
-                opt_->upload_state(k, ps.offset(local(i)), ps.numel(local(i)), v);
-            });
-        st = load_checkpoint(dir, table, sink, !verified);
-        return;
-    }
-    HostParams whole(layout_.global_specs());
-    const size_t n = size_t(whole.numel());
-    std::vector<std::vector<float>> states(size_t(opt_->state_count()), std::vector<float>(n));
-    std::vector<HostState> named;
-    for (int k = 0; k < opt_->state_count(); ++k)
-        named.push_back({opt_->state_names()[size_t(k)], states[size_t(k)].data()});
-    st = load_checkpoint(dir, whole, named, !verified);
-    ParamStore& local = model_.params();
-    std::vector<float> lp(size_t(local.numel()));
-    layout_.gather_local(whole.data(), lp.data());
-    local.upload_masters(lp.data());
-    for (int k = 0; k < opt_->state_count(); ++k) {
-        layout_.gather_local(states[size_t(k)].data(), lp.data());
-        opt_->upload_state(k, lp.data() + opt_->shard_begin());
-    }
+    StateStream stream(layout_, model_.params(), *opt_, *dist_.world, stream_roles());
+    st = load_checkpoint(dir, ParamTable(layout_.global_specs()), stream.sink(), !verified);
 }
 
 void Trainer::restore_state(const CheckpointState& st) {
@@ -252,20 +220,6 @@ std::unique_ptr<HostParams> Trainer::gather_model() const {
     return std::make_unique<HostParams>(layout_.global_specs(), std::move(w));
 }
 
-std::vector<std::vector<float>> Trainer::gather_states() {
-    std::vector<std::vector<float>> out;
-    for (int k = 0; k < opt_->state_count(); ++k) {
-        std::vector<float> mine = opt_->download_state(k);
-        if (zero() > 0) {
-            std::vector<float> full(size_t(model_.params().numel()));
-            gather_shards(mine.data(), full.data());
-            mine.swap(full);
-        }
-        out.push_back(whole_of(std::move(mine)));
-    }
-    return out;
-}
-
 bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
     auto t0 = Clock::now();
     const CheckpointState st{steps_done, opt_->steps_taken(), data_position(steps_done),
@@ -286,24 +240,21 @@ bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
                 steps_done, e.what());
         }
     };
-    if (state_is_whole()) {
-        // World rank 0 holds the whole model and both moments: written tensor by tensor straight
-        // from backend memory, so a model near the memory limit can checkpoint (gathering them
-        // would take three more whole copies: 13 GB for 1.1B parameters).
-        if (dist_.main()) {
-            const ParamTable table(layout_.global_specs());
-            write([&] {
-                return save_checkpoint(out_, st, table, streamed_source(), dump_toml(cfg_));
-            });
+    // Tensor by tensor from every rank's backend memory, written by world rank 0: no rank holds
+    // the whole model or a whole optimizer state on the host (state_stream.h).
+    StateStream stream(layout_, model_.params(), *opt_, *dist_.world, stream_roles());
+    if (dist_.main()) {
+        const ParamTable table(layout_.global_specs());
+        try {
+            write(
+                [&] { return save_checkpoint(out_, st, table, stream.source(), dump_toml(cfg_)); });
+        } catch (...) {
+            stream.finish();  // the other ranks stop serving before this rank ends the job
+            throw;
         }
+        stream.finish();
     } else {
-        std::vector<std::vector<float>> states = gather_states();
-        std::unique_ptr<HostParams> whole = gather_model();
-        std::vector<HostState> named;
-        for (int k = 0; k < opt_->state_count(); ++k)
-            named.push_back({opt_->state_names()[size_t(k)], states[size_t(k)].data()});
-        if (dist_.main())
-            write([&] { return save_checkpoint(out_, st, *whole, named, dump_toml(cfg_)); });
+        stream.serve();
     }
     if (dist_.main() && ok) {
         prune_checkpoints(out_, cfg_.keep_checkpoints);
@@ -312,25 +263,6 @@ bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
     }
     dist_.world->barrier();  // nobody moves on (or exits) before the checkpoint is committed
     return ok;
-}
-
-// With state_is_whole() the local table holds the logical parameters at their logical shapes:
-// each tensor is one download, found by name.
-CheckpointSource Trainer::streamed_source() const {
-    const ParamStore& ps = model_.params();
-    const std::vector<ParamSpec>& g = layout_.global_specs();
-    auto local = [&ps, &g](int i) { return ps.index(g[size_t(i)].name); };
-    CheckpointSource src;
-    src.param = [&ps, local](int i, float* out) {
-        const std::vector<float> v = ps.download(local(i));
-        std::copy(v.begin(), v.end(), out);
-    };
-    for (int k = 0; k < opt_->state_count(); ++k)
-        src.states.emplace_back(
-            opt_->state_names()[size_t(k)], [this, &ps, local, k](int i, float* out) {
-                opt_->download_state(k, ps.offset(local(i)), ps.numel(local(i)), out);
-            });
-    return src;
 }
 
 // final/ on world rank 0: a PEFT adapter dir over the base (LoRA) or an HF model dir. Weights
