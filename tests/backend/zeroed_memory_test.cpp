@@ -1,7 +1,7 @@
 // tests/backend/zeroed_memory_test.cpp — DeviceMemory::allocate_zeroed on the CPU backends: every
 // byte 0 whatever the size, and on the plain CPU backend a large buffer takes memory only where
 // it is written (mincore reports its untouched pages absent), which is what keeps the fp32 copies
-// of an integer model's weights out of its resident memory; DeviceMemory::discard.
+// of an integer model's weights out of its resident memory.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -53,34 +53,6 @@ TEST(ZeroedMemory, LargeCpuBuffersTakeMemoryOnlyWhereWritten) {
     EXPECT_GE(touched, 1u);
     EXPECT_LE(touched, (size_t(2) << 20) / size_t(::sysconf(_SC_PAGESIZE)));
     be->deallocate(p);
-}
-
-// discard: the range reads as zeros and nothing outside it changes, on both backends (odd edges:
-// partial pages are zeroed, not released); on the plain CPU backend the whole pages inside the
-// range leave resident memory.
-TEST(ZeroedMemory, DiscardZeroesTheRangeAndReleasesItsWholePages) {
-    const size_t page = size_t(::sysconf(_SC_PAGESIZE));
-    const size_t bytes = (size_t(3) << 20) + 3, first = 1001, count = (size_t(2) << 20) + 17;
-    for (auto make : {make_cpu_backend, make_guarded_backend}) {
-        auto be = make();
-        void* p = be->allocate_zeroed(bytes);
-        be->fill_bytes(p, 0xAB, bytes);
-        const bool plain = be->host_addressable();
-        const size_t before = plain ? resident_pages(p, bytes) : 0;
-        be->discard(static_cast<unsigned char*>(p) + first, count);
-        const size_t after = plain ? resident_pages(p, bytes) : 0;  // before reading it back
-        std::vector<unsigned char> host(bytes);
-        be->download(host.data(), p, bytes);
-        for (size_t i = 0; i < bytes; ++i) {
-            const bool inside = i >= first && i < first + count;
-            ASSERT_EQ(host[i], inside ? 0 : 0xAB) << be->name() << " byte " << i;
-        }
-        if (plain) {
-            const size_t whole = (first + count) / page - (first + page - 1) / page;
-            EXPECT_LE(after, before - whole) << "of " << before;
-        }
-        be->deallocate(p);
-    }
 }
 
 }  // namespace

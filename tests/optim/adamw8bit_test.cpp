@@ -5,6 +5,7 @@
 // the identity (what makes a resume restore the same bytes), and the optimizer's state layout.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -90,6 +91,39 @@ TEST(DynamicMap, BlockCodesAreTheReferenceScriptsBitForBit) {
 // Quantizing a dequantized block gives back its absmax and codes: the absmax element decodes to
 // ±absmax exactly (the maps hold ±1), every other code to within an ulp of a code value, far
 // nearer to it than to its neighbours.
+// DynamicCoder (the optimizer kernel's lookup) gives dynamic_code's answer (the binary search
+// the reference script's rule is written as): every 61st float bit pattern in [-1, 1], every map
+// value, and the floats within 2 ulps of every map value and of every midpoint between two (where
+// the tie rule decides), for both maps.
+TEST(DynamicMap, TheCoderGivesTheBinarySearchsCodeForEveryInput) {
+    for (bool is_signed : {true, false}) {
+        const std::array<float, 256>& map =
+            is_signed ? moment_map_signed() : bnb_dynamic_map_unsigned();
+        const DynamicCoder& coder = is_signed ? moment_coder_signed() : moment_coder_unsigned();
+        EXPECT_LE(coder.steps(), 3) << is_signed;
+        auto check = [&](float x) {
+            ASSERT_EQ(coder.code(x), dynamic_code(x, map.data())) << is_signed << " x " << x;
+        };
+        for (uint32_t b = 0; b <= 0x3F800000u; b += 61) {  // 0 .. 1, and -0 .. -1
+            float x;
+            std::memcpy(&x, &b, sizeof x);
+            check(x);
+            check(-x);
+        }
+        std::vector<float> points(map.begin(), map.end());
+        for (size_t i = 0; i + 1 < map.size(); ++i) points.push_back((map[i] + map[i + 1]) / 2);
+        for (float p : points) {
+            float lo = p, hi = p;
+            for (int u = 0; u < 3; ++u) {
+                check(lo);
+                check(hi);
+                lo = std::nextafter(lo, -2.0f);
+                hi = std::nextafter(hi, 2.0f);
+            }
+        }
+    }
+}
+
 TEST(DynamicMap, RequantizingADequantizedBlockIsTheIdentity) {
     const CounterRng rng(5, "requantize");
     for (int trial = 0; trial < 200; ++trial) {

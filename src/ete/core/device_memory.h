@@ -35,12 +35,6 @@ class DeviceMemory {
     virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;
     // Every byte of [dst, dst + bytes) = value.
     virtual void fill_bytes(void* dst, int value, size_t bytes) = 0;
-    // Every byte of [dst, dst + bytes) = 0, and the memory behind it may go back to the system
-    // until it is written again (CPU: whole pages inside the range are unmapped from RAM with
-    // madvise, the edges zeroed). For buffers whose parts are idle for a while: ZeRO-2's
-    // gradients of other replicas' shards. Other bytes of the pages at the edges are untouched,
-    // so other threads may use them meanwhile.
-    virtual void discard(void* dst, size_t bytes) { fill_bytes(dst, 0, bytes); }
     // Waits until every operation issued so far has finished (a no-op for synchronous backends).
     virtual void synchronize() = 0;
     // Whether the backend's pointers are plain host pointers (CPU: yes; CUDA and the guarded

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "ete/core/error.h"
@@ -51,6 +52,38 @@ const std::array<float, 256>& moment_map_signed() {
         return m;
     }();
     return map;
+}
+
+DynamicCoder::DynamicCoder(const std::array<float, 256>& map) : start_(size_t(1) << (32 - kShift)) {
+    padded_.fill(std::numeric_limits<float>::infinity());
+    std::copy(map.begin(), map.end(), padded_.begin());
+    auto above = [&map](float x) {  // the number of map values <= x (dynamic_code's lo)
+        return int(std::upper_bound(map.begin(), map.end(), x) - map.begin());
+    };
+    for (uint32_t key = 0; key < start_.size(); ++key) {
+        const uint32_t first = key << kShift, last = first | ((1u << kShift) - 1);
+        float a, b;
+        std::memcpy(&a, &first, sizeof a);
+        std::memcpy(&b, &last, sizeof b);
+        if (!std::isfinite(a) || !std::isfinite(b)) continue;  // inf and NaN: never coded
+        if (a > b) std::swap(a, b);                            // negative floats
+        const int lo = above(a), hi = above(b);
+        // 256 (every value below) is stored as 255: one more step reaches it.
+        start_[key] = uint8_t(std::min(lo, 255));
+        steps_ = std::max(steps_, hi - std::min(lo, 255));
+    }
+    ETE_CHECK(steps_ <= kSteps, "DynamicCoder: the map needs {} steps (expected <= {})", steps_,
+              kSteps);
+}
+
+const DynamicCoder& moment_coder_signed() {
+    static const DynamicCoder coder(moment_map_signed());
+    return coder;
+}
+
+const DynamicCoder& moment_coder_unsigned() {
+    static const DynamicCoder coder(bnb_dynamic_map_unsigned());
+    return coder;
 }
 
 float quantize_block(const float* x, int64_t n, const float* map, bool is_signed, uint8_t* codes) {

@@ -20,6 +20,8 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 namespace ete {
 
@@ -44,6 +46,36 @@ inline uint8_t dynamic_code(float x, const float* map) {
     const float below = x - map[j - 1], above = map[j] - x;
     return uint8_t(above < below ? j : j - 1);
 }
+
+// dynamic_code in a few steps instead of a binary search, for the optimizer's inner loop: a
+// table indexed by the top 15 bits of x's float representation (sign, exponent, 6 mantissa bits)
+// gives how many map values lie below every float with those bits, and 3 comparisons count the
+// rest (enough for the maps here: steps() is what a map needs, checked at construction). The same
+// code as dynamic_code for every finite x, tie rule included: the last step is dynamic_code's.
+class DynamicCoder {
+  public:
+    explicit DynamicCoder(const std::array<float, 256>& map);
+    uint8_t code(float x) const {
+        uint32_t bits;
+        std::memcpy(&bits, &x, sizeof bits);
+        int lo = start_[bits >> kShift];
+        for (int s = 0; s < kSteps; ++s) lo += padded_[size_t(lo)] <= x ? 1 : 0;  // unrolled
+        const int j = lo < 1 ? 1 : (lo > 255 ? 255 : lo);
+        const float below = x - padded_[size_t(j - 1)], above = padded_[size_t(j)] - x;
+        return uint8_t(above < below ? j : j - 1);
+    }
+    int steps() const { return steps_; }
+
+  private:
+    static constexpr int kShift = 17;
+    static constexpr int kSteps = 3;          // the constructor checks that the map needs <= 3
+    std::array<float, 256 + kSteps> padded_;  // the map, then +inf
+    std::vector<uint8_t> start_;              // by key: map values below the key's floats
+    int steps_ = 0;
+};
+// The coders of moment_map_signed() and bnb_dynamic_map_unsigned().
+const DynamicCoder& moment_coder_signed();
+const DynamicCoder& moment_coder_unsigned();
 
 // Host reference of one block: codes and absmax of x[0..n) (absmax of |x| for the signed map, of
 // x for the unsigned one, whose inputs are >= 0), and back.

@@ -114,9 +114,8 @@ void ParamStore::release_grads() {
     grads_released_ = true;
 }
 
-void ParamStore::zero_grads(bool discard) {
+void ParamStore::zero_grads() {
     ETE_CHECK(!grads_released_, "zero_grads: the gradients were released (training is over)");
-    if (discard) return be_.discard(grad_.data(), grad_.bytes());
     be_.fill_bytes(grad_.data(), 0, grad_.bytes());
 }
 

@@ -155,8 +155,7 @@ class ParamStore : public ParamTable {
     Vec compute_copy() {
         return {compute_copy_.data(), compute_, compute_copy_.data() ? numel() : 0};
     }
-    // discard: through DeviceMemory::discard, so the pages take no memory until written.
-    void zero_grads(bool discard = false);
+    void zero_grads();
     // Frees the gradient buffer when training is over (the final save gathers a whole copy of
     // the model and needs the memory). Views into it — the layers' — dangle from then on: every
     // backward refuses to run (Transformer checks grads_released()).

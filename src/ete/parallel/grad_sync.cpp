@@ -11,7 +11,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <array>
 #include <exception>
 
 #include "ete/core/dtype.h"
@@ -25,7 +24,6 @@ GradSync::GradSync(Communicator& dp, DeviceMemory* mem, float* grads, size_t n,
                    GradSyncOptions options)
     : dp_(dp),
       mem_(mem && !mem->host_addressable() ? mem : nullptr),
-      backing_(mem),
       grads_(grads),
       n_(n),
       options_(options) {
@@ -269,7 +267,6 @@ void GradSync::reduce_bucket(size_t b) {
             reduce_range(p, DType::F32, r.offset, r.count);
         }
         if (mem_) mem_->upload(grads_ + r.offset, p, r.count * sizeof(float));
-        if (!owners_.owners.empty()) discard_unowned(r);
     } catch (const std::exception& e) {
         error = fmt::format("GradSync bucket {} of {} (elements [{}, {})): {}", b, num_buckets_,
                             r.offset, r.offset + r.count, e.what());
@@ -305,30 +302,6 @@ void GradSync::reduce_range(void* p, DType t, size_t offset, size_t count) {
             dp_.reduce(piece, stop - at, t, ReduceOp::Sum, int(owner));
         at = stop;
     }
-}
-
-void GradSync::discard_unowned(Range r) {
-    const size_t me = size_t(dp_.rank());
-    std::array<Range, 2> keep = {
-        Range{owners_.owners[me], owners_.owners[me + 1] - owners_.owners[me]},
-        Range{owners_.whole_offset, owners_.whole_count}};
-    if (keep[1].offset < keep[0].offset) std::swap(keep[0], keep[1]);
-    const size_t end = r.offset + r.count;
-    size_t at = r.offset;
-    for (const Range& k : keep) {
-        const size_t k0 = std::clamp(k.offset, at, end),
-                     k1 = std::clamp(k.offset + k.count, at, end);
-        if (k1 <= k0) continue;
-        discard(at, k0 - at);
-        at = k1;
-    }
-    discard(at, end - at);
-}
-
-void GradSync::discard(size_t offset, size_t count) {
-    if (count == 0) return;
-    if (backing_) return backing_->discard(grads_ + offset, count * sizeof(float));
-    std::fill_n(grads_ + offset, count, 0.0f);
 }
 
 }  // namespace ete

@@ -51,12 +51,9 @@ struct GradSyncOptions {
 // ZeRO-2 (GradSync::set_owners): dp.size() + 1 increasing element offsets from 0 to n, rank r
 // owning [owners[r], owners[r+1]). Each bucket is then reduced piece by piece to the owner of each
 // piece (a reduce, half an all-reduce's traffic), so after finish() a rank's own range holds the
-// sum, [whole_offset, whole_offset + whole_count) is all-reduced as without owners (a pipeline's
-// tied embedding, whose gradient is summed with another stage's afterwards), and the rest of the
-// buffer is zero: each reduced piece a rank does not own is discarded as soon as its reduce ends
-// (DeviceMemory::discard: on the CPU its whole pages leave RAM), so only the own shard's gradient
-// stays resident. Synchronising after every micro-batch then accumulates correctly: a later
-// micro-batch adds onto zeros outside the own shard and onto the sum so far inside it.
+// sum and the rest of the buffer is unspecified, except [whole_offset, whole_offset +
+// whole_count), all-reduced as without owners (a pipeline's tied embedding, whose gradient is
+// summed with another stage's afterwards).
 struct GradOwners {
     std::vector<size_t> owners;
     size_t whole_offset = 0, whole_count = 0;
@@ -86,8 +83,7 @@ class GradSync {
     // ZeRO-2: reduce to owners from the next step on (ete::Error when `o` does not cover the
     // buffer).
     void set_owners(GradOwners o);
-    // Arms one synchronisation: call before the backward of the last micro-batch of a step (with
-    // owners and no whole range, before every micro-batch's backward may be armed too).
+    // Arms one synchronisation: call before the backward of the last micro-batch of a step.
     void begin();
     // grads[offset, offset+count) are final. Ranges come in any order and may span buckets; each
     // element is reported at most once per step (ete::Error otherwise).
@@ -112,16 +108,12 @@ class GradSync {
     void reduce_bucket(size_t b);  // the all-reduce of one bucket, with its trace
     // The collectives of elements [offset, offset + count) whose host copy (of dtype t) is p.
     void reduce_range(void* p, DType t, size_t offset, size_t count);
-    // With owners: zeroes (discards) what bucket range r holds of other replicas' shards.
-    void discard_unowned(Range r);
-    void discard(size_t offset, size_t count);
     void comm_loop();
     void wait_overlapped();
     void run_on_main_thread();
 
     Communicator& dp_;
-    DeviceMemory* mem_;      // null or host addressable: reduce in place
-    DeviceMemory* backing_;  // the gradients' memory, for discard (null: plain host memory)
+    DeviceMemory* mem_;  // null or host addressable: reduce in place
     float* grads_;
     size_t n_;
     GradSyncOptions options_;

@@ -59,23 +59,11 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
             (el + 1) / 2 + (s.nf4_double_quant ? blocks + blocks / 256 * 4 + 1028 : blocks * 4);
     }
     e.weights = n * 4 + (act != DType::F32 ? n * dtype_size(act) : 0) + model.qat_weight_bytes();
+    e.gradients = n * 4;
     // train.optimizer's state for this rank's shard (ZeRO: the size of the last replica's, which
     // is never smaller than the others', at the start of the buffer).
-    const int stage = dp > 1 ? zero_stage(cfg) : 0;
-    const ShardRange r = stage > 0 ? zero_shard(int64_t(n), dp, dp - 1) : ShardRange{0, int64_t(n)};
-    e.gradients = n * 4;
-    if (stage >= 2) {
-        // The own shard, what backward has written but the reduce has not reached yet (about
-        // two buckets: the comm thread reduces one while the next fills), and a pipeline's tied
-        // embedding, all-reduced whole (GradSync::set_owners).
-        const uint64_t bucket = uint64_t(cfg.parallel_bucket_mb * double(1 << 20)) / 4;
-        uint64_t held = uint64_t(r.size()) + std::min(n - uint64_t(r.size()), 2 * bucket);
-        const int embed = ps.find(ParamRole::TokenEmbed);
-        if (cfg.parallel_pp > 1 && model.config().tie_word_embeddings && embed >= 0 &&
-            ps.trainable(embed))
-            held += uint64_t(ps.numel(embed));
-        e.gradients = std::min(n, held) * 4;
-    }
+    const ShardRange r = zero_stage(cfg) > 0 && dp > 1 ? zero_shard(int64_t(n), dp, dp - 1)
+                                                       : ShardRange{0, int64_t(n)};
     e.optimizer = uint64_t(
         optimizer_state_bytes(optimizer_kind_from_name(cfg.optimizer), ps.specs(), 0, r.size()));
     e.activations = activations.value_or(model.activation_bytes());

@@ -91,11 +91,7 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
         sync_ = std::make_unique<GradSync>(*dist_.groups.dp, backend_.get(),
                                            static_cast<float*>(model_.params().grads().data),
                                            size_t(model_.params().numel()), o);
-        if (zero() >= 2) {
-            GradOwners o = zero2_owners();
-            sync_each_micro_ = o.whole_count == 0;
-            sync_->set_owners(std::move(o));
-        }
+        if (zero() >= 2) sync_->set_owners(zero2_owners());
     }
     if (dist_.groups.pp) pp_dev_ = device_communicator(*dist_.groups.pp, *backend_);
     if (zero() > 0) dp_dev_ = device_communicator(*dist_.groups.dp, *backend_);
@@ -135,19 +131,11 @@ uint64_t Trainer::first_sample(int64_t step, int a) const {
 
 // Before the last micro-batch's backward: start the data-parallel sync and hand it each
 // gradient range as backward finalises it, so bucket all-reduces overlap the rest of backward.
-// ZeRO-2 syncs after every micro-batch instead: a replica then never holds more than its own
-// shard's gradient and the buckets in flight (the rest is discarded as it is reduced).
 void Trainer::arm_grad_sync(bool last_micro) {
-    if (!sync_ || !(last_micro || sync_each_micro_)) return;
+    if (!sync_ || !last_micro) return;
     sync_->begin();
     model_.set_grad_ready_hook(
         [this](int64_t offset, int64_t count) { sync_->ready(size_t(offset), size_t(count)); });
-}
-
-void Trainer::end_micro_sync(bool last_micro) {
-    if (!sync_ || last_micro || !sync_each_micro_) return;  // the last: reduce_grads()
-    sync_->finish();
-    model_.set_grad_ready_hook({});
 }
 
 GradOwners Trainer::zero2_owners() const {
@@ -260,7 +248,6 @@ double Trainer::run_micro_batches(int64_t step, float d_scale) {
         const size_t o = size_t(a) * R * T;
         model_.set_micro_batch(0, step, int64_t(first_sample(step, a)));
         loss_sum += model_.forward_backward(&in_[o], &tgt_[o], R, T, d_scale, doc_start(o));
-        end_micro_sync(a + 1 == A);
     }
     return loss_sum;
 }
@@ -282,7 +269,6 @@ double Trainer::run_pipeline_step(int64_t step, float d_scale) {
     cb.backward = [&](int m) {
         arm_grad_sync(m + 1 == A);
         model_.stage_backward(slot(m));
-        end_micro_sync(m + 1 == A);
     };
     // Stage buffers are backend memory: the executor only hands them to the device-capable pp
     // group.
@@ -307,8 +293,7 @@ StepMetrics Trainer::step(int64_t step) {
     const double loss_scale = scaler_.scale();
     float d_scale = 1.0f / float(std::max<int64_t>(tokens, 1));
     if (scaler_.enabled()) d_scale *= float(loss_scale);
-    // ZeRO-2: other shards' gradients take no memory until backward writes them.
-    model_.params().zero_grads(zero() >= 2);
+    model_.params().zero_grads();
     if (tp_timed_) tp_timed_->reset();
     const auto t_compute = Clock::now();
     double loss_sum =

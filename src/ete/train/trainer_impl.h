@@ -111,8 +111,6 @@ class Trainer {
     double run_micro_batches(int64_t step, float d_scale);  // returns this rank's loss sum
     double run_pipeline_step(int64_t step, float d_scale);
     void arm_grad_sync(bool last_micro);
-    // After micro-batch backward that is not the step's last: its sync finished (ZeRO-2).
-    void end_micro_sync(bool last_micro);
     // ZeRO-2: every replica's shard as the gradient reduction's owners (a tied embedding, summed
     // with the other stage's copy afterwards, all-reduced whole).
     GradOwners zero2_owners() const;
@@ -200,9 +198,6 @@ class Trainer {
     std::unique_ptr<Optimizer> opt_;
     LrSchedule sched_;
     std::unique_ptr<GradSync> sync_;  // dp > 1
-    // ZeRO-2 without a whole (tied) range: gradients reduced to their owners after every
-    // micro-batch, so no replica accumulates other shards' gradients (GradSync::set_owners).
-    bool sync_each_micro_ = false;
     // The pp and tied-embedding groups over backend memory (stage buffers, gradients).
     // The dp group over backend memory (ZeRO's gather of the masters).
     std::unique_ptr<Communicator> pp_dev_, tied_dev_, dp_dev_;

@@ -55,7 +55,6 @@ class CpuBackend final : public Backend {
     void download(void* host_dst, const void* src, size_t bytes) override;
     void copy_bytes(void* dst, const void* src, size_t bytes) override;
     void fill_bytes(void* dst, int value, size_t bytes) override;
-    void discard(void* dst, size_t bytes) override;
     void synchronize() override {}
     bool host_addressable() const override { return !guard_; }
     void copy(Mat dst, CMat src) override;

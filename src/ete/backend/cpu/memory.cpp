@@ -148,18 +148,6 @@ void CpuBackend::fill_bytes(void* dst, int value, size_t bytes) {
     if (bytes) std::memset(host_ptr(dst, bytes), value, bytes);
 }
 
-void CpuBackend::discard(void* dst, size_t bytes) {
-    if (guard_ || bytes == 0) return fill_bytes(dst, 0, bytes);
-    auto* p = static_cast<unsigned char*>(dst);
-    const auto a = (reinterpret_cast<uintptr_t>(p) + kPageBytes - 1) / kPageBytes * kPageBytes;
-    const auto b = (reinterpret_cast<uintptr_t>(p) + bytes) / kPageBytes * kPageBytes;
-    // Private anonymous memory (every allocation here) reads as zeros after MADV_DONTNEED.
-    if (b <= a || ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED) != 0)
-        return fill_bytes(dst, 0, bytes);
-    std::memset(p, 0, a - reinterpret_cast<uintptr_t>(p));
-    std::memset(reinterpret_cast<void*>(b), 0, reinterpret_cast<uintptr_t>(p) + bytes - b);
-}
-
 void CpuBackend::copy(Mat dst, CMat src) {
     Scope h(*this, "copy");
     check_same_shape(dst, src, "copy");
