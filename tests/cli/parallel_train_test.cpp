@@ -95,7 +95,7 @@ TEST_F(ParallelTrain, EveryLayoutMatchesOneProcessLlama) {
     for (const char* rc : {"none", "full"}) {
         const std::string recompute = std::string(" --set train.recompute=") + rc;
         RunResult one = train(1, recompute);
-        for (const auto& l : kLayouts)
+        for (const auto& l : sweep(kLayouts))
             expect_same(one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + recompute),
                         fmt::format("llama ({},{},{}) recompute {}", l[0], l[1], l[2], rc));
     }
@@ -111,7 +111,7 @@ TEST_F(ParallelTrain, EveryLayoutMatchesOneProcessGpt2) {
     const std::string gpt2 =
         " --set model.arch=gpt2 --set model.num_kv_heads=4 --set train.adam_eps=1e-4";
     RunResult one = train(1, gpt2);
-    for (const auto& l : kLayouts)
+    for (const auto& l : sweep(kLayouts))
         expect_same(one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + gpt2),
                     fmt::format("gpt2 ({},{},{})", l[0], l[1], l[2]));
 }
@@ -133,7 +133,7 @@ TEST_F(ParallelTrain, GemmaAndPhi3LayoutsMatchOneProcess) {
             "model.tie_word_embeddings=true --set train.adam_eps=1e-4{}",
             arch, std::string(arch) == "phi3" ? " --set model.partial_rotary_factor=0.5" : "");
         RunResult one = train(1, sets);
-        for (const auto& l : {std::array{1, 2, 1}, std::array{1, 1, 2}, std::array{2, 2, 2}})
+        for (const auto& l : sweep({{1, 2, 1}, {1, 1, 2}, {2, 2, 2}}))
             expect_same(one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + sets),
                         fmt::format("{} ({},{},{})", arch, l[0], l[1], l[2]));
     }
@@ -188,7 +188,7 @@ TEST_F(ParallelTrain, LoraEveryLayoutMatchesOneProcess) {
         EXPECT_EQ(one.weights.size(), 4u * 7 * 2);  // layers x modules x (A, B): adapters only
         const Parity tol =
             base.find("nf4") != std::string::npos ? parity_tolerance(64, 64) : parity_tolerance();
-        for (const auto& l : kLayouts)
+        for (const auto& l : sweep(kLayouts))
             expect_same(one,
                         train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + sets + layout_extra),
                         fmt::format("lora{} ({},{},{})", base + layout_extra, l[0], l[1], l[2]),
@@ -280,7 +280,7 @@ TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
         gap = std::max(gap, std::abs(one.losses[i] - fp32.losses[i]) / fp32.losses[i]);
     ASSERT_GT(gap, 0.0) << "bf16 must differ from fp32";
     gap = std::max(gap, std::ldexp(1.0, -9));
-    for (const auto& l : kLayouts) {
+    for (const auto& l : sweep(kLayouts)) {
         const std::string what = fmt::format("bf16 ({},{},{})", l[0], l[1], l[2]);
         RunResult got = train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + bf16);
         ASSERT_EQ(got.losses.size(), one.losses.size()) << what;
@@ -347,7 +347,7 @@ TEST_F(ParallelTrain, ANanOnOneRankIsSkippedByEveryLayout) {
     setenv("ETE_FAULT", "nan_grad@step=3,rank=0", 1);
     RunResult one = train(1, "");
     ASSERT_NE(one.weights, clean.weights);
-    for (const auto& l : {std::array<int, 3>{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}}) {
+    for (const auto& l : sweep({{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}})) {
         const int n = l[0] * l[1] * l[2];
         const std::string what = fmt::format("({},{},{})", l[0], l[1], l[2]);
         setenv("ETE_FAULT", fmt::format("nan_grad@step=3,rank={}", n - 1).c_str(), 1);

@@ -127,7 +127,7 @@ TEST_F(QatTrain, EveryLayoutMatchesOneProcess) {
             read_file(out + "/checkpoints/step_00000002/state.json"))["extra"]["qat"];
     };
     const nlohmann::json one_obs = observers(last_out_);
-    for (const auto& l : {std::array<int, 3>{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}}) {
+    for (const auto& l : sweep({{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}})) {
         const std::string what = fmt::format("qat ({},{},{})", l[0], l[1], l[2]);
         RunResult got = train(l[0] * l[1] * l[2],
                               mesh(l[0], l[1], l[2]) + qat + " --set train.checkpoint_every=2");
@@ -198,7 +198,7 @@ TEST_F(QatTrain, OverLoraAndQloraEveryLayoutMatchesOneProcess) {
         ASSERT_EQ(one.losses.size(), 5u) << one.log;
         EXPECT_EQ(one.weights.size(), 4u * 7 * 2);  // adapters only
         const Parity tol = q ? parity_tolerance(64, 64) : parity_tolerance();
-        for (const auto& l : {std::array<int, 3>{1, 2, 1}, {1, 1, 2}, {2, 2, 1}})
+        for (const auto& l : sweep({{1, 2, 1}, {1, 1, 2}, {2, 2, 1}}))
             expect_same_qat(
                 one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + qat + base),
                 fmt::format("qat over {} ({},{},{})", q ? "qlora" : "lora", l[0], l[1], l[2]), tol,

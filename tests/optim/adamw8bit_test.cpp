@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ete/backend/backend.h"
+#include "ete/backend/cpu/dynamic_code.h"
 #include "ete/core/dynamic_map.h"
 #include "ete/core/rng.h"
 #include "ete/io/safetensors.h"
@@ -93,34 +94,52 @@ TEST(DynamicMap, BlockCodesAreTheReferenceScriptsBitForBit) {
 // nearer to it than to its neighbours.
 // DynamicCoder (the optimizer kernel's lookup) gives dynamic_code's answer (the binary search
 // the reference script's rule is written as): every 61st float bit pattern in [-1, 1], every map
-// value, and the floats within 2 ulps of every map value and of every midpoint between two (where
-// the tie rule decides), for both maps.
+// value, the floats within 2 ulps of every map value and of every midpoint between two (where
+// the tie rule decides: the coder's thresholds), the edges of its buckets and floats beyond 1, for
+// both maps; and the CPU kernel's vector coder gives the coder's bytes.
 TEST(DynamicMap, TheCoderGivesTheBinarySearchsCodeForEveryInput) {
     for (bool is_signed : {true, false}) {
         const std::array<float, 256>& map =
             is_signed ? moment_map_signed() : bnb_dynamic_map_unsigned();
         const DynamicCoder& coder = is_signed ? moment_coder_signed() : moment_coder_unsigned();
-        EXPECT_LE(coder.steps(), 3) << is_signed;
-        auto check = [&](float x) {
-            ASSERT_EQ(coder.code(x), dynamic_code(x, map.data())) << is_signed << " x " << x;
-        };
-        for (uint32_t b = 0; b <= 0x3F800000u; b += 61) {  // 0 .. 1, and -0 .. -1
+        std::vector<float> xs;
+        auto both_signs = [&xs](uint32_t b) {
             float x;
             std::memcpy(&x, &b, sizeof x);
-            check(x);
-            check(-x);
+            xs.push_back(x);
+            xs.push_back(-x);
+        };
+        for (uint32_t b = 0; b <= 0x3F800000u; b += 61) both_signs(b);  // 0 .. 1, -0 .. -1
+        // The coder's bucket edges (the first float of each and the last of the one before),
+        // and beyond 1: up to 4, and inf.
+        constexpr uint32_t kStep = 1u << (23 - DynamicCoder::kMantissaBits);
+        for (uint32_t b = DynamicCoder::kMinExponent << 23; b <= 0x40800000u; b += kStep) {
+            both_signs(b);
+            both_signs(b - 1);
         }
+        both_signs(0x7f800000u);
         std::vector<float> points(map.begin(), map.end());
         for (size_t i = 0; i + 1 < map.size(); ++i) points.push_back((map[i] + map[i + 1]) / 2);
         for (float p : points) {
             float lo = p, hi = p;
             for (int u = 0; u < 3; ++u) {
-                check(lo);
-                check(hi);
+                xs.push_back(lo);
+                xs.push_back(hi);
                 lo = std::nextafter(lo, -2.0f);
                 hi = std::nextafter(hi, 2.0f);
             }
         }
+        for (float x : xs)
+            ASSERT_EQ(coder.code(x), dynamic_code(x, map.data())) << is_signed << " x " << x;
+        // The CPU kernel's coder (16 lanes at a time where the build has AVX-512, with a short
+        // tail here): code()'s byte for every input, a NaN's included.
+        xs.push_back(std::nanf(""));
+        xs.push_back(-std::nanf(""));
+        if (xs.size() % 16 == 0) xs.push_back(0.5f);  // a short last vector
+        std::vector<uint8_t> lanes(xs.size());
+        cpu::dynamic_codes(xs.data(), int64_t(xs.size()), coder, lanes.data());
+        for (size_t i = 0; i < xs.size(); ++i)
+            ASSERT_EQ(lanes[i], coder.code(xs[i])) << is_signed << " x " << xs[i];
     }
 }
 
@@ -204,6 +223,85 @@ TEST_P(Adamw8bitStep, EveryCaseIsTheReferenceScriptsBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Adamw8bitStep, ::testing::Values("cpu", "guarded", "ref"));
+
+// The CPU kernel (16 lanes at a time where the build has AVX-512, a scalar loop elsewhere) against
+// the reference backend, bit for bit, on what the goldens leave out: block sizes that are not
+// multiples of 16 (tail lanes), the largest block, gradients and moments spread over eight
+// decades, a block whose gradients and moments are all zero (its new absmax is 0: every code the
+// code of 0), a block whose first moment has only one sign, a scaled gradient, and each compute
+// copy.
+TEST(AdamW8bit, TheCpuKernelIsTheReferenceBackendsBitForBit) {
+    auto cpu = make_backend("cpu"), ref = make_backend("ref");
+    for (const int64_t block : {int64_t(16), int64_t(37), int64_t(256), int64_t(4096)}) {
+        const int64_t n = 3 * block + 5, nb = 4;
+        const CounterRng rng(uint64_t(block), "adamw8bit");
+        std::vector<float> p(static_cast<size_t>(n)), g(static_cast<size_t>(n)), ma(nb), va(nb);
+        std::vector<uint8_t> mc(static_cast<size_t>(n)), vc(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+            const float scale = std::pow(10.0f, -float(rng.u32(4 * i) % 8));
+            p[size_t(i)] = (2 * rng.uniform(4 * i + 1) - 1) * 0.1f;
+            g[size_t(i)] = (2 * rng.uniform(4 * i + 2) - 1) * scale;
+            mc[size_t(i)] = uint8_t(rng.u32(4 * i + 3));
+            vc[size_t(i)] = uint8_t(rng.u32(4 * i + 3) >> 8);
+        }
+        for (int64_t b = 0; b < nb; ++b) {
+            ma[size_t(b)] = std::pow(10.0f, -float(b + 2));
+            va[size_t(b)] = std::pow(10.0f, -float(2 * b + 4));
+        }
+        const uint8_t m_zero = moment_coder_signed().code(0.0f);
+        const uint8_t v_zero = moment_coder_unsigned().code(0.0f);
+        for (int64_t i = block; i < 2 * block; ++i) {  // block 1: nothing moves its moments
+            g[size_t(i)] = 0.0f;
+            mc[size_t(i)] = m_zero;
+            vc[size_t(i)] = v_zero;
+        }
+        ma[1] = va[1] = 0.0f;
+        for (int64_t i = 2 * block; i < 3 * block; ++i) mc[size_t(i)] |= 0x80;  // >= 0 only
+        // The last block (5 elements, a vector with 11 lanes masked off): codes next to the code
+        // of 0 and gradients of 1e-9, so its new absmax is far below what a lane past the end
+        // (map[0] · absmax, decayed) would give if it were counted.
+        for (int64_t i = 3 * block; i < n; ++i) {
+            mc[size_t(i)] = uint8_t(m_zero + (i % 3) - 1);
+            g[size_t(i)] = 1e-9f;
+        }
+        for (const DType copy : {DType::F32, DType::BF16, DType::F16}) {
+            const AdamWStep s{3e-3f, 0.9f,   0.95f,   1e-8f,
+                              0.1f,  0.271f, 0.1426f, copy == DType::F16 ? 0.5f : 1.0f};
+            auto run = [&](Backend& be) {
+                DeviceBuffer bp(be, size_t(n) * 4), bg(be, size_t(n) * 4), bmc(be, size_t(n)),
+                    bvc(be, size_t(n)), bma(be, size_t(nb) * 4), bva(be, size_t(nb) * 4),
+                    bcopy(be, size_t(n) * 2);
+                be.upload(bp.data(), p.data(), bp.bytes());
+                be.upload(bg.data(), g.data(), bg.bytes());
+                be.upload(bmc.data(), mc.data(), bmc.bytes());
+                be.upload(bvc.data(), vc.data(), bvc.bytes());
+                be.upload(bma.data(), ma.data(), bma.bytes());
+                be.upload(bva.data(), va.data(), bva.bytes());
+                const Vec c = copy == DType::F32 ? Vec{} : Vec{bcopy.data(), copy, n};
+                be.adamw8bit_step({bp.data(), DType::F32, n}, {bg.data(), DType::F32, n},
+                                  {bmc.data(), DType::U8, n}, {bvc.data(), DType::U8, n},
+                                  {bma.data(), DType::F32, nb}, {bva.data(), DType::F32, nb}, block,
+                                  s, c);
+                std::vector<uint8_t> out(size_t(n) * 4 + size_t(n) * 2 + size_t(nb) * 8 +
+                                         (copy == DType::F32 ? 0 : size_t(n) * 2));
+                uint8_t* o = out.data();
+                for (const DeviceBuffer* b : {&bp, &bmc, &bvc, &bma, &bva}) {
+                    be.download(o, b->data(), b->bytes());
+                    o += b->bytes();
+                }
+                if (copy != DType::F32) be.download(o, bcopy.data(), bcopy.bytes());
+                return out;
+            };
+            const std::vector<uint8_t> want = run(*ref), got = run(*cpu);
+            ASSERT_EQ(got, want) << "block " << block << " copy " << dtype_name(copy);
+            // Block 1 keeps the code of 0 and the absmax 0.
+            EXPECT_EQ(got[size_t(n) * 4 + size_t(block)], m_zero);
+            float m_abs1 = 1.0f;
+            std::memcpy(&m_abs1, got.data() + size_t(n) * 6 + 4, 4);
+            EXPECT_EQ(m_abs1, 0.0f);
+        }
+    }
+}
 
 // A model whose matrices are 8-bit and whose norms keep F32 moments.
 std::vector<ParamSpec> specs() {

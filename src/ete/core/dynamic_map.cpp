@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "ete/core/error.h"
@@ -54,26 +56,69 @@ const std::array<float, 256>& moment_map_signed() {
     return map;
 }
 
-DynamicCoder::DynamicCoder(const std::array<float, 256>& map) : start_(size_t(1) << (32 - kShift)) {
-    padded_.fill(std::numeric_limits<float>::infinity());
-    std::copy(map.begin(), map.end(), padded_.begin());
-    auto above = [&map](float x) {  // the number of map values <= x (dynamic_code's lo)
-        return int(std::upper_bound(map.begin(), map.end(), x) - map.begin());
-    };
-    for (uint32_t key = 0; key < start_.size(); ++key) {
-        const uint32_t first = key << kShift, last = first | ((1u << kShift) - 1);
-        float a, b;
-        std::memcpy(&a, &first, sizeof a);
-        std::memcpy(&b, &last, sizeof b);
-        if (!std::isfinite(a) || !std::isfinite(b)) continue;  // inf and NaN: never coded
-        if (a > b) std::swap(a, b);                            // negative floats
-        const int lo = above(a), hi = above(b);
-        // 256 (every value below) is stored as 255: one more step reaches it.
-        start_[key] = uint8_t(std::min(lo, 255));
-        steps_ = std::max(steps_, hi - std::min(lo, 255));
+namespace {
+
+float float_of(uint32_t bits) {
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+// The floats of a bucket, as the lowest and highest bit patterns of its sign: [first, last].
+std::pair<uint32_t, uint32_t> bucket_bits(uint32_t sign, uint32_t mag) {
+    constexpr uint32_t kLast = DynamicCoder::kBucketsPerSign - 1;
+    constexpr uint32_t kStep = 1u << (23 - DynamicCoder::kMantissaBits);
+    const uint32_t low = DynamicCoder::kMinExponent << 23;  // the first float of bucket 1
+    const uint32_t first = mag == 0 ? 0 : low + (mag - 1) * kStep;
+    const uint32_t last = mag == 0 ? low - 1 : mag == kLast ? 0x7fffffffu : first + kStep - 1;
+    return {first | sign << 31, last | sign << 31};
+}
+
+}  // namespace
+
+DynamicCoder::DynamicCoder(const std::array<float, 256>& map)
+    : codes_(2 * kBucketsPerSign + 1), threshold_(2 * kBucketsPerSign) {
+    const float inf = std::numeric_limits<float>::infinity();
+    auto code_of = [&map](uint32_t bits) { return int(dynamic_code(float_of(bits), map.data())); };
+    for (uint32_t sign = 0; sign < 2; ++sign) {
+        for (uint32_t mag = 0; mag < kBucketsPerSign; ++mag) {
+            auto [first, last] = bucket_bits(sign, mag);
+            if (mag == kBucketsPerSign - 1) last = sign << 31 | 0x7f800000u;  // up to inf
+            // Bit patterns grow with |x|: the bucket's least float is `last` for negatives.
+            const uint32_t lo_bits = sign ? last : first, hi_bits = sign ? first : last;
+            const int lo = code_of(lo_bits), hi = code_of(hi_bits);
+            ETE_CHECK(hi - lo <= 1 && hi >= lo,
+                      "DynamicCoder: bucket {} of sign {} spans codes {}..{} (expected two "
+                      "neighbours at most: more mantissa bits)",
+                      mag, sign, lo, hi);
+            const uint32_t b = sign * kBucketsPerSign + mag;
+            codes_[b] = uint16_t(lo | hi << 8);
+            threshold_[b] = -inf;
+            if (hi == lo) continue;
+            // The first float in value order coded hi, by a binary search over the bucket's bit
+            // patterns: the least such pattern for positives, the greatest for negatives (their
+            // patterns grow with |x|).
+            uint32_t a = first, z = last;
+            while (a < z) {
+                if (!sign) {
+                    const uint32_t mid = a + (z - a) / 2;
+                    if (code_of(mid) == hi) {
+                        z = mid;
+                    } else {
+                        a = mid + 1;
+                    }
+                } else {
+                    const uint32_t mid = a + (z - a + 1) / 2;
+                    if (code_of(mid) == hi) {
+                        a = mid;
+                    } else {
+                        z = mid - 1;
+                    }
+                }
+            }
+            threshold_[b] = float_of(a);
+        }
     }
-    ETE_CHECK(steps_ <= kSteps, "DynamicCoder: the map needs {} steps (expected <= {})", steps_,
-              kSteps);
 }
 
 const DynamicCoder& moment_coder_signed() {

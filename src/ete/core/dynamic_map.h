@@ -18,6 +18,7 @@
 // uses the unsigned map as is (it has 1).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -47,31 +48,47 @@ inline uint8_t dynamic_code(float x, const float* map) {
     return uint8_t(above < below ? j : j - 1);
 }
 
-// dynamic_code in a few steps instead of a binary search, for the optimizer's inner loop: a
-// table indexed by the top 15 bits of x's float representation (sign, exponent, 6 mantissa bits)
-// gives how many map values lie below every float with those bits, and 3 comparisons count the
-// rest (enough for the maps here: steps() is what a map needs, checked at construction). The same
-// code as dynamic_code for every finite x, tie rule included: the last step is dynamic_code's.
+// dynamic_code without a search, for the optimizer's inner loop. Floats fall into buckets by
+// their sign, exponent and top kMantissaBits mantissa bits (every |x| below 2^(kMinExponent−127),
+// and every |x| >= 2, NaN and inf included, share one bucket per sign). Over a bucket's floats
+// dynamic_code is non-decreasing (the count of map values <= x grows with x, and so does the
+// choice between the two neighbours: x − below rises as above − x falls), and the constructor
+// checks that it takes at most two neighbouring codes there; the bucket keeps both and the first
+// float that gets the upper one. code(x) = x >= threshold ? upper : lower: dynamic_code's byte for
+// every finite x, its tie rule included (for NaN, the lower code of its bucket). Both steps
+// vectorise as two gathers (backend/cpu/dynamic_code.h).
 class DynamicCoder {
   public:
+    static constexpr int kMantissaBits = 8;
+    static constexpr uint32_t kMinExponent = 104;  // 2^-23: below half the smallest map gap
+    static constexpr uint32_t kBucketsPerSign = ((128 - kMinExponent) << kMantissaBits) + 2;
+
     explicit DynamicCoder(const std::array<float, 256>& map);
+
+    // The bucket of a float's bits: sign * kBucketsPerSign + magnitude bucket, where magnitude
+    // bucket 0 holds |x| < 2^(kMinExponent−127) and the last one |x| >= 2.
+    static uint32_t bucket(uint32_t bits) {
+        const int32_t top = int32_t((bits & 0x7fffffffu) >> (23 - kMantissaBits));
+        const int32_t mag = std::min(std::max(top - int32_t(kMinExponent << kMantissaBits) + 1, 0),
+                                     int32_t(kBucketsPerSign) - 1);
+        return (bits >> 31) * kBucketsPerSign + uint32_t(mag);
+    }
     uint8_t code(float x) const {
         uint32_t bits;
         std::memcpy(&bits, &x, sizeof bits);
-        int lo = start_[bits >> kShift];
-        for (int s = 0; s < kSteps; ++s) lo += padded_[size_t(lo)] <= x ? 1 : 0;  // unrolled
-        const int j = lo < 1 ? 1 : (lo > 255 ? 255 : lo);
-        const float below = x - padded_[size_t(j - 1)], above = padded_[size_t(j)] - x;
-        return uint8_t(above < below ? j : j - 1);
+        const uint32_t b = bucket(bits);
+        return uint8_t(x >= threshold_[b] ? codes_[b] >> 8 : codes_[b] & 0xff);
     }
-    int steps() const { return steps_; }
+
+    // The tables, for a vector kernel that runs code() lane by lane: by bucket, the lower code in
+    // the low byte and the upper one in the high byte (one more entry follows the last, so a
+    // 4-byte gather at any bucket stays in bounds), and the first float of the upper code.
+    const uint16_t* codes() const { return codes_.data(); }
+    const float* thresholds() const { return threshold_.data(); }
 
   private:
-    static constexpr int kShift = 17;
-    static constexpr int kSteps = 3;          // the constructor checks that the map needs <= 3
-    std::array<float, 256 + kSteps> padded_;  // the map, then +inf
-    std::vector<uint8_t> start_;              // by key: map values below the key's floats
-    int steps_ = 0;
+    std::vector<uint16_t> codes_;
+    std::vector<float> threshold_;
 };
 // The coders of moment_map_signed() and bnb_dynamic_map_unsigned().
 const DynamicCoder& moment_coder_signed();
