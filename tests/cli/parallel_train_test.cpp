@@ -70,13 +70,15 @@ TEST_F(ParallelTrain, ZeroStagesMatchOneProcess) {
 
 // Overlap is real: the first gradient buckets (the head, the last layers) are all-reduced while
 // backward still runs through the earlier layers. metrics.jsonl records, per step, how many
-// buckets started before the step's last bucket became ready. A wider model (~10 MB of
+// buckets started before the step's last bucket became ready. A wider model (~38 MB of
 // gradients in 256 KiB buckets) makes backward long enough to see it; on this 2-core machine
-// the comm threads share the cores with compute, so only the first buckets get ahead.
+// the comm threads share the cores with compute, so only the first buckets get ahead. (At a
+// quarter of this compute, ~10 MB, a run beside the heaviest other tests once saw none start
+// early in all 5 steps: a woken comm thread can wait a scheduling period of the loaded cores.)
 TEST_F(ParallelTrain, GradientAllReduceOverlapsBackward) {
     train(2,
-          "--set parallel.dp=2 --set parallel.bucket_mb=0.25 --set model.hidden_size=256 "
-          "--set model.intermediate_size=512");
+          "--set parallel.dp=2 --set parallel.bucket_mb=0.25 --set model.hidden_size=512 "
+          "--set model.intermediate_size=1024 --set model.num_heads=8 --set model.num_kv_heads=4");
     std::ifstream metrics(last_out_ + "/metrics.jsonl");
     int64_t early = 0, steps = 0;
     for (std::string line; std::getline(metrics, line); ++steps) {

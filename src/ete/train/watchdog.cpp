@@ -315,12 +315,17 @@ void Watchdog::on_timeout(const std::string& where) {
     if (pending.empty()) return;
     json report = build_report(op_json(pending.front()), seconds_ago(pending.front().start));
     report["timed_out"] = where;
-    if (!reporter_for(report)) return;
+    // Every rank whose operation times out writes the file (atomically, under a name of its own
+    // until the rename; each reads the same heartbeats). The first to time out ends the job, and
+    // it need not be the reporter (the lowest rank the heartbeats show waiting; a heartbeat lags
+    // under load), which mpirun then stops before it writes: a 4-rank hang test beside the
+    // heaviest tests once ended with no hang_report.json.
     try {
         write_file_atomic(o_.run_dir + "/hang_report.json", report.dump(2) + "\n");
     } catch (const std::exception& e) {
         log_warn("hang report: {}", e.what());
     }
+    if (!reporter_for(report)) return;
     for (const std::string& line : report_lines(report)) std::fprintf(stderr, "%s\n", line.c_str());
     std::fprintf(stderr, "ete: hang: the report is in %s/hang_report.json\n", o_.run_dir.c_str());
     std::fflush(stderr);

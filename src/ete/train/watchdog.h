@@ -9,7 +9,8 @@
 // heartbeat and reports, while the job is still alive, which members of the group entered that
 // collective and which did not, what those were last doing, and their stacks. At
 // parallel.timeout_s the transport's timeout hook writes the same report to RUN/hang_report.json
-// and stderr before the job ends. Only the lowest rank among those waiting reports.
+// and stderr before the job ends. Only the lowest rank among those waiting prints reports; every
+// rank that times out writes the file (the first one to time out ends the job).
 #pragma once
 
 #include <atomic>
