@@ -29,11 +29,6 @@ struct Consts {
 };
 
 #if ETE_DYNAMIC_CODE_AVX512
-// The same arithmetic 16 lanes at a time (this file is compiled without contraction; vector sqrt
-// and division are correctly rounded, as the scalar ones), the maps read by gathers, and the codes
-// by lanes_code (dynamic_code.h). Masked tails: lanes past the block compute on zeros and are not
-// stored or counted. max(x, acc) with the new value first keeps the accumulator where the value
-// is NaN, as std::max(acc, x) does.
 // The largest of the 16 lanes (none NaN).
 float lanes_max(__m512 v) {
     alignas(64) float lane[16];
@@ -41,6 +36,11 @@ float lanes_max(__m512 v) {
     return *std::max_element(lane, lane + 16);
 }
 
+// The scalar step_block below, 16 lanes at a time (this file is compiled without contraction;
+// vector sqrt and division are correctly rounded, as the scalar ones), the maps read by gathers,
+// and the codes by lanes_code (dynamic_code.h). Masked tails: lanes past the block compute on
+// zeros and are not stored or counted. max(x, acc) with the new value first keeps the accumulator
+// where the value is NaN, as std::max(acc, x) does.
 void step_block(float* p, const float* g, uint8_t* mc, uint8_t* vc, float* ma, float* va, int64_t b,
                 int64_t i0, int64_t i1, const Consts& k, float* m_new, float* v_new) {
     const float* sm = moment_map_signed().data();
