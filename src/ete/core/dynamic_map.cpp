@@ -84,9 +84,13 @@ DynamicCoder::DynamicCoder(const std::array<float, 256>& map)
         for (uint32_t mag = 0; mag < kBucketsPerSign; ++mag) {
             auto [first, last] = bucket_bits(sign, mag);
             if (mag == kBucketsPerSign - 1) last = sign << 31 | 0x7f800000u;  // up to inf
-            // Bit patterns grow with |x|: the bucket's least float is `last` for negatives.
-            const uint32_t lo_bits = sign ? last : first, hi_bits = sign ? first : last;
-            const int lo = code_of(lo_bits), hi = code_of(hi_bits);
+            // The bucket's floats in value order: bit patterns grow with |x|, so negatives run
+            // from `last` down.
+            auto at = [&, first = first, last = last](uint32_t t) {
+                return sign ? last - t : first + t;
+            };
+            const uint32_t end = last - first;
+            const int lo = code_of(at(0)), hi = code_of(at(end));
             ETE_CHECK(hi - lo <= 1 && hi >= lo,
                       "DynamicCoder: bucket {} of sign {} spans codes {}..{} (expected two "
                       "neighbours at most: more mantissa bits)",
@@ -95,28 +99,17 @@ DynamicCoder::DynamicCoder(const std::array<float, 256>& map)
             codes_[b] = uint16_t(lo | hi << 8);
             threshold_[b] = -inf;
             if (hi == lo) continue;
-            // The first float in value order coded hi, by a binary search over the bucket's bit
-            // patterns: the least such pattern for positives, the greatest for negatives (their
-            // patterns grow with |x|).
-            uint32_t a = first, z = last;
+            // The first float in value order coded hi (codes do not decrease along it).
+            uint32_t a = 0, z = end;
             while (a < z) {
-                if (!sign) {
-                    const uint32_t mid = a + (z - a) / 2;
-                    if (code_of(mid) == hi) {
-                        z = mid;
-                    } else {
-                        a = mid + 1;
-                    }
+                const uint32_t mid = a + (z - a) / 2;
+                if (code_of(at(mid)) == hi) {
+                    z = mid;
                 } else {
-                    const uint32_t mid = a + (z - a + 1) / 2;
-                    if (code_of(mid) == hi) {
-                        a = mid;
-                    } else {
-                        z = mid - 1;
-                    }
+                    a = mid + 1;
                 }
             }
-            threshold_[b] = float_of(a);
+            threshold_[b] = float_of(at(a));
         }
     }
 }
