@@ -39,10 +39,11 @@ install_missing() {
         "${missing[@]}" >/dev/null
 }
 
+# Unity batches (ETE_UNITY): a build from scratch takes about a third less time (CMakeLists.txt).
 build() {  # build DIR [cmake args...]
     local dir=$1; shift
     log "building in $dir"
-    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DETE_UNITY=ON "$@" >/dev/null
     cmake --build "$dir" -j "$JOBS"
 }
 

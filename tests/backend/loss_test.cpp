@@ -17,7 +17,7 @@
 #include "kernel_bounds.h"
 
 namespace ete {
-namespace {
+namespace loss_test {
 
 using namespace backend_test;
 
@@ -365,5 +365,5 @@ TEST_F(Loss, CrossEntropyOfTwoColumnBlocksIsTheFullRowCrossEntropy) {
     }
 }
 
-}  // namespace
+}  // namespace loss_test
 }  // namespace ete

@@ -21,7 +21,7 @@
 #include "ete/model/transformer.h"
 
 namespace ete {
-namespace {
+namespace eval_test {
 
 namespace fs = std::filesystem;
 
@@ -101,7 +101,7 @@ TEST(CliEval, EveryFamilyFollowsTheContract) {
         ModelConfig c = tiny_llama(2);
         c.arch = f.arch;
         c.use_family_defaults();
-        if (f.layout == Layout::GPT2) {
+        if (f.layout == ete::Layout::GPT2) {
             c.num_kv_heads = c.num_heads;
             c.tie_word_embeddings = true;
         }
@@ -264,5 +264,5 @@ TEST(CliGenerate, SentencePieceStreamsWhatTheWholeDecodeGives) {
     fs::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace eval_test
 }  // namespace ete

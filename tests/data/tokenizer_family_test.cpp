@@ -18,7 +18,7 @@
 #include "ete/data/tokenizer.h"
 
 namespace ete {
-namespace {
+namespace tokenizer_family_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -128,5 +128,5 @@ INSTANTIATE_TEST_SUITE_P(Hf, Family,
                                            "gpt4o", "gpt4", "deepseek_v3"),
                          [](const auto& info) { return info.param; });
 
-}  // namespace
+}  // namespace tokenizer_family_test
 }  // namespace ete

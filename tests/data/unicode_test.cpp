@@ -14,7 +14,7 @@
 #include "test_util.h"
 
 namespace ete {
-namespace {
+namespace unicode_test {
 
 using unicode::Category;
 namespace u = unicode;
@@ -388,5 +388,5 @@ TEST(UnicodeFull, ClassesMatchHfOnEveryCodePoint) {
     }
 }
 
-}  // namespace
+}  // namespace unicode_test
 }  // namespace ete

@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace ete {
-namespace {
+namespace peft_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -239,5 +239,5 @@ TEST(Peft, PatternKeysMatchModulesAsPeftDoes) {
     EXPECT_EQ(info.rank_of("model.layers.0.self_attn.q_proj"), 4);
 }
 
-}  // namespace
+}  // namespace peft_test
 }  // namespace ete

@@ -19,7 +19,7 @@
 #include "numerics.h"
 
 namespace ete {
-namespace {
+namespace int8_model_test {
 
 namespace fs = std::filesystem;
 
@@ -396,5 +396,5 @@ TEST(Int8Model, SpecsThatCannotBeIntegerAreNamed) {
     }
 }
 
-}  // namespace
+}  // namespace int8_model_test
 }  // namespace ete

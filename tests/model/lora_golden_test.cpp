@@ -20,7 +20,7 @@
 #include "test_util.h"
 
 namespace ete {
-namespace {
+namespace lora_golden_test {
 
 using json = nlohmann::json;
 
@@ -355,5 +355,5 @@ TEST(LoraModel, Nf4ShardsAreSlicesOfTheWholeTensor) {
     }
 }
 
-}  // namespace
+}  // namespace lora_golden_test
 }  // namespace ete

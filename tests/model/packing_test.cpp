@@ -19,7 +19,7 @@
 #include "test_util.h"
 
 namespace ete {
-namespace {
+namespace packing_test {
 
 // Tiny models with sizes that are not powers of two; Llama uses GQA (4 query, 2 kv heads), and so
 // do Qwen2 (q/k/v biases, a window of 3 on layer 1), Mistral (a window of 4 on both layers) and
@@ -271,5 +271,5 @@ INSTANTIATE_TEST_SUITE_P(Models, PackingTest,
                                            Case{Arch::Phi3, "cpu"}, Case{Arch::Phi3, "ref"}),
                          case_name);
 
-}  // namespace
+}  // namespace packing_test
 }  // namespace ete

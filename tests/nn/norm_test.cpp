@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 namespace ete {
-namespace {
+namespace norm_test {
 
 using testing::host_cmat;
 using testing::host_cvec;
@@ -99,5 +99,5 @@ TEST(NormOffset, HeadNormUsesOnePlusWPerKind) {
         }
 }
 
-}  // namespace
+}  // namespace norm_test
 }  // namespace ete

@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace ete {
-namespace {
+namespace nf4_test {
 
 const SafetensorsFile& golden() {
     static const SafetensorsFile f =
@@ -223,5 +223,5 @@ TEST(Nf4, BadInputIsAOneLineError) {
               "nf4 quantize: element 17 is inf, expected a finite value");
 }
 
-}  // namespace
+}  // namespace nf4_test
 }  // namespace ete

@@ -26,6 +26,9 @@ struct Args {
 std::vector<std::optional<Value>> bind(const Args& args, std::vector<std::string_view> params,
                                        std::string_view fname);
 
+// Throws the error an undefined value carries ("undefined value" when it names none).
+void check_defined(const Value& v);
+
 bool is_filter(std::string_view name);
 bool is_test(std::string_view name);
 

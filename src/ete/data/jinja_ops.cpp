@@ -11,11 +11,12 @@
 #include "ete/data/jinja_builtins.h"
 
 namespace ete::jinja {
-namespace {
 
 void check_defined(const Value& v) {
     ETE_CHECK(!v.is_undefined(), "{}", v.s.empty() ? "undefined value" : v.s);
 }
+
+namespace {
 
 double floor_mod(double a, double b) {
     double m = std::fmod(a, b);

@@ -43,15 +43,6 @@ struct Frame {
 
 enum class Flow { Normal, Break, Continue };
 
-[[noreturn]] void undefined_error(const Value& v) {
-    ETE_CHECK(false, "{}", v.s.empty() ? "undefined value" : v.s);
-    std::abort();
-}
-
-void check_defined(const Value& v) {
-    if (v.is_undefined()) undefined_error(v);
-}
-
 class Renderer {
   public:
     Renderer(const RenderOptions& opt, Rendered& out) : opt_(opt), result_(out), out_(&out.text) {

@@ -76,9 +76,9 @@ class Fuse final : public Decoder {
 
 // Strip(content, start, stop): up to `start` leading and `stop` trailing `content` characters
 // come off every token.
-class Strip final : public Decoder {
+class StripDecoder final : public Decoder {
   public:
-    Strip(std::string content, size_t start, size_t stop)
+    StripDecoder(std::string content, size_t start, size_t stop)
         : content_(std::move(content)), start_(start), stop_(stop) {}
     void decode(Tokens& tokens) const override {
         const size_t w = content_.size();
@@ -98,9 +98,9 @@ class Strip final : public Decoder {
     size_t start_, stop_;
 };
 
-class Replace final : public Decoder {
+class ReplaceDecoder final : public Decoder {
   public:
-    Replace(Pattern pattern, std::string content)
+    ReplaceDecoder(Pattern pattern, std::string content)
         : pattern_(std::move(pattern)), content_(std::move(content)) {}
     void decode(Tokens& tokens) const override {
         for (std::string& t : tokens) pattern_.replace(t, content_);
@@ -138,9 +138,10 @@ class Metaspace final : public Decoder {
     bool strip_first_;
 };
 
-class Sequence final : public Decoder {
+class SequenceDecoder final : public Decoder {
   public:
-    explicit Sequence(std::vector<std::unique_ptr<Decoder>> items) : items_(std::move(items)) {}
+    explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> items)
+        : items_(std::move(items)) {}
     void decode(Tokens& tokens) const override {
         for (const auto& d : items_) d->decode(tokens);
     }
@@ -163,15 +164,15 @@ std::unique_ptr<Decoder> make_decoder(const json& j, std::string_view src,
     if (type == "ByteFallback") return std::make_unique<ByteFallback>();
     if (type == "Fuse") return std::make_unique<Fuse>();
     if (type == "Strip") {
-        return std::make_unique<Strip>(char_field(j, "content", src, where),
-                                       count_field(j, "start", 0, src, where),
-                                       count_field(j, "stop", 0, src, where));
+        return std::make_unique<StripDecoder>(char_field(j, "content", src, where),
+                                              count_field(j, "start", 0, src, where),
+                                              count_field(j, "stop", 0, src, where));
     }
     if (type == "Replace") {
         const json* pattern = field(j, "pattern");
         ETE_CHECK(pattern != nullptr, "{}: {}.pattern is missing", src, where);
-        return std::make_unique<Replace>(make_pattern(*pattern, src, where + ".pattern"),
-                                         string_field(j, "content", src, where));
+        return std::make_unique<ReplaceDecoder>(make_pattern(*pattern, src, where + ".pattern"),
+                                                string_field(j, "content", src, where));
     }
     if (type == "Metaspace") {
         const bool strip = make_prepend_scheme(j, src, where) != PrependScheme::Never;
@@ -186,7 +187,7 @@ std::unique_ptr<Decoder> make_decoder(const json& j, std::string_view src,
     for (size_t k = 0; k < arr.size(); ++k) {
         items.push_back(make_decoder(arr[k], src, fmt::format("{}.decoders[{}]", where, k)));
     }
-    return std::make_unique<Sequence>(std::move(items));
+    return std::make_unique<SequenceDecoder>(std::move(items));
 }
 
 }  // namespace ete::tok

@@ -23,9 +23,9 @@ class Unicode final : public Normalizer {
 
 // Strip: drops leading and/or trailing whitespace (the White_Space property, Rust's
 // char::is_whitespace).
-class Strip final : public Normalizer {
+class StripNormalizer final : public Normalizer {
   public:
-    Strip(bool left, bool right) : left_(left), right_(right) {}
+    StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
     void normalize(std::string& s) const override {
         size_t begin = 0, end = s.size();
         if (left_) {
@@ -53,9 +53,9 @@ class Strip final : public Normalizer {
     bool left_, right_;
 };
 
-class Replace final : public Normalizer {
+class ReplaceNormalizer final : public Normalizer {
   public:
-    Replace(Pattern pattern, std::string content)
+    ReplaceNormalizer(Pattern pattern, std::string content)
         : pattern_(std::move(pattern)), content_(std::move(content)) {}
     void normalize(std::string& s) const override { pattern_.replace(s, content_); }
 
@@ -75,9 +75,10 @@ class Prepend final : public Normalizer {
     std::string prefix_;
 };
 
-class Sequence final : public Normalizer {
+class SequenceNormalizer final : public Normalizer {
   public:
-    explicit Sequence(std::vector<std::unique_ptr<Normalizer>> items) : items_(std::move(items)) {}
+    explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> items)
+        : items_(std::move(items)) {}
     void normalize(std::string& s) const override {
         const size_t in = s.size(), limit = max_normalized_bytes(in);
         for (const auto& n : items_) {
@@ -105,14 +106,14 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, std::string_view src,
     if (type == "NFKD") return std::make_unique<Unicode>(unicode::nfkd);
     if (type == "Lowercase") return std::make_unique<Unicode>(unicode::lowercase);
     if (type == "Strip") {
-        return std::make_unique<Strip>(bool_field(j, "strip_left", true, src, where),
-                                       bool_field(j, "strip_right", true, src, where));
+        return std::make_unique<StripNormalizer>(bool_field(j, "strip_left", true, src, where),
+                                                 bool_field(j, "strip_right", true, src, where));
     }
     if (type == "Replace") {
         const json* pattern = field(j, "pattern");
         ETE_CHECK(pattern != nullptr, "{}: {}.pattern is missing", src, where);
-        return std::make_unique<Replace>(make_pattern(*pattern, src, where + ".pattern"),
-                                         string_field(j, "content", src, where));
+        return std::make_unique<ReplaceNormalizer>(make_pattern(*pattern, src, where + ".pattern"),
+                                                   string_field(j, "content", src, where));
     }
     if (type == "Prepend") return std::make_unique<Prepend>(string_field(j, "prepend", src, where));
     ETE_CHECK(type == "Sequence",
@@ -124,7 +125,7 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, std::string_view src,
     for (size_t k = 0; k < arr.size(); ++k) {
         items.push_back(make_normalizer(arr[k], src, fmt::format("{}.normalizers[{}]", where, k)));
     }
-    return std::make_unique<Sequence>(std::move(items));
+    return std::make_unique<SequenceNormalizer>(std::move(items));
 }
 
 }  // namespace ete::tok

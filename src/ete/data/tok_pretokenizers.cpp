@@ -176,9 +176,9 @@ class Whitespace final : public PreTokenizer {
     }
 };
 
-class Sequence final : public PreTokenizer {
+class SequencePreTokenizer final : public PreTokenizer {
   public:
-    explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> items)
+    explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> items)
         : items_(std::move(items)) {}
     void split(Pieces& p, bool origin) const override {
         for (const auto& item : items_) item->split(p, origin);
@@ -287,7 +287,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, std::string_view
         std::vector<std::unique_ptr<PreTokenizer>> items;
         items.push_back(std::make_unique<CharSplit>(unicode::is_white_space, Behavior::Removed));
         items.push_back(std::make_unique<CharSplit>(is_punctuation, Behavior::Isolated));
-        return std::make_unique<Sequence>(std::move(items));
+        return std::make_unique<SequencePreTokenizer>(std::move(items));
     }
     ETE_CHECK(type == "Sequence",
               "{}: {} has type '{}', which ETE does not support (supported: Split, ByteLevel, "
@@ -304,7 +304,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, std::string_view
                   "as the last pre-tokenizer",
                   src, at);
     }
-    return std::make_unique<Sequence>(std::move(items));
+    return std::make_unique<SequencePreTokenizer>(std::move(items));
 }
 
 }  // namespace ete::tok

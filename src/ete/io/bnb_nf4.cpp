@@ -48,7 +48,8 @@ Tensor tensor_of(const std::vector<T>& v, Shape shape, DType dtype) {
     return t;
 }
 
-void check_finite(const std::vector<float>& v, const SafetensorsFile& f, const std::string& name) {
+void check_values_finite(const std::vector<float>& v, const SafetensorsFile& f,
+                         const std::string& name) {
     check_tensor_finite(v.data(), int64_t(v.size()), f.path(), name);
 }
 
@@ -56,7 +57,7 @@ void check_finite(const std::vector<float>& v, const SafetensorsFile& f, const s
 // no real weight is near 1e8 (3e38 made every product overflow: NaN losses, exit 0).
 void check_range(const std::vector<float>& v, float lo, float hi, const SafetensorsFile& f,
                  const std::string& name) {
-    check_finite(v, f, name);
+    check_values_finite(v, f, name);
     for (size_t i = 0; i < v.size(); ++i)
         ETE_CHECK(v[i] >= lo && v[i] <= hi, "{}: tensor '{}' element {} is {}, expected [{}, {}]",
                   f.path(), name, i, v[i], lo, hi);

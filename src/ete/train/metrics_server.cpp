@@ -25,10 +25,10 @@
 
 namespace ete {
 
-namespace {
-
 using Clock = std::chrono::steady_clock;
 
+// A named namespace, not the anonymous one: MetricsServer::Impl holds these.
+namespace metrics_detail {
 struct Conn {
     int fd = -1;
     Clock::time_point deadline;
@@ -36,6 +36,10 @@ struct Conn {
     std::string out;  // response bytes not yet sent (empty while reading)
     size_t sent = 0;
 };
+}  // namespace metrics_detail
+using metrics_detail::Conn;
+
+namespace {
 
 // The connection cap: limits.max_connections, lowered so the server's descriptors (connections,
 // the listening socket, the wake-up eventfd) leave limits.reserved_fds of RLIMIT_NOFILE to the
