@@ -12,7 +12,7 @@
 #include "kernel_bounds.h"
 
 namespace ete::backend_test {
-namespace {
+namespace fake_quant_kernel_test {
 
 struct Pair {
     DType y, x;
@@ -337,5 +337,5 @@ TEST(FakeQuantKernel, BadArgumentsAreNamed) {
               "fake_quant_scale_grad: d_scale must be F32 of 2 blocks, got 3");
 }
 
-}  // namespace
+}  // namespace fake_quant_kernel_test
 }  // namespace ete::backend_test

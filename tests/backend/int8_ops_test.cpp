@@ -12,7 +12,7 @@
 #include "kernel_bounds.h"
 
 namespace ete::backend_test {
-namespace {
+namespace int8_ops_test {
 
 std::vector<float> planted_values(int64_t n, float s, uint32_t seed) {
     std::mt19937 gen(seed);
@@ -324,5 +324,5 @@ TEST(Int8Ops, BadArgumentsAreNamed) {
               "and 4 I32");
 }
 
-}  // namespace
+}  // namespace int8_ops_test
 }  // namespace ete::backend_test

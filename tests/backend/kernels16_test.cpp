@@ -24,7 +24,7 @@
 #include "kernel_bounds.h"
 
 namespace ete {
-namespace {
+namespace kernels16_test {
 
 using namespace backend_test;
 
@@ -345,5 +345,5 @@ TEST_F(Kernels16, ActivationsRejectMixedDtypes) {
     EXPECT_THROW(cpu_->gelu_forward(out.mat(), x.cmat()), Error);
 }
 
-}  // namespace
+}  // namespace kernels16_test
 }  // namespace ete

@@ -14,7 +14,7 @@
 #include "test_util.h"
 
 namespace ete {
-namespace {
+namespace tokenizer_specials_test {
 
 namespace fs = std::filesystem;
 using Ids = std::vector<int32_t>;
@@ -128,5 +128,5 @@ TEST(TokenizerSpecials, SftExamplesStartWithTheTemplatePrefixAndEndWithTheConfig
     fs::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace tokenizer_specials_test
 }  // namespace ete

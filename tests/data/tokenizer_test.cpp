@@ -18,7 +18,7 @@
 #include "ete/data/utf8.h"
 
 namespace ete {
-namespace {
+namespace tokenizer_test {
 
 namespace fs = std::filesystem;
 using Pieces = std::vector<std::string_view>;
@@ -388,5 +388,5 @@ TEST(Tokenizer, ErrorsNameTheFileAndTheExpectation) {
     fs::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace tokenizer_test
 }  // namespace ete

@@ -42,7 +42,7 @@
 #include "numerics.h"
 
 namespace ete {
-namespace {
+namespace precision_test {
 
 using json = nlohmann::json;
 
@@ -237,5 +237,5 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama3_rope_tied", DType::BF16, "cuda"}),
     case_name);
 
-}  // namespace
+}  // namespace precision_test
 }  // namespace ete

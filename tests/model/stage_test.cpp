@@ -14,7 +14,7 @@
 #include "test_util.h"
 
 namespace ete {
-namespace {
+namespace stage_test {
 
 using testing::Batch;
 using testing::RankGrads;
@@ -427,5 +427,5 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"gemma3_recompute", testing::tp_family(Arch::Gemma3), "full"}),
     [](const ::testing::TestParamInfo<MeshCase>& i) { return std::string(i.param.name); });
 
-}  // namespace
+}  // namespace stage_test
 }  // namespace ete

@@ -14,7 +14,7 @@
 #include "test_util.h"
 
 namespace ete {
-namespace {
+namespace tp_test {
 
 using testing::add_to_global;
 using testing::Batch;
@@ -325,5 +325,5 @@ INSTANTIATE_TEST_SUITE_P(KvReplicated, TensorParallel,
                                            TpCase{Arch::Llama, 4, false, "guarded", 61, 8, 2}),
                          tp_case_name);
 
-}  // namespace
+}  // namespace tp_test
 }  // namespace ete

@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace ete {
-namespace {
+namespace zero_test {
 
 const int64_t kSizes[] = {0, 1, 3, 7, 64, 1031};
 
@@ -132,5 +132,5 @@ TEST(ZeroGradSync, OwnersMustCoverTheBuffer) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ZeroFake, ::testing::Range(1, 5));
 
-}  // namespace
+}  // namespace zero_test
 }  // namespace ete

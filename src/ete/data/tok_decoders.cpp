@@ -14,7 +14,7 @@ namespace {
 
 using Tokens = std::vector<std::string>;
 
-class ByteLevel final : public Decoder {
+class ByteLevelDecoder final : public Decoder {
   public:
     void decode(Tokens& tokens) const override {
         std::string bytes;
@@ -38,7 +38,7 @@ int byte_token(std::string_view t) {
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-class ByteFallback final : public Decoder {
+class ByteFallbackDecoder final : public Decoder {
   public:
     void decode(Tokens& tokens) const override {
         Tokens out;
@@ -65,7 +65,7 @@ class ByteFallback final : public Decoder {
     }
 };
 
-class Fuse final : public Decoder {
+class FuseDecoder final : public Decoder {
   public:
     void decode(Tokens& tokens) const override {
         std::string all;
@@ -113,9 +113,9 @@ class ReplaceDecoder final : public Decoder {
 
 // Metaspace: the replacement character becomes a space, except in the first token, where it is
 // dropped when a prefix is prepended at encoding (prepend_scheme first or always).
-class Metaspace final : public Decoder {
+class MetaspaceDecoder final : public Decoder {
   public:
-    Metaspace(std::string rep, bool strip_first)
+    MetaspaceDecoder(std::string rep, bool strip_first)
         : rep_(std::move(rep)), strip_first_(strip_first) {}
     void decode(Tokens& tokens) const override {
         for (size_t i = 0; i < tokens.size(); ++i) {
@@ -160,9 +160,9 @@ std::string byte_level_decode(std::string_view token) {
 std::unique_ptr<Decoder> make_decoder(const json& j, std::string_view src,
                                       const std::string& where) {
     const std::string type = type_of(j, src, where);
-    if (type == "ByteLevel") return std::make_unique<ByteLevel>();
-    if (type == "ByteFallback") return std::make_unique<ByteFallback>();
-    if (type == "Fuse") return std::make_unique<Fuse>();
+    if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
+    if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
+    if (type == "Fuse") return std::make_unique<FuseDecoder>();
     if (type == "Strip") {
         return std::make_unique<StripDecoder>(char_field(j, "content", src, where),
                                               count_field(j, "start", 0, src, where),
@@ -176,7 +176,7 @@ std::unique_ptr<Decoder> make_decoder(const json& j, std::string_view src,
     }
     if (type == "Metaspace") {
         const bool strip = make_prepend_scheme(j, src, where) != PrependScheme::Never;
-        return std::make_unique<Metaspace>(char_field(j, "replacement", src, where), strip);
+        return std::make_unique<MetaspaceDecoder>(char_field(j, "replacement", src, where), strip);
     }
     ETE_CHECK(type == "Sequence",
               "{}: {} has type '{}', which ETE does not support (supported: ByteLevel, "

@@ -11,10 +11,10 @@
 namespace ete::tok {
 namespace {
 
-class Unicode final : public Normalizer {
+class UnicodeNormalizer final : public Normalizer {
   public:
     using Fn = std::string (*)(std::string_view);
-    explicit Unicode(Fn fn) : fn_(fn) {}
+    explicit UnicodeNormalizer(Fn fn) : fn_(fn) {}
     void normalize(std::string& s) const override { s = fn_(s); }
 
   private:
@@ -64,9 +64,9 @@ class ReplaceNormalizer final : public Normalizer {
     std::string content_;
 };
 
-class Prepend final : public Normalizer {
+class PrependNormalizer final : public Normalizer {
   public:
-    explicit Prepend(std::string prefix) : prefix_(std::move(prefix)) {}
+    explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
     void normalize(std::string& s) const override {
         if (!s.empty()) s.insert(0, prefix_);
     }
@@ -100,11 +100,11 @@ class SequenceNormalizer final : public Normalizer {
 std::unique_ptr<Normalizer> make_normalizer(const json& j, std::string_view src,
                                             const std::string& where) {
     const std::string type = type_of(j, src, where);
-    if (type == "NFC") return std::make_unique<Unicode>(unicode::nfc);
-    if (type == "NFD") return std::make_unique<Unicode>(unicode::nfd);
-    if (type == "NFKC") return std::make_unique<Unicode>(unicode::nfkc);
-    if (type == "NFKD") return std::make_unique<Unicode>(unicode::nfkd);
-    if (type == "Lowercase") return std::make_unique<Unicode>(unicode::lowercase);
+    if (type == "NFC") return std::make_unique<UnicodeNormalizer>(unicode::nfc);
+    if (type == "NFD") return std::make_unique<UnicodeNormalizer>(unicode::nfd);
+    if (type == "NFKC") return std::make_unique<UnicodeNormalizer>(unicode::nfkc);
+    if (type == "NFKD") return std::make_unique<UnicodeNormalizer>(unicode::nfkd);
+    if (type == "Lowercase") return std::make_unique<UnicodeNormalizer>(unicode::lowercase);
     if (type == "Strip") {
         return std::make_unique<StripNormalizer>(bool_field(j, "strip_left", true, src, where),
                                                  bool_field(j, "strip_right", true, src, where));
@@ -115,7 +115,8 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, std::string_view src,
         return std::make_unique<ReplaceNormalizer>(make_pattern(*pattern, src, where + ".pattern"),
                                                    string_field(j, "content", src, where));
     }
-    if (type == "Prepend") return std::make_unique<Prepend>(string_field(j, "prepend", src, where));
+    if (type == "Prepend")
+        return std::make_unique<PrependNormalizer>(string_field(j, "prepend", src, where));
     ETE_CHECK(type == "Sequence",
               "{}: {} has type '{}', which ETE does not support (supported: NFC, NFD, NFKC, "
               "NFKD, Lowercase, Strip, Replace, Prepend, Sequence)",

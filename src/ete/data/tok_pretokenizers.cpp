@@ -62,9 +62,9 @@ bool is_numeric(char32_t c) {
     return g == Category::Nd || g == Category::Nl || g == Category::No;
 }
 
-class Split final : public PreTokenizer {
+class SplitPreTokenizer final : public PreTokenizer {
   public:
-    Split(Pattern pattern, Behavior behavior, bool invert)
+    SplitPreTokenizer(Pattern pattern, Behavior behavior, bool invert)
         : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {}
     void split(Pieces& p, bool) const override {
         Spans m;
@@ -84,9 +84,10 @@ class Split final : public PreTokenizer {
     bool invert_;
 };
 
-class ByteLevel final : public PreTokenizer {
+class ByteLevelPreTokenizer final : public PreTokenizer {
   public:
-    ByteLevel(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
+    ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex)
+        : add_prefix_space_(add_prefix_space) {
         if (use_regex)
             regex_ = std::make_shared<const RegexSplitter>(std::string(kGpt2SplitPattern));
     }
@@ -105,9 +106,9 @@ class ByteLevel final : public PreTokenizer {
     std::shared_ptr<const RegexSplitter> regex_;
 };
 
-class Metaspace final : public PreTokenizer {
+class MetaspacePreTokenizer final : public PreTokenizer {
   public:
-    Metaspace(std::string replacement, PrependScheme scheme, bool split)
+    MetaspacePreTokenizer(std::string replacement, PrependScheme scheme, bool split)
         : rep_(std::move(replacement)), scheme_(scheme), split_(split) {}
     void split(Pieces& p, bool origin) const override {
         std::vector<std::string_view> out;
@@ -143,9 +144,10 @@ class Metaspace final : public PreTokenizer {
     bool split_;
 };
 
-class CharSplit final : public PreTokenizer {
+class CharSplitPreTokenizer final : public PreTokenizer {
   public:
-    CharSplit(CharTest test, Behavior behavior) : test_(std::move(test)), behavior_(behavior) {}
+    CharSplitPreTokenizer(CharTest test, Behavior behavior)
+        : test_(std::move(test)), behavior_(behavior) {}
     void split(Pieces& p, bool) const override { split_by_chars(p, test_, behavior_); }
 
   private:
@@ -154,7 +156,7 @@ class CharSplit final : public PreTokenizer {
 };
 
 // Whitespace: the runs of \w+ and of [^\w\s]+ are the pieces; whitespace is dropped.
-class Whitespace final : public PreTokenizer {
+class WhitespacePreTokenizer final : public PreTokenizer {
   public:
     void split(Pieces& p, bool) const override {
         for_each_piece(p, [&](std::string_view piece, std::vector<std::string_view>& out) {
@@ -250,43 +252,48 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, std::string_view
         ETE_CHECK(behavior != nullptr, "{}: {}.behavior is missing", src, where);
         const json* pattern = field(j, "pattern");
         ETE_CHECK(pattern != nullptr, "{}: {}.pattern is missing", src, where);
-        return std::make_unique<Split>(make_pattern(*pattern, src, where + ".pattern"),
-                                       make_behavior(*behavior, src, where + ".behavior"),
-                                       bool_field(j, "invert", false, src, where));
+        return std::make_unique<SplitPreTokenizer>(
+            make_pattern(*pattern, src, where + ".pattern"),
+            make_behavior(*behavior, src, where + ".behavior"),
+            bool_field(j, "invert", false, src, where));
     }
     if (type == "ByteLevel") {
-        return std::make_unique<ByteLevel>(bool_field(j, "add_prefix_space", true, src, where),
-                                           bool_field(j, "use_regex", true, src, where));
+        return std::make_unique<ByteLevelPreTokenizer>(
+            bool_field(j, "add_prefix_space", true, src, where),
+            bool_field(j, "use_regex", true, src, where));
     }
     if (type == "Metaspace") {
-        return std::make_unique<Metaspace>(char_field(j, "replacement", src, where),
-                                           make_prepend_scheme(j, src, where),
-                                           bool_field(j, "split", true, src, where));
+        return std::make_unique<MetaspacePreTokenizer>(char_field(j, "replacement", src, where),
+                                                       make_prepend_scheme(j, src, where),
+                                                       bool_field(j, "split", true, src, where));
     }
     if (type == "Digits") {
         const bool individual = bool_field(j, "individual_digits", false, src, where);
-        return std::make_unique<CharSplit>(is_numeric,
-                                           individual ? Behavior::Isolated : Behavior::Contiguous);
+        return std::make_unique<CharSplitPreTokenizer>(
+            is_numeric, individual ? Behavior::Isolated : Behavior::Contiguous);
     }
     if (type == "Punctuation") {
         const json* behavior = field(j, "behavior");
-        return std::make_unique<CharSplit>(
+        return std::make_unique<CharSplitPreTokenizer>(
             is_punctuation,
             behavior ? make_behavior(*behavior, src, where + ".behavior") : Behavior::Isolated);
     }
     if (type == "WhitespaceSplit") {
-        return std::make_unique<CharSplit>(unicode::is_white_space, Behavior::Removed);
+        return std::make_unique<CharSplitPreTokenizer>(unicode::is_white_space, Behavior::Removed);
     }
-    if (type == "Whitespace") return std::make_unique<Whitespace>();
+    if (type == "Whitespace") return std::make_unique<WhitespacePreTokenizer>();
     if (type == "CharDelimiterSplit") {
         const std::string d = char_field(j, "delimiter", src, where);
         const char32_t dc = utf8::decode(d, 0, d.size());
-        return std::make_unique<CharSplit>([dc](char32_t c) { return c == dc; }, Behavior::Removed);
+        return std::make_unique<CharSplitPreTokenizer>([dc](char32_t c) { return c == dc; },
+                                                       Behavior::Removed);
     }
     if (type == "BertPreTokenizer") {
         std::vector<std::unique_ptr<PreTokenizer>> items;
-        items.push_back(std::make_unique<CharSplit>(unicode::is_white_space, Behavior::Removed));
-        items.push_back(std::make_unique<CharSplit>(is_punctuation, Behavior::Isolated));
+        items.push_back(
+            std::make_unique<CharSplitPreTokenizer>(unicode::is_white_space, Behavior::Removed));
+        items.push_back(
+            std::make_unique<CharSplitPreTokenizer>(is_punctuation, Behavior::Isolated));
         return std::make_unique<SequencePreTokenizer>(std::move(items));
     }
     ETE_CHECK(type == "Sequence",
