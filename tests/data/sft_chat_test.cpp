@@ -160,6 +160,35 @@ TEST(SftChat, RecordsThatCannotBeLabelledAreRefusedByName) {
               "");
 }
 
+// Records, messages files and tools keep their key order (tojson prints it) and an object of more
+// than kMaxOrderedKeys keys is refused before the ordered parse, whose cost is the square of an
+// object's size (100,000 keys took 14 s).
+TEST(SftChat, KeyOrderIsKeptAndAnObjectOfTooManyKeysIsRefused) {
+    const OJson kept = parse_ordered_json(R"({"b": 1, "a": {"z": 2, "y": 3}})", "x.json");
+    EXPECT_EQ(kept.dump(), R"({"b":1,"a":{"z":2,"y":3}})");
+    const auto object_of = [](size_t n) {
+        std::string s = "{";
+        for (size_t k = 0; k < n; ++k) s += fmt::format("{}\"k{}\": {}", k ? ", " : "", k, k);
+        return s + "}";
+    };
+    EXPECT_EQ(parse_ordered_json(object_of(kMaxOrderedKeys), "x.json").size(), kMaxOrderedKeys);
+    const std::string wide = R"({"messages": [{"role": "user", "content": "hi", "meta": )" +
+                             object_of(kMaxOrderedKeys + 1) + "}]}";
+    try {
+        parse_ordered_json(wide, "m.json");
+        ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_EQ(
+            std::string(e.what()).rfind(fmt::format("m.json: an object with {} keys (at most {}",
+                                                    kMaxOrderedKeys + 1, kMaxOrderedKeys),
+                                        0),
+            0u)
+            << e.what();
+    }
+    const ChatTemplate t = inline_template("{{ messages[0].content }}");
+    EXPECT_EQ(SftChatTemplate(t, t, {}).render(wide).error.rfind("record: an object with", 0), 0u);
+}
+
 TEST(SftChat, SettingsNameTheFile) {
     const fs::path dir = family_dir("qwen3");
     const Tokenizer tok = Tokenizer::load((dir / "tokenizer.json").string());

@@ -37,8 +37,13 @@ nlohmann::ordered_json chat_context(const ChatTemplate& t, const nlohmann::order
                                     const nlohmann::ordered_json& tools, bool add_generation_prompt,
                                     const nlohmann::ordered_json& extra);
 
+// The most keys one object may have in parse_ordered_json: real messages, tools and records
+// have tens (a tool's schema properties included); at this size a key order costs ~0.5M string
+// comparisons an object, ~0.1 s per MB of hostile text made of such objects.
+inline constexpr size_t kMaxOrderedKeys = 1024;
+
 // JSON text parsed keeping object key order (as Python's json does), with the nesting limit of
-// core/json_file.h; errors name `where`.
+// core/json_file.h and objects of at most kMaxOrderedKeys keys; errors name `where`.
 nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::string& where);
 
 }  // namespace ete
