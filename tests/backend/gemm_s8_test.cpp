@@ -120,6 +120,29 @@ TEST(GemmS8, OneDnnRunsOnlyWhereItsStartUpCheckIsExact) {
     }
 }
 
+// The start-up check JIT-compiles six oneDNN primitives (a third of a small training process's
+// CPU time): the backend's description, which every run logs, does not run it; the first int8
+// GEMM does, and the description then says what it chose.
+TEST(GemmS8, TheEngineIsChosenAtTheFirstInt8GemmNotByTheBackendsDescription) {
+    auto cpu = make_cpu_backend();
+    const bool chosen_before = cpu::dnnl_s8_info(false) != cpu::kS8NotYetChosen;
+    const std::string before = cpu->describe();
+    if (!chosen_before) {  // ctest runs each test in a process of its own
+        EXPECT_NE(before.find(std::string("int8 GEMM: ") + cpu::kS8NotYetChosen), std::string::npos)
+            << before;
+        EXPECT_EQ(cpu::dnnl_s8_info(false), cpu::kS8NotYetChosen);
+    }
+    std::vector<int8_t> a{3}, w{-5};
+    std::vector<int32_t> c(1);
+    cpu->gemm_s8({a.data(), DType::I8, 1, 1}, {w.data(), DType::I8, 1, 1},
+                 {c.data(), DType::I32, 1, 1});
+    EXPECT_EQ(c[0], -15);
+    const std::string chosen = cpu::dnnl_s8_info(false);
+    EXPECT_NE(chosen, cpu::kS8NotYetChosen);
+    EXPECT_EQ(chosen, cpu::dnnl_s8_info(true));
+    EXPECT_NE(cpu->describe().find("int8 GEMM: " + chosen), std::string::npos) << cpu->describe();
+}
+
 TEST(GemmS8, BadArgumentsAreNamed) {
     auto cpu = make_cpu_backend();
     std::vector<int8_t> a(12), w(12);

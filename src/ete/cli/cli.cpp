@@ -272,7 +272,7 @@ int cli_main(int argc, char** argv) {
     app.require_subcommand(1);
     // Evaluated only when asked for: cuda_summary() loads the GPU driver.
     app.set_version_flag("--version", std::function<std::string()>([] {
-                             return fmt::format("ete 0.1.0 | {} | {}", cpu::engines_summary(),
+                             return fmt::format("ete 0.1.0 | {} | {}", cpu::engines_summary(true),
                                                 cuda_summary());
                          }));
     std::function<int()> run;

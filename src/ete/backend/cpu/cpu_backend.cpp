@@ -39,10 +39,11 @@ std::string cpu_summary() {
     return fmt::format("{} ({})", model, features.empty() ? "no AVX2" : features);
 }
 
-std::string engines_summary() {
+std::string engines_summary(bool check_int8) {
     return fmt::format(
         "CPU {} | f32 GEMM: OpenBLAS core {} ({}) | bf16/fp16 GEMM: {} | int8 GEMM: {}",
-        cpu_summary(), openblas_core_name(), openblas_core_why(), dnnl_info(), dnnl_s8_info());
+        cpu_summary(), openblas_core_name(), openblas_core_why(), dnnl_info(),
+        dnnl_s8_info(check_int8));
 }
 
 uint64_t CpuBackend::gemm_workspace_bytes(DType compute, uint64_t largest, int threads) const {
@@ -51,7 +52,7 @@ uint64_t CpuBackend::gemm_workspace_bytes(DType compute, uint64_t largest, int t
 }
 
 std::string CpuBackend::describe() const {
-    return fmt::format("{} backend | {}", name(), engines_summary());
+    return fmt::format("{} backend | {}", name(), engines_summary(false));
 }
 
 }  // namespace cpu

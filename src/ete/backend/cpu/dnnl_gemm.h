@@ -81,7 +81,11 @@ bool dnnl_native(DType ab);
 // One line, e.g. "oneDNN 2.6.3 (ISA avx512_core_bf16)".
 std::string dnnl_info();
 // The int8 GEMM engine and why, e.g. "oneDNN 2.6.3 (ISA avx512_core_bf16), VNNI (start-up check
-// exact)" or "exact avx2 kernel (oneDNN 2.6.3 (ISA avx2) has no VNNI: ...)".
-std::string dnnl_s8_info();
+// exact)" or "exact avx2 kernel (oneDNN 2.6.3 (ISA avx2) has no VNNI: ...)". The choice runs
+// oneDNN's start-up check (six JIT-compiled primitives, ~30 ms: a third of a small training
+// process's CPU time); with choose = false a process that has not chosen yet (no int8 GEMM so
+// far) gets kS8NotYetChosen instead, and the choice stays with the first int8 GEMM.
+inline constexpr const char* kS8NotYetChosen = "chosen at the first int8 GEMM";
+std::string dnnl_s8_info(bool choose = true);
 
 }  // namespace ete::cpu

@@ -29,7 +29,9 @@ const char* openblas_core_name();
 // The CPU as the engine sees it: model name and the vector extensions that pick kernels, e.g.
 // "AMD EPYC (avx2 fma f16c avx512f avx512bw avx512_bf16)".
 std::string cpu_summary();
-// The CPU, the f32 and the 16-bit GEMM engines, for `ete --version` and the start of a run.
-std::string engines_summary();
+// The CPU, the f32, 16-bit and int8 GEMM engines, for `ete --version` (check_int8: choose the
+// int8 engine now) and the start of a run (false: a run that has no int8 GEMM yet does not pay
+// for the int8 engine's start-up check; dnnl_s8_info).
+std::string engines_summary(bool check_int8);
 
 }  // namespace ete::cpu

@@ -12,6 +12,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -216,6 +217,9 @@ S8Engine choose_s8_engine() {
     return {true, "VNNI, start-up check exact"};
 }
 
+// Set once s8_engine() has chosen (dnnl_s8_info(false) reads it without choosing).
+std::atomic<const S8Engine*> g_s8_chosen{nullptr};
+
 // Chosen once per process, at the first int8 GEMM (or `ete --version`).
 const S8Engine& s8_engine() {
     static const S8Engine engine = [] {
@@ -223,6 +227,7 @@ const S8Engine& s8_engine() {
         if (!e.onednn) log_info("[gemm_s8] int8 GEMMs run ETE's {}", e.why);
         return e;
     }();
+    g_s8_chosen.store(&engine, std::memory_order_release);
     return engine;
 }
 
@@ -405,8 +410,10 @@ bool dnnl_gemm_s8_uses_onednn() {
     return s8_engine().onednn;
 }
 
-std::string dnnl_s8_info() {
-    const S8Engine& e = s8_engine();
+std::string dnnl_s8_info(bool choose) {
+    const S8Engine* chosen = g_s8_chosen.load(std::memory_order_acquire);
+    if (!chosen && !choose) return kS8NotYetChosen;
+    const S8Engine& e = chosen ? *chosen : s8_engine();
     return e.onednn ? fmt::format("{}: {}", version_isa(), e.why) : e.why;
 }
 

@@ -67,7 +67,7 @@ bool dnnl_gemm_s8_uses_onednn() {
     return false;
 }
 
-std::string dnnl_s8_info() {
+std::string dnnl_s8_info(bool) {
     return fmt::format("exact {} kernel (no oneDNN)", gemm_s8_exact_isa());
 }
 
