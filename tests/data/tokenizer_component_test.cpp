@@ -280,6 +280,67 @@ TEST(TokenizerHostile, VocabAndMerges) {
     expect_has(e, {R"(line\nbreak)"});
 }
 
+// model.vocab and model.merges stream past the JSON tree (data/tok_json_stream.h): what the tree
+// would hold is what loads — a repeated key's last value, a repeated "vocab", "merges" or "model"
+// key's last value — and keys of those names elsewhere are not them.
+TEST(TokenizerHostile, StreamedVocabAndMergesReadAsTheTreeWould) {
+    auto file = [](const std::string& model, const std::string& more = "") {
+        return R"({"added_tokens": [{"id": 5, "content": "<s>", "special": true}],)" + more +
+               R"("normalizer": null, "pre_tokenizer": null, "post_processor": null,
+                 "decoder": null, "model": )" +
+               model + "}";
+    };
+    const std::string vocab = R"("vocab": {"<unk>": 0, "a": 1, "b": 2, "c": 3, "ab": 4})";
+    const std::string merges = R"("merges": [["a", "b"]])";
+    const std::string head = R"({"type": "BPE", "unk_token": "<unk>", )";
+    auto error = [](const std::string& text) {
+        return error_of([&] { Tokenizer::from_json(text, "bad.json"); });
+    };
+    {  // the last value of a repeated token, even where an earlier one is not an id
+        const Tokenizer t = Tokenizer::from_json(
+            file(head + R"("vocab": {"<unk>": 0, "b": 9, "a": 1, "b": "x", "c": 3, "ab": 4,
+                           "b": 2}, )" +
+                 merges + "}"),
+            "dup.json");
+        EXPECT_EQ(t.token_to_id("b"), 2);
+        EXPECT_EQ(t.vocab_size(), 6);  // the 9 was replaced: no id 9
+        EXPECT_EQ(t.encode("ab"), (std::vector<int32_t>{4}));
+    }
+    EXPECT_EQ(error(file(head + vocab + R"(, "vocab": 7, )" + merges + "}")),
+              "bad.json: model.vocab must be an object");
+    EXPECT_EQ(error(file(head + vocab + ", " + merges + R"(, "merges": {"a": "b"}})")),
+              "bad.json: model.merges must be an array");
+    EXPECT_NO_THROW(Tokenizer::from_json(
+        file(head + R"("vocab": [1], )" + vocab + R"(, "merges": 3, )" + merges + "}"), "ok"));
+    // A second model replaces the first whole: its missing merges are missing.
+    EXPECT_EQ(error(R"({"model": )" + head + vocab + ", " + merges + "}, " +
+                    file(head + vocab + "}").substr(1)),
+              "bad.json: model.merges must be an array");
+    // "vocab" and "merges" outside model, and inside model's other fields, are other fields.
+    EXPECT_NO_THROW(Tokenizer::from_json(
+        file(head + R"("x": {"vocab": 1, "merges": 2}, )" + vocab + ", " + merges + "}",
+             R"("vocab": 5, "merges": {"a": 1}, )"),
+        "ok"));
+    // Values of other kinds, nested ones included, are named; the first bad key in key order.
+    EXPECT_EQ(error(file(head + R"("vocab": {"a": 1, "zz": [1, {"q": 2}], "b": 2, "yy": null}, )" +
+                         merges + "}")),
+              "bad.json: model.vocab['yy'] must be an integer id in [0, 16777216)");
+    for (const std::string bad :
+         {R"([["a", ["b"]]])", R"([["a", "b", "c"]])", R"([5])", R"([{"a": "b"}])", R"([["a"]])"}) {
+        EXPECT_EQ(error(file(head + vocab + R"(, "merges": )" + bad + "}")),
+                  R"(bad.json: model.merges[0] must be a string "a b" or a pair ["a", "b"])")
+            << bad;
+    }
+    // The nesting limit holds inside the streamed tables.
+    const std::string deep = std::string(70, '[') + std::string(70, ']');
+    EXPECT_EQ(error(file(head + vocab + R"(, "merges": [)" + deep + "]}")),
+              "bad.json (a tokenizer.json): invalid JSON (arrays and objects nested deeper than 64 "
+              "levels)");
+    EXPECT_EQ(error(file(head + R"("vocab": {"a": )" + deep + "}, " + merges + "}")),
+              "bad.json (a tokenizer.json): invalid JSON (arrays and objects nested deeper than 64 "
+              "levels)");
+}
+
 TEST(TokenizerHostile, PostProcessorsAndDecoders) {
     json j = base_file();
     j["post_processor"] = {

@@ -57,7 +57,7 @@ const std::vector<int32_t>& Tokenizer::special_suffix() const {
     return pipe_->post.suffix;
 }
 
-void Tokenizer::finalize(std::string_view source) {
+void Tokenizer::finalize(std::string_view source, StringIdMap* vocab) {
     ETE_ASSERT(bytes_.size() == kind_.size() && pipe_ != nullptr);
     in_model_.resize(bytes_.size(), false);
     special_.assign(bytes_.size(), false);
@@ -72,9 +72,9 @@ void Tokenizer::finalize(std::string_view source) {
         special_[t.id] = t.special && bytes_[t.id] == t.content;
     }
     if (pipe_->byte_level) {
-        finalize_byte_level(source);
+        finalize_byte_level(source, vocab);
     } else {
-        finalize_chars(source);
+        finalize_chars(source, vocab);
     }
     merge_rule_.reset(merges_.size());
     no_cut_after_.clear();
@@ -124,13 +124,24 @@ static void add_token_form(StringIdMap& map, std::string form, int32_t id, bool 
     it->second = id;
 }
 
-void Tokenizer::finalize_byte_level(std::string_view source) {
-    byte_id_.fill(-1);
+// The file's vocab is every model token's form (a JSON object's keys are distinct, and the
+// byte-level spelling of a token's bytes is the key they were read from) and the added tokens
+// that are in the model (under their content): what the spelling loops would build.
+void Tokenizer::take_vocab_forms(StringIdMap* vocab) {
     token_id_.clear();
+    if (vocab != nullptr) token_id_ = std::move(*vocab);
+    token_id_.reserve(bytes_.size());
+}
+
+void Tokenizer::finalize_byte_level(std::string_view source, StringIdMap* vocab) {
+    byte_id_.fill(-1);
+    take_vocab_forms(vocab);
     bytes_id_.clear();
+    bytes_id_.reserve(bytes_.size());
     for (int32_t id = 0; id < vocab_size(); ++id) {
         if (kind_[id] != TokenKind::Model) continue;
-        add_token_form(token_id_, data::bytes_to_byte_level(bytes_[id]), id, false, source);
+        if (vocab == nullptr)
+            add_token_form(token_id_, data::bytes_to_byte_level(bytes_[id]), id, false, source);
         bytes_id_.emplace(bytes_[id], id);
         if (bytes_[id].size() == 1) byte_id_[static_cast<unsigned char>(bytes_[id][0])] = id;
     }
@@ -147,14 +158,15 @@ void Tokenizer::finalize_byte_level(std::string_view source) {
     }
 }
 
-void Tokenizer::finalize_chars(std::string_view source) {
+void Tokenizer::finalize_chars(std::string_view source, StringIdMap* vocab) {
     byte_id_.fill(-1);
     fallback_id_.fill(-1);
-    token_id_.clear();
+    take_vocab_forms(vocab);
     bytes_id_.clear();
+    bytes_id_.reserve(bytes_.size());
     for (int32_t id = 0; id < vocab_size(); ++id) {
         if (kind_[id] != TokenKind::Model) continue;
-        add_token_form(token_id_, bytes_[id], id, false, source);
+        if (vocab == nullptr) add_token_form(token_id_, bytes_[id], id, false, source);
         bytes_id_.emplace(bytes_[id], id);
     }
     for (const AddedToken& t : added_) {

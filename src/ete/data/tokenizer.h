@@ -126,10 +126,13 @@ class Tokenizer {
     friend class TokenizerJson;
 
     Tokenizer() = default;
-    // Builds the lookup tables; `source` names the file in error messages.
-    void finalize(std::string_view source);
-    void finalize_byte_level(std::string_view source);
-    void finalize_chars(std::string_view source);
+    // Builds the lookup tables; `source` names the file in error messages. `vocab`, when given,
+    // is the file's model.vocab (token as written -> id; taken): the token forms' table starts
+    // from it instead of spelling every model token again.
+    void finalize(std::string_view source, StringIdMap* vocab = nullptr);
+    void finalize_byte_level(std::string_view source, StringIdMap* vocab);
+    void finalize_chars(std::string_view source, StringIdMap* vocab);
+    void take_vocab_forms(StringIdMap* vocab);
     void use_gpt2_pipeline();
     void read_model_configs(const std::string& dir);  // special_tokens.cpp
     void set_default_specials();

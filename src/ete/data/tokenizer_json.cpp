@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <optional>
 #include <unordered_set>
 
 #include "ete/core/error.h"
@@ -17,6 +18,7 @@
 #include "ete/data/byte_level.h"
 #include "ete/data/pretokenize.h"
 #include "ete/data/tok_json.h"
+#include "ete/data/tok_json_stream.h"
 #include "ete/data/tok_pipeline.h"
 #include "ete/data/tokenizer.h"
 
@@ -49,9 +51,10 @@ class TokenizerJson {
     static Tokenizer read_unescaped(std::string_view text, std::string_view src);
     static ordered_json model_json(const Tokenizer& t);
     static void read_added(const json& root, Tokenizer& t, std::string_view src);
-    static StringIdMap read_vocab(const json& model, Tokenizer& t, std::string_view src);
-    static void read_merges(const json& model, const StringIdMap& vocab, Tokenizer& t,
-                            std::string_view src);
+    static StringIdMap read_vocab(const tok::StreamedTokenizerJson& file, Tokenizer& t,
+                                  std::string_view src);
+    static void read_merges(const tok::StreamedTokenizerJson& file, const StringIdMap& vocab,
+                            Tokenizer& t, std::string_view src);
 };
 
 ordered_json TokenizerJson::model_json(const Tokenizer& t) {
@@ -155,17 +158,25 @@ void TokenizerJson::read_added(const json& root, Tokenizer& t, std::string_view 
     }
 }
 
-StringIdMap TokenizerJson::read_vocab(const json& model, Tokenizer& t, std::string_view src) {
-    const json* vocab = field(model, "vocab");
-    ETE_CHECK(vocab != nullptr && vocab->is_object(), "{}: model.vocab must be an object", src);
+StringIdMap TokenizerJson::read_vocab(const tok::StreamedTokenizerJson& file, Tokenizer& t,
+                                      std::string_view src) {
+    ETE_CHECK(file.vocab_streamed, "{}: model.vocab must be an object", src);
     StringIdMap ids;
+    ids.reserve(file.vocab.size());
+    for (const tok::VocabEntry& e : file.vocab) {  // a repeated token's last value counts
+        const std::string_view token = file.at(e.token, e.token_size);
+        const auto id = static_cast<int32_t>(e.id);  // -1: not an id
+        if (auto [it, fresh] = ids.emplace(token, id); !fresh) it->second = id;
+    }
+    std::optional<std::string_view> bad;  // the first in key order, as the tree named it
     int32_t max_id = -1;
     for (const AddedToken& a : t.added_) max_id = std::max(max_id, a.id);
-    for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-        int32_t id = token_id_value(it.value(), src, fmt::format("model.vocab['{}']", it.key()));
-        ids.emplace(it.key(), id);
+    for (const auto& [token, id] : ids) {
+        if (id < 0 && (!bad || token < *bad)) bad = token;
         max_id = std::max(max_id, id);
     }
+    ETE_CHECK(!bad, "{}: model.vocab['{}'] must be an integer id in [0, {})", src, bad.value_or(""),
+              kMaxTokenId);
     // HF gives an added token whose content is in the vocab that vocab id, whatever the file says.
     for (size_t k = 0; k < t.added_.size(); ++k) {
         const AddedToken& a = t.added_[k];
@@ -207,33 +218,30 @@ StringIdMap TokenizerJson::read_vocab(const json& model, Tokenizer& t, std::stri
     return ids;
 }
 
-void TokenizerJson::read_merges(const json& model, const StringIdMap& vocab, Tokenizer& t,
-                                std::string_view src) {
-    const json* merges = field(model, "merges");
-    ETE_CHECK(merges != nullptr && merges->is_array(), "{}: model.merges must be an array", src);
+void TokenizerJson::read_merges(const tok::StreamedTokenizerJson& file, const StringIdMap& vocab,
+                                Tokenizer& t, std::string_view src) {
+    ETE_CHECK(file.merges_streamed, "{}: model.merges must be an array", src);
     auto id_of = [&](std::string_view tok, size_t rank) {
         auto it = vocab.find(tok);
         ETE_CHECK(it != vocab.end(), "{}: model.merges[{}] uses '{}', which is not in model.vocab",
                   src, rank, tok);
         return it->second;
     };
-    for (size_t r = 0; r < merges->size(); ++r) {
-        const json& m = (*merges)[r];
-        std::string a, b;
-        if (m.is_string()) {
-            const std::string& s = m.get_ref<const std::string&>();
-            size_t sp = s.find(' ');
-            ETE_CHECK(sp != std::string::npos && sp > 0 && s.find(' ', sp + 1) == std::string::npos,
+    t.merges_.reserve(file.merges.size());
+    for (size_t r = 0; r < file.merges.size(); ++r) {
+        const tok::MergeEntry& m = file.merges[r];
+        std::string_view a = file.at(m.a, m.a_size), b = file.at(m.b, m.b_size);
+        if (m.kind == tok::MergeEntry::Kind::Joined) {
+            const size_t sp = a.find(' ');
+            ETE_CHECK(sp != std::string::npos && sp > 0 && a.find(' ', sp + 1) == std::string::npos,
                       "{}: model.merges[{}] is '{}', expected two tokens separated by one space",
-                      src, r, s);
-            a = s.substr(0, sp);
-            b = s.substr(sp + 1);
+                      src, r, a);
+            b = a.substr(sp + 1);
+            a = a.substr(0, sp);
         } else {
-            ETE_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
+            ETE_CHECK(m.kind == tok::MergeEntry::Kind::Pair,
                       "{}: model.merges[{}] must be a string \"a b\" or a pair [\"a\", \"b\"]", src,
                       r);
-            a = m[0].get<std::string>();
-            b = m[1].get<std::string>();
         }
         t.merges_.emplace_back(id_of(a, r), id_of(b, r));
     }
@@ -252,7 +260,9 @@ Tokenizer TokenizerJson::read(std::string_view text, std::string_view src) {
 }
 
 Tokenizer TokenizerJson::read_unescaped(std::string_view text, std::string_view src) {
-    const json root = parse_json(text, std::string(src) + " (a tokenizer.json)");
+    tok::StreamedTokenizerJson file =
+        tok::parse_tokenizer_json(text, std::string(src) + " (a tokenizer.json)", kMaxTokenId - 1);
+    const json& root = file.root;
     ETE_CHECK(root.is_object(), "{}: expected a JSON object (tokenizer.json)", src);
     const json* model = field(root, "model");
     ETE_CHECK(model != nullptr && model->is_object(), "{}: missing object 'model'", src);
@@ -262,10 +272,10 @@ Tokenizer TokenizerJson::read_unescaped(std::string_view text, std::string_view 
     Tokenizer t;
     t.pipe_ = tok::make_pipeline(root, *model, src);
     read_added(root, t, src);
-    StringIdMap vocab = read_vocab(*model, t, src);
-    read_merges(*model, vocab, t, src);
+    StringIdMap vocab = read_vocab(file, t, src);
+    read_merges(file, vocab, t, src);
     t.ignore_merges_ = bool_field(*model, "ignore_merges", false, src, "model");
-    t.finalize(src);
+    t.finalize(src, &vocab);
     return t;
 }
 
