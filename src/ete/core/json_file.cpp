@@ -38,13 +38,7 @@ class DepthLimitedDom : public nlohmann::detail::json_sax_dom_parser<Json> {
 Json parse_json(std::string_view text, const std::string& where, int max_depth) {
     Json root;
     DepthLimitedDom dom(root, max_depth);
-    try {
-        Json::sax_parse(text, &dom);
-    } catch (const Json::exception& e) {
-        throw_error(fmt::format("{}: invalid JSON ({})", where, e.what()));
-    }
-    ETE_CHECK(!dom.too_deep(), "{}: invalid JSON (arrays and objects nested deeper than {} levels)",
-              where, max_depth);
+    sax_parse_json(text, where, dom, max_depth);
     return root;
 }
 

@@ -23,6 +23,19 @@ inline constexpr int kMaxJsonDepth = 64;
 // arrays or objects nested deeper than max_depth (nothing deeper is built).
 nlohmann::json parse_json(std::string_view text, const std::string& where,
                           int max_depth = kMaxJsonDepth);
+// nlohmann's SAX parse of text into `sax`, a handler that counts its nesting and stops beyond
+// max_depth (too_deep()), with parse_json's errors. parse_json's tree builder is one such handler;
+// the tokenizer.json reader (data/tok_json_stream.cpp) another.
+template <typename Sax>
+void sax_parse_json(std::string_view text, const std::string& where, Sax& sax, int max_depth) {
+    try {
+        nlohmann::json::sax_parse(text, &sax);
+    } catch (const nlohmann::json::exception& e) {
+        throw_error(fmt::format("{}: invalid JSON ({})", where, e.what()));
+    }
+    ETE_CHECK(!sax.too_deep(), "{}: invalid JSON (arrays and objects nested deeper than {} levels)",
+              where, max_depth);
+}
 // parse_json of the file's contents (core/file_util.h read_file), named by its path.
 nlohmann::json read_json_file(const std::string& path, int max_depth = kMaxJsonDepth);
 

@@ -183,13 +183,7 @@ StreamedTokenizerJson parse_tokenizer_json(std::string_view text, const std::str
                                            int64_t max_id) {
     StreamedTokenizerJson out;
     TokenizerSax sax(out, kMaxJsonDepth, max_id);
-    try {
-        Json::sax_parse(text, &sax);
-    } catch (const Json::exception& e) {
-        throw_error(fmt::format("{}: invalid JSON ({})", where, e.what()));
-    }
-    ETE_CHECK(!sax.too_deep(), "{}: invalid JSON (arrays and objects nested deeper than {} levels)",
-              where, kMaxJsonDepth);
+    sax_parse_json(text, where, sax, kMaxJsonDepth);
     return out;
 }
 
