@@ -14,7 +14,6 @@
 
 #include "ete/core/error.h"
 #include "ete/core/file_util.h"
-#include "ete/core/json_file.h"
 #include "ete/data/byte_level.h"
 #include "ete/data/pretokenize.h"
 #include "ete/data/tok_json.h"

@@ -67,7 +67,9 @@ bool dnnl_gemm_s8_uses_onednn() {
     return false;
 }
 
-std::string dnnl_s8_info(bool) {
+// Without oneDNN there is no start-up check to run or defer: ETE's exact kernel is the engine,
+// whether or not the caller asked to choose now.
+std::string dnnl_s8_info(bool /*choose*/) {
     return fmt::format("exact {} kernel (no oneDNN)", gemm_s8_exact_isa());
 }
 
