@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # fuzz/run_fuzz.sh — builds the libFuzzer targets in build-fuzz/ (clang, separate from the GCC
 # build) — the safetensors reader, the tokenizer.json reader and the adapter / NF4 / integer
-# model dir readers — and fuzzes each for a third of FUZZ_SECONDS on a copy of its seeds
-# (fuzz/seeds/; the tokenizer goldens and fuzz/tokenizer_seeds/; fuzz/model_dir_seeds/; the
-# committed files are never modified). Prints one summary line per
+# model dir readers — and fuzzes each on a copy of its seeds (fuzz/seeds/; the tokenizer goldens
+# and fuzz/tokenizer_seeds/; fuzz/model_dir_seeds/; the committed files are never modified) for a
+# third of FUZZ_SECONDS of one core. The three run side by side on the machine's cores (JOBS), so
+# the whole takes FUZZ_SECONDS / min(JOBS, 3): 30 s on 2 cores. Prints one summary line per
 # target; exits non-zero on any crash, leak, timeout, OOM or sanitizer report, leaving the
 # reproducer in build-fuzz/artifacts_<target>/.
-# Env: FUZZ_SECONDS (default 60), FUZZ_BUILD_DIR (default <repo>/build-fuzz), CXX (default
-# clang++-14, else clang++). Needs Debian packages clang and libclang-rt-14-dev.
+# Env: FUZZ_SECONDS (default 60), JOBS (default nproc), FUZZ_BUILD_DIR (default
+# <repo>/build-fuzz), CXX (default clang++-14, else clang++). Needs Debian packages clang and
+# libclang-rt-14-dev.
 # `run_fuzz.sh build` builds the targets and stops (run.sh builds them early, in the background).
 set -euo pipefail
 
@@ -67,13 +69,27 @@ fuzz() {
     fi
 }
 
-# The time splits between the targets; each replays its seeds (crash_* reproducers) first.
-third=$(((seconds + 2) / 3))
-status=0
-fuzz safetensors_fuzz "$third" 4096 "$root/fuzz/safetensors.dict" "$root"/fuzz/seeds/* || status=1
+# The targets run side by side, each for a third of the CPU time: on J cores (J <= 3) three
+# processes for FUZZ_SECONDS / J of wall time get FUZZ_SECONDS / 3 of a core each, as one after
+# the other would, in a Jth of the time. Each replays its seeds (crash_* reproducers) first; the
+# summary lines come in the targets' order once all have ended.
+jobs="${JOBS:-$(nproc)}"
+((jobs >= 1 && jobs <= 3)) || jobs=$((jobs < 1 ? 1 : 3))
+secs=$(((seconds + jobs - 1) / jobs))
+out="$build/summaries"
+rm -rf "$out"
+mkdir -p "$out"
+fuzz safetensors_fuzz "$secs" 4096 "$root/fuzz/safetensors.dict" "$root"/fuzz/seeds/* \
+    >"$out/1" 2>&1 &
+p1=$!
 # tokenizer.json: the test goldens of four families and small files of every component.
-fuzz tokenizer_fuzz "$third" 65536 "" "$root"/tests/golden/tokenizers/{gpt2,llama2_legacy,llama2_metaspace,llama3}.json \
-    "$root"/fuzz/tokenizer_seeds/* || status=1
+fuzz tokenizer_fuzz "$secs" 65536 "" "$root"/tests/golden/tokenizers/{gpt2,llama2_legacy,llama2_metaspace,llama3}.json \
+    "$root"/fuzz/tokenizer_seeds/* >"$out/2" 2>&1 &
+p2=$!
 # Adapter dirs, NF4 weights and quantization_config (fuzz/make_model_dir_seeds.sh).
-fuzz model_dirs_fuzz "$third" 16384 "" "$root"/fuzz/model_dir_seeds/* || status=1
+fuzz model_dirs_fuzz "$secs" 16384 "" "$root"/fuzz/model_dir_seeds/* >"$out/3" 2>&1 &
+p3=$!
+status=0
+for p in $p1 $p2 $p3; do wait "$p" || status=1; done
+cat "$out"/1 "$out"/2 "$out"/3
 exit $status
