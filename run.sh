@@ -159,14 +159,37 @@ kernel_profiles() {
 # pass of ~1.6 min. Its arithmetic is the Release build's (no fast-math, no FP contraction) but
 # for the order of the `omp simd` reductions -O1 may leave unvectorized, an order every bound
 # already allows for (docs/numerics.md), so its numeric tests check the same bounds.
+# Of those, only the tests that reached a GEMM whose kernels a profile changes (OpenBLAS's core,
+# oneDNN's ISA, ETE_GEMM16; src/ete/backend/cpu/kernel_use.h), as the first pass listed them in
+# DIR/kernel_users.txt: every other kernel computes the same under any profile, so the rest would
+# repeat the first pass's arithmetic (~15% of the label's time: the attention, norm and loss
+# kernels' tests, 8-bit AdamW's quantization map). Without the list, every numerics test.
 kernel_matrix() {
-    local dir=$1 profile profiles
+    local dir=$1 profile profiles select=(-L numerics) what="every numerics test"
+    local abs users chosen nums all
+    abs=$(cd "$dir" && pwd)
+    users="$abs/kernel_users.txt" chosen="$abs/numerics_selection.txt"
+    if [ -s "$users" ]; then
+        # `ctest -N` lines "  Test #12: Suite.Name/param  # GetParam() = ..." -> ",12" for each
+        # test named in the list; ctest -I takes "0,0,0,12,15,..." from a file.
+        nums=$(cd "$dir" && ctest -N -L numerics |
+            sed -nE 's/^ *Test +#([0-9]+): ([^ ]+).*$/\1 \2/p' |
+            awk 'NR == FNR { used[$1] = 1; next } ($2 in used) { printf ",%s", $1 }' "$users" -)
+        all=$(cd "$dir" && ctest -N -L numerics | sed -nE 's/^Total Tests: ([0-9]+)$/\1/p')
+        if [ -z "$nums" ]; then
+            log "no numerics test reached a GEMM whose kernels a profile changes: no profile pass"
+            return 0
+        fi
+        echo "0,0,0$nums" > "$chosen"
+        select=(-I "$chosen")
+        what="$(($(tr -cd , <<< "$nums" | wc -c))) of $all numerics tests (those that reached such a GEMM)"
+    fi
     mapfile -t profiles < <(kernel_profiles "$dir/ete" | tail -n +2)
     for profile in "${profiles[@]}"; do
-        log "ctest -L numerics under $profile ($dir)"
+        log "ctest under $profile: $what ($dir)"
         # shellcheck disable=SC2086  # the profile is words
         (cd "$dir" && env -u ETE_OPENBLAS_FIXED $profile ctest --output-on-failure \
-            -j "$CTEST_JOBS" -L numerics)
+            -j "$CTEST_JOBS" "${select[@]}")
     done
 }
 
@@ -233,9 +256,13 @@ run_tests() {
     # The first pass runs the kernels ete picks itself: an OPENBLAS_CORETYPE that a machine image
     # sets for every process (seen: Haswell on an AVX-512 Zen 5) would otherwise make it a second
     # run of the AVX2 profile, which the sanitizer pass runs below.
+    # It also lists the tests that reach a GEMM whose kernels a profile changes (kernel_matrix).
     log "ctest ($BUILD_DIR), kernels as ete picks them"
-    (cd "$BUILD_DIR" && env -u OPENBLAS_CORETYPE -u ETE_OPENBLAS_FIXED ctest --output-on-failure \
-        -j "$CTEST_JOBS")
+    local users
+    users="$(cd "$BUILD_DIR" && pwd)/kernel_users.txt"
+    rm -f "$users"
+    (cd "$BUILD_DIR" && env -u OPENBLAS_CORETYPE -u ETE_OPENBLAS_FIXED ETE_KERNEL_USE_LOG="$users" \
+        ctest --output-on-failure -j "$CTEST_JOBS")
     kernel_matrix "$BUILD_DIR"
     # A real single-node Slurm (tests/slurm/): scancel, time limit, requeue, SIGUSR1 under srun,
     # mpirun and `ete launch`. Its jobs mostly wait on Slurm's timers, so it runs beside the

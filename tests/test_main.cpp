@@ -2,8 +2,26 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
 
+#include "ete/backend/cpu/kernel_use.h"
 #include "ete/backend/cpu/openblas_util.h"
+
+namespace {
+
+// Names the running test in ETE_TEST_NAME for this process and those its test starts, so that
+// ete::cpu::note_profiled_kernel() can list the tests that reach a GEMM whose kernels the
+// environment chooses (run.sh reruns only those under the other CPUs' kernel choices). Only when
+// ETE_KERNEL_USE_LOG asks for the list: run.sh's first pass runs each test in a process of its
+// own (ctest), before the test starts a thread that could read the environment meanwhile.
+class NameTheTest : public ::testing::EmptyTestEventListener {
+    void OnTestStart(const ::testing::TestInfo& t) override {
+        setenv("ETE_TEST_NAME", (std::string(t.test_suite_name()) + "." + t.name()).c_str(), 1);
+        ete::cpu::reset_profiled_kernel_note();
+    }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
     ete::cpu::openblas_fix_coretype(argv);
@@ -14,5 +32,7 @@ int main(int argc, char** argv) {
     // pass). A value the caller set is kept.
     setenv("OMPI_MCA_pml", "ob1", 0);
     ::testing::InitGoogleTest(&argc, argv);
+    if (std::getenv("ETE_KERNEL_USE_LOG"))
+        ::testing::UnitTest::GetInstance()->listeners().Append(new NameTheTest);
     return RUN_ALL_TESTS();
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ete/backend/cpu/kernel_use.h"
 #include "ete/core/error.h"
 
 extern "C" {
@@ -22,6 +23,7 @@ namespace {
 
 // Thin QR of the column-major (m, n) matrix q (m >= n): q becomes Q, r (n, n) column-major R.
 void thin_qr(std::vector<double>& q, int m, int n, std::vector<double>& r) {
+    cpu::note_profiled_kernel();  // LAPACK runs on the OpenBLAS core a profile picks
     std::vector<double> tau(static_cast<size_t>(n)), work(static_cast<size_t>(std::max(1, 64 * n)));
     const int lwork = int(work.size());
     int info = 0;

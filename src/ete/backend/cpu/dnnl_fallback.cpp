@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "ete/backend/cpu/dnnl_gemm_internal.h"
+#include "ete/backend/cpu/kernel_use.h"
 #include "ete/core/error.h"
 
 namespace ete::cpu {
@@ -117,6 +118,7 @@ void dnnl_gemm_check_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 void dnnl_gemm_fallback(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                         const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype,
                         float beta, void* C, int64_t ldc, DType c_dtype) {
+    note_profiled_kernel();
     dnnl_gemm_fallback_blocked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, ab_dtype, beta, C,
                                ldc, c_dtype, FallbackBlocks{});
 }
@@ -135,6 +137,7 @@ void dnnl_gemm_fallback_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N
                                 float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
                                 DType ab_dtype, float beta, void* C, int64_t ldc, DType c_dtype,
                                 const FallbackBlocks& bl) {
+    note_profiled_kernel();
     dnnl_gemm_check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, ab_dtype, C, ldc, c_dtype);
     ETE_ASSERT(bl.block > 0 && bl.whole >= bl.block && bl.k > 0);
     if (M == 0 || N == 0) return;

@@ -11,6 +11,7 @@
 #include "ete/backend/cpu/cpu_backend.h"
 #include "ete/backend/cpu/dnnl_gemm.h"
 #include "ete/backend/cpu/gemm_host.h"
+#include "ete/backend/cpu/kernel_use.h"
 #include "ete/backend/cpu/openblas_util.h"
 #include "ete/core/signals.h"
 
@@ -40,6 +41,7 @@ void CpuBackend::gemm_s8(CMat a, CMat w, Mat c) {
 }
 
 void gemm_host(CMat a, bool ta, CMat b, bool tb, Mat c, float alpha, float beta) {
+    note_profiled_kernel();
     const int64_t M = ta ? a.cols : a.rows, K = ta ? a.rows : a.cols;
     const int64_t N = tb ? b.rows : b.cols;
     if (M == 0 || N == 0) return;

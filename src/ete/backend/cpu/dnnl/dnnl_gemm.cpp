@@ -34,6 +34,7 @@
 #include "ete/backend/cpu/dnnl/dnnl_common.h"
 #include "ete/backend/cpu/dnnl_gemm.h"
 #include "ete/backend/cpu/dnnl_gemm_internal.h"
+#include "ete/backend/cpu/kernel_use.h"
 #include "ete/core/error.h"
 #include "ete/core/log.h"
 
@@ -157,6 +158,7 @@ Key make_key(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, int
 
 // The engine for a dtype, chosen once per process (ETE_GEMM16 and the CPU do not change).
 const Gemm16Choice& gemm16_engine(DType ab) {
+    note_profiled_kernel();
     static const auto choose = [](DType t) {
         __builtin_cpu_init();
         const Gemm16Cpu cpu{
@@ -262,6 +264,7 @@ void dnnl_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 void dnnl_gemm_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const void* A, int64_t lda, const void* B, int64_t ldb, DType ab_dtype,
                       float beta, void* C, int64_t ldc, DType c_dtype) {
+    note_profiled_kernel();
     dnnl_gemm_check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, ab_dtype, C, ldc, c_dtype);
     if (M == 0 || N == 0) return;
     if (K == 0) {  // C = beta·C: nothing for oneDNN to multiply
@@ -288,6 +291,7 @@ void dnnl_gemm_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 std::string dnnl_gemm_impl(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                            int64_t lda, int64_t ldb, DType ab_dtype, float beta, int64_t ldc,
                            DType c_dtype) {
+    note_profiled_kernel();
     // Pointers are only checked for null where they would be used; any non-null value will do.
     static const char dummy = 0;
     dnnl_gemm_check_args(trans_a, trans_b, M, N, K, &dummy, lda, &dummy, ldb, ab_dtype, &dummy, ldc,
@@ -308,6 +312,7 @@ bool dnnl_available() {
 }
 
 bool dnnl_native(DType ab) {
+    note_profiled_kernel();
     if (ab == DType::BF16) {
         return isa_includes(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx512_core_bf16);
     }
@@ -326,6 +331,7 @@ bool dnnl_native(DType ab) {
 }
 
 std::string dnnl_info() {
+    note_profiled_kernel();
     // A bad ETE_GEMM16 is shown here (every command prints this line or logs it) and is an error
     // where a 16-bit GEMM runs.
     auto engine = [](DType t) {

@@ -25,6 +25,7 @@
 #include "ete/backend/cpu/dnnl/dnnl_common.h"
 #include "ete/backend/cpu/dnnl_gemm.h"
 #include "ete/backend/cpu/dnnl_gemm_internal.h"
+#include "ete/backend/cpu/kernel_use.h"
 #include "ete/core/error.h"
 #include "ete/core/log.h"
 
@@ -222,6 +223,7 @@ std::atomic<const S8Engine*> g_s8_chosen{nullptr};
 
 // Chosen once per process, at the first int8 GEMM (or `ete --version`).
 const S8Engine& s8_engine() {
+    note_profiled_kernel();
     static const S8Engine engine = [] {
         S8Engine e = choose_s8_engine();
         if (!e.onednn) log_info("[gemm_s8] int8 GEMMs run ETE's {}", e.why);
@@ -395,6 +397,7 @@ bool dnnl_gemm_s8_scaled(int64_t M, const void* A, int64_t lda, DType a_dtype, c
 
 std::string dnnl_gemm_s8_impl(int64_t M, int64_t N, int64_t K, int64_t lda, DType a_dtype,
                               int64_t ldw, int64_t ldc) {
+    note_profiled_kernel();
     static const int8_t dummy = 0;
     dnnl_gemm_s8_check_args(M, N, K, &dummy, lda, a_dtype, &dummy, ldw,
                             reinterpret_cast<const int32_t*>(&dummy), ldc);
@@ -403,6 +406,7 @@ std::string dnnl_gemm_s8_impl(int64_t M, int64_t N, int64_t K, int64_t lda, DTyp
 }
 
 std::string dnnl_gemm_s8_check() {
+    note_profiled_kernel();
     return s8_check();
 }
 
