@@ -161,7 +161,7 @@ kernel_profiles() {
 # already allows for (docs/numerics.md), so its numeric tests check the same bounds.
 # Of those, only the tests that reached a GEMM whose kernels a profile changes (OpenBLAS's core,
 # oneDNN's ISA, ETE_GEMM16; src/ete/backend/cpu/kernel_use.h), as the first pass listed them in
-# DIR/kernel_users.txt: every other kernel computes the same under any profile, so the rest would
+# DIR/kernel_users/ (one empty file per test): every other kernel computes the same under any profile, so the rest would
 # repeat the first pass's arithmetic (the attention, norm and loss kernels' tests, the model tests
 # on the reference backend, 8-bit AdamW's quantization map: 343 of 1,159 tests remain, and the pass
 # took 88 instead of 116 s on 2-core Zen 5). Without the list, every numerics test.
@@ -169,13 +169,14 @@ kernel_matrix() {
     local dir=$1 profile profiles select=(-L numerics) what="every numerics test"
     local abs users chosen nums all
     abs=$(cd "$dir" && pwd)
-    users="$abs/kernel_users.txt" chosen="$abs/numerics_selection.txt"
-    if [ -s "$users" ]; then
+    users="$abs/kernel_users" chosen="$abs/numerics_selection.txt"
+    if [ -d "$users" ] && [ -n "$(ls -A "$users")" ]; then
         # `ctest -N` lines "  Test #12: Suite.Name/param  # GetParam() = ..." -> ",12" for each
         # test named in the list; ctest -I takes "0,0,0,12,15,..." from a file.
         nums=$(cd "$dir" && ctest -N -L numerics |
             sed -nE 's/^ *Test +#([0-9]+): ([^ ]+).*$/\1 \2/p' |
-            awk 'NR == FNR { used[$1] = 1; next } ($2 in used) { printf ",%s", $1 }' "$users" -)
+            awk 'NR == FNR { used[$1] = 1; next } ($2 in used) { printf ",%s", $1 }' \
+                <(ls "$users" | sed 's|%2F|/|g; s|%25|%|g') -)
         all=$(cd "$dir" && ctest -N -L numerics | sed -nE 's/^Total Tests: ([0-9]+)$/\1/p')
         if [ -z "$nums" ]; then
             log "no numerics test reached a GEMM whose kernels a profile changes: no profile pass"
@@ -260,8 +261,9 @@ run_tests() {
     # It also lists the tests that reach a GEMM whose kernels a profile changes (kernel_matrix).
     log "ctest ($BUILD_DIR), kernels as ete picks them"
     local users
-    users="$(cd "$BUILD_DIR" && pwd)/kernel_users.txt"
-    rm -f "$users"
+    users="$(cd "$BUILD_DIR" && pwd)/kernel_users"
+    rm -rf "$users"
+    mkdir -p "$users"
     (cd "$BUILD_DIR" && env -u OPENBLAS_CORETYPE -u ETE_OPENBLAS_FIXED ETE_KERNEL_USE_LOG="$users" \
         ctest --output-on-failure -j "$CTEST_JOBS")
     kernel_matrix "$BUILD_DIR"

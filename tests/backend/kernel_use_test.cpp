@@ -7,8 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <set>
 #include <string>
 
 #include "ete/backend/cpu/dnnl_gemm.h"
@@ -20,13 +19,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Points ETE_KERNEL_USE_LOG at a fresh file and ETE_TEST_NAME at `name` for one test, and puts
-// both (and the process's note) back as they were.
+// Points ETE_KERNEL_USE_LOG at a fresh directory and ETE_TEST_NAME at "Suite.Case/1" for one
+// test, and puts both (and the process's note) back as they were.
 class KernelUse : public ::testing::Test {
   protected:
     void SetUp() override {
         path_ = fs::temp_directory_path() / ("ete_kernel_use_" + std::to_string(::getpid()));
-        fs::remove(path_);
+        fs::remove_all(path_);
+        fs::create_directories(path_);
         save("ETE_KERNEL_USE_LOG", log_);
         save("ETE_TEST_NAME", name_);
         setenv("ETE_KERNEL_USE_LOG", path_.c_str(), 1);
@@ -36,14 +36,19 @@ class KernelUse : public ::testing::Test {
     void TearDown() override {
         restore("ETE_KERNEL_USE_LOG", log_);
         restore("ETE_TEST_NAME", name_);
-        fs::remove(path_);
+        fs::remove_all(path_);
         cpu::reset_profiled_kernel_note();
     }
+    // The names of the files in the directory, sorted, each followed by a newline.
     std::string logged() const {
-        std::ifstream in(path_);
-        std::stringstream s;
-        s << in.rdbuf();
-        return s.str();
+        std::set<std::string> names;
+        for (const auto& e : fs::directory_iterator(path_)) {
+            EXPECT_EQ(fs::file_size(e.path()), 0u) << e.path();
+            names.insert(e.path().filename().string());
+        }
+        std::string s;
+        for (const std::string& n : names) s += n + "\n";
+        return s;
     }
 
     fs::path path_;
@@ -66,16 +71,16 @@ class KernelUse : public ::testing::Test {
     Saved log_, name_;
 };
 
-TEST_F(KernelUse, TheFirstNoteOfATestWritesItsNameOnce) {
+TEST_F(KernelUse, TheFirstNoteOfATestNamesAFileAfterIt) {
     cpu::note_profiled_kernel();
     cpu::note_profiled_kernel();
-    EXPECT_EQ(logged(), "Suite.Case/1\n");
-    setenv("ETE_TEST_NAME", "Suite.Next", 1);
-    cpu::note_profiled_kernel();  // still the same test: no new line
-    EXPECT_EQ(logged(), "Suite.Case/1\n");
+    EXPECT_EQ(logged(), "Suite.Case%2F1\n");  // '/' cannot be in a file name
+    setenv("ETE_TEST_NAME", "Suite.Next%", 1);
+    cpu::note_profiled_kernel();  // still the same test: no new file
+    EXPECT_EQ(logged(), "Suite.Case%2F1\n");
     cpu::reset_profiled_kernel_note();  // the next test starts
     cpu::note_profiled_kernel();
-    EXPECT_EQ(logged(), "Suite.Case/1\nSuite.Next\n");
+    EXPECT_EQ(logged(), "Suite.Case%2F1\nSuite.Next%25\n");
 }
 
 TEST_F(KernelUse, AnF32GemmNotesItselfAndAskingTheEnginesDoesToo) {
@@ -84,17 +89,18 @@ TEST_F(KernelUse, AnF32GemmNotesItselfAndAskingTheEnginesDoesToo) {
     cpu::gemm_host(CMat(a, DType::F32, 2, 2), false, CMat(b, DType::F32, 2, 2), false,
                    Mat(c, DType::F32, 2, 2), 1.0f, 0.0f);
     EXPECT_EQ(c[0], 19.0f);  // 1·5 + 2·7
-    EXPECT_EQ(logged(), "Suite.Case/1\n");
+    EXPECT_EQ(logged(), "Suite.Case%2F1\n");
     if (!cpu::dnnl_available()) return;  // no oneDNN: no engine for a profile to choose
+    setenv("ETE_TEST_NAME", "Suite.Native", 1);
     cpu::reset_profiled_kernel_note();
     (void)cpu::dnnl_native(DType::BF16);  // the 16-bit engine's choice depends on the profile
-    EXPECT_EQ(logged(), "Suite.Case/1\nSuite.Case/1\n");
+    EXPECT_EQ(logged(), "Suite.Case%2F1\nSuite.Native\n");
 }
 
 TEST_F(KernelUse, NothingIsWrittenWithoutTheLogVariable) {
     unsetenv("ETE_KERNEL_USE_LOG");
     cpu::note_profiled_kernel();
-    EXPECT_FALSE(fs::exists(path_));
+    EXPECT_EQ(logged(), "");
 }
 
 }  // namespace

@@ -4,10 +4,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
+#include <string>
 
 namespace ete::cpu {
 
@@ -19,19 +18,27 @@ std::atomic<bool> g_noted{false};
 
 void note_profiled_kernel() noexcept {
     if (g_noted.load(std::memory_order_relaxed) || g_noted.exchange(true)) return;
-    const char* log = std::getenv("ETE_KERNEL_USE_LOG");
-    if (!log || !*log) return;
+    const char* dir = std::getenv("ETE_KERNEL_USE_LOG");
+    if (!dir || !*dir) return;
     const char* test = std::getenv("ETE_TEST_NAME");
     if (!test || !*test) test = "?";
-    // One write of the name and its newline: appends of a few bytes never interleave.
-    char line[512];
-    const size_t n = std::min(std::strlen(test), sizeof line - 1);
-    std::memcpy(line, test, n);
-    line[n] = '\n';
-    const int fd = ::open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return;
-    [[maybe_unused]] const ssize_t w = ::write(fd, line, n + 1);
-    ::close(fd);
+    // The record is an empty file named after the test ('/' and '%' percent-encoded): creating it
+    // writes no data, so neither a test's RLIMIT_FSIZE (Durability.* caps its files at 16 KiB; an
+    // appended line was cut there) nor another process's record can tear it.
+    try {
+        std::string path = std::string(dir) + "/";
+        for (const char* c = test; *c; ++c) {
+            if (*c == '/')
+                path += "%2F";
+            else if (*c == '%')
+                path += "%25";
+            else
+                path += *c;
+        }
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) ::close(fd);
+    } catch (...) {  // out of memory: the list misses this test, the run goes on
+    }
 }
 
 void reset_profiled_kernel_note() noexcept {

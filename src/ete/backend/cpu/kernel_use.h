@@ -5,9 +5,9 @@
 // as other CPUs compute them (docs/numerics.md). Every other kernel of the engine computes the same
 // under any profile, so a test that never reaches one of these GEMMs (nor asks which engine runs
 // them) would rerun the same arithmetic. The GEMM entry points call note_profiled_kernel(); with
-// ETE_KERNEL_USE_LOG set to a file, the first call of a process appends ETE_TEST_NAME (the test
-// that started it, set by the tests' main and inherited by the processes a test runs) and a
-// newline to it: the list of tests a profile can change.
+// ETE_KERNEL_USE_LOG set to a directory, the first call of a process creates an empty file there
+// named ETE_TEST_NAME (the test that started it, set by the tests' main and inherited by the
+// processes a test runs; '/' written %2F, '%' %25): the list of tests a profile can change.
 #pragma once
 
 namespace ete::cpu {
