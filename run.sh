@@ -167,17 +167,17 @@ kernel_profiles() {
 # took 88 instead of 116 s on 2-core Zen 5). Without the list, every numerics test.
 kernel_matrix() {
     local dir=$1 profile profiles select=(-L numerics) what="every numerics test"
-    local abs users chosen nums all
+    local abs users chosen listing nums all
     abs=$(cd "$dir" && pwd)
     users="$abs/kernel_users" chosen="$abs/numerics_selection.txt"
     if [ -d "$users" ] && [ -n "$(ls -A "$users")" ]; then
         # `ctest -N` lines "  Test #12: Suite.Name/param  # GetParam() = ..." -> ",12" for each
         # test named in the list; ctest -I takes "0,0,0,12,15,..." from a file.
-        nums=$(cd "$dir" && ctest -N -L numerics |
-            sed -nE 's/^ *Test +#([0-9]+): ([^ ]+).*$/\1 \2/p' |
+        listing=$(cd "$dir" && ctest -N -L numerics)
+        nums=$(sed -nE 's/^ *Test +#([0-9]+): ([^ ]+).*$/\1 \2/p' <<< "$listing" |
             awk 'NR == FNR { used[$1] = 1; next } ($2 in used) { printf ",%s", $1 }' \
                 <(ls "$users" | sed 's|%2F|/|g; s|%25|%|g') -)
-        all=$(cd "$dir" && ctest -N -L numerics | sed -nE 's/^Total Tests: ([0-9]+)$/\1/p')
+        all=$(sed -nE 's/^Total Tests: ([0-9]+)$/\1/p' <<< "$listing")
         if [ -z "$nums" ]; then
             log "no numerics test reached a GEMM whose kernels a profile changes: no profile pass"
             return 0

@@ -88,7 +88,7 @@ TEST_F(KernelUse, AnF32GemmNotesItselfAndAskingTheEnginesDoesToo) {
     float c[4] = {};
     cpu::gemm_host(CMat(a, DType::F32, 2, 2), false, CMat(b, DType::F32, 2, 2), false,
                    Mat(c, DType::F32, 2, 2), 1.0f, 0.0f);
-    EXPECT_EQ(c[0], 19.0f);  // 1·5 + 2·7
+    EXPECT_EQ(c[0], 19.0f);  // 1·5 + 2·7: small integers, exact in fp32 in any order
     EXPECT_EQ(logged(), "Suite.Case%2F1\n");
     if (!cpu::dnnl_available()) return;  // no oneDNN: no engine for a profile to choose
     setenv("ETE_TEST_NAME", "Suite.Native", 1);
