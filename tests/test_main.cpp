@@ -6,6 +6,26 @@
 
 #include "ete/backend/cpu/kernel_use.h"
 #include "ete/backend/cpu/openblas_util.h"
+#include "test_build.h"
+
+namespace ete::testing {
+
+const std::string& binary_dir() {
+    static const std::string dir = ETE_BINARY_DIR;
+    return dir;
+}
+
+// This file compiles with the test flags of its own build (ASan in a sanitizer build), unlike the
+// test objects, which a sanitizer build may take from the Release build.
+bool under_sanitizers() {
+#if defined(__SANITIZE_ADDRESS__)
+    return true;
+#else
+    return false;
+#endif
+}
+
+}  // namespace ete::testing
 
 namespace {
 

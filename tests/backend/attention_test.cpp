@@ -23,6 +23,7 @@
 #include "attention_bounds.h"
 #include "ete/core/error.h"
 #include "kernel_bounds.h"
+#include "test_build.h"
 #include "test_util.h"
 
 namespace ete {
@@ -154,9 +155,8 @@ TEST(AttentionCpu, MatchesRefWithSharpScores) {
 // The benchmark model's shape (B=8, T=256, H=8, KV=4, D=64) at full size. A numerical check (the
 // awkward shapes above cover the bounds): the sanitizer build skips it, where it took 38 s.
 TEST(AttentionCpu, MatchesRefAtBenchShape) {
-#if defined(__SANITIZE_ADDRESS__)
-    GTEST_SKIP() << "numerical check at the bench shape; runs in the unsanitized suite";
-#endif
+    if (testing::under_sanitizers())
+        GTEST_SKIP() << "numerical check at the bench shape; runs in the unsanitized suite";
     expect_cpu_matches_ref(make_case({8, 256, 8, 4, 64}, 99, 0.125f));
 }
 

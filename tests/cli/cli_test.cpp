@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 #include "shell.h"
+#include "test_build.h"
 
 #include <array>
 #include <cstdio>
@@ -81,7 +82,7 @@ TEST(Cli, GenerateRefusesNanSamplingSettings) {
 
 TEST(Cli, DumpConfigPrintsEveryKey) {
     auto path = std::filesystem::temp_directory_path() / "ete_dump.toml";
-    std::string cmd = std::string(ETE_BINARY_DIR) +
+    std::string cmd = ::ete::testing::binary_dir() +
                       "/ete train --set train.steps=5 --dump-config > " + path.string();
     ASSERT_EQ(std::system(cmd.c_str()), 0);
     std::ifstream in(path);
@@ -96,7 +97,7 @@ std::string run_stdout(const std::string& cmd) {
 }
 
 TEST(Cli, UserOpenBlasCoreTypeWins) {
-    std::string ete = std::string(ETE_BINARY_DIR) + "/ete --version";
+    std::string ete = ::ete::testing::binary_dir() + "/ete --version";
     __builtin_cpu_init();
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");

@@ -21,6 +21,7 @@
 #include "ete/train/trainer.h"
 #include "parallel_fixture.h"
 #include "shell.h"
+#include "test_build.h"
 #include "test_util.h"
 
 namespace ete {
@@ -215,7 +216,7 @@ TEST_F(JobFaults, AHostThatDoesNotAnswerIsLeftOut) {
 // job at once, as Slurm's scancel does); the job's exit code and the steps it logged.
 std::pair<int, size_t> stop_launched_job(const std::string& out, const std::string& job,
                                          int step_ms, bool group, int times, int sig = SIGTERM) {
-    const std::string ete = std::string(ETE_BINARY_DIR) + "/ete";
+    const std::string ete = ::ete::testing::binary_dir() + "/ete";
     const pid_t pid = fork();
     if (pid == 0) {
         if (group) ::setpgid(0, 0);

@@ -12,6 +12,7 @@
 
 #include "ete/core/file_util.h"
 #include "shell.h"
+#include "test_build.h"
 #include "test_util.h"
 
 namespace ete {
@@ -182,7 +183,7 @@ TEST(Launch, ProbeTellsALiveHostFromAGoneOne) {
         GTEST_SKIP() << "mpirun not installed (Debian package openmpi-bin)";
     }
     LaunchHost h = launch_host();
-    h.self_exe = std::string(ETE_BINARY_DIR) + "/ete";
+    h.self_exe = ::ete::testing::binary_dir() + "/ete";
     const std::vector<int> codes =
         probe_hosts(args(2), h, {{"localhost", 2, ""}, {"ete-gone-host.invalid", 2, ""}}, 60);
     ASSERT_EQ(codes.size(), 2u);

@@ -37,9 +37,8 @@ struct Peak {
 class MemoryEstimate : public ::testing::Test {
   protected:
     void SetUp() override {
-#if defined(__SANITIZE_ADDRESS__)
-        GTEST_SKIP() << "AddressSanitizer's shadow memory is outside the estimate";
-#endif
+        if (testing::under_sanitizers())
+            GTEST_SKIP() << "AddressSanitizer's shadow memory is outside the estimate";
         dir_ = fs::temp_directory_path() / ("ete_memest_" + std::to_string(::getpid()));
         fs::remove_all(dir_);
         fs::create_directories(dir_);
@@ -47,9 +46,7 @@ class MemoryEstimate : public ::testing::Test {
         for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + i / 3) % 8192);
         write_token_shard((dir_ / "toks.bin").string(), ids, 8192);
     }
-    void TearDown() override {
-        fs::remove_all(dir_);
-    }
+    void TearDown() override { fs::remove_all(dir_); }
 
     // The run's printed pair (2 steps: the measurement follows the last, whose AdamW moments and
     // activations are all touched).

@@ -174,11 +174,8 @@ inline const std::vector<Layout> kLayouts = {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2
 // mesh, whose sums are reordered along every axis at once, stands for the others: the bounds come
 // from an estimate that no layout changes (parity_tolerance).
 inline std::vector<Layout> sweep(const std::vector<Layout>& all) {
-#if defined(__SANITIZE_ADDRESS__)
-    return {all.back()};
-#else
+    if (testing::under_sanitizers()) return {all.back()};
     return all;
-#endif
 }
 
 }  // namespace ete::parallel_test

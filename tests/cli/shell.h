@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <string>
 
+#include "test_build.h"
+
 namespace ete {
 
 struct ShellResult {
@@ -25,7 +27,7 @@ inline ShellResult run_shell(const std::string& cmd) {
 
 // build/ete with `args`.
 inline std::string ete_cmd(const std::string& args) {
-    return std::string(ETE_BINARY_DIR) + "/ete " + args;
+    return ::ete::testing::binary_dir() + "/ete " + args;
 }
 
 }  // namespace ete

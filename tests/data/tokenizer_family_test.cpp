@@ -16,6 +16,7 @@
 #include "ete/core/error.h"
 #include "ete/core/file_util.h"
 #include "ete/data/tokenizer.h"
+#include "test_build.h"
 
 namespace ete {
 namespace tokenizer_family_test {
@@ -110,15 +111,11 @@ TEST_P(Family, MatchesHuggingFaceIdForId) {
     }
     EXPECT_EQ(bad, 0u) << family << ": " << bad << " of " << checked << " checks differ";
     EXPECT_GT(checked, 1000u);
-#if defined(__SANITIZE_ADDRESS__)
     // Under the sanitizers (where each check takes seconds), one family per parallel path: piece
     // ranges of a SentencePiece and of a byte-level file, line chunks after NFC and with o200k's
     // pattern. The plain suite checks all.
-    const bool parallel_check =
-        family == "llama2" || family == "deepseek_v3" || family == "qwen3" || family == "gpt4o";
-#else
-    const bool parallel_check = true;
-#endif
+    const bool parallel_check = !testing::under_sanitizers() || family == "llama2" ||
+                                family == "deepseek_v3" || family == "qwen3" || family == "gpt4o";
     if (parallel_check) expect_parallel_equals_serial(t, golden, family);
 }
 

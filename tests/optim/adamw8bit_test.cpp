@@ -18,6 +18,7 @@
 #include "ete/model/param_spec.h"
 #include "ete/model/param_store.h"
 #include "ete/optim/adamw8bit.h"
+#include "test_build.h"
 #include "test_util.h"
 
 namespace ete {
@@ -109,13 +110,9 @@ TEST(DynamicMap, TheCoderGivesTheBinarySearchsCodeForEveryInput) {
             xs.push_back(x);
             xs.push_back(-x);
         };
-#if defined(__SANITIZE_ADDRESS__)
         // Under the sanitizers, which check memory and where this loop took 20 s, every 3904th
         // (the plain and kernel-profile suites check the rule at every 61st).
-        constexpr uint32_t kPatternStride = 61 * 64;
-#else
-        constexpr uint32_t kPatternStride = 61;
-#endif
+        const uint32_t kPatternStride = testing::under_sanitizers() ? 61 * 64 : 61;
         for (uint32_t b = 0; b <= 0x3F800000u; b += kPatternStride) both_signs(b);  // 0..1, -0..-1
         // The coder's bucket edges (the first float of each and the last of the one before),
         // and beyond 1: up to 4, and inf.

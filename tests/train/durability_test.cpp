@@ -20,6 +20,7 @@
 #include "ete/io/checkpoint.h"
 #include "ete/train/progress.h"
 #include "ete/train/trainer.h"
+#include "test_build.h"
 #include "test_util.h"
 #include "tiny_run.h"
 
@@ -318,7 +319,7 @@ TEST_F(Durability, ADataFileTruncatedUnderARunningJobIsNamed) {
     const std::string shard = (dir_ / "toks.bin").string(), out = (dir_ / "run").string();
     const std::string cfg_path = (dir_ / "cfg.toml").string(), log = (dir_ / "err.txt").string();
     write_file_atomic(cfg_path, dump_toml(cfg_));
-    const std::string ete = std::string(ETE_BINARY_DIR) + "/ete";
+    const std::string ete = ::ete::testing::binary_dir() + "/ete";
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -394,7 +395,7 @@ TEST_F(Durability, AClosedStderrDoesNotKillTraining) {
     const std::string cfg_path = (dir_ / "cfg.toml").string();
     write_file_atomic(cfg_path, dump_toml(cfg_));
     const fs::path out = dir_ / "pipe";
-    const std::string cmd = "bash -c '" + std::string(ETE_BINARY_DIR) + "/ete train " + cfg_path +
+    const std::string cmd = "bash -c '" + ::ete::testing::binary_dir() + "/ete train " + cfg_path +
                             " --set train.log_every=1 --out " + out.string() +
                             " 2>&1 | head -1 >/dev/null; exit ${PIPESTATUS[0]}'";
     EXPECT_EQ(std::system(cmd.c_str()), 0);

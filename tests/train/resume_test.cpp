@@ -17,6 +17,7 @@
 #include "ete/data/token_shard.h"
 #include "ete/io/checkpoint.h"
 #include "ete/train/trainer.h"
+#include "test_build.h"
 #include "tiny_run.h"
 
 namespace ete {
@@ -137,7 +138,7 @@ TEST_F(ResumeTest, SigtermSavesAndResumeCompletes) {
     std::string cfg_path = (dir_ / "cfg.toml").string();
     write_file_atomic(cfg_path, dump_toml(cfg_));
     std::string out = (dir_ / "sig").string();
-    std::string ete = std::string(ETE_BINARY_DIR) + "/ete";
+    std::string ete = ::ete::testing::binary_dir() + "/ete";
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -181,7 +182,7 @@ TEST_F(ResumeTest, ACheckpointRequestDuringStartUpIsKept) {
     cfg_.eval_every = 0;
     const std::string cfg_path = (dir_ / "cfg.toml").string(), out = (dir_ / "usr1").string();
     write_file_atomic(cfg_path, dump_toml(cfg_));
-    const std::string ete = std::string(ETE_BINARY_DIR) + "/ete";
+    const std::string ete = ::ete::testing::binary_dir() + "/ete";
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -222,7 +223,7 @@ TEST_F(ResumeTest, KillDashNineDuringCheckpointWritesNeverCorrupts) {
     cfg_.max_attempts_without_progress = 0;
     std::string cfg_path = (dir_ / "cfg.toml").string();
     write_file_atomic(cfg_path, dump_toml(cfg_));
-    std::string out = (dir_ / "k").string(), ete = std::string(ETE_BINARY_DIR) + "/ete";
+    std::string out = (dir_ / "k").string(), ete = ::ete::testing::binary_dir() + "/ete";
     for (int delay_ms : {150, 260, 370}) {
         pid_t pid = fork();
         ASSERT_GE(pid, 0);
