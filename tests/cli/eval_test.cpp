@@ -14,6 +14,7 @@
 #include "ete/backend/backend.h"
 #include "ete/core/file_util.h"
 #include "ete/data/sft.h"
+#include "ete/data/sft_chat.h"
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
 #include "ete/io/hf_model.h"
@@ -219,6 +220,89 @@ TEST(CliEval, JsonlScoresResponsesOnlyAndPackingAgrees) {
     EXPECT_NEAR(packed["loss"].get<double>(), flat["loss"].get<double>(), tol);
     std::string bad = run_capture("eval --model " + (dir / "m").string() + " --tokens x --pack");
     EXPECT_NE(bad.find("--pack applies to --jsonl only"), std::string::npos) << bad;
+    fs::remove_all(dir);
+}
+
+// --chat-template model: chat records rendered with the chat_template of the model dir's
+// tokenizer_config.json (saved there beside its tokenizer.json), scored on the assistant turns as
+// SftDataset labels them with that template; "ete" (the default) keeps ETE's format, which
+// labels other tokens and so scores differently.
+TEST(CliEval, JsonlChatRecordsUseTheChosenTemplate) {
+    fs::path dir = fs::temp_directory_path() / ("ete_eval_chat_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    Tokenizer tok = Tokenizer::train("abxy repeat user assistant system", 280,
+                                     {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+    tok.save((dir / "tokenizer.json").string());
+    const nlohmann::json config = {
+        {"eos_token", "<|im_end|>"},
+        {"chat_template",
+         "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"}};
+    write_file_atomic((dir / "tokenizer_config.json").string(), config.dump());
+    std::string jsonl;
+    for (int i = 0; i < 5; ++i)
+        jsonl += fmt::format(R"({{"messages": [{{"role": "system", "content": "x{}"}}, )"
+                             R"({{"role": "user", "content": "repeat ab"}}, )"
+                             R"({{"role": "assistant", "content": "{}"}}, )"
+                             R"({{"role": "user", "content": "y"}}, )"
+                             R"({{"role": "assistant", "content": "ba"}}]}})",
+                             i, std::string(size_t(1 + i), 'a')) +
+                 "\n";
+    write_file_atomic((dir / "d.jsonl").string(), jsonl);
+    ModelConfig c = tiny_llama(2, tok.vocab_size());
+    c.max_position_embeddings = 128;  // every record whole
+    auto be = make_cpu_backend();
+    Transformer m(c, *be);
+    m.params().init(5);
+    const std::string model = (dir / "m").string(), tj = model + "/tokenizer.json";
+    save_hf_model(model, c, m.params().to_host(), (dir / "tokenizer.json").string());
+    ASSERT_TRUE(fs::exists(model + "/tokenizer_config.json"));
+    const std::string base =
+        "eval --model " + model + " --jsonl " + (dir / "d.jsonl").string() + " --batch 2 --json";
+    const ShellResult r_model = run_shell(ete_cmd(base + " --chat-template model"));
+    ASSERT_EQ(r_model.code, 0) << r_model.out;
+    const ShellResult r_ete = run_shell(ete_cmd(base));
+    ASSERT_EQ(r_ete.code, 0) << r_ete.out;
+
+    // In process: the loss sum and the labelled tokens of SftDataset's examples, with the model
+    // dir's tokenizer as `ete eval` loads it (its EOS from the tokenizer_config.json: <|im_end|>).
+    const Tokenizer loaded = Tokenizer::load(tj);
+    auto score = [&](SftOptions opt) {
+        SftDataset d((dir / "d.jsonl").string(), loaded, 128, opt, 0, 0.0);
+        std::vector<int32_t> in(128), tgt(128);
+        m.setup(1, 128);
+        double sum = 0;
+        int64_t tokens = 0;
+        for (uint64_t e = 0; e < d.num_examples(); ++e) {
+            d.fill_example(e, in.data(), tgt.data());
+            sum += m.forward_loss(in.data(), tgt.data(), 1, 128);
+            for (int32_t t : tgt) tokens += t != kIgnoreIndex;
+        }
+        return std::pair{sum / double(tokens), tokens};
+    };
+    SftOptions with;
+    with.chat_template = load_sft_chat_template("model", tj, loaded);
+    const auto [want_model, tokens_model] = score(with);
+    const auto [want_ete, tokens_ete] = score({});
+    const nlohmann::json got_model = nlohmann::json::parse(r_model.out);
+    const nlohmann::json got_ete = nlohmann::json::parse(r_ete.out);
+    // Each record: two assistant turns, "a..a<|im_end|>" and "ba<|im_end|>", at least 2 tokens
+    // each.
+    EXPECT_GE(tokens_model, 5 * 4);
+    EXPECT_EQ(got_model["tokens"].get<int64_t>(), tokens_model);
+    EXPECT_EQ(got_ete["tokens"].get<int64_t>(), tokens_ete);
+    const double tol = eval_tolerance(c, 128, 2 * 128);
+    EXPECT_NEAR(got_model["loss"].get<double>(), want_model, tol * want_model);
+    EXPECT_NEAR(got_ete["loss"].get<double>(), want_ete, tol * want_ete);
+    // The two formats label different text: their losses are far apart next to the tolerance.
+    EXPECT_GT(std::fabs(want_model - want_ete), 100 * tol * want_model);
+
+    const std::string bad = run_capture("eval --model " + model + " --jsonl " +
+                                        (dir / "d.jsonl").string() + " --chat-template nope.jinja");
+    EXPECT_NE(bad.find("--chat-template 'nope.jinja': file not found"), std::string::npos) << bad;
+    const std::string text =
+        run_capture("eval --model " + model + " --tokens x --chat-template model");
+    EXPECT_NE(text.find("--chat-template applies to --jsonl only"), std::string::npos) << text;
     fs::remove_all(dir);
 }
 

@@ -218,6 +218,29 @@ TEST_F(HfShardTest, TensorLargerThanLimitGetsOwnShardAndDefaultIsOneFile) {
     EXPECT_THROW(save_hf_model(d, cfg_, store_, "", 0), Error);
 }
 
+// A saved dir carries its tokenizer's tokenizer_config.json and special_tokens_map.json (the chat
+// template, the special tokens) byte for byte when they sit beside the tokenizer.json it copies;
+// with a bare tokenizer.json it writes neither.
+TEST_F(HfShardTest, SaveKeepsTheFilesBesideTheTokenizer) {
+    const fs::path src = root_ / "tok";
+    fs::create_directories(src);
+    const std::string tj = (src / "tokenizer.json").string(), tokenizer = R"({"model": {}})";
+    const std::string config =
+        R"({"chat_template": "{{ messages[0].content }}", "eos_token": "e"})";
+    const std::string specials = R"({"eos_token": {"content": "e"}})";
+    write_file_atomic(tj, tokenizer);
+    save_hf_model((root_ / "bare").string(), cfg_, store_, tj);
+    EXPECT_EQ(read_file((root_ / "bare" / "tokenizer.json").string()), tokenizer);
+    EXPECT_FALSE(fs::exists(root_ / "bare" / "tokenizer_config.json"));
+    EXPECT_FALSE(fs::exists(root_ / "bare" / "special_tokens_map.json"));
+    write_file_atomic((src / "tokenizer_config.json").string(), config);
+    write_file_atomic((src / "special_tokens_map.json").string(), specials);
+    save_hf_model((root_ / "m").string(), cfg_, store_, tj);
+    EXPECT_EQ(read_file((root_ / "m" / "tokenizer.json").string()), tokenizer);
+    EXPECT_EQ(read_file((root_ / "m" / "tokenizer_config.json").string()), config);
+    EXPECT_EQ(read_file((root_ / "m" / "special_tokens_map.json").string()), specials);
+}
+
 // The error tests break a dir saved with a 4000-byte limit (several shards of the 20 kB model).
 TEST_F(HfShardTest, MissingShardNamesFileAndTensor) {
     std::string d = save("m", 4000);

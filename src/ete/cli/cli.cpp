@@ -79,6 +79,11 @@ void add_eval(CLI::App& app, EvalArgs& a, std::function<int()>& run) {
                   "predicted tokens per row T (--jsonl: default the model's context length)")
         ->check(positive());
     c->add_flag("--pack", a.pack, "--jsonl: pack several examples per row (same loss)");
+    c->add_option("--chat-template", a.chat_template,
+                  "--jsonl chat records rendered as data.sft_chat_template says: ete (ETE's "
+                  "format), model (the chat_template of the tokenizer_config.json beside the "
+                  "tokenizer), a tokenizer_config.json or a Jinja file")
+        ->capture_default_str();
     c->add_option("--dump-logits", a.dump_logits, "write logits F32 [B, T, V] as safetensors");
     c->add_flag("--json", a.json, "print one JSON line");
     c->add_option("--repeat", a.repeat,

@@ -15,6 +15,7 @@
 #include "ete/data/decode_stream.h"
 #include "ete/data/loader.h"
 #include "ete/data/sft.h"
+#include "ete/data/sft_chat.h"
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
 #include "ete/io/hf_model.h"
@@ -98,11 +99,15 @@ LoadedModel load_model(const std::string& dir, const std::string& adapter, bool 
 
 namespace {
 
-Tokenizer eval_tokenizer(const EvalArgs& a, const char* option) {
+std::string eval_tokenizer_path(const EvalArgs& a, const char* option) {
     std::string tok_path = a.tokenizer.empty() ? a.model_dir + "/tokenizer.json" : a.tokenizer;
     ETE_CHECK(fs::exists(tok_path), "{} needs a tokenizer: '{}' not found (pass --tokenizer)",
               option, tok_path);
-    return Tokenizer::load(tok_path);
+    return tok_path;
+}
+
+Tokenizer eval_tokenizer(const EvalArgs& a, const char* option) {
+    return Tokenizer::load(eval_tokenizer_path(a, option));
 }
 
 // seconds: the forward's wall time when measured (< 0: not).
@@ -156,7 +161,12 @@ int eval_jsonl(const EvalArgs& a) {
     SftOptions opt;
     opt.pack = a.pack;
     opt.max_bad_fraction = 1.0;  // evaluation reports malformed lines instead of refusing
-    SftDataset data(a.jsonl, eval_tokenizer(a, "--jsonl"), T, opt, 0, 0.0);
+    const std::string tok_path = eval_tokenizer_path(a, "--jsonl");
+    const Tokenizer tok = Tokenizer::load(tok_path);
+    if (a.chat_template != "ete")
+        opt.chat_template =
+            load_sft_chat_template(a.chat_template, tok_path, tok, "--chat-template");
+    SftDataset data(a.jsonl, tok, T, opt, 0, 0.0);
     std::vector<int32_t> in(size_t(B) * T), tgt(in.size()), ds(in.size());
     m.model->setup(B, T);
     const uint64_t n = data.num_train_samples();
@@ -181,6 +191,8 @@ int cmd_eval(const EvalArgs& a) {
     ETE_CHECK(int(!a.tokens.empty()) + int(!a.text.empty()) + int(!a.jsonl.empty()) == 1,
               "eval: pass exactly one of --tokens, --text or --jsonl");
     ETE_CHECK(!a.pack || !a.jsonl.empty(), "eval: --pack applies to --jsonl only");
+    ETE_CHECK(a.chat_template == "ete" || !a.jsonl.empty(),
+              "eval: --chat-template applies to --jsonl only");
     if (!a.jsonl.empty()) return eval_jsonl(a);
     ETE_CHECK(a.seq > 0, "eval: --seq is required with --tokens or --text");
     LoadedModel m = load_model(a.model_dir, a.adapter, a.fake_quant, a.allow_base_mismatch);

@@ -26,8 +26,9 @@ struct EvalArgs {
     bool allow_base_mismatch = false;  // an adapter over a base other than its recorded one
     int batch = 1, seq = 0;  // seq 0: required for --tokens/--text; the model's context for --jsonl
     bool json = false, pack = false;
-    bool fake_quant = false;  // a QAT run's final model as it trained (its qat.json)
-    int repeat = 1;           // forwards of the batch (--tokens/--text), for timing
+    bool fake_quant = false;            // a QAT run's final model as it trained (its qat.json)
+    int repeat = 1;                     // forwards of the batch (--tokens/--text), for timing
+    std::string chat_template = "ete";  // --jsonl chat records: as data.sft_chat_template
 };
 int cmd_eval(const EvalArgs& a);
 

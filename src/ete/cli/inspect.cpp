@@ -137,7 +137,7 @@ int inspect_dir(const fs::path& dir, bool list) {
     print_quantization(dir);
     for (const auto& f : weight_files(dir)) add(print_tensors(f, list));
     print_totals(elems, bytes);
-    for (const char* extra : {"tokenizer.json", "generation_config.json"})
+    for (const char* extra : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
         std::printf("%s: %s\n", extra, fs::exists(dir / extra) ? "present" : "absent");
     if (fs::exists(dir / "qat.json"))
         std::printf("qat.json: present (the QAT spec and observers: ete export int8)\n");

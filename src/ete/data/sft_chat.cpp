@@ -115,22 +115,23 @@ SftRendered SftChatTemplate::render(const std::string& line) const {
 
 std::shared_ptr<const SftChatTemplate> load_sft_chat_template(const std::string& setting,
                                                               const std::string& tokenizer_json,
-                                                              const Tokenizer& tok) {
+                                                              const Tokenizer& tok,
+                                                              const std::string& option) {
     const fs::path beside = fs::path(tokenizer_json).parent_path() / "tokenizer_config.json";
     ChatTemplate plain, tools;
     if (setting == "model" || fs::path(setting).extension() == ".json") {
         const std::string path = setting == "model" ? beside.string() : setting;
         ETE_CHECK(fs::exists(path),
-                  "data.sft_chat_template = {}: '{}' not found (expected the tokenizer_config.json "
-                  "saved with the tokenizer)",
-                  setting, path);
+                  "{} = {}: '{}' not found (expected the tokenizer_config.json saved with the "
+                  "tokenizer)",
+                  option, setting, path);
         plain = read_chat_template(path, false);
         tools = read_chat_template(path, true);
     } else {
         ETE_CHECK(fs::exists(setting),
-                  "data.sft_chat_template '{}': file not found (expected \"ete\", \"model\", a "
-                  "tokenizer_config.json or a Jinja template file)",
-                  setting);
+                  "{} '{}': file not found (expected \"ete\", \"model\", a tokenizer_config.json "
+                  "or a Jinja template file)",
+                  option, setting);
         if (fs::exists(beside))
             plain.special_tokens =
                 special_tokens_of(read_json_file(beside.string()), beside.string());

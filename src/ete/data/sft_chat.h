@@ -64,9 +64,10 @@ class SftChatTemplate {
 // data.sft_chat_template: "model" (the chat_template of the tokenizer_config.json beside
 // `tokenizer_json`), or a path — a tokenizer_config.json, or a file holding the Jinja text
 // itself (the special tokens then come from the tokenizer_config.json beside the tokenizer, if
-// any). The end-of-turn markers are the texts of tok's stop tokens. Throws naming the file.
-std::shared_ptr<const SftChatTemplate> load_sft_chat_template(const std::string& setting,
-                                                              const std::string& tokenizer_json,
-                                                              const Tokenizer& tok);
+// any). The end-of-turn markers are the texts of tok's stop tokens. Throws naming the file and
+// `option` (the setting's name: the config key, or `ete eval`'s --chat-template).
+std::shared_ptr<const SftChatTemplate> load_sft_chat_template(
+    const std::string& setting, const std::string& tokenizer_json, const Tokenizer& tok,
+    const std::string& option = "data.sft_chat_template");
 
 }  // namespace ete

@@ -59,10 +59,11 @@ double quantize_model_dir(const std::string& in, const std::string& out,
     write_dir_atomic(out, "ete quantize: writing", [&](const std::string& tmp) {
         write_file_atomic(tmp + "/config.json", cj.dump(2) + "\n");
         write_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});
-        for (const char* extra : {"tokenizer.json", "generation_config.json"}) {
-            const fs::path p = fs::path(in) / extra;
-            if (fs::exists(p)) write_file_atomic(tmp + "/" + extra, read_file(p.string()));
-        }
+        const fs::path tokenizer = fs::path(in) / "tokenizer.json";
+        if (fs::exists(tokenizer)) write_tokenizer_files(tmp, tokenizer.string());
+        const fs::path gen = fs::path(in) / "generation_config.json";
+        if (fs::exists(gen))
+            write_file_atomic(tmp + "/generation_config.json", read_file(gen.string()));
     });
     return quantized_params ? 8.0 * double(quantized_bytes) / double(quantized_params) : 0.0;
 }

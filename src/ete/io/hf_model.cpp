@@ -338,12 +338,18 @@ void write_model_files(const std::string& tmp, const ModelConfig& c, const HostP
     if (c.eos_token_id >= 0) gen["eos_token_id"] = c.eos_token_id;
     write_file_atomic(tmp + "/generation_config.json", gen.dump(2) + "\n");
     write_weight_files(tmp, store, max_shard_bytes, dtype);
-    if (!tokenizer_json.empty()) {
-        write_file_atomic(tmp + "/tokenizer.json", read_file(tokenizer_json));
-    }
+    if (!tokenizer_json.empty()) write_tokenizer_files(tmp, tokenizer_json);
 }
 
 }  // namespace
+
+void write_tokenizer_files(const std::string& tmp, const std::string& tokenizer_json) {
+    write_file_atomic(tmp + "/tokenizer.json", read_file(tokenizer_json));
+    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+        const fs::path beside = fs::path(tokenizer_json).parent_path() / name;
+        if (fs::exists(beside)) write_file_atomic(tmp + "/" + name, read_file(beside.string()));
+    }
+}
 
 namespace {
 

@@ -70,14 +70,21 @@ void load_hf_weights(const std::string& dir, ParamStore& store);
 // so a resume onto different base weights is refused.
 std::string model_dir_hash(const std::string& dir);
 
+// Writes `tokenizer_json` into the dir being written, `tmp`, as tokenizer.json, with the
+// tokenizer_config.json and special_tokens_map.json beside it where they exist: the chat template,
+// the end-of-turn and padding tokens and the special-token flags that Hugging Face (and every
+// serving stack) reads from them, so a saved dir chats and stops as its source did.
+void write_tokenizer_files(const std::string& tmp, const std::string& tokenizer_json);
+
 // Writes a complete HF model dir atomically: everything goes to a temporary sibling directory,
 // is fsynced, then renamed over `dir`, so `dir` is either the old or the new model, never half.
-// tokenizer_json may be empty (no tokenizer copied). Tensors are written in `dtype` (F32, BF16 or
-// F16; 16-bit values rounded to nearest even) and config.json's torch_dtype says which. When the
-// tensors exceed max_shard_bytes they are split like HF does: tensors in ParamSpec order, a new
-// shard started whenever the next tensor would push the current one past the limit (a tensor
-// larger than the limit gets a shard of its own), plus model.safetensors.index.json.
-// extra_files: (name, contents) written into the dir as well, inside the same atomic save.
+// tokenizer_json may be empty (no tokenizer copied; else write_tokenizer_files). Tensors are
+// written in `dtype` (F32, BF16 or F16; 16-bit values rounded to nearest even) and config.json's
+// torch_dtype says which. When the tensors exceed max_shard_bytes they are split like HF does:
+// tensors in ParamSpec order, a new shard started whenever the next tensor would push the current
+// one past the limit (a tensor larger than the limit gets a shard of its own), plus
+// model.safetensors.index.json. extra_files: (name, contents) written into the dir as well, inside
+// the same atomic save.
 using ExtraFiles = std::vector<std::pair<std::string, std::string>>;
 void save_hf_model(const std::string& dir, const ModelConfig& config, const HostParams& params,
                    const std::string& tokenizer_json,

@@ -133,8 +133,7 @@ void save_int8_model(const std::string& dir, const ModelConfig& c, const HostPar
     write_dir_atomic(dir, "saving int8 model dir", [&](const std::string& tmp) {
         write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
         write_model_files_sharded(tmp, bytes, max_shard_bytes, write_items, names);
-        if (!tokenizer_json.empty())
-            write_file_atomic(tmp + "/tokenizer.json", read_file(tokenizer_json));
+        if (!tokenizer_json.empty()) write_tokenizer_files(tmp, tokenizer_json);
         if (!generation_config.empty())
             write_file_atomic(tmp + "/generation_config.json", read_file(generation_config));
         if (adapter.empty()) return;
