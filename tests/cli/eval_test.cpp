@@ -175,6 +175,21 @@ TEST(CliEval, TextUsesTheModelTokenizer) {
     fs::remove_all(dir);
 }
 
+// The in-process reference of `ete eval --jsonl`: the model's mean loss over the labelled tokens
+// of d's examples, one example a row of T, and the number of those tokens.
+std::pair<double, int64_t> score_examples(Transformer& m, const SftDataset& d, int T) {
+    std::vector<int32_t> in(static_cast<size_t>(T)), tgt(static_cast<size_t>(T));
+    m.setup(1, T);
+    double sum = 0;
+    int64_t tokens = 0;
+    for (uint64_t e = 0; e < d.num_examples(); ++e) {
+        d.fill_example(e, in.data(), tgt.data());
+        sum += m.forward_loss(in.data(), tgt.data(), 1, T);
+        for (int32_t t : tgt) tokens += t != kIgnoreIndex;
+    }
+    return {sum / double(std::max<int64_t>(tokens, 1)), tokens};
+}
+
 // --jsonl: the mean loss over response tokens, example by example in file order, as SftDataset
 // lays them out; --pack must give the same loss (attention stays inside each example).
 TEST(CliEval, JsonlScoresResponsesOnlyAndPackingAgrees) {
@@ -201,21 +216,13 @@ TEST(CliEval, JsonlScoresResponsesOnlyAndPackingAgrees) {
     nlohmann::json flat = nlohmann::json::parse(run_shell(ete_cmd(base)).out);
     nlohmann::json packed = nlohmann::json::parse(run_shell(ete_cmd(base + " --pack")).out);
 
-    SftDataset d((dir / "d.jsonl").string(), tok, 32, {}, 0, 0.0);
-    std::vector<int32_t> in(32), tgt(32);
-    m.setup(1, 32);
-    double sum = 0;
-    int64_t tokens = 0;
-    for (uint64_t e = 0; e < d.num_examples(); ++e) {
-        d.fill_example(e, in.data(), tgt.data());
-        sum += m.forward_loss(in.data(), tgt.data(), 1, 32);
-        for (int32_t t : tgt) tokens += t != kIgnoreIndex;
-    }
+    const auto [want, tokens] =
+        score_examples(m, SftDataset((dir / "d.jsonl").string(), tok, 32, {}, 0, 0.0), 32);
     // Targets: "a<k>b" + eos per plain record, "yz" + eos for the chat (its newline is untrained).
     EXPECT_EQ(flat["tokens"].get<int64_t>(), tokens);
     EXPECT_EQ(flat["examples"].get<int64_t>(), 8);
-    const double tol = eval_tolerance(c, 32, 3 * 32) * sum / double(tokens);
-    EXPECT_NEAR(flat["loss"].get<double>(), sum / double(tokens), tol);
+    const double tol = eval_tolerance(c, 32, 3 * 32) * want;
+    EXPECT_NEAR(flat["loss"].get<double>(), want, tol);
     EXPECT_EQ(packed["tokens"].get<int64_t>(), tokens);
     EXPECT_NEAR(packed["loss"].get<double>(), flat["loss"].get<double>(), tol);
     std::string bad = run_capture("eval --model " + (dir / "m").string() + " --tokens x --pack");
@@ -267,18 +274,9 @@ TEST(CliEval, JsonlChatRecordsUseTheChosenTemplate) {
     // In process: the loss sum and the labelled tokens of SftDataset's examples, with the model
     // dir's tokenizer as `ete eval` loads it (its EOS from the tokenizer_config.json: <|im_end|>).
     const Tokenizer loaded = Tokenizer::load(tj);
-    auto score = [&](SftOptions opt) {
-        SftDataset d((dir / "d.jsonl").string(), loaded, 128, opt, 0, 0.0);
-        std::vector<int32_t> in(128), tgt(128);
-        m.setup(1, 128);
-        double sum = 0;
-        int64_t tokens = 0;
-        for (uint64_t e = 0; e < d.num_examples(); ++e) {
-            d.fill_example(e, in.data(), tgt.data());
-            sum += m.forward_loss(in.data(), tgt.data(), 1, 128);
-            for (int32_t t : tgt) tokens += t != kIgnoreIndex;
-        }
-        return std::pair{sum / double(tokens), tokens};
+    auto score = [&](const SftOptions& opt) {
+        return score_examples(m, SftDataset((dir / "d.jsonl").string(), loaded, 128, opt, 0, 0.0),
+                              128);
     };
     SftOptions with;
     with.chat_template = load_sft_chat_template("model", tj, loaded);
