@@ -115,6 +115,47 @@ TEST_F(LoraCli, FinalIsAPeftDirAndResumeIsBitExact) {
     EXPECT_NE(r.out.find("the base model's contents changed"), std::string::npos) << r.out;
 }
 
+// Checkpoints and adapters of an ETE from before the XXH3 fingerprint recorded the base's FNV one
+// (16 hex digits): a resume compares in that form and goes on recording it, eval verifies it, and
+// another base is still refused by each.
+TEST_F(LoraCli, OlderFingerprintsOfTheBaseStillVerify) {
+    ASSERT_EQ(train("base", "run", "").code, 0);
+    const std::string legacy = model_dir_hash_like(path("base"), "0123456789abcdef");
+    ASSERT_TRUE(is_legacy_model_dir_hash(legacy)) << legacy;
+    ASSERT_NE(legacy, model_dir_hash(path("base")));
+    // An older ETE's checkpoint: its state.json without file hashes and checksum.
+    for (const char* out : {"old", "old_other"}) {
+        const fs::path ck = path(std::string(out) + "/checkpoints/step_00000003");
+        fs::create_directories(ck.parent_path());
+        fs::copy(path("run/checkpoints/step_00000003"), ck);
+        json st = json::parse(read_file((ck / "state.json").string()));
+        st["run"]["lora.base_hash"] = legacy;
+        st.erase("files");
+        st.erase("checksum");
+        write_file_atomic((ck / "state.json").string(), st.dump(2));
+    }
+    ShellResult r = train("base", "old", "--resume auto");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(read_file(path("old/final/adapter_model.safetensors")),
+              read_file(path("run/final/adapter_model.safetensors")));
+    EXPECT_EQ(read_json_file(path("old/final/adapter_config.json"))[kPeftBaseHashKey], legacy);
+    r = train("other", "old_other", "--resume auto");
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("the base model's contents changed"), std::string::npos) << r.out;
+    const std::string tokens = " --tokens " + path("t.bin") + " --batch 2 --seq 6 2>&1";
+    r = run_shell(
+        ete_cmd("eval --model " + path("base") + " --adapter " + path("old/final") + tokens));
+    EXPECT_EQ(r.code, 0) << r.out;
+    r = run_shell(
+        ete_cmd("eval --model " + path("other") + " --adapter " + path("old/final") + tokens));
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(
+        r.out.find("was trained over a base with content hash " + legacy + ", but '" +
+                   path("other") + "' hashes to " + model_dir_hash_like(path("other"), legacy)),
+        std::string::npos)
+        << r.out;
+}
+
 TEST_F(LoraCli, EvalWithAdapterScoresBasePlusAdapter) {
     ASSERT_EQ(train("base", "run", "").code, 0);
     const int B = 2, T = 6;

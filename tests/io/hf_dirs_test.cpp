@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -13,6 +14,7 @@
 
 #include "ete/backend/backend.h"
 #include "ete/core/file_util.h"
+#include "ete/core/rng.h"
 #include "ete/io/hf_model.h"
 #include "ete/io/safetensors.h"
 #include "ete/model/transformer.h"
@@ -239,6 +241,54 @@ TEST_F(HfShardTest, SaveKeepsTheFilesBesideTheTokenizer) {
     EXPECT_EQ(read_file((root_ / "m" / "tokenizer.json").string()), tokenizer);
     EXPECT_EQ(read_file((root_ / "m" / "tokenizer_config.json").string()), config);
     EXPECT_EQ(read_file((root_ / "m" / "special_tokens_map.json").string()), specials);
+}
+
+// model_dir_hash: "xxh3:" and 16 hex digits, the same for a copy, another for a flipped byte of a
+// weight file or an edited config.json; model_dir_hash_like gives the FNV-1a form ETE recorded
+// before for a value of that form (checked against the loop below), the new one otherwise.
+TEST_F(HfShardTest, ModelDirHashAndItsOlderForm) {
+    const std::string d = save("h", 4000);
+    const std::string h = model_dir_hash(d);
+    ASSERT_EQ(h.size(), 21u);
+    EXPECT_EQ(h.rfind("xxh3:", 0), 0u);
+    EXPECT_EQ(h.find_first_not_of("0123456789abcdef", 5), std::string::npos) << h;
+    fs::copy(d, root_ / "copy");
+    EXPECT_EQ(model_dir_hash((root_ / "copy").string()), h);
+    EXPECT_EQ(model_dir_hash_like(d, h), h);
+    // The older form, computed here from its definition: FNV-1a 64 of each file's bytes,
+    // "name:hex;" of config.json and the .safetensors files in name order, stable_hash of that
+    // (core/rng.h: FNV-1a with its own frozen offset basis).
+    auto fnv = [](const std::string& bytes) {
+        uint64_t x = 14695981039346656037ull;
+        for (char c : bytes) x = (x ^ uint8_t(c)) * 1099511628211ull;
+        return x;
+    };
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(d))
+        if (e.path().filename() == "config.json" || e.path().extension() == ".safetensors")
+            names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    ASSERT_GT(names.size(), 2u);  // several shards
+    std::string all;
+    for (const std::string& n : names)
+        all += fmt::format("{}:{:016x};", n, fnv(read_file(d + "/" + n)));
+    const std::string old = fmt::format("{:016x}", stable_hash(all));
+    EXPECT_EQ(model_dir_hash_like(d, "0123456789abcdef"), old);
+    EXPECT_TRUE(is_legacy_model_dir_hash(old));
+    for (const std::string& not_old :
+         {h, std::string(""), std::string("0123456789abcde"), std::string("0123456789ABCDEF")})
+        EXPECT_FALSE(is_legacy_model_dir_hash(not_old)) << not_old;
+    // A flipped byte in a shard, an edited config: other fingerprints in both forms.
+    const std::string shard = (root_ / "copy" / names[1]).string();
+    std::string b = read_file(shard, UINT64_MAX);
+    b[b.size() / 2] = char(b[b.size() / 2] ^ 1);
+    write_file_atomic(shard, b);
+    EXPECT_NE(model_dir_hash((root_ / "copy").string()), h);
+    EXPECT_NE(model_dir_hash_like((root_ / "copy").string(), old), old);
+    fs::copy(d, root_ / "copy2");
+    write_file_atomic((root_ / "copy2" / "config.json").string(),
+                      read_file(d + "/config.json") + " ");
+    EXPECT_NE(model_dir_hash((root_ / "copy2").string()), h);
 }
 
 // The error tests break a dir saved with a 4000-byte limit (several shards of the 20 kB model).

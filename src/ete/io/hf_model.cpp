@@ -8,10 +8,13 @@
 #include <fcntl.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -353,26 +356,44 @@ void write_tokenizer_files(const std::string& tmp, const std::string& tokenizer_
 
 namespace {
 
-// FNV-1a 64 of a file, streamed through a small buffer (mapping a multi-GB base would make all
-// of it resident while it is hashed).
-uint64_t file_fnv1a(const std::string& path) {
+// Feeds a file to `update` through a 4 MiB buffer (mapping a multi-GB base would make all of it
+// resident while it is hashed).
+void stream_file(const std::string& path, const std::function<void(const char*, size_t)>& update) {
     std::ifstream in(path, std::ios::binary);
     ETE_CHECK(in, "{}: cannot open for reading", path);
-    uint64_t h = 14695981039346656037ull;
     std::vector<char> buf(size_t(4) << 20);
     while (in) {
         in.read(buf.data(), std::streamsize(buf.size()));
-        for (std::streamsize k = 0; k < in.gcount(); ++k) {
-            h ^= uint8_t(buf[size_t(k)]);
+        if (in.gcount() > 0) update(buf.data(), size_t(in.gcount()));
+    }
+    ETE_CHECK(in.eof(), "{}: read error", path);
+}
+
+uint64_t file_xxh3(const std::string& path) {
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st(XXH3_createState(),
+                                                                &XXH3_freeState);
+    ETE_CHECK(st && XXH3_64bits_reset(st.get()) == XXH_OK, "{}: cannot start a hash", path);
+    stream_file(path, [&](const char* p, size_t n) { XXH3_64bits_update(st.get(), p, n); });
+    return XXH3_64bits_digest(st.get());
+}
+
+// The fingerprint ETE recorded before XXH3: FNV-1a 64, one byte at a time (0.3 GB/s on a Zen 5:
+// 8 minutes for a 140 GB base, on every rank).
+uint64_t file_fnv1a(const std::string& path) {
+    uint64_t h = 14695981039346656037ull;
+    stream_file(path, [&](const char* p, size_t n) {
+        for (size_t k = 0; k < n; ++k) {
+            h ^= uint8_t(p[k]);
             h *= 1099511628211ull;
         }
-    }
+    });
     return h;
 }
 
-}  // namespace
+constexpr std::string_view kXxh3Prefix = "xxh3:";
 
-std::string model_dir_hash(const std::string& dir) {
+// "name:hash;" of config.json and every *.safetensors file in name order, hashed.
+uint64_t dir_fingerprint(const std::string& dir, uint64_t (*file_hash)(const std::string&)) {
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(dir)) {
         const std::string n = e.path().filename().string();
@@ -382,8 +403,25 @@ std::string model_dir_hash(const std::string& dir) {
     ETE_CHECK(!files.empty(), "model dir '{}': no config.json or .safetensors files", dir);
     std::string all;
     for (const std::string& n : files)
-        all += fmt::format("{}:{:016x};", n, file_fnv1a((fs::path(dir) / n).string()));
-    return fmt::format("{:016x}", stable_hash(all));
+        all += fmt::format("{}:{:016x};", n, file_hash((fs::path(dir) / n).string()));
+    return stable_hash(all);
+}
+
+}  // namespace
+
+std::string model_dir_hash(const std::string& dir) {
+    return fmt::format("{}{:016x}", kXxh3Prefix, dir_fingerprint(dir, file_xxh3));
+}
+
+bool is_legacy_model_dir_hash(const std::string& recorded) {
+    return recorded.size() == 16 &&
+           recorded.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+std::string model_dir_hash_like(const std::string& dir, const std::string& recorded) {
+    if (is_legacy_model_dir_hash(recorded))
+        return fmt::format("{:016x}", dir_fingerprint(dir, file_fnv1a));
+    return model_dir_hash(dir);
 }
 
 void save_hf_model(const std::string& dir, const ModelConfig& c, const HostParams& store,

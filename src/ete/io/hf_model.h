@@ -66,9 +66,15 @@ void load_hf_weights(const std::string& dir, HostParams& params);
 void load_hf_weights(const std::string& dir, ParamStore& store);
 
 // A fingerprint of a model dir's contents (config.json and every *.safetensors file, in name
-// order; FNV-1a 64 over the bytes, as 16 hex digits): what a LoRA checkpoint records of its base,
-// so a resume onto different base weights is refused.
+// order; each file's XXH3-64, then the list's hash): "xxh3:" and 16 hex digits. What a LoRA
+// checkpoint and adapter record of their base, so a resume or an eval over different base weights
+// is refused.
 std::string model_dir_hash(const std::string& dir);
+// The fingerprint in the form `recorded` has: a value ETE recorded before XXH3 (16 hex digits,
+// FNV-1a 64 of every byte, 0.3 GB/s on Zen 5) is recomputed that way, so older adapters and
+// checkpoints still verify; anything else is model_dir_hash.
+std::string model_dir_hash_like(const std::string& dir, const std::string& recorded);
+bool is_legacy_model_dir_hash(const std::string& recorded);
 
 // Writes `tokenizer_json` into the dir being written, `tmp`, as tokenizer.json, with the
 // tokenizer_config.json and special_tokens_map.json beside it where they exist: the chat template,

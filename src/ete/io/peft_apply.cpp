@@ -31,7 +31,7 @@ void check_adapter_base(const std::string& base_dir, const std::string& adapter_
             adapter_dir, kPeftBaseHashKey, base_dir);
         return;
     }
-    const std::string have = model_dir_hash(base_dir);
+    const std::string have = model_dir_hash_like(base_dir, info.base_hash);
     if (have == info.base_hash) return;
     const std::string msg = fmt::format(
         "adapter '{}' was trained over a base with content hash {}, but '{}' hashes to {}: "

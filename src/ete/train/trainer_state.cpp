@@ -182,6 +182,11 @@ int64_t Trainer::start(const ResumeOptions& resume) {
     // at the start (model.init_from, or the seed), and the adapters are then overwritten.
     if (cfg_.lora_enabled) init_weights(true);
     load_state(*from, st, verified);
+    // A checkpoint of an ETE from before the XXH3 fingerprint recorded its base's older one:
+    // compare in that form, and go on recording it (this run's checkpoints agree).
+    if (const std::string saved = st.run.is_object() ? st.run.value("lora.base_hash", "") : "";
+        !base_hash_.empty() && is_legacy_model_dir_hash(saved))
+        base_hash_ = model_dir_hash_like(cfg_.model_init_from, saved);
     check_resume_compatible(st.run, run_settings(cfg_, mc_, base_hash_), *from, resume.force);
     // A step count or data position that is not a whole number of this run's steps is a corrupt
     // state.json (one without a checksum, from an older ETE); a whole number of other-sized steps
