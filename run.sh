@@ -162,9 +162,10 @@ kernel_profiles() {
 # Of those, only the tests that reached a GEMM whose kernels a profile changes (OpenBLAS's core,
 # oneDNN's ISA, ETE_GEMM16; src/ete/backend/cpu/kernel_use.h), as the first pass listed them in
 # DIR/kernel_users/ (one empty file per test): every other kernel computes the same under any
-# profile, so the rest would repeat the first pass's arithmetic (the attention, norm and loss kernels' tests, the model tests
-# on the reference backend, 8-bit AdamW's quantization map: 343 of 1,159 tests remain, and the pass
-# took 88 instead of 116 s on 2-core Zen 5). Without the list, every numerics test.
+# profile, so the rest would repeat the first pass's arithmetic (the attention, norm and loss
+# kernels' tests, the model tests on the reference backend, 8-bit AdamW's quantization map: 343 of
+# 1,159 tests remain, and the pass took 88 instead of 116 s on 2-core Zen 5). Without the list,
+# every numerics test.
 kernel_matrix() {
     local dir=$1 profile profiles select=(-L numerics) what="every numerics test"
     local abs users chosen listing nums all

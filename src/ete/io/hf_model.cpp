@@ -369,6 +369,8 @@ void stream_file(const std::string& path, const std::function<void(const char*, 
     ETE_CHECK(in.eof(), "{}: read error", path);
 }
 
+// Not core's file_digest (the same XXH3-64): that one drops the file's pages from the cache as it
+// reads, and a base is hashed just before it is loaded.
 uint64_t file_xxh3(const std::string& path) {
     std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st(XXH3_createState(),
                                                                 &XXH3_freeState);
