@@ -76,13 +76,12 @@ std::pair<uint32_t, uint32_t> bucket_bits(uint32_t sign, uint32_t mag) {
 
 }  // namespace
 
-DynamicCoder::DynamicCoder(const std::array<float, 256>& map)
-    : codes_(2 * kBucketsPerSign + 1), threshold_(2 * kBucketsPerSign) {
-    const float inf = std::numeric_limits<float>::infinity();
+DynamicCoder::DynamicCoder(const std::array<float, 256>& map) : entries_(2 * kBucketsPerSign) {
     auto code_of = [&map](uint32_t bits) { return int(dynamic_code(float_of(bits), map.data())); };
     for (uint32_t sign = 0; sign < 2; ++sign) {
         for (uint32_t mag = 0; mag < kBucketsPerSign; ++mag) {
             auto [first, last] = bucket_bits(sign, mag);
+            const bool clamped = mag == 0 || mag == kBucketsPerSign - 1;
             if (mag == kBucketsPerSign - 1) last = sign << 31 | 0x7f800000u;  // up to inf
             // The bucket's floats in value order: bit patterns grow with |x|, so negatives run
             // from `last` down.
@@ -91,25 +90,24 @@ DynamicCoder::DynamicCoder(const std::array<float, 256>& map)
             };
             const uint32_t end = last - first;
             const int lo = code_of(at(0)), hi = code_of(at(end));
-            ETE_CHECK(hi - lo <= 1 && hi >= lo,
+            ETE_CHECK(hi - lo <= 1 && hi >= lo && (!clamped || hi == lo),
                       "DynamicCoder: bucket {} of sign {} spans codes {}..{} (expected two "
-                      "neighbours at most: more mantissa bits)",
+                      "neighbours at most, one in a clamped bucket: more mantissa bits)",
                       mag, sign, lo, hi);
-            const uint32_t b = sign * kBucketsPerSign + mag;
-            codes_[b] = uint16_t(lo | hi << 8);
-            threshold_[b] = -inf;
-            if (hi == lo) continue;
-            // The first float in value order coded hi (codes do not decrease along it).
-            uint32_t a = 0, z = end;
-            while (a < z) {
-                const uint32_t mid = a + (z - a) / 2;
-                if (code_of(at(mid)) == hi) {
-                    z = mid;
-                } else {
-                    a = mid + 1;
+            uint32_t a = 0;  // the first float in value order coded hi (codes do not decrease)
+            if (hi != lo) {
+                uint32_t z = end;
+                while (a < z) {
+                    const uint32_t mid = a + (z - a) / 2;
+                    if (code_of(at(mid)) == hi) {
+                        z = mid;
+                    } else {
+                        a = mid + 1;
+                    }
                 }
+                ETE_ASSERT(a == rank(at(a)));
             }
-            threshold_[b] = float_of(at(a));
+            entries_[sign * kBucketsPerSign + mag] = uint32_t(lo) | uint32_t(hi) << 8 | a << 16;
         }
     }
 }

@@ -53,15 +53,21 @@ inline uint8_t dynamic_code(float x, const float* map) {
 // and every |x| >= 2, NaN and inf included, share one bucket per sign). Over a bucket's floats
 // dynamic_code is non-decreasing (the count of map values <= x grows with x, and so does the
 // choice between the two neighbours: x − below rises as above − x falls), and the constructor
-// checks that it takes at most two neighbouring codes there; the bucket keeps both and the first
-// float that gets the upper one. code(x) = x >= threshold ? upper : lower: dynamic_code's byte for
-// every finite x, its tie rule included (for NaN, the lower code of its bucket). Both steps
-// vectorise as two gathers (backend/cpu/dynamic_code.h).
+// checks that it takes at most two neighbouring codes there (one in the two clamped buckets).
+// Each bucket is one 32-bit entry: the lower code, the upper code, and the place in value order
+// of the bucket's first float that gets the upper code (a float's `rank`: its low
+// 23 − kMantissaBits bits, counted down for negatives; 0 where the bucket has one code, both
+// codes then equal). code(x) = rank(x) >= that place ? upper : lower — dynamic_code's byte for
+// every finite x, its tie rule included (for NaN, the code of its clamped bucket). One lookup,
+// and in the vector kernel one gather per 16 codes (backend/cpu/dynamic_code.h); the signed
+// table is 24 KiB, so it stays in L1 beside the block.
 class DynamicCoder {
   public:
-    static constexpr int kMantissaBits = 8;
+    static constexpr int kMantissaBits = 7;
     static constexpr uint32_t kMinExponent = 104;  // 2^-23: below half the smallest map gap
     static constexpr uint32_t kBucketsPerSign = ((128 - kMinExponent) << kMantissaBits) + 2;
+    static constexpr uint32_t kRankMask = (1u << (23 - kMantissaBits)) - 1;
+    static_assert(kRankMask <= 0xffff);  // a rank fits an entry's 16 bits
 
     explicit DynamicCoder(const std::array<float, 256>& map);
 
@@ -73,22 +79,23 @@ class DynamicCoder {
                                      int32_t(kBucketsPerSign) - 1);
         return (bits >> 31) * kBucketsPerSign + uint32_t(mag);
     }
+    // A float's place in value order within its (unclamped) bucket.
+    static uint32_t rank(uint32_t bits) {
+        return (bits >> 31) ? kRankMask - (bits & kRankMask) : bits & kRankMask;
+    }
     uint8_t code(float x) const {
         uint32_t bits;
         std::memcpy(&bits, &x, sizeof bits);
-        const uint32_t b = bucket(bits);
-        return uint8_t(x >= threshold_[b] ? codes_[b] >> 8 : codes_[b] & 0xff);
+        const uint32_t e = entries_[bucket(bits)];
+        return uint8_t(rank(bits) >= e >> 16 ? e >> 8 : e);
     }
 
-    // The tables, for a vector kernel that runs code() lane by lane: by bucket, the lower code in
-    // the low byte and the upper one in the high byte (one more entry follows the last, so a
-    // 4-byte gather at any bucket stays in bounds), and the first float of the upper code.
-    const uint16_t* codes() const { return codes_.data(); }
-    const float* thresholds() const { return threshold_.data(); }
+    // The table, for a vector kernel that runs code() lane by lane: by bucket, the lower code in
+    // bits 0-7, the upper one in bits 8-15, the upper code's first rank in bits 16-31.
+    const uint32_t* entries() const { return entries_.data(); }
 
   private:
-    std::vector<uint16_t> codes_;
-    std::vector<float> threshold_;
+    std::vector<uint32_t> entries_;
 };
 // The coders of moment_map_signed() and bnb_dynamic_map_unsigned().
 const DynamicCoder& moment_coder_signed();

@@ -1,7 +1,7 @@
 // ete/backend/cpu/dynamic_code.h — DynamicCoder::code (core/dynamic_map.h) 16 lanes at a time,
 // for 8-bit AdamW's requantization (backend/cpu/optim8.cpp), where the build targets AVX-512:
-// the bucket computed as DynamicCoder::bucket does, its two codes and its threshold read by
-// gathers, and the same comparison, so every lane gets code()'s byte
+// the bucket computed as DynamicCoder::bucket does, its entry read by one gather, and the same
+// comparison of ranks, so every lane gets code()'s byte
 // (tests/optim/adamw8bit_test.cpp checks it on the inputs the scalar coder is checked on).
 #pragma once
 
@@ -45,15 +45,15 @@ inline __m512i lanes_code(__m512 x, const DynamicCoder& coder) {
     const __mmask16 negative = _mm512_cmplt_epi32_mask(bits, _mm512_setzero_si512());
     const __m512i bucket = _mm512_mask_add_epi32(
         mag, negative, mag, _mm512_set1_epi32(int32_t(DynamicCoder::kBucketsPerSign)));
-    // Both codes of each lane's bucket (4 bytes from a 2-byte entry: the table has one more),
-    // then the upper one where x reaches the bucket's threshold.
-    const __m512i pair =
-        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kAll, bucket, coder.codes(), 2);
-    const __m512 threshold = gather(bucket, coder.thresholds());
-    const __m512i lower = _mm512_and_si512(pair, _mm512_set1_epi32(0xff));
-    const __m512i upper =
-        _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, pair, 8), _mm512_set1_epi32(0xff));
-    return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(x, threshold, _CMP_GE_OQ), lower, upper);
+    // The bucket's entry, and the upper code where the lane's rank reaches the entry's.
+    const __m512i entry =
+        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kAll, bucket, coder.entries(), 4);
+    const __m512i mask = _mm512_set1_epi32(int32_t(DynamicCoder::kRankMask));
+    const __m512i low = _mm512_and_si512(bits, mask);
+    const __m512i rank = _mm512_mask_sub_epi32(low, negative, mask, low);
+    const __mmask16 upper = _mm512_cmpge_epu32_mask(rank, _mm512_maskz_srli_epi32(kAll, entry, 16));
+    const __m512i code = _mm512_mask_srli_epi32(entry, upper, entry, 8);
+    return _mm512_and_si512(code, _mm512_set1_epi32(0xff));
 }
 #endif
 
