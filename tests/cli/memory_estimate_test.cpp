@@ -9,11 +9,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <regex>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "ete/core/file_util.h"
 #include "ete/data/token_shard.h"
+#include "ete/train/memory_estimate.h"
+#include "ete/train/run_setup.h"
 #include "shell.h"
 
 namespace ete {
@@ -130,6 +133,144 @@ TEST_F(MemoryEstimate, BoundsTheMeasuredPeak) {
                                     << " MiB, estimated " << p.estimated / MiB << " MiB";
             }
         }
+    }
+}
+
+// Runs `ete train` on `sets` (a whole mesh under mpirun when it has several ranks) and compares
+// every rank's printed estimate line with plan_memory's for that rank's stage and tp rank, its
+// runtime term taken from the printed line (rounded to 0.1 MiB either way): every term equal but
+// the peak, which sums the exact runtime, within that rounding. So the planning backend allocates
+// exactly what each rank of the run does.
+void expect_plan_is_the_run(const fs::path& dir, const std::string& sets_text,
+                            const MeshShape& mesh) {
+    std::vector<std::string> sets;
+    std::istringstream words(sets_text);
+    for (std::string w; words >> w;) sets.push_back(w);
+    std::string args;
+    for (const std::string& w : sets) args += " --set " + w;
+    // A mesh runs one thread a rank (the planned workspace is per thread).
+    const int threads = mesh.size() > 1 ? 1 : 2;
+    const std::string launch = mesh.size() > 1
+                                   ? fmt::format(
+                                         "ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np {} "
+                                         "--oversubscribe ",
+                                         mesh.size())
+                                   : "";
+    const std::string cmd =
+        fmt::format("OMP_NUM_THREADS={} ", threads) + launch +
+        ete_cmd("train --out " + (dir / "run").string() +
+                " --set train.steps=1 --set train.eval_every=0 --set train.warmup_steps=0 "
+                "--set data.val_fraction=0 --set data.train=" +
+                (dir / "toks.bin").string() + args) +
+        " 2>&1";
+    const ShellResult r = run_shell(cmd);
+    ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out;
+    fs::remove_all(dir / "run");
+    RunConfig cfg = default_run_config();
+    for (const std::string& w : sets) apply_override(cfg, w);
+    const ModelConfig mc = resolve_model(cfg, std::nullopt);
+    // Rank 0's line, and the largest rank's where that is another: the one the plans put
+    // highest without the runtime term (the lowest on a tie).
+    int largest = 0;
+    uint64_t top = 0;
+    for (int rank = 0; rank < mesh.size(); ++rank) {
+        const MeshCoord at = mesh_coord(mesh, rank);
+        const uint64_t p = plan_memory(mc, cfg, mesh, at.pp, at.tp, 0, threads).peak();
+        if (p > top) {
+            largest = rank;
+            top = p;
+        }
+    }
+    static const std::regex printed(
+        R"(memory estimate \(rank ([0-9]+)[^)]*\): (runtime ([0-9.]+) (MiB|GiB) \|[^\n]*))");
+    std::vector<int> ranks;
+    for (std::sregex_iterator it(r.out.begin(), r.out.end(), printed), end; it != end; ++it) {
+        const std::smatch& m = *it;
+        const int rank = std::stoi(m[1]);
+        ranks.push_back(rank);
+        const MeshCoord at = mesh_coord(mesh, rank);
+        const ete::MemoryEstimate e =
+            plan_memory(mc, cfg, mesh, at.pp, at.tp, uint64_t(parse_bytes(m[3], m[4])), threads);
+        const std::string plan = e.line(cfg.lora_enabled), run = m[2].str();
+        const std::string what = fmt::format("{} (rank {})", sets_text, rank);
+        EXPECT_EQ(plan.substr(0, plan.rfind("| peak")), run.substr(0, run.rfind("| peak"))) << what;
+        const std::string peak = run.substr(run.rfind("| peak ") + 7);
+        const std::string number = peak.substr(0, peak.find(' '));
+        EXPECT_NEAR(double(e.peak()), parse_bytes(number, peak.substr(number.size() + 1)),
+                    0.1 * (1 << 20))
+            << what;
+    }
+    const std::vector<int> want = largest == 0 ? std::vector<int>{0} : std::vector<int>{0, largest};
+    EXPECT_EQ(ranks, want) << sets_text << "\n" << r.out;
+}
+
+const char* const kPlanModel =
+    "model.vocab_size=8192 model.hidden_size=64 model.num_layers=3 model.num_heads=4 "
+    "model.num_kv_heads=2 model.intermediate_size=96 model.max_position_embeddings=64 "
+    "train.seq_len=32 train.micro_batch=2 data.tokenizer=\"\" ";
+
+TEST_F(MemoryEstimate, ThePlanWithoutAModelIsTheRunsEstimate) {
+    for (const char* c : {
+             "train.precision=fp32",
+             "train.precision=bf16 train.optimizer=adamw8bit train.recompute=full",
+             "train.precision=bf16 lora.enabled=true lora.targets=all-linear lora.r=8 "
+             "lora.base_format=nf4",
+             "train.precision=fp32 qat.enabled=true",
+             "model.arch=gemma2 model.num_layers=4 train.precision=bf16 train.grad_accum=2",
+         })
+        expect_plan_is_the_run(dir_, kPlanModel + std::string(c), MeshShape{});
+}
+
+// Each rank of a mesh: tp shards (GQA's kv heads shared by 2 ranks each at tp = 4) on both
+// pipeline stages, and ZeRO-1 replicas with 8-bit AdamW under pp.
+TEST_F(MemoryEstimate, ThePlanOfEveryRankIsItsEstimate) {
+    if (run_shell("command -v mpirun >/dev/null 2>&1").code != 0)
+        GTEST_SKIP() << "mpirun not installed (Debian package openmpi-bin)";
+    expect_plan_is_the_run(dir_,
+                           kPlanModel + std::string("parallel.tp=2 parallel.pp=2 "
+                                                    "train.grad_accum=2 train.precision=bf16"),
+                           MeshShape{1, 2, 2});
+    expect_plan_is_the_run(dir_,
+                           kPlanModel + std::string("parallel.tp=4 lora.enabled=true "
+                                                    "lora.targets=all-linear lora.r=4 "
+                                                    "lora.base_format=f32"),
+                           MeshShape{1, 4, 1});
+    expect_plan_is_the_run(
+        dir_,
+        kPlanModel + std::string("parallel.dp=2 parallel.pp=2 parallel.zero_stage=1 "
+                                 "train.optimizer=adamw8bit train.grad_accum=2"),
+        MeshShape{2, 1, 2});
+}
+
+// A model no test machine could hold plans in no memory: Llama 3 70B's shapes (HF's count,
+// 70,553,706,496 parameters), full fp32 training with AdamW: 4 bytes of weights and of gradients
+// and 8 of optimizer state a parameter; ZeRO stage 1 over 8 replicas keeps the largest shard's.
+TEST(MemoryPlan, Llama3_70BPlansWithoutMemory) {
+    RunConfig cfg = default_run_config();
+    for (const char* w :
+         {"model.vocab_size=128256", "model.hidden_size=8192", "model.num_layers=80",
+          "model.num_heads=64", "model.num_kv_heads=8", "model.intermediate_size=28672",
+          "model.max_position_embeddings=8192", "model.tie_word_embeddings=false",
+          "train.seq_len=4096", "train.micro_batch=1", "data.tokenizer=\"\""})
+        apply_override(cfg, w);
+    const ModelConfig mc = resolve_model(cfg, std::nullopt);
+    const uint64_t n = 70553706496ull;
+    const ete::MemoryEstimate e = plan_memory(mc, cfg, MeshShape{}, 0, 0, 0, 2);
+    EXPECT_EQ(e.weights, 4 * n);
+    EXPECT_EQ(e.gradients, 4 * n);
+    EXPECT_EQ(e.optimizer, 8 * n);
+    EXPECT_EQ(e.frozen, 0u);
+    apply_override(cfg, "parallel.zero_stage=1");
+    const ete::MemoryEstimate z = plan_memory(mc, cfg, MeshShape{8, 1, 1}, 0, 0, 0, 2);
+    EXPECT_EQ(z.optimizer, 8 * (n / 8 + n % 8));  // the last replica's shard: the tail's
+    EXPECT_EQ(z.weights, 4 * n);
+    // tp = 8: each rank holds 1/8 of every matrix (64 query heads, 8 kv heads, 28672 features
+    // and 128256 vocabulary rows all divide) and the whole of the 161 norms.
+    const uint64_t norms = (80 * 2 + 1) * 8192ull, shard = (n - norms) / 8 + norms;
+    for (int r : {0, 7}) {
+        const ete::MemoryEstimate t = plan_memory(mc, cfg, MeshShape{1, 8, 1}, 0, r, 0, 2);
+        EXPECT_EQ(t.weights, 4 * shard) << "tp rank " << r;
     }
 }
 

@@ -342,6 +342,10 @@ std::unique_ptr<Backend> make_cpu_backend();
 // The CPU backend on memory the host cannot touch (tests: proves that nothing outside the backend
 // dereferences backend memory).
 std::unique_ptr<Backend> make_guarded_backend();
+// The CPU backend as a counter (train/memory_estimate.h's plan_memory): its allocations are
+// address space that is never backed (a model of any size builds in no memory), uploads and fills
+// do nothing, and any op or download throws. Its GEMM workspace figures are the CPU backend's.
+std::unique_ptr<Backend> make_planning_backend();
 // The CUDA backend; a build without it throws "[cuda] backend 'cuda': this build ... has no CUDA
 // compute backend".
 std::unique_ptr<Backend> make_cuda_backend();

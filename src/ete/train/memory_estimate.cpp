@@ -6,7 +6,9 @@
 #include "ete/core/error.h"
 #include "ete/core/mem_stats.h"
 #include "ete/optim/optimizer.h"
+#include "ete/parallel/fake_comm.h"
 #include "ete/parallel/zero.h"
+#include "ete/train/dist.h"
 
 namespace ete {
 
@@ -92,6 +94,47 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
     const uint64_t as_stored = nf4 ? largest / 2 + largest / 16 : largest * dtype_size(act);
     e.loading = largest * (cfg.model_init_from.empty() || !gpt2 ? 4 : 8) + as_stored;
     return e;
+}
+
+namespace {
+
+// plan_memory for one tp rank; tp: its group (null without tp).
+MemoryEstimate plan_rank(const ModelConfig& mc, const RunConfig& cfg, const MeshShape& mesh,
+                         int stage, Communicator* tp, uint64_t runtime_bytes, int threads) {
+    const std::unique_ptr<Backend> be = make_planning_backend();
+    ModelParallel mp;
+    mp.tp = tp;
+    mp.tp_rank = tp ? tp->rank() : 0;
+    mp.tp_size = mesh.tp;
+    mp.stage = stage;
+    mp.num_stages = mesh.pp;
+    const std::vector<int> b = pipeline_layer_bounds(mc, mesh.pp, cfg.parallel_pp_layers);
+    mp.layer_begin = b[size_t(stage)];
+    mp.layer_end = b[size_t(stage) + 1];
+    Transformer model(mc, *be, mp, compute_dtype(cfg), lora_spec(cfg), qat_spec(cfg));
+    if (cfg.qat_enabled) model.enable_qat(qat_spec(cfg));
+    // As the trainer sets up: 1F1B's slots, this replica's rows, the recompute plan.
+    const int slots = mesh.pp == 1 ? 1 : std::min(mesh.pp - stage, cfg.grad_accum) + 1;
+    const int rows = replica_rows(cfg.micro_batch, mesh.dp, 0, cfg.parallel_uneven_batch).rows;
+    const std::vector<bool> plan = recompute_plan(cfg.recompute, mc.num_layers);
+    return estimate_memory(model, cfg, mesh.dp, runtime_bytes, threads,
+                           model.plan_activation_bytes(rows, cfg.seq_len, plan, slots));
+}
+
+}  // namespace
+
+MemoryEstimate plan_memory(const ModelConfig& mc, const RunConfig& cfg, const MeshShape& mesh,
+                           int stage, int tp_rank, uint64_t runtime_bytes, int threads) {
+    ETE_CHECK(stage >= 0 && stage < mesh.pp && tp_rank >= 0 && tp_rank < mesh.tp,
+              "memory plan: stage {} and tp rank {} of parallel.pp = {}, parallel.tp = {}", stage,
+              tp_rank, mesh.pp, mesh.tp);
+    if (mesh.tp == 1) return plan_rank(mc, cfg, mesh, stage, nullptr, runtime_bytes, threads);
+    MemoryEstimate out;
+    run_fake_world(mesh.tp, [&](Communicator& tp) {
+        const MemoryEstimate e = plan_rank(mc, cfg, mesh, stage, &tp, runtime_bytes, threads);
+        if (tp.rank() == tp_rank) out = e;
+    });
+    return out;
 }
 
 void check_memory(const MemoryEstimate& e, const RunConfig& cfg, uint64_t batch_bytes,

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "ete/model/transformer.h"
+#include "ete/parallel/mesh.h"
 #include "ete/train/config.h"
 
 namespace ete {
@@ -43,6 +44,16 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, int dp,
                                uint64_t runtime_bytes, int threads,
                                std::optional<uint64_t> activations = std::nullopt);
+
+// The estimate of one rank of a layout without holding its model: the model of pipeline stage
+// `stage`, tensor-parallel rank `tp_rank`, built on the planning backend (make_planning_backend:
+// address space that is never backed) with cfg's precision, LoRA/QLoRA, QAT, recompute and
+// batch, and estimate_memory's terms for that rank of dp replica 0 (the one with the most rows).
+// Under tp the shards of all tp ranks are built on an in-process fake group (the kv-head groups
+// of GQA split it), so every figure is the run's own. The weights of a 70B model build in no
+// memory and milliseconds.
+MemoryEstimate plan_memory(const ModelConfig& mc, const RunConfig& cfg, const MeshShape& mesh,
+                           int stage, int tp_rank, uint64_t runtime_bytes, int threads);
 
 // Before the activations and batch buffers are allocated: throws when this rank's estimated peak
 // exceeds what it can still get (core/mem_stats.h available_memory, shared by the `local_ranks`

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -481,9 +482,7 @@ void Trainer::log_start() const {
     log_info("backend: {}", backend_->describe());
     const std::string advice = cfg_.backend == "cuda" ? "" : cpu::openblas_core_advice();
     if (!advice.empty() && dist_.main()) log_warn("{}", advice);
-    log_info("memory estimate (rank {}): {}", dist_.world->rank(),
-             estimate_memory(model_, cfg_, m.dp, runtime_rss_, omp_get_max_threads())
-                 .line(cfg_.lora_enabled));
+    log_memory_estimate();
     if (m.size() > 1)
         log_info("parallel: {} ranks = dp {} x tp {} x pp {} | {} rows per replica micro-batch{}{}",
                  m.size(), m.dp, m.tp, m.pp, rows_.rows,
@@ -516,6 +515,48 @@ void Trainer::log_start() const {
             cfg_.qat_freeze_step > 0
                 ? fmt::format(", observers frozen from step {}", cfg_.qat_freeze_step + 1)
                 : "");
+}
+
+// Rank 0's estimate, and the largest rank's where that is another (a last pipeline stage holds
+// the head, a ZeRO tail shard more state): every rank's terms are gathered (one all-gather), and
+// the largest is the one whose peak without its runtime term is largest (the lowest on a tie), so
+// the ranks' start-up noise does not pick it.
+void Trainer::log_memory_estimate() const {
+    const MemoryEstimate e =
+        estimate_memory(model_, cfg_, dist_.shape().dp, runtime_rss_, omp_get_max_threads());
+    log_info("memory estimate (rank {}): {}", dist_.world->rank(), e.line(cfg_.lora_enabled));
+    const int n = dist_.world->size();
+    if (n == 1) return;
+    constexpr int kTerms = 10;
+    auto terms = [](MemoryEstimate& x) {
+        return std::array<uint64_t*, kTerms>{&x.runtime,   &x.frozen,      &x.weights, &x.gradients,
+                                             &x.optimizer, &x.activations, &x.comm,    &x.workspace,
+                                             &x.loading,   &x.frozen_dense};
+    };
+    MemoryEstimate mine = e;
+    std::vector<double> all(size_t(n) * kTerms);
+    for (int t = 0; t < kTerms; ++t)
+        all[size_t(dist_.world->rank() * kTerms + t)] = double(*terms(mine)[size_t(t)]);
+    dist_.world->all_gather(all.data() + dist_.world->rank() * kTerms, all.data(), kTerms,
+                            DType::F64);
+    int largest = 0;
+    MemoryEstimate top;
+    uint64_t top_runtime = 0;
+    for (int r = 0; r < n; ++r) {
+        MemoryEstimate x;
+        for (int t = 0; t < kTerms; ++t)
+            *terms(x)[size_t(t)] = uint64_t(all[size_t(r * kTerms + t)]);
+        x.runtime = 0;  // what the layout holds decides, not the ranks' start-up noise
+        if (r == 0 || x.peak() > top.peak()) {
+            largest = r;
+            top = x;
+            top_runtime = uint64_t(all[size_t(r * kTerms)]);
+        }
+    }
+    top.runtime = top_runtime;
+    if (largest != 0)
+        log_info("memory estimate (rank {}, the largest of {}): {}", largest, n,
+                 top.line(cfg_.lora_enabled));
 }
 
 void Trainer::log_memory_measured() {

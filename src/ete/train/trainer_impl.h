@@ -163,6 +163,8 @@ class Trainer {
          grace_warned_ = false;
     double last_step_s_ = 0, last_save_s_ = 0;
     void log_start() const;
+    // At start: this rank's memory estimate, and the largest rank's (collective).
+    void log_memory_estimate() const;
     // After the first steps: the measured peak RSS beside the estimate of log_start (collective).
     void log_memory_measured();
     // Samples since the start of training after `step` steps (layout-independent).

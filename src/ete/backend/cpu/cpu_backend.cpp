@@ -58,11 +58,15 @@ std::string CpuBackend::describe() const {
 }  // namespace cpu
 
 std::unique_ptr<Backend> make_cpu_backend() {
-    return std::make_unique<cpu::CpuBackend>(false);
+    return std::make_unique<cpu::CpuBackend>();
 }
 
 std::unique_ptr<Backend> make_guarded_backend() {
-    return std::make_unique<cpu::CpuBackend>(true);
+    return std::make_unique<cpu::CpuBackend>(cpu::CpuBackend::Memory::Guarded);
+}
+
+std::unique_ptr<Backend> make_planning_backend() {
+    return std::make_unique<cpu::CpuBackend>(cpu::CpuBackend::Memory::Planning);
 }
 
 }  // namespace ete

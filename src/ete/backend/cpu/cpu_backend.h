@@ -19,6 +19,9 @@
 // mapped twice (cpu/guarded_memory.h): the address handed out is PROT_NONE, so any load or store
 // from outside this backend faults, and the ops translate each view to its read-write alias first
 // — checking on the way that the view lies inside one live allocation. The kernels are the same.
+// In planning mode (make_planning_backend) an allocation is address space only (PROT_NONE,
+// MAP_NORESERVE): a model of any size can be built to count its memory, uploads and fills do
+// nothing, and any op or download throws.
 // Each op starts with a Scope: it translates views, and reports to the profiler when one is set.
 #pragma once
 
@@ -38,10 +41,13 @@ class GuardedMemory;
 
 class CpuBackend final : public Backend {
   public:
-    explicit CpuBackend(bool guarded = false);
+    enum class Memory { Host, Guarded, Planning };
+    explicit CpuBackend(Memory memory = Memory::Host);
     ~CpuBackend() override;
 
-    std::string name() const override { return guard_ ? "guarded" : "cpu"; }
+    std::string name() const override {
+        return guard_ ? "guarded" : planning_ ? "planning" : "cpu";
+    }
     std::string describe() const override;
     // The per-thread buffers, and a 16-bit compute dtype's fp32 staging where its GEMMs run the
     // sgemm fallback (dnnl_gemm.h).
@@ -184,6 +190,7 @@ class CpuBackend final : public Backend {
     Nf4View host_view(const Nf4View& w) const;
 
     std::unique_ptr<GuardedMemory> guard_;
+    bool planning_ = false;  // make_planning_backend: address space only
     // allocate_zeroed's anonymous mappings (address -> length), which deallocate unmaps.
     std::mutex mapped_mutex_;
     std::unordered_map<void*, size_t> mapped_;

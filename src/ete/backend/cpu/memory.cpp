@@ -85,19 +85,23 @@ void check_same_shape(const CMat& a, const CMat& b, const char* op) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(bool guarded) {
-    if (guarded) guard_ = std::make_unique<GuardedMemory>();
+CpuBackend::CpuBackend(Memory memory) {
+    if (memory == Memory::Guarded) guard_ = std::make_unique<GuardedMemory>();
+    planning_ = memory == Memory::Planning;
 }
 
 CpuBackend::~CpuBackend() = default;
 
 void* CpuBackend::host_ptr(const void* p, size_t bytes) const {
+    ETE_CHECK(!planning_ || !p,
+              "the planning backend holds no memory: it counts allocations and runs no op");
     if (!guard_ || !p) return const_cast<void*>(p);
     return guard_->host(p, bytes);
 }
 
 void* CpuBackend::allocate(size_t bytes) {
     if (guard_) return guard_->allocate(bytes);
+    if (planning_) return allocate_zeroed(bytes);
     void* p = std::aligned_alloc(64, std::max<size_t>((bytes + 63) / 64 * 64, 64));
     if (!p) throw std::bad_alloc();
     return p;
@@ -110,9 +114,12 @@ constexpr size_t kMappedMin = size_t{1} << 20;
 constexpr size_t kPageBytes = 4096;
 
 void* CpuBackend::allocate_zeroed(size_t bytes) {
-    if (guard_ || bytes < kMappedMin) return Backend::allocate_zeroed(bytes);
-    const size_t len = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
-    void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (guard_ || (bytes < kMappedMin && !planning_)) return Backend::allocate_zeroed(bytes);
+    const size_t len = std::max((bytes + kPageBytes - 1) / kPageBytes * kPageBytes, kPageBytes);
+    void* p =
+        planning_
+            ? ::mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+            : ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     std::lock_guard<std::mutex> lock(mapped_mutex_);
     mapped_.emplace(p, len);
@@ -133,7 +140,7 @@ void CpuBackend::deallocate(void* p) noexcept {
 }
 
 void CpuBackend::upload(void* dst, const void* host_src, size_t bytes) {
-    if (bytes) std::memcpy(host_ptr(dst, bytes), host_src, bytes);
+    if (bytes && !planning_) std::memcpy(host_ptr(dst, bytes), host_src, bytes);
 }
 
 void CpuBackend::download(void* host_dst, const void* src, size_t bytes) {
@@ -141,11 +148,11 @@ void CpuBackend::download(void* host_dst, const void* src, size_t bytes) {
 }
 
 void CpuBackend::copy_bytes(void* dst, const void* src, size_t bytes) {
-    if (bytes) std::memmove(host_ptr(dst, bytes), host_ptr(src, bytes), bytes);
+    if (bytes && !planning_) std::memmove(host_ptr(dst, bytes), host_ptr(src, bytes), bytes);
 }
 
 void CpuBackend::fill_bytes(void* dst, int value, size_t bytes) {
-    if (bytes) std::memset(host_ptr(dst, bytes), value, bytes);
+    if (bytes && !planning_) std::memset(host_ptr(dst, bytes), value, bytes);
 }
 
 void CpuBackend::copy(Mat dst, CMat src) {
@@ -166,6 +173,7 @@ void CpuBackend::copy(Mat dst, CMat src) {
 }
 
 void CpuBackend::fill(Mat dst, float value) {
+    if (planning_) return;  // like fill_bytes: what a model's setup writes, never read
     Scope h(*this, "fill");
     dst = h(dst);
     with_float_type(dst.dtype, "fill", [&](auto d) {
