@@ -515,6 +515,11 @@ TEST_F(ParallelTrain, ConfigErrorsAreOneLineFromOneRank) {
          "model.num_kv_heads = 3 does not fit parallel.tp = 2"},
         {" --set parallel.tpp=2", "--set: unknown config key 'parallel.tpp'"},
         {" --set parallel.pp=2 --set parallel.pp_layers=1,1", "parallel.pp_layers"},
+        // QLoRA quantizing as it loads: o_proj's tp = 2 shards are 32 columns wide.
+        {" --set parallel.tp=2 --set model.hidden_size=64 --set model.intermediate_size=64 "
+         "--set lora.enabled=true --set lora.base_format=nf4",
+         "NF4 blocks of 64 elements would straddle its shards at parallel.tp = 2 (a shard run of "
+         "32 elements at element 0); use lora.nf4_blocksize = 32"},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.sets);

@@ -13,6 +13,7 @@
 #include "ete/backend/cpu/openblas_util.h"
 #include "ete/cli/commands.h"
 #include "ete/cli/launch.h"
+#include "ete/cli/plan_command.h"
 #include "ete/cli/topo_command.h"
 #include "ete/core/error.h"
 #include "ete/parallel/launch_env.h"
@@ -302,6 +303,8 @@ int cli_main(int argc, char** argv) {
     add_launch_command(app, launch, run);
     TopoArgs topo;
     add_topo_command(app, topo, run);
+    PlanArgs plan;
+    add_plan_command(app, plan, run);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

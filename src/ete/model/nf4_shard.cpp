@@ -35,13 +35,8 @@ std::string straddle_remedy(Nf4Origin origin, int64_t bs, int64_t fit) {
 
 }  // namespace
 
-Nf4Tensor nf4_shard(const ParamSpec& s, int tp_rank, int tp_size, const Nf4Tensor& global,
-                    Nf4Origin origin) {
-    ETE_CHECK(global.rows == s.global_shape[0] && global.cols == s.global_shape[1],
-              "parameter '{}': NF4 tensor ({}, {}), expected {}", s.name, global.rows, global.cols,
-              shape_str(s.global_shape));
-    if (tp_size == 1 || s.shard.dim < 0) return global;
-    const int64_t bs = global.blocksize;
+void check_nf4_shard(const ParamSpec& s, int tp_rank, int tp_size, int64_t bs, Nf4Origin origin) {
+    if (tp_size == 1 || s.shard.dim < 0) return;
     const std::vector<ShardRun> runs = shard_runs(s, tp_rank, tp_size);
     for (const ShardRun& r : runs) {
         ETE_CHECK(r.local % bs == 0 && r.len % bs == 0 && (r.global < 0 || r.global % bs == 0),
@@ -50,6 +45,17 @@ Nf4Tensor nf4_shard(const ParamSpec& s, int tp_rank, int tp_size, const Nf4Tenso
                   s.name, bs, tp_size, r.len, r.global < 0 ? r.local : r.global,
                   straddle_remedy(origin, bs, fitting_blocksize(runs)));
     }
+}
+
+Nf4Tensor nf4_shard(const ParamSpec& s, int tp_rank, int tp_size, const Nf4Tensor& global,
+                    Nf4Origin origin) {
+    ETE_CHECK(global.rows == s.global_shape[0] && global.cols == s.global_shape[1],
+              "parameter '{}': NF4 tensor ({}, {}), expected {}", s.name, global.rows, global.cols,
+              shape_str(s.global_shape));
+    if (tp_size == 1 || s.shard.dim < 0) return global;
+    const int64_t bs = global.blocksize;
+    check_nf4_shard(s, tp_rank, tp_size, bs, origin);
+    const std::vector<ShardRun> runs = shard_runs(s, tp_rank, tp_size);
     const std::vector<float> absmax = global.block_absmax();
     Nf4Tensor t;
     t.rows = s.shape[0];

@@ -28,5 +28,9 @@ enum class Nf4Origin { Quantized, Stored };
 // largest block size that would fit.
 Nf4Tensor nf4_shard(const ParamSpec& s, int tp_rank, int tp_size, const Nf4Tensor& global,
                     Nf4Origin origin = Nf4Origin::Quantized);
+// The same check for blocks of `blocksize` on tp_rank, without a tensor (the job's config
+// check: a run that would refuse its shards at load is refused before any rank starts).
+void check_nf4_shard(const ParamSpec& s, int tp_rank, int tp_size, int64_t blocksize,
+                     Nf4Origin origin = Nf4Origin::Quantized);
 
 }  // namespace ete

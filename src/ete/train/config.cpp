@@ -1,7 +1,6 @@
 // ete/train/config.cpp — the key table behind TOML, --set and --dump-config.
 #include "ete/train/config.h"
 
-#include <toml++/toml.h>
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -13,6 +12,7 @@
 #include "ete/model/qat_spec.h"
 #include "ete/model/transformer.h"
 #include "ete/train/anomaly.h"
+#include "ete/train/toml_util.h"
 
 namespace ete {
 namespace {
@@ -401,15 +401,18 @@ void note_given(RunConfig& cfg, const std::string& key) {
 
 }  // namespace
 
-void apply_toml(RunConfig& cfg, const std::string& text, const std::string& where) {
-    toml::table root;
+toml::table parse_toml(const std::string& text, const std::string& where) {
     try {
-        root = toml::parse(text, where);
+        return toml::parse(text, where);
     } catch (const toml::parse_error& e) {
         const auto& b = e.source().begin;
         throw_error(
             fmt::format("{}:{}:{}: invalid TOML: {}", where, b.line, b.column, e.description()));
     }
+}
+
+void apply_toml(RunConfig& cfg, const std::string& text, const std::string& where) {
+    const toml::table root = parse_toml(text, where);
     for (auto&& [section, node] : root) {
         const toml::table* tbl = node.as_table();
         ETE_CHECK(tbl,

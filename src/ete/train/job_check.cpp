@@ -4,8 +4,10 @@
 #include <optional>
 
 #include "ete/core/error.h"
+#include "ete/core/json_file.h"
 #include "ete/model/lora_spec.h"
 #include "ete/model/model_parallel.h"
+#include "ete/model/nf4_shard.h"
 #include "ete/model/param_spec.h"
 #include "ete/model/qat_spec.h"
 #include "ete/train/dist.h"
@@ -14,6 +16,13 @@
 namespace ete {
 
 namespace {
+
+// Whether the NF4 base is quantized as it loads, in blocks of lora.nf4_blocksize (a fresh init,
+// or a full-precision dir): a pre-quantized dir's stored blocks are checked when they are read.
+bool quantized_on_load(const RunConfig& cfg) {
+    if (cfg.model_init_from.empty()) return true;
+    return !read_json_file(cfg.model_init_from + "/config.json").contains("quantization_config");
+}
 
 void check_job_or_throw(RunConfig cfg, int world_size) {
     check_tokenizer_path(cfg);
@@ -34,7 +43,12 @@ void check_job_or_throw(RunConfig cfg, int world_size) {
         mp.num_stages = m.pp;
         mp.layer_begin = bounds[size_t(stage)];
         mp.layer_end = bounds[size_t(stage) + 1];
-        param_specs(mc, mp.resolved(mc), lora, qat);  // throws on a stage that cannot be built
+        // Throws on a stage that cannot be built; NF4 blocks must not straddle any tp shard.
+        const std::vector<ParamSpec> specs = param_specs(mc, mp.resolved(mc), lora, qat);
+        if (m.tp == 1 || !quantized_on_load(cfg)) continue;
+        for (const ParamSpec& p : specs)
+            for (int r = 0; p.nf4_block > 0 && r < m.tp; ++r)
+                check_nf4_shard(p, r, m.tp, p.nf4_block);
     }
     replica_rows(cfg.micro_batch, m.dp, 0, cfg.parallel_uneven_batch);
 }

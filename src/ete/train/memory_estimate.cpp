@@ -98,9 +98,9 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
 
 namespace {
 
-// plan_memory for one tp rank; tp: its group (null without tp).
-MemoryEstimate plan_rank(const ModelConfig& mc, const RunConfig& cfg, const MeshShape& mesh,
-                         int stage, Communicator* tp, uint64_t runtime_bytes, int threads) {
+// The model of one tp rank; tp: its group (null without tp).
+void build_planned(const ModelConfig& mc, const RunConfig& cfg, const MeshShape& mesh, int stage,
+                   Communicator* tp, const std::function<void(Transformer&)>& each) {
     const std::unique_ptr<Backend> be = make_planning_backend();
     ModelParallel mp;
     mp.tp = tp;
@@ -113,26 +113,40 @@ MemoryEstimate plan_rank(const ModelConfig& mc, const RunConfig& cfg, const Mesh
     mp.layer_end = b[size_t(stage) + 1];
     Transformer model(mc, *be, mp, compute_dtype(cfg), lora_spec(cfg), qat_spec(cfg));
     if (cfg.qat_enabled) model.enable_qat(qat_spec(cfg));
-    // As the trainer sets up: 1F1B's slots, this replica's rows, the recompute plan.
-    const int slots = mesh.pp == 1 ? 1 : std::min(mesh.pp - stage, cfg.grad_accum) + 1;
-    const int rows = replica_rows(cfg.micro_batch, mesh.dp, 0, cfg.parallel_uneven_batch).rows;
-    const std::vector<bool> plan = recompute_plan(cfg.recompute, mc.num_layers);
-    return estimate_memory(model, cfg, mesh.dp, runtime_bytes, threads,
-                           model.plan_activation_bytes(rows, cfg.seq_len, plan, slots));
+    each(model);
 }
 
 }  // namespace
 
-MemoryEstimate plan_memory(const ModelConfig& mc, const RunConfig& cfg, const MeshShape& mesh,
-                           int stage, int tp_rank, uint64_t runtime_bytes, int threads) {
+void with_planned_model(const ModelConfig& mc, const RunConfig& cfg, const MeshShape& mesh,
+                        int stage, int tp_rank, const std::function<void(Transformer&)>& each) {
     ETE_CHECK(stage >= 0 && stage < mesh.pp && tp_rank >= 0 && tp_rank < mesh.tp,
               "memory plan: stage {} and tp rank {} of parallel.pp = {}, parallel.tp = {}", stage,
               tp_rank, mesh.pp, mesh.tp);
-    if (mesh.tp == 1) return plan_rank(mc, cfg, mesh, stage, nullptr, runtime_bytes, threads);
-    MemoryEstimate out;
+    if (mesh.tp == 1) return build_planned(mc, cfg, mesh, stage, nullptr, each);
     run_fake_world(mesh.tp, [&](Communicator& tp) {
-        const MemoryEstimate e = plan_rank(mc, cfg, mesh, stage, &tp, runtime_bytes, threads);
-        if (tp.rank() == tp_rank) out = e;
+        build_planned(mc, cfg, mesh, stage, &tp, [&](Transformer& m) {
+            if (tp.rank() == tp_rank) each(m);
+        });
+    });
+}
+
+MemoryEstimate estimate_planned(Transformer& model, const RunConfig& cfg, const MeshShape& mesh,
+                                uint64_t runtime_bytes, int threads) {
+    // As the trainer sets up: 1F1B's slots, this replica's rows, the recompute plan.
+    const ModelParallel& mp = model.model_parallel();
+    const int slots = mesh.pp == 1 ? 1 : std::min(mesh.pp - mp.stage, cfg.grad_accum) + 1;
+    const int rows = replica_rows(cfg.micro_batch, mesh.dp, 0, cfg.parallel_uneven_batch).rows;
+    const std::vector<bool> plan = recompute_plan(cfg.recompute, model.config().num_layers);
+    return estimate_memory(model, cfg, mesh.dp, runtime_bytes, threads,
+                           model.plan_activation_bytes(rows, cfg.seq_len, plan, slots));
+}
+
+MemoryEstimate plan_memory(const ModelConfig& mc, const RunConfig& cfg, const MeshShape& mesh,
+                           int stage, int tp_rank, uint64_t runtime_bytes, int threads) {
+    MemoryEstimate out;
+    with_planned_model(mc, cfg, mesh, stage, tp_rank, [&](Transformer& m) {
+        out = estimate_planned(m, cfg, mesh, runtime_bytes, threads);
     });
     return out;
 }

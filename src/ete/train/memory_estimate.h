@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -54,6 +55,14 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
 // memory and milliseconds.
 MemoryEstimate plan_memory(const ModelConfig& mc, const RunConfig& cfg, const MeshShape& mesh,
                            int stage, int tp_rank, uint64_t runtime_bytes, int threads);
+// plan_memory in two steps, to estimate many batch settings on one build: calls each(model) with
+// the planning-backend model of (stage, tp_rank) — under tp inside the fake group, on that rank —
+// and estimate_planned gives cfg's estimate for it (cfg may differ from the build's in what does
+// not change the model: micro-batch, grad_accum, recompute, ZeRO stage, optimizer, buckets).
+void with_planned_model(const ModelConfig& mc, const RunConfig& cfg, const MeshShape& mesh,
+                        int stage, int tp_rank, const std::function<void(Transformer&)>& each);
+MemoryEstimate estimate_planned(Transformer& model, const RunConfig& cfg, const MeshShape& mesh,
+                                uint64_t runtime_bytes, int threads);
 
 // Before the activations and batch buffers are allocated: throws when this rank's estimated peak
 // exceeds what it can still get (core/mem_stats.h available_memory, shared by the `local_ranks`

@@ -1,0 +1,114 @@
+// ete/train/cluster.cpp
+#include "ete/train/cluster.h"
+
+#include <map>
+
+#include "ete/backend/backend.h"
+#include "ete/core/error.h"
+#include "ete/core/file_util.h"
+#include "ete/core/mem_stats.h"
+#include "ete/train/monitor.h"
+#include "ete/train/toml_util.h"
+
+namespace ete {
+
+namespace {
+
+struct ClusterKey {
+    bool required;
+    double min;  // exclusive lower bound, or inclusive where `min_inclusive`
+    bool min_inclusive;
+    double max;
+};
+
+const std::map<std::string, ClusterKey>& cluster_keys() {
+    static const std::map<std::string, ClusterKey> keys = {
+        {"nodes", {true, 1, true, 1 << 20}},
+        {"devices_per_node", {true, 1, true, 4096}},
+        {"device_memory_gib", {true, 0, false, 1 << 20}},
+        {"device_peak_tflops", {true, 0, false, 1e6}},
+        {"intra_node_gbytes_per_s", {true, 0, false, 1e6}},
+        {"inter_node_gbytes_per_s", {true, 0, false, 1e6}},
+        {"intra_node_latency_us", {true, 0, true, 1e6}},
+        {"inter_node_latency_us", {true, 0, true, 1e6}},
+        {"device_fp32_tflops", {false, 0, false, 1e6}},
+        {"gemm_efficiency", {false, 0, false, 1}},
+        {"device_memory_gbytes_per_s", {false, 0, false, 1e6}},
+    };
+    return keys;
+}
+
+}  // namespace
+
+ClusterSpec parse_cluster(const std::string& text, const std::string& where) {
+    const toml::table root = parse_toml(text, where);
+    for (auto&& [section, node] : root)
+        ETE_CHECK(section.str() == "cluster" && node.is_table(),
+                  "{}: top-level key '{}': expected only a [cluster] table", where, section.str());
+    const toml::table* c = root["cluster"].as_table();
+    ETE_CHECK(c, "{}: no [cluster] table (nodes, devices_per_node, device_memory_gib, ...)", where);
+    std::map<std::string, double> v;
+    std::string collectives = "nccl";
+    for (auto&& [key, node] : *c) {
+        const std::string k(key.str());
+        if (k == "collectives") {
+            const auto s = node.value<std::string>();
+            ETE_CHECK(s && (*s == "nccl" || *s == "mpi"),
+                      "{}: cluster.collectives: expected \"nccl\" or \"mpi\"", where);
+            collectives = *s;
+            continue;
+        }
+        auto it = cluster_keys().find(k);
+        ETE_CHECK(it != cluster_keys().end(),
+                  "{}: cluster.{}: unknown key (expected nodes, devices_per_node, "
+                  "device_memory_gib, device_peak_tflops, intra_node_gbytes_per_s, "
+                  "inter_node_gbytes_per_s, intra_node_latency_us, inter_node_latency_us, "
+                  "device_fp32_tflops, gemm_efficiency, device_memory_gbytes_per_s, collectives)",
+                  where, k);
+        const auto x = node.value<double>();
+        const ClusterKey& r = it->second;
+        const bool integer = k == "nodes" || k == "devices_per_node";
+        ETE_CHECK(x && (!integer || node.is_integer()) &&
+                      (r.min_inclusive ? *x >= r.min : *x > r.min) && *x <= r.max,
+                  "{}: cluster.{}: expected {} {} {} and at most {}", where, k,
+                  integer ? "an integer" : "a number", r.min_inclusive ? ">=" : ">", r.min, r.max);
+        v[k] = *x;
+    }
+    for (const auto& [k, r] : cluster_keys())
+        ETE_CHECK(!r.required || v.count(k), "{}: cluster.{}: missing (a required key)", where, k);
+    const double eff = v.count("gemm_efficiency") ? v["gemm_efficiency"] : 0.7;
+    ClusterSpec s;
+    s.nodes = int(v["nodes"]);
+    s.devices_per_node = int(v["devices_per_node"]);
+    s.device_memory_gib = v["device_memory_gib"];
+    s.bf16_tflops = v["device_peak_tflops"] * eff;
+    s.fp32_tflops = v.count("device_fp32_tflops") ? v["device_fp32_tflops"] * eff : 0;
+    s.intra_gbytes_per_s = v["intra_node_gbytes_per_s"];
+    s.inter_gbytes_per_s = v["inter_node_gbytes_per_s"];
+    s.intra_latency_us = v["intra_node_latency_us"];
+    s.inter_latency_us = v["inter_node_latency_us"];
+    s.memory_gbytes_per_s =
+        v.count("device_memory_gbytes_per_s") ? v["device_memory_gbytes_per_s"] : 0;
+    s.nccl = collectives == "nccl";
+    s.source = where;
+    return s;
+}
+
+ClusterSpec load_cluster(const std::string& path) {
+    return parse_cluster(read_file(path), path);
+}
+
+ClusterSpec local_cluster(Backend& backend) {
+    ClusterSpec s;
+    s.device_memory_gib = double(available_memory().bytes) / double(1 << 30);
+    s.bf16_tflops = measure_peak_flops(backend, DType::BF16) / 1e12;
+    s.fp32_tflops = measure_peak_flops(backend, DType::F32) / 1e12;
+    s.nccl = backend.name() == "cuda";
+    s.source = fmt::format(
+        "local ({} backend: {:.2f} GiB available, GEMMs {:.2f} bf16 / {:.2f} "
+        "fp32 TFLOP/s measured)",
+        backend.name(), s.device_memory_gib, s.bf16_tflops, s.fp32_tflops);
+    return s;
+}
+
+}  // namespace ete

@@ -1,0 +1,50 @@
+// ete/train/cluster.h — the machines a plan is made for (`ete plan --cluster FILE|local`): a TOML
+// description of a cluster that is not here, or this machine measured.
+//
+// [cluster]
+// nodes = 4                        # machines
+// devices_per_node = 8             # accelerators (or ranks) per machine
+// device_memory_gib = 80           # memory of one device
+// device_peak_tflops = 989         # dense bf16 peak of one device (data sheet)
+// intra_node_gbytes_per_s = 450    # per device, one direction (NVLink, shared memory)
+// inter_node_gbytes_per_s = 50     # per device, one direction (InfiniBand, Ethernet)
+// intra_node_latency_us = 3
+// inter_node_latency_us = 10
+// # optional:
+// device_fp32_tflops = 67          # fp32 GEMM rate (layouts in fp32 are planned only with it)
+// gemm_efficiency = 0.7            # achieved fraction of the peaks (default 0.7)
+// device_memory_gbytes_per_s = 3350  # memory bandwidth: the optimizer step's time (else 0: left
+// out) collectives = "nccl"             # "nccl" (default for a file) or "mpi": how ZeRO-2 reduces
+//
+// Every key is checked: a missing required key, a value out of range or an unknown key is one
+// error naming it and what was expected.
+#pragma once
+
+#include <string>
+
+namespace ete {
+
+class Backend;
+
+struct ClusterSpec {
+    int nodes = 1, devices_per_node = 1;
+    double device_memory_gib = 0;
+    double bf16_tflops = 0, fp32_tflops = 0;  // achieved rates (peaks × gemm_efficiency)
+    double intra_gbytes_per_s = 0, inter_gbytes_per_s = 0;
+    double intra_latency_us = 0, inter_latency_us = 0;
+    double memory_gbytes_per_s = 0;
+    bool nccl = true;    // collectives with a real reduce (NCCL) or MPI's (stage 2 = stage 1)
+    std::string source;  // the file, or "local (...)"
+
+    int devices() const { return nodes * devices_per_node; }
+};
+
+// Parses a cluster file's text; `where` names it in errors.
+ClusterSpec parse_cluster(const std::string& toml_text, const std::string& where);
+ClusterSpec load_cluster(const std::string& path);
+// This machine as one device: the memory it can still get, the GEMM rates of `backend` in bf16
+// and fp32 measured through the engine's own kernels (monitor.h's measure_peak_flops), MPI
+// collectives; no links (one device has none to cross).
+ClusterSpec local_cluster(Backend& backend);
+
+}  // namespace ete

@@ -1,0 +1,328 @@
+// ete/train/plan.cpp — layouts enumerated, sized by plan_memory, timed by the cost model of
+// plan.h, ranked.
+#include "ete/train/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <tuple>
+
+#include "ete/core/error.h"
+#include "ete/model/param_spec.h"
+#include "ete/model/transformer.h"
+#include "ete/parallel/mesh.h"
+#include "ete/train/job_check.h"
+#include "ete/train/memory_estimate.h"
+#include "ete/train/monitor.h"
+
+namespace ete {
+
+namespace {
+
+const std::vector<std::string>& pin_names() {
+    static const std::vector<std::string> names = {"dp",          "tp",         "pp",
+                                                   "micro_batch", "grad_accum", "recompute",
+                                                   "zero_stage",  "precision",  "method"};
+    return names;
+}
+
+bool is_count(const std::string& v) {
+    return !v.empty() && v.size() < 9 && std::all_of(v.begin(), v.end(), ::isdigit) && v[0] != '0';
+}
+
+std::vector<int> divisors(int n) {
+    std::vector<int> d;
+    for (int i = 1; i <= n; ++i)
+        if (n % i == 0) d.push_back(i);
+    return d;
+}
+
+// Whether the mesh group along `axis` holding rank 0 spans more than one node (ranks placed in
+// mesh order, devices_per_node to a node).
+bool crosses_nodes(const MeshShape& m, MeshAxis axis, int per_node) {
+    const std::vector<int> g = mesh_group_ranks(m, axis, 0);
+    for (int r : g)
+        if (r / per_node != g[0] / per_node) return true;
+    return false;
+}
+
+// A ring all-reduce of `bytes` over n ranks on a link (GB/s, µs).
+double ring_all_reduce_s(double bytes, int n, double gbps, double lat_us) {
+    if (n <= 1) return 0;
+    return 2.0 * (n - 1) / n * bytes / (gbps * 1e9) + 2.0 * (n - 1) * lat_us * 1e-6;
+}
+
+struct Link {
+    double gbps, lat_us;
+};
+
+Link link_of(const ClusterSpec& c, bool inter) {
+    return inter ? Link{c.inter_gbytes_per_s, c.inter_latency_us}
+                 : Link{c.intra_gbytes_per_s, c.intra_latency_us};
+}
+
+// The step cost of layout l (plan.h); trainable: trainable elements of the largest rank,
+// adapters: whether the base is frozen.
+StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayout& l,
+                   int64_t trainable_rank, int64_t trainable_total) {
+    const ModelConfig& mc = req.model;
+    const MeshShape m{l.dp, l.tp, l.pp};
+    const bool frozen = l.method != "full";
+    const double tokens = double(req.global_batch) * req.seq;
+    const double flops = model_flops_per_token(mc, req.seq, trainable_total, frozen) * tokens;
+    const double rate = (l.precision == "fp32" ? c.fp32_tflops : c.bf16_tflops) * 1e12;
+    StepCost s;
+    s.compute = flops / double(m.size()) / rate;
+    if (l.method == "qlora") s.compute *= 1.18;
+    if (l.recompute == "full") s.compute *= 1.0 + (frozen ? 0.5 : 1.0 / 3.0);
+    s.bubble = s.compute * double(l.pp - 1) / double(l.grad_accum);
+    const double rows = double(l.micro_batch) / l.dp;
+    const double act = rows * req.seq * mc.hidden_size;
+    const double layers = double(mc.num_layers) / l.pp;
+    const Link tp = link_of(c, crosses_nodes(m, MeshAxis::Tp, c.devices_per_node));
+    const double per_ar =
+        ring_all_reduce_s(act * (l.precision == "fp32" ? 4 : 2), l.tp, tp.gbps, tp.lat_us);
+    s.tp = l.grad_accum * layers * (l.recompute == "full" ? 6 : 4) * per_ar;
+    if (l.pp > 1) {
+        const Link pp = link_of(c, crosses_nodes(m, MeshAxis::Pp, c.devices_per_node));
+        s.pp = 2.0 * l.grad_accum * (act * 4 / (pp.gbps * 1e9) + pp.lat_us * 1e-6);
+    }
+    if (l.dp > 1) {
+        const Link dp = link_of(c, crosses_nodes(m, MeshAxis::Dp, c.devices_per_node));
+        const double grad = double(trainable_rank) * 4;
+        const double bucket = std::min(grad, double(req.base.parallel_bucket_mb) * (1 << 20));
+        const double half = l.zero_stage == 2 && c.nccl ? 0.5 : 1.0;
+        s.dp = half * ring_all_reduce_s(grad, l.dp, dp.gbps, dp.lat_us);
+        const double backward = (s.compute / l.grad_accum) * 2.0 / 3.0;
+        s.dp_exposed =
+            std::max(s.dp - backward, half * ring_all_reduce_s(bucket, l.dp, dp.gbps, dp.lat_us));
+        if (l.zero_stage >= 1)
+            s.zero = double(l.dp - 1) / l.dp * double(trainable_rank) * 4 / (dp.gbps * 1e9);
+    }
+    if (c.memory_gbytes_per_s > 0) {
+        const double shard = l.zero_stage >= 1 ? double(trainable_rank) / l.dp : trainable_rank;
+        const double bytes = req.base.optimizer == "adamw8bit" ? 16 : 30;
+        s.optimizer = shard * bytes / (c.memory_gbytes_per_s * 1e9);
+    }
+    return s;
+}
+
+// The layouts of the request, pins applied, before any check.
+std::vector<PlanLayout> enumerate(const PlanRequest& req, const ClusterSpec& c) {
+    auto pinned = [&](const std::string& k, const std::string& v) {
+        auto it = req.pins.find(k);
+        return it == req.pins.end() || it->second == v;
+    };
+    std::vector<std::string> methods = {"full"};
+    if (req.goal == "finetune") methods = {"full", "lora", "qlora"};
+    std::vector<std::string> precisions = {"bf16"};
+    if (c.fp32_tflops > 0) precisions.push_back("fp32");
+    std::vector<PlanLayout> out;
+    const int n = c.devices();
+    for (int tp : divisors(n)) {
+        // Tensor parallelism within a node unless pinned otherwise (its all-reduces are per layer).
+        if (tp > c.devices_per_node && !req.pins.count("tp")) continue;
+        for (int pp : divisors(n / tp)) {
+            if (pp > req.model.num_layers) continue;
+            const int dp = n / tp / pp;
+            for (int r = 1; r <= 64; r *= 2) {
+                const int64_t mb = int64_t(r) * dp;
+                if (req.global_batch % mb != 0) continue;
+                PlanLayout l;
+                l.dp = dp, l.tp = tp, l.pp = pp, l.micro_batch = int(mb);
+                l.grad_accum = int(req.global_batch / mb);
+                for (const char* rc : {"none", "full"})
+                    for (int z = 0; z <= (dp > 1 ? 2 : 0); ++z)
+                        for (const std::string& p : precisions)
+                            for (const std::string& me : methods) {
+                                l.recompute = rc, l.zero_stage = z, l.precision = p, l.method = me;
+                                const std::string f[] = {std::to_string(l.dp),
+                                                         std::to_string(l.tp),
+                                                         std::to_string(l.pp),
+                                                         std::to_string(l.micro_batch),
+                                                         std::to_string(l.grad_accum),
+                                                         l.recompute,
+                                                         std::to_string(l.zero_stage),
+                                                         l.precision,
+                                                         l.method};
+                                bool ok = true;
+                                for (size_t i = 0; i < pin_names().size(); ++i)
+                                    ok = ok && pinned(pin_names()[i], f[i]);
+                                if (ok) out.push_back(l);
+                            }
+            }
+        }
+    }
+    return out;
+}
+
+// Trainable elements of the whole model (the adapters of a frozen base).
+int64_t trainable_elements(const ModelConfig& mc, const RunConfig& cfg) {
+    int64_t n = 0;
+    for (const ParamSpec& p : param_specs(mc, {}, lora_spec(cfg)))
+        if (p.trainable) n += shape_numel(p.shape);
+    return n;
+}
+
+// What decides the model a layout builds (everything else is estimated on the same build).
+std::string build_key(const PlanLayout& l) {
+    return fmt::format("{}/{}/{}/{}/{}", l.dp, l.tp, l.pp, l.precision, l.method);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parse_layout_pins(const std::string& text) {
+    std::map<std::string, std::string> pins;
+    std::stringstream in(text);
+    for (std::string item; std::getline(in, item, ',');) {
+        if (item.empty()) continue;
+        const size_t eq = item.find('=');
+        const std::string k = item.substr(0, eq),
+                          v = eq == std::string::npos ? "" : item.substr(eq + 1);
+        ETE_CHECK(std::find(pin_names().begin(), pin_names().end(), k) != pin_names().end(),
+                  "--layout '{}': unknown field '{}' (expected dp, tp, pp, micro_batch, "
+                  "grad_accum, recompute, zero_stage, precision or method)",
+                  text, k);
+        bool ok = false;
+        if (k == "recompute")
+            ok = v == "none" || v == "full";
+        else if (k == "precision")
+            ok = v == "bf16" || v == "fp32";
+        else if (k == "method")
+            ok = v == "full" || v == "lora" || v == "qlora";
+        else if (k == "zero_stage")
+            ok = v == "0" || v == "1" || v == "2";
+        else
+            ok = is_count(v);
+        ETE_CHECK(ok, "--layout '{}': {}={}: expected {}", text, k, v,
+                  k == "recompute"    ? "none or full"
+                  : k == "precision"  ? "bf16 or fp32"
+                  : k == "method"     ? "full, lora or qlora"
+                  : k == "zero_stage" ? "0, 1 or 2 (stage 3 is not built)"
+                                      : "a positive integer");
+        pins[k] = v;
+    }
+    return pins;
+}
+
+RunConfig layout_config(const RunConfig& base, int seq, const PlanLayout& l) {
+    RunConfig c = base;
+    c.seq_len = seq;
+    c.parallel_dp = l.dp;
+    c.parallel_tp = l.tp;
+    c.parallel_pp = l.pp;
+    c.micro_batch = l.micro_batch;
+    c.grad_accum = l.grad_accum;
+    c.recompute = l.recompute;
+    c.parallel_zero_stage = l.zero_stage;
+    c.parallel_zero1 = false;
+    c.precision = l.precision;
+    c.lora_enabled = l.method != "full";
+    if (l.method == "qlora") c.lora_base_format = "nf4";
+    if (l.method == "lora") c.lora_base_format = l.precision == "fp32" ? "f32" : "bf16";
+    return c;
+}
+
+std::string layout_sets(const PlanLayout& l, int seq) {
+    std::string s = fmt::format(
+        "--set parallel.dp={} --set parallel.tp={} --set parallel.pp={} --set train.seq_len={} "
+        "--set train.micro_batch={} --set train.grad_accum={} --set train.recompute={} "
+        "--set parallel.zero_stage={} --set train.precision={}",
+        l.dp, l.tp, l.pp, seq, l.micro_batch, l.grad_accum, l.recompute, l.zero_stage, l.precision);
+    if (l.method != "full")
+        s += fmt::format(" --set lora.enabled=true --set lora.base_format={}",
+                         l.method == "qlora"     ? "nf4"
+                         : l.precision == "fp32" ? "f32"
+                                                 : "bf16");
+    return s;
+}
+
+Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
+    ETE_CHECK(req.seq > 0 && req.global_batch > 0,
+              "plan: --seq {} and --global-batch {}: expected > 0", req.seq, req.global_batch);
+    ETE_CHECK(req.goal == "pretrain" || req.goal == "finetune",
+              "plan: --goal '{}': expected pretrain or finetune", req.goal);
+    Plan plan;
+    std::vector<PlanLayout> all = enumerate(req, c);
+    std::stable_sort(all.begin(), all.end(), [](const PlanLayout& a, const PlanLayout& b) {
+        return build_key(a) < build_key(b);
+    });
+    const double limit = c.device_memory_gib * double(1 << 30);
+    for (size_t i = 0; i < all.size();) {
+        size_t j = i;
+        while (j < all.size() && build_key(all[j]) == build_key(all[i])) ++j;
+        const PlanLayout& first = all[i];
+        const MeshShape mesh{first.dp, first.tp, first.pp};
+        // Every stage's estimate of each layout of this build: peak and trainable elements.
+        std::vector<double> peak(j - i, 0);
+        std::vector<int> stage_of(j - i, 0);
+        std::vector<int64_t> trainable(j - i, 0);
+        std::string error;
+        try {
+            for (int s = 0; s < mesh.pp; ++s) {
+                const RunConfig bc = layout_config(req.base, req.seq, first);
+                with_planned_model(req.model, bc, mesh, s, 0, [&](Transformer& model) {
+                    for (size_t k = i; k < j; ++k) {
+                        const RunConfig lc = layout_config(req.base, req.seq, all[k]);
+                        const MemoryEstimate e =
+                            estimate_planned(model, lc, mesh, req.runtime_bytes, req.threads);
+                        const double p = double(e.peak());
+                        if (p > peak[k - i]) peak[k - i] = p, stage_of[k - i] = s;
+                        trainable[k - i] = std::max<int64_t>(trainable[k - i], e.gradients / 4);
+                    }
+                });
+            }
+        } catch (const Error& e) {
+            error = e.what();
+        }
+        const int64_t total =
+            trainable_elements(req.model, layout_config(req.base, req.seq, first));
+        for (size_t k = i; k < j; ++k) {
+            std::string bad = error;
+            if (bad.empty()) {
+                try {  // what `ete train` checks before any rank starts (train/job_check.h)
+                    check_job(layout_config(req.base, req.seq, all[k]), mesh.size());
+                } catch (const Error& e) {
+                    bad = e.what();
+                }
+            }
+            if (!bad.empty()) {
+                plan.rejected.push_back({all[k], bad});
+                continue;
+            }
+            if (peak[k - i] > limit) {
+                plan.rejected.push_back(
+                    {all[k], fmt::format("needs {:.2f} GiB on stage {} (device: {:.2f} GiB)",
+                                         peak[k - i] / double(1 << 30), stage_of[k - i],
+                                         c.device_memory_gib)});
+                continue;
+            }
+            PlanCandidate cand;
+            cand.layout = all[k];
+            cand.cost = step_cost(req, c, all[k], trainable[k - i], total);
+            cand.peak_gib = peak[k - i] / double(1 << 30);
+            cand.peak_stage = stage_of[k - i];
+            cand.tokens_per_s = double(req.global_batch) * req.seq / cand.cost.total();
+            plan.ranked.push_back(cand);
+        }
+        i = j;
+    }
+    // Fastest first; layouts within 0.2% of each other's time (one bucket of the fastest's) are
+    // ranked by what is simpler to run, lower ZeRO stage and no recompute, then by the larger
+    // micro-batch per replica (the cost model counts FLOPs, and small GEMMs run below the rate
+    // it assumes), then by less memory.
+    double best = 0;
+    for (const PlanCandidate& c : plan.ranked)
+        best = best == 0 ? c.cost.total() : std::min(best, c.cost.total());
+    auto key = [best](const PlanCandidate& c) {
+        return std::make_tuple(std::llround(c.cost.total() / (0.002 * best)), c.layout.zero_stage,
+                               c.layout.recompute == "full", -c.layout.micro_batch / c.layout.dp,
+                               c.peak_gib);
+    };
+    std::stable_sort(
+        plan.ranked.begin(), plan.ranked.end(),
+        [&](const PlanCandidate& a, const PlanCandidate& b) { return key(a) < key(b); });
+    return plan;
+}
+
+}  // namespace ete

@@ -1,0 +1,90 @@
+// ete/train/plan.h — `ete plan`: the layouts a job could run with on a cluster (dp, tp, pp,
+// micro-batch, recompute, ZeRO stage, precision, and for a fine-tune full / LoRA / QLoRA), the
+// ones `ete train` accepts (train/job_check.h) and that fit (the engine's own memory estimate of
+// every pipeline stage, plan_memory, against the device's memory), ranked by a predicted step
+// time.
+//
+// The cost model of one optimizer step (B = global batch rows, T = sequence, m = grad_accum
+// micro-batches, N = dp·tp·pp devices; bandwidths per device, one direction):
+//   compute     model FLOPs per token (monitor.h: 6 per weight, 4 per frozen weight, attention)
+//               × B·T / N at the precision's achieved rate; × (1 + forward share) with full
+//               recompute (the forward runs again: 1/3 of a full step's FLOPs, 1/2 of a frozen
+//               base's); QLoRA × 1.18 (its NF4 dequantization: QLoRA/LoRA step time measured on
+//               the 1.1B Llama, docs/benchmarks.md)
+//   bubble      1F1B: compute × (pp − 1) / m, the idle share of each stage
+//   tp          per micro-batch and layer of the stage, 4 all-reduces (6 with recompute) of the
+//               (rows, T, C) activations in the compute dtype: a ring's 2(tp−1)/tp of the bytes
+//               over the link the tp group crosses, 2(tp−1) latencies each; not overlapped
+//   pp          per micro-batch, the stage boundary's (rows, T, C) fp32 activations forward and
+//               their gradient back: 2·m transfers over the pp link; counted as exposed
+//   dp          the gradient all-reduce (fp32; stage 2 with NCCL a reduce, half the bytes),
+//               overlapped with the last micro-batch's backward (2/3 of its compute) except its
+//               last bucket (parallel.bucket_mb): exposed = max(comm − backward, last bucket)
+//   zero        stage ≥ 1: the masters' all-gather after the step ((dp−1)/dp · 4 bytes per
+//               trainable element of the rank), not overlapped
+//   optimizer   the optimizer's pass over the rank's shard (≈ 30 bytes per element for AdamW, 16
+//               for 8-bit AdamW) at device_memory_gbytes_per_s; left out when that is not given
+// Links: ranks are placed in launch order (the mesh's rank order, parallel/mesh.h), a node holding
+// devices_per_node consecutive ranks; a group whose ranks share one node uses the intra-node
+// link, any other the inter-node one.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ete/model/config.h"
+#include "ete/train/cluster.h"
+#include "ete/train/config.h"
+
+namespace ete {
+
+struct PlanLayout {
+    int dp = 1, tp = 1, pp = 1;
+    int micro_batch = 1;  // rows of a global micro-batch (train.micro_batch; micro_batch/dp each)
+    int grad_accum = 1;
+    std::string recompute = "none";  // none | full
+    int zero_stage = 0;
+    std::string precision = "bf16";  // bf16 | fp32
+    std::string method = "full";     // full | lora | qlora
+};
+
+struct StepCost {
+    double compute = 0, bubble = 0, tp = 0, pp = 0, dp = 0, dp_exposed = 0, zero = 0;
+    double optimizer = 0;
+    double total() const { return compute + bubble + tp + pp + dp_exposed + zero + optimizer; }
+};
+
+struct PlanCandidate {
+    PlanLayout layout;
+    StepCost cost;
+    double peak_gib = 0;  // the largest stage's estimated peak (tp rank 0)
+    int peak_stage = 0;
+    double tokens_per_s = 0;
+};
+
+struct PlanRequest {
+    RunConfig base;  // the model and everything a layout does not set (LoRA rank, targets, ...)
+    ModelConfig model;
+    int seq = 0;
+    int64_t global_batch = 0;                 // rows per optimizer step
+    std::string goal = "pretrain";            // pretrain | finetune
+    std::map<std::string, std::string> pins;  // --layout: a PlanLayout field name -> value
+    uint64_t runtime_bytes = 0;               // a rank's memory before its model (0: a GPU's)
+    int threads = 1;                          // compute threads a rank (the GEMM workspace)
+};
+
+struct Plan {
+    std::vector<PlanCandidate> ranked;                         // fitting, fastest first
+    std::vector<std::pair<PlanLayout, std::string>> rejected;  // with the reason
+};
+
+// Parses --layout "dp=2,tp=4,recompute=full" into pins; names the bad field or value.
+std::map<std::string, std::string> parse_layout_pins(const std::string& text);
+Plan make_plan(const PlanRequest& req, const ClusterSpec& cluster);
+// The run config of a layout (base with the layout's keys set).
+RunConfig layout_config(const RunConfig& base, int seq, const PlanLayout& l);
+// The `--set` arguments that select the layout, e.g. "--set parallel.dp=8 --set ...".
+std::string layout_sets(const PlanLayout& l, int seq);
+
+}  // namespace ete

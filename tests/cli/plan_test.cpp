@@ -1,0 +1,282 @@
+// tests/cli/plan_test.cpp — `ete plan`'s pieces (train/cluster.h, train/plan.h): the cluster
+// file's keys and errors, --layout pins, the cost model's terms against the formulas of plan.h
+// written out here, memory rejections, placement, and the CLI's JSON.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ete/core/error.h"
+#include "ete/core/file_util.h"
+#include "ete/train/cluster.h"
+#include "ete/train/memory_estimate.h"
+#include "ete/train/monitor.h"
+#include "ete/train/plan.h"
+#include "ete/train/run_setup.h"
+#include "shell.h"
+
+namespace ete {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kCluster = R"([cluster]
+nodes = 2
+devices_per_node = 4
+device_memory_gib = 1.5
+device_peak_tflops = 100
+intra_node_gbytes_per_s = 200
+inter_node_gbytes_per_s = 10
+intra_node_latency_us = 2
+inter_node_latency_us = 20
+)";
+
+std::string without(const std::string& key) {
+    std::string s = kCluster;
+    const size_t at = s.find(key);
+    return s.erase(at, s.find('\n', at) + 1 - at);
+}
+
+TEST(Cluster, ReadsEveryKeyAndTheAchievedRate) {
+    const ClusterSpec c = parse_cluster(std::string(kCluster) +
+                                            "gemm_efficiency = 0.5\n"
+                                            "device_fp32_tflops = 20\n"
+                                            "collectives = \"mpi\"\n",
+                                        "c.toml");
+    EXPECT_EQ(c.nodes, 2);
+    EXPECT_EQ(c.devices(), 8);
+    EXPECT_DOUBLE_EQ(c.device_memory_gib, 1.5);
+    EXPECT_DOUBLE_EQ(c.bf16_tflops, 50);
+    EXPECT_DOUBLE_EQ(c.fp32_tflops, 10);
+    EXPECT_DOUBLE_EQ(c.inter_gbytes_per_s, 10);
+    EXPECT_DOUBLE_EQ(c.intra_latency_us, 2);
+    EXPECT_FALSE(c.nccl);
+    EXPECT_DOUBLE_EQ(parse_cluster(kCluster, "c.toml").bf16_tflops, 70);  // default 0.7
+}
+
+TEST(Cluster, BadFilesNameTheKey) {
+    auto error = [](const std::string& text) {
+        try {
+            parse_cluster(text, "c.toml");
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(error(without("device_memory_gib")).find("cluster.device_memory_gib: missing"),
+              std::string::npos);
+    EXPECT_NE(error(std::string(kCluster) + "gpus = 3\n").find("cluster.gpus: unknown key"),
+              std::string::npos);
+    std::string zero = kCluster;
+    zero.replace(zero.find("nodes = 2"), 9, "nodes = 0");
+    EXPECT_NE(error(zero).find("cluster.nodes: expected an integer >= 1"), std::string::npos);
+    std::string half = kCluster;
+    half.replace(half.find("nodes = 2"), 9, "nodes = 1.5");
+    EXPECT_NE(error(half).find("cluster.nodes: expected an integer"), std::string::npos);
+    EXPECT_NE(error("[cluster\n").find("c.toml:1:"), std::string::npos);
+    EXPECT_NE(error("[nodes]\n").find("expected only a [cluster] table"), std::string::npos);
+}
+
+TEST(PlanLayoutPins, ParseAndRefuseByName) {
+    const auto p = parse_layout_pins("dp=2,tp=4,recompute=full,method=qlora");
+    EXPECT_EQ(p.at("dp"), "2");
+    EXPECT_EQ(p.at("method"), "qlora");
+    EXPECT_THROW(parse_layout_pins("cp=2"), Error);
+    EXPECT_THROW(parse_layout_pins("dp=0"), Error);
+    EXPECT_THROW(parse_layout_pins("recompute=some"), Error);
+    try {
+        parse_layout_pins("zero_stage=3");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("stage 3 is not built"), std::string::npos);
+    }
+}
+
+// A small Llama (4 layers) the plans size for real.
+PlanRequest request(const std::string& goal) {
+    PlanRequest r;
+    r.base = default_run_config();
+    for (const char* w :
+         {"model.vocab_size=8192", "model.hidden_size=256", "model.num_layers=4",
+          "model.num_heads=8", "model.num_kv_heads=4", "model.intermediate_size=704",
+          "model.max_position_embeddings=512", "data.tokenizer=\"\""})
+        apply_override(r.base, w);
+    r.model = resolve_model(r.base, std::nullopt);
+    r.seq = 512;
+    r.global_batch = 32;
+    r.goal = goal;
+    return r;
+}
+
+// One pinned layout's cost, term by term, against plan.h's formulas written out again.
+TEST(Plan, TheCostModelIsTheDocumentedOne) {
+    PlanRequest req = request("pretrain");
+    req.pins = parse_layout_pins("dp=4,tp=2,pp=1,micro_batch=8,recompute=full,zero_stage=1");
+    ClusterSpec c =
+        parse_cluster(std::string(kCluster) + "device_memory_gbytes_per_s = 1000\n", "c.toml");
+    c.device_memory_gib = 100;
+    const Plan p = make_plan(req, c);
+    ASSERT_EQ(p.ranked.size(), 1u);  // bf16 only (no fp32 rate), full only (pretrain)
+    const PlanCandidate& x = p.ranked[0];
+    EXPECT_EQ(x.layout.grad_accum, 4);
+    const double n = 8, tokens = 32.0 * 512, rate = 70e12;
+    const double compute =
+        model_flops_per_token(req.model, 512, 0, false) * tokens / n / rate * (1 + 1.0 / 3);
+    EXPECT_NEAR(x.cost.compute, compute, 1e-12 * compute);
+    EXPECT_EQ(x.cost.bubble, 0);
+    // tp = 2 inside a node: 6 all-reduces per layer (recompute) of 2 rows x 512 x 256 bf16.
+    const double act = 2.0 * 512 * 256 * 2;
+    const double ar = 2.0 * 1 / 2 * act / 200e9 + 2.0 * 1 * 2e-6;
+    EXPECT_NEAR(x.cost.tp, 4 * 4 * 6 * ar, 1e-9);
+    // dp = 4 over ranks 0, 2, 4, 6: across the two nodes. The rank's trainable elements, as its
+    // memory estimate counts them.
+    const double rank_elems = double(plan_memory(req.model, layout_config(req.base, 512, x.layout),
+                                                 MeshShape{4, 2, 1}, 0, 0, 0, 1)
+                                         .gradients) /
+                              4;
+    const double grad = rank_elems * 4;
+    const double dp = 2.0 * 3 / 4 * grad / 10e9 + 2.0 * 3 * 20e-6;
+    EXPECT_NEAR(x.cost.dp, dp, 1e-9);
+    EXPECT_NEAR(x.cost.dp_exposed, std::max(dp - compute / 4 * 2 / 3, dp), 1e-9);
+    EXPECT_NEAR(x.cost.zero, 3.0 / 4 * grad / 10e9, 1e-9);
+    EXPECT_NEAR(x.cost.optimizer, rank_elems / 4 * 30 / 1000e9, 1e-12);
+    EXPECT_NEAR(x.tokens_per_s, tokens / x.cost.total(), 1e-6);
+}
+
+// Measured on this model: full training's smallest layout needs 0.041 GiB a device (its fp32
+// state of ~5M parameters is 80 MB over 8 devices at most plus the runtime terms), LoRA's 0.027
+// and QLoRA's 0.023 (these peaks are the engine's estimate, the same on every machine).
+TEST(Plan, WhatDoesNotFitIsRejectedWithItsNeed) {
+    PlanRequest req = request("finetune");
+    ClusterSpec c = parse_cluster(kCluster, "c.toml");
+    c.device_memory_gib = 0.035;
+    const Plan p = make_plan(req, c);
+    ASSERT_FALSE(p.ranked.empty());
+    for (const PlanCandidate& x : p.ranked) {
+        EXPECT_LE(x.peak_gib, 0.035);
+        EXPECT_NE(x.layout.method, "full");
+    }
+    bool full_named = false;
+    for (const auto& [l, why] : p.rejected)
+        full_named =
+            full_named || (l.method == "full" && why.find("GiB on stage") != std::string::npos);
+    EXPECT_TRUE(full_named);
+    // Ranked fastest first (ties within 0.2% by simplicity).
+    for (size_t i = 1; i < p.ranked.size(); ++i)
+        EXPECT_LE(p.ranked[i - 1].cost.total(), p.ranked[i].cost.total() * 1.002 + 1e-12);
+}
+
+TEST(Plan, TensorParallelismStaysInANodeUnlessPinned) {
+    PlanRequest req = request("pretrain");
+    ClusterSpec c = parse_cluster(kCluster, "c.toml");
+    c.device_memory_gib = 100;
+    Plan p = make_plan(req, c);
+    ASSERT_FALSE(p.ranked.empty());
+    for (const PlanCandidate& x : p.ranked) EXPECT_LE(x.layout.tp, 4);
+    req.pins = parse_layout_pins("tp=8,pp=1");  // heads 8, kv 4: tp 8 replicates kv heads
+    p = make_plan(req, c);
+    ASSERT_FALSE(p.ranked.empty());
+    // Across nodes, its all-reduces run at the inter-node link's rate and latency: per
+    // micro-batch (32 of one row) and layer (4), 4 of (1, 512, 256) bf16 activations.
+    req.pins = parse_layout_pins("tp=8,pp=1,micro_batch=1,recompute=none");
+    const Plan p8 = make_plan(req, c);
+    ASSERT_FALSE(p8.ranked.empty());
+    const double act = 512.0 * 256 * 2, ar = 2.0 * 7 / 8 * act / 10e9 + 2.0 * 7 * 20e-6;
+    EXPECT_NEAR(p8.ranked[0].cost.tp, 32 * 4 * 4 * ar, 1e-9);
+}
+
+// What `ete train` would refuse before starting (train/job_check.h) is rejected with its error:
+// QLoRA quantizing a 64-wide model at tp = 4 (o_proj's shards of 16 columns cut its blocks).
+TEST(Plan, WhatTrainRefusesIsRejectedWithItsError) {
+    PlanRequest req = request("finetune");
+    for (const char* w : {"model.hidden_size=64", "model.num_heads=4", "model.num_kv_heads=2",
+                          "model.intermediate_size=96"})
+        apply_override(req.base, w);
+    req.model = resolve_model(req.base, std::nullopt);
+    req.pins = parse_layout_pins("tp=4,pp=1");
+    ClusterSpec c = parse_cluster(kCluster, "c.toml");
+    c.device_memory_gib = 100;
+    const Plan p = make_plan(req, c);
+    ASSERT_FALSE(p.ranked.empty());
+    for (const PlanCandidate& x : p.ranked) EXPECT_NE(x.layout.method, "qlora");
+    size_t refused = 0;
+    for (const auto& [l, why] : p.rejected) {
+        EXPECT_EQ(l.method, "qlora");
+        refused += why.find("NF4 blocks of 64 elements would straddle") != std::string::npos;
+    }
+    EXPECT_GT(refused, 0u);
+    EXPECT_EQ(refused, p.rejected.size());
+}
+
+// The article's virtualised-PCIe case: every link slow (0.5 GB/s, 200 µs). Tensor and pipeline
+// parallelism then cost more than they split, and a fine-tune's winner is pure data parallelism
+// with adapters (LoRA's, or QLoRA's where memory needs it), whose all-reduce is the adapters only.
+TEST(Plan, WeakLinksPickDataParallelAdapters) {
+    PlanRequest req = request("finetune");
+    const ClusterSpec c = parse_cluster(
+        "[cluster]\nnodes = 1\ndevices_per_node = 4\ndevice_memory_gib = 16\n"
+        "device_peak_tflops = 100\nintra_node_gbytes_per_s = 0.5\ninter_node_gbytes_per_s = 0.5\n"
+        "intra_node_latency_us = 200\ninter_node_latency_us = 200\n",
+        "vgpu.toml");
+    const Plan p = make_plan(req, c);
+    ASSERT_FALSE(p.ranked.empty());
+    const PlanLayout& w = p.ranked[0].layout;
+    EXPECT_EQ(w.dp, 4);
+    EXPECT_EQ(w.tp, 1);
+    EXPECT_EQ(w.pp, 1);
+    EXPECT_NE(w.method, "full");
+    // Full training would all-reduce every weight's gradient over the slow link instead.
+    for (const PlanCandidate& x : p.ranked) {
+        if (x.layout.method == "full" && x.layout.dp == 4) {
+            EXPECT_GT(x.cost.dp, 10 * p.ranked[0].cost.dp);
+        }
+    }
+}
+
+TEST(PlanCli, JsonHasTheBestAndEveryCandidate) {
+    const fs::path dir = fs::temp_directory_path() / ("ete_plan_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    write_file_atomic((dir / "c.toml").string(), std::string(kCluster));
+    write_file_atomic((dir / "m.toml").string(),
+                      "[model]\nvocab_size = 8192\nhidden_size = 256\nnum_layers = 4\n"
+                      "num_heads = 8\nnum_kv_heads = 4\nintermediate_size = 704\n"
+                      "max_position_embeddings = 512\n[data]\ntokenizer = \"\"\n");
+    const std::string base = "plan --model " + (dir / "m.toml").string() + " --cluster " +
+                             (dir / "c.toml").string() + " --seq 512 --global-batch 32";
+    ShellResult r = run_shell(ete_cmd(base + " --goal finetune --json") + " 2>&1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    for (const char* k :
+         {"dp", "tp", "pp", "micro_batch", "grad_accum", "recompute", "zero_stage", "precision",
+          "method", "predicted_step_s", "predicted_tokens_per_s", "predicted_peak_gib"})
+        EXPECT_TRUE(j["best"].contains(k)) << k;
+    ASSERT_GT(j["candidates"].size(), 1u);
+    EXPECT_EQ(j["candidates"][0], j["best"]);
+    EXPECT_NE(j["command"].get<std::string>().find("ete launch -n 8 --hostfile HOSTS -- train"),
+              std::string::npos);
+    r = run_shell(ete_cmd(base + " --layout tp=3") + " 2>&1");  // 3 does not divide 8 devices
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.out.find("ete: error: plan: no layout of 8 devices matches --layout 'tp=3'"),
+              std::string::npos)
+        << r.out;
+    // Devices too small for any layout: the first rejections with their need, then the error.
+    std::string small = kCluster;
+    small.replace(small.find("device_memory_gib = 1.5"), 23, "device_memory_gib = 0.001");
+    write_file_atomic((dir / "small.toml").string(), small);
+    r = run_shell(ete_cmd("plan --model " + (dir / "m.toml").string() + " --cluster " +
+                          (dir / "small.toml").string() + " --seq 512 --global-batch 32") +
+                  " 2>&1");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.out.find(" GiB on stage "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("ete: error: plan: no layout fits"), std::string::npos) << r.out;
+    r = run_shell(ete_cmd(base + " --layout cp=2") + " 2>&1");
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("unknown field 'cp'"), std::string::npos) << r.out;
+    fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ete
