@@ -3,6 +3,7 @@
 #include "ete/train/plan.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <sstream>
 #include <tuple>
@@ -27,7 +28,8 @@ const std::vector<std::string>& pin_names() {
 }
 
 bool is_count(const std::string& v) {
-    return !v.empty() && v.size() < 9 && std::all_of(v.begin(), v.end(), ::isdigit) && v[0] != '0';
+    return !v.empty() && v.size() < 9 && v[0] != '0' &&
+           std::all_of(v.begin(), v.end(), [](unsigned char ch) { return std::isdigit(ch); });
 }
 
 std::vector<int> divisors(int n) {
@@ -61,8 +63,8 @@ Link link_of(const ClusterSpec& c, bool inter) {
                  : Link{c.intra_gbytes_per_s, c.intra_latency_us};
 }
 
-// The step cost of layout l (plan.h); trainable: trainable elements of the largest rank,
-// adapters: whether the base is frozen.
+// The step cost of layout l (plan.h). trainable_rank: the trainable elements of its largest
+// stage's rank (what it all-reduces and steps); trainable_total: the whole model's.
 StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayout& l,
                    int64_t trainable_rank, int64_t trainable_total) {
     const ModelConfig& mc = req.model;
