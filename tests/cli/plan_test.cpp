@@ -122,6 +122,11 @@ TEST(Plan, TheCostModelIsTheDocumentedOne) {
     ASSERT_EQ(p.ranked.size(), 1u);  // bf16 only (no fp32 rate), full only (pretrain)
     const PlanCandidate& x = p.ranked[0];
     EXPECT_EQ(x.layout.grad_accum, 4);
+    // Bounds: the plan evaluates these expressions in double, in an order that may differ from
+    // the test's by a few roundings (≤ ~10 · 2^-53 relative). Every term is below 1 s, so 1e-9 s
+    // (1e-12 relative for compute and the optimizer) is far above that and far below any
+    // mistake in a term (a missing all-reduce, a wrong link: ≥ 1e-6 s here). No CPU kernel is
+    // involved: the same on every CPU and kernel choice.
     const double n = 8, tokens = 32.0 * 512, rate = 70e12;
     const double compute =
         model_flops_per_token(req.model, 512, 0, false) * tokens / n / rate * (1 + 1.0 / 3);
