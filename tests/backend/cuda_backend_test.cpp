@@ -36,6 +36,23 @@ TEST(CudaBackend, PicksTheDeviceOfTheLocalRank) {
     EXPECT_EQ(error_of([] { pick_cuda_device(nullptr, 0, 0); }), "[cuda] no CUDA device visible");
 }
 
+// `ete launch --placement auto`'s map: world rank -> GPU.
+TEST(CudaBackend, TheDeviceMapGivesEachRankItsGpu) {
+    EXPECT_EQ(mapped_cuda_device(nullptr, 3), "");
+    EXPECT_EQ(mapped_cuda_device("", 0), "");
+    EXPECT_EQ(mapped_cuda_device("0,2,1,3", 0), "0");
+    EXPECT_EQ(mapped_cuda_device("0,2,1,3", 1), "2");
+    EXPECT_EQ(mapped_cuda_device("0,2,1,3", 3), "3");
+    EXPECT_EQ(error_of([] { mapped_cuda_device("0,2", 2); }),
+              "ETE_CUDA_DEVICE_MAP='0,2': has 2 entries, none for world rank 2");
+    EXPECT_EQ(error_of([] { mapped_cuda_device("0,,1", 0); }),
+              "ETE_CUDA_DEVICE_MAP='0,,1': expected device numbers separated by commas, one per "
+              "world rank");
+    EXPECT_EQ(error_of([] { mapped_cuda_device("0,x", 0); }),
+              "ETE_CUDA_DEVICE_MAP='0,x': expected device numbers separated by commas, one per "
+              "world rank");
+}
+
 TEST(CudaBackend, DescribesTheDevice) {
     if (!cuda_unavailable_reason().empty()) GTEST_SKIP() << cuda_unavailable_reason();
     auto be = make_backend("cuda");

@@ -90,9 +90,9 @@ class ParallelTrain : public ::testing::Test {
                (dir_ / "toks.bin").string() + "\"\ntokenizer = \"\"\nval_fraction = 0.0\n";
     }
 
-    // Trains the job on `ranks` processes (1: plain, no MPI) with extra arguments, into
-    // dir_/run<k> (last_out_).
-    RunResult train(int ranks, const std::string& sets) {
+    // Trains the job on `ranks` processes (1: plain, no MPI) with extra arguments (and `ete
+    // launch` options), into dir_/run<k> (last_out_).
+    RunResult train(int ranks, const std::string& sets, const std::string& launch = "") {
         const std::string out = (dir_ / ("run" + std::to_string(runs_++))).string();
         last_out_ = out;
         const std::string args =
@@ -100,7 +100,8 @@ class ParallelTrain : public ::testing::Test {
         const std::string cmd =
             "OMP_NUM_THREADS=1 " +
             (ranks == 1 ? ete_cmd(args)
-                        : kMpiEnv + ete_cmd("launch -n " + std::to_string(ranks) + " -- " + args)) +
+                        : kMpiEnv + ete_cmd("launch -n " + std::to_string(ranks) + " " + launch +
+                                            " -- " + args)) +
             " 2>&1";
         ShellResult r = run_shell(cmd);
         RunResult res;

@@ -46,6 +46,25 @@ TEST_F(ParallelTrain, DataParallelMatchesOneProcess) {
     expect_same(one, train(2, "--set parallel.dp=2 --set parallel.zero1=true"), "dp=2 zero1");
 }
 
+// `ete launch --placement auto`: the layout placed on this host's cores by the search, written
+// as an Open MPI rankfile that mpirun accepts, trains the same numbers as launch order (the
+// placement moves ranks between cores, never the mesh's arithmetic).
+TEST_F(ParallelTrain, AutoPlacementTrainsTheSameNumbers) {
+    RunResult one = train(1, "");
+    RunResult placed = train(4, "--set parallel.dp=2 --set parallel.tp=2", "--placement auto");
+    expect_same(one, placed, "dp=2 x tp=2, --placement auto");
+    EXPECT_NE(placed.log.find("placement auto: dp 2 x tp 2 x pp 1 on 4 core blocks of 1 node: "),
+              std::string::npos)
+        << placed.log;
+    EXPECT_NE(placed.log.find("--rankfile "), std::string::npos) << placed.log;
+    // A command other than train has no layout to place.
+    ShellResult r = run_shell(ete_cmd("launch -n 2 --placement auto -- inspect x 2>&1"));
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.out.find("launch --placement auto: expected `-- train [CONFIG] [--set ...]`"),
+              std::string::npos)
+        << r.out;
+}
+
 // ZeRO-2 reduces each gradient piece to the replica whose shard holds it (parallel/zero.h), which
 // alone updates it; the gather of the masters then gives every replica the whole step. Same
 // update as one process, within the same summation-order noise: tiny buckets that straddle the

@@ -149,6 +149,14 @@ TEST(Plan, TheCostModelIsTheDocumentedOne) {
     EXPECT_NEAR(x.cost.zero, 3.0 / 4 * grad / 10e9, 1e-9);
     EXPECT_NEAR(x.cost.optimizer, rank_elems / 4 * 30 / 1000e9, 1e-12);
     EXPECT_NEAR(x.tokens_per_s, tokens / x.cost.total(), 1e-6);
+    // What placement weighs (comm_bytes) is the same model without the links: the tp term less
+    // its latencies, times the bandwidth; dp's ring share of the fp32 gradients of total/(tp·pp).
+    const RunConfig lc = layout_config(req.base, 512, x.layout);
+    const int64_t total = trainable_elements(req.model, lc);
+    const AxisBytes b = comm_bytes(lc, req.model, total);
+    EXPECT_NEAR(b.tp / 200e9, x.cost.tp - 4 * 4 * 6 * (2.0 * 1 * 2e-6), 1e-9);
+    EXPECT_NEAR(b.dp, 2.0 * 3 / 4 * double(total) / 2 * 4, 1e-6);
+    EXPECT_EQ(b.pp, 0);
 }
 
 // Full training's smallest layout needs more a device than the adapters' (its fp32 masters,

@@ -101,6 +101,18 @@ TEST(HostTopology, HwlocSeesThisMachine) {
     ASSERT_EQ(h.numa_bytes.size(), size_t(h.numa_nodes));
     for (uint64_t b : h.numa_bytes) EXPECT_GT(b, uint64_t(64) << 20);
     EXPECT_GT(h.l2_bytes, 0u);
+    // The cores a rankfile names: one per hwloc core, each package's counted from 0.
+    const std::vector<HostCore> cores = host_cores();
+    ASSERT_EQ(int(cores.size()), h.cores);
+    EXPECT_EQ(cores[0].package, 0);
+    EXPECT_EQ(cores[0].core_in_package, 0);
+    for (size_t i = 1; i < cores.size(); ++i) {
+        const bool next = cores[i].package == cores[i - 1].package &&
+                          cores[i].core_in_package == cores[i - 1].core_in_package + 1;
+        const bool first =
+            cores[i].package == cores[i - 1].package + 1 && cores[i].core_in_package == 0;
+        EXPECT_TRUE(next || first) << i;
+    }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "ete/backend/backend.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 
@@ -228,6 +229,29 @@ int pick_cuda_device(const char* env_device, int local_rank, int visible) {
               "ETE_CUDA_DEVICE='{}': expected a device number from 0 to {} ({} visible)",
               env_device, visible - 1, visible);
     return int(d);
+}
+
+std::string mapped_cuda_device(const char* map, int world_rank) {
+    if (!map || !*map) return "";
+    const std::string m = map;
+    std::vector<std::string> entries(1);
+    for (char ch : m) {
+        if (ch == ',')
+            entries.emplace_back();
+        else
+            entries.back() += ch;
+    }
+    for (const std::string& e : entries)
+        ETE_CHECK(
+            !e.empty() && e.size() < 6 &&
+                std::all_of(e.begin(), e.end(), [](unsigned char c) { return std::isdigit(c); }),
+            "ETE_CUDA_DEVICE_MAP='{}': expected device numbers separated by commas, one "
+            "per world rank",
+            m);
+    ETE_CHECK(world_rank >= 0 && size_t(world_rank) < entries.size(),
+              "ETE_CUDA_DEVICE_MAP='{}': has {} entries, none for world rank {}", m, entries.size(),
+              world_rank);
+    return entries[size_t(world_rank)];
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {

@@ -356,8 +356,14 @@ int cuda_device_count();
 // The device a rank uses: env_device (ETE_CUDA_DEVICE's value) when set, which must name one of
 // the `visible` devices; else local_rank % visible, so the ranks of a node spread over its GPUs
 // (more ranks than GPUs share them: the staged MPI communicator allows it, NCCL does not).
+// The trainer passes ETE_CUDA_DEVICE_MAP's entry for its rank (mapped_cuda_device) as env_device
+// when that is set, so errors name ETE_CUDA_DEVICE.
 // Throws ete::Error naming ETE_CUDA_DEVICE and what was expected; needs visible >= 1.
 int pick_cuda_device(const char* env_device, int local_rank, int visible);
+// ETE_CUDA_DEVICE_MAP ("3,1,0,2": world rank -> GPU, written by `ete launch --placement auto`):
+// the entry of world_rank, "" when map is unset or empty. Throws ete::Error naming the variable
+// when the list is not comma-separated device numbers or has no entry for the rank.
+std::string mapped_cuda_device(const char* map, int world_rank);
 // Empty when make_cuda_backend() can run here (a CUDA build and at least one visible device);
 // else why not, in one line (tests skip their CUDA cases with it).
 std::string cuda_unavailable_reason();

@@ -346,8 +346,8 @@ int cli_main(int argc, char** argv) {
     }
 }
 
-void check_launched_job(const std::vector<std::string>& args, int ranks) {
-    if (args.empty() || args[0] != "train") return;
+std::optional<RunConfig> launched_train_config(const std::vector<std::string>& args) {
+    if (args.empty() || args[0] != "train") return std::nullopt;
     CLI::App app;
     TrainArgs a;
     std::function<int()> run;
@@ -356,11 +356,16 @@ void check_launched_job(const std::vector<std::string>& args, int ranks) {
     try {
         app.parse(reversed);
     } catch (const CLI::Success&) {
-        return;  // --help: the ranks print it
+        return std::nullopt;  // --help: the ranks print it
     } catch (const CLI::ParseError& e) {
         throw ConfigError(fmt::format("{} (see ete train --help)", e.what()));
     }
-    if (!a.dump_config) check_job(train_config(a), ranks);
+    if (a.dump_config) return std::nullopt;
+    return train_config(a);
+}
+
+void check_launched_job(const std::vector<std::string>& args, int ranks) {
+    if (const std::optional<RunConfig> cfg = launched_train_config(args)) check_job(*cfg, ranks);
 }
 
 }  // namespace ete

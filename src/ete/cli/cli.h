@@ -1,8 +1,11 @@
 // ete/cli/cli.h — subcommand dispatch. Only here do exceptions become exit codes.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "ete/train/config.h"
 
 namespace ete {
 
@@ -12,5 +15,9 @@ int cli_main(int argc, char** argv);
 // ranks, run by the launcher before any rank starts, so a bad config is one error and no mpirun.
 // Throws ConfigError; other commands, and --help, pass.
 void check_launched_job(const std::vector<std::string>& args, int ranks);
+
+// The run config of `ete launch`'s `train ...` arguments (config file and --set applied); none for
+// another command or --help / --dump-config. Throws ConfigError on arguments train refuses.
+std::optional<RunConfig> launched_train_config(const std::vector<std::string>& args);
 
 }  // namespace ete

@@ -73,7 +73,16 @@ std::vector<std::string> mpirun_argv(const LaunchArgs& a, const LaunchHost& host
     ETE_ASSERT(host.cores >= 1 && !host.self_exe.empty());
     std::vector<std::string> argv = {a.mpirun, "-np", std::to_string(a.n)};
     if (host.is_root) argv.push_back("--allow-run-as-root");
-    if (!a.hostfile.empty()) {
+    if (!a.rankfile.empty()) {
+        if (!a.hostfile.empty()) argv.insert(argv.end(), {"--hostfile", a.hostfile});
+        argv.insert(argv.end(), {"--rankfile", a.rankfile});
+        if (!host.omp_threads_set)
+            argv.insert(argv.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(a.threads)});
+        else if (!a.hostfile.empty())
+            argv.insert(argv.end(), {"-x", "OMP_NUM_THREADS"});
+        if (!a.device_map.empty())
+            argv.insert(argv.end(), {"-x", "ETE_CUDA_DEVICE_MAP=" + a.device_map});
+    } else if (!a.hostfile.empty()) {
         argv.insert(argv.end(), {"--hostfile", a.hostfile, "--bind-to", "none"});
         if (host.omp_threads_set) argv.insert(argv.end(), {"-x", "OMP_NUM_THREADS"});
     } else {
@@ -108,6 +117,15 @@ void add_launch_command(CLI::App& app, LaunchArgs& a, std::function<int()>& run)
                   "with --hostfile: probe its hosts before each attempt and run on the slots "
                   "of those that answer, if at least this many")
         ->check(non_negative());
+    c->add_option("--placement", a.placement,
+                  "order: ranks in launch order; auto: each rank on the device the placement "
+                  "search picks for the train config's layout (docs/planner.md)")
+        ->check(CLI::IsMember({"order", "auto"}))
+        ->capture_default_str();
+    c->add_option("--nvidia-smi-topo", a.topo_file,
+                  "with --placement auto: the text of `nvidia-smi topo -m` on a node (default: "
+                  "run it; no GPUs: this host's cores)")
+        ->check(CLI::ExistingFile);
     c->add_option("args", a.args, "the ete command each rank runs, after --")->required();
     c->footer(
         "\nEach rank runs this ete binary with ARGS. Without --hostfile the ranks share this "

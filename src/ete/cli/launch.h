@@ -11,6 +11,9 @@
 //     -x OMP_NUM_THREADS=K unless the user set OMP_NUM_THREADS (the user's value wins)
 //   with a hostfile (nodes and their slots are the hostfile's): --bind-to none, and a user-set
 //     OMP_NUM_THREADS is forwarded to the other nodes with -x OMP_NUM_THREADS.
+//   --placement auto (launch_placement.h): --rankfile F (each rank's host and cores) in place of
+//     the mapping and binding flags, -x OMP_NUM_THREADS=K (the cores a rank was given) unless the
+//     user set it, and with GPUs -x ETE_CUDA_DEVICE_MAP=d0,d1,... (world rank -> GPU).
 #pragma once
 
 #include <functional>
@@ -30,6 +33,12 @@ struct LaunchArgs {
     std::vector<std::string> args;  // what each rank runs: ete's own arguments, e.g. {"train", ...}
     int max_restarts = 0;           // relaunches after a restartable failure (supervise.cpp)
     int min_ranks = 0;              // > 0: relaunch on fewer ranks (down to this) if slots are gone
+    std::string placement = "order";  // order (launch order) | auto (launch_placement.h)
+    std::string topo_file;            // --placement auto: `nvidia-smi topo -m` text of a node
+    // Set per attempt by --placement auto:
+    std::string rankfile;    // the Open MPI rankfile written for the attempt
+    std::string device_map;  // ETE_CUDA_DEVICE_MAP's value, "" without GPUs
+    int threads = 0;         // OMP_NUM_THREADS of a rank
 };
 
 // Facts about this process and machine that the mpirun flags depend on.

@@ -17,6 +17,7 @@
 
 #include "ete/cli/cli.h"
 #include "ete/cli/launch.h"
+#include "ete/cli/launch_placement.h"
 #include "ete/core/error.h"
 #include "ete/core/signals.h"
 #include "ete/parallel/mpi_comm.h"
@@ -200,6 +201,8 @@ int cmd_launch(const LaunchArgs& a) {
             if (!path.empty()) ::unlink(path.c_str());
         }
     } remove_live{live_hostfile};
+    std::string rankfile;  // --placement auto's, rewritten each attempt
+    const Remove remove_rankfile{rankfile};
     const PrivateMpiTmpdir session_base(a);
     for (int attempt = 0;; ++attempt) {
         LaunchArgs cur = a;
@@ -216,6 +219,11 @@ int cmd_launch(const LaunchArgs& a) {
             cur.n = std::min(a.n, slots);
         }
         cur.args = attempt_args(a.args, attempt);
+        if (a.placement == "auto") {
+            const std::string report = apply_auto_placement(cur);
+            rankfile = cur.rankfile;
+            std::fprintf(stderr, "ete launch: %s\n", report.c_str());
+        }
         ::setenv("ETE_RESTART_ATTEMPT", std::to_string(attempt).c_str(), 1);
         const std::vector<std::string> argv = mpirun_argv(cur, host);
         std::fprintf(

@@ -16,17 +16,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// nvidia-smi's matrix, or "" when there is no nvidia-smi (or it fails: no driver, no GPU).
-std::string run_nvidia_smi_topo() {
-    FILE* p = ::popen("nvidia-smi topo -m 2>/dev/null", "r");
-    if (!p) return "";
-    std::string out;
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0 && out.size() < (1u << 20);)
-        out.append(buf, n);
-    return ::pclose(p) == 0 ? out : "";
-}
-
 json host_json(const HostTopology& h) {
     return {{"cpu_model", h.cpu_model}, {"packages", h.packages}, {"numa_nodes", h.numa_nodes},
             {"cores", h.cores},         {"pus", h.pus},           {"numa_bytes", h.numa_bytes},
@@ -86,7 +75,7 @@ void print_text(const HostTopology& h, const GpuTopology* g) {
 int cmd_topo(const TopoArgs& a) {
     const HostTopology h = discover_host();
     const std::string text =
-        a.nvidia_smi_topo.empty() ? run_nvidia_smi_topo() : read_file(a.nvidia_smi_topo);
+        a.nvidia_smi_topo.empty() ? nvidia_smi_topo_text() : read_file(a.nvidia_smi_topo);
     std::optional<GpuTopology> g;
     if (!text.empty())
         g = parse_nvidia_smi_topo(

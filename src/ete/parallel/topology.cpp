@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -187,6 +188,16 @@ GpuTopology parse_nvidia_smi_topo(const std::string& text, const std::string& wh
                       link_name(g.gpu_gpu[j][i]));
         }
     return g;
+}
+
+std::string nvidia_smi_topo_text() {
+    FILE* p = ::popen("nvidia-smi topo -m 2>/dev/null", "r");
+    if (!p) return "";
+    std::string out;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0 && out.size() < (1u << 20);)
+        out.append(buf, n);
+    return ::pclose(p) == 0 ? out : "";
 }
 
 }  // namespace ete

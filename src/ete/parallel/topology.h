@@ -48,6 +48,9 @@ struct GpuTopology {
 // row or column missing (truncated text), a matrix that is not symmetric or has no X diagonal,
 // or text with no GPU matrix at all.
 GpuTopology parse_nvidia_smi_topo(const std::string& text, const std::string& where);
+// The text `nvidia-smi topo -m` prints here, or "" when there is no nvidia-smi (or it fails: no
+// driver, no GPU).
+std::string nvidia_smi_topo_text();
 
 // This host as hwloc sees it.
 struct HostTopology {
@@ -59,5 +62,14 @@ struct HostTopology {
     std::string cpu_model;
 };
 HostTopology discover_host();
+
+// One core of this host as Open MPI's rankfile names it ("slot=package:core", both logical
+// indices, the core's counted within its package), with what it shares: its NUMA node (the
+// kernel's number, as nvidia-smi's NUMA affinity gives it) and its L3 cache (-1 = none).
+struct HostCore {
+    int package = 0, core_in_package = 0, numa = 0, l3 = -1;
+};
+// The cores this process may run on, in hwloc's logical order.
+std::vector<HostCore> host_cores();
 
 }  // namespace ete

@@ -47,13 +47,51 @@ uint64_t first_cache(hwloc_topology_t t, hwloc_obj_type_t type) {
     return o && o->attr ? o->attr->cache.size : 0;
 }
 
-}  // namespace
+using Topology = std::unique_ptr<hwloc_topology, TopologyDeleter>;
 
-HostTopology discover_host() {
+Topology load_topology() {
     hwloc_topology_t raw = nullptr;
     ETE_CHECK(hwloc_topology_init(&raw) == 0, "hwloc: cannot initialize a topology");
-    std::unique_ptr<hwloc_topology, TopologyDeleter> t(raw);
+    Topology t(raw);
     ETE_CHECK(hwloc_topology_load(raw) == 0, "hwloc: cannot load this machine's topology");
+    return t;
+}
+
+}  // namespace
+
+std::vector<HostCore> host_cores() {
+    const Topology t = load_topology();
+    hwloc_topology_t raw = t.get();
+    std::vector<HostCore> out;
+    for (int i = 0; i < count(raw, HWLOC_OBJ_CORE); ++i) {
+        hwloc_obj_t core = hwloc_get_obj_by_type(raw, HWLOC_OBJ_CORE, unsigned(i));
+        HostCore c;
+        hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(raw, HWLOC_OBJ_PACKAGE, core);
+        if (pkg) {
+            c.package = int(pkg->logical_index);
+            hwloc_obj_t first =
+                hwloc_get_next_obj_inside_cpuset_by_type(raw, pkg->cpuset, HWLOC_OBJ_CORE, nullptr);
+            c.core_in_package = int(core->logical_index - (first ? first->logical_index : 0));
+        } else {
+            c.core_in_package = int(core->logical_index);
+        }
+        for (int n = 0; n < count(raw, HWLOC_OBJ_NUMANODE); ++n) {
+            hwloc_obj_t numa = hwloc_get_obj_by_type(raw, HWLOC_OBJ_NUMANODE, unsigned(n));
+            if (numa && hwloc_bitmap_isincluded(core->cpuset, numa->cpuset)) {
+                c.numa = int(numa->os_index);
+                break;
+            }
+        }
+        if (hwloc_obj_t l3 = hwloc_get_ancestor_obj_by_type(raw, HWLOC_OBJ_L3CACHE, core))
+            c.l3 = int(l3->logical_index);
+        out.push_back(c);
+    }
+    return out;
+}
+
+HostTopology discover_host() {
+    const Topology t = load_topology();
+    hwloc_topology_t raw = t.get();
     HostTopology h;
     h.packages = count(raw, HWLOC_OBJ_PACKAGE);
     h.numa_nodes = count(raw, HWLOC_OBJ_NUMANODE);

@@ -158,7 +158,13 @@ std::vector<PlanLayout> enumerate(const PlanRequest& req, const ClusterSpec& c) 
     return out;
 }
 
-// Trainable elements of the whole model (the adapters of a frozen base).
+// What decides the model a layout builds (everything else is estimated on the same build).
+std::string build_key(const PlanLayout& l) {
+    return fmt::format("{}/{}/{}/{}/{}", l.dp, l.tp, l.pp, l.precision, l.method);
+}
+
+}  // namespace
+
 int64_t trainable_elements(const ModelConfig& mc, const RunConfig& cfg) {
     int64_t n = 0;
     for (const ParamSpec& p : param_specs(mc, {}, lora_spec(cfg)))
@@ -166,12 +172,17 @@ int64_t trainable_elements(const ModelConfig& mc, const RunConfig& cfg) {
     return n;
 }
 
-// What decides the model a layout builds (everything else is estimated on the same build).
-std::string build_key(const PlanLayout& l) {
-    return fmt::format("{}/{}/{}/{}/{}", l.dp, l.tp, l.pp, l.precision, l.method);
+AxisBytes comm_bytes(const RunConfig& cfg, const ModelConfig& mc, int64_t trainable_total) {
+    const int dp = cfg.parallel_dp, tp = cfg.parallel_tp, pp = cfg.parallel_pp;
+    const double act = double(cfg.micro_batch) / dp * cfg.seq_len * mc.hidden_size;
+    const double layers = double(mc.num_layers) / pp;
+    AxisBytes b;
+    b.tp = cfg.grad_accum * layers * (cfg.recompute == "full" ? 6 : 4) * 2.0 * (tp - 1) / tp * act *
+           (cfg.precision == "fp32" ? 4 : 2);
+    if (pp > 1) b.pp = 2.0 * cfg.grad_accum * act * 4;
+    b.dp = 2.0 * (dp - 1) / dp * double(trainable_total) / (tp * pp) * 4;
+    return b;
 }
-
-}  // namespace
 
 std::map<std::string, std::string> parse_layout_pins(const std::string& text) {
     std::map<std::string, std::string> pins;

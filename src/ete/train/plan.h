@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "ete/model/config.h"
+#include "ete/parallel/placement.h"
 #include "ete/train/cluster.h"
 #include "ete/train/config.h"
 
@@ -84,6 +85,13 @@ std::map<std::string, std::string> parse_layout_pins(const std::string& text);
 Plan make_plan(const PlanRequest& req, const ClusterSpec& cluster);
 // The run config of a layout (base with the layout's keys set).
 RunConfig layout_config(const RunConfig& base, int seq, const PlanLayout& l);
+// The bytes each group of an axis moves over its slowest link per step under `cfg`'s layout, the
+// cost model's terms above without the links (what placement weighs, parallel/placement.h): tp
+// 2(tp − 1)/tp of each all-reduce's activations, pp the boundary's activations and gradients, dp
+// 2(dp − 1)/dp of the fp32 gradients of a rank's share (trainable_total / (tp · pp)).
+AxisBytes comm_bytes(const RunConfig& cfg, const ModelConfig& mc, int64_t trainable_total);
+// Trainable elements of the whole model under cfg (the adapters of a frozen base).
+int64_t trainable_elements(const ModelConfig& mc, const RunConfig& cfg);
 // The `--set` arguments that select the layout, e.g. "--set parallel.dp=8 --set ...".
 std::string layout_sets(const PlanLayout& l, int seq);
 
