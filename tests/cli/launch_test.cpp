@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,31 @@ TEST(Launch, RealTwoRankRun) {
     size_t first = r.out.find("ete 0.1.0");
     ASSERT_NE(first, std::string::npos) << r.out;
     EXPECT_NE(r.out.find("ete 0.1.0", first + 1), std::string::npos) << r.out;
+}
+
+// `ete topo --measure` under mpirun: rank 0 prints the whole matrix, the others nothing.
+TEST(Launch, TopoMeasuresTheLinksBetweenRanks) {
+    if (run_shell("command -v mpirun >/dev/null 2>&1").code != 0) {
+        GTEST_SKIP() << "mpirun not installed (Debian package openmpi-bin)";
+    }
+    ShellResult r =
+        run_shell("ASAN_OPTIONS=detect_leaks=0 " +
+                  ete_cmd("launch -n 2 -- topo --json --measure --measure-mib 1 2>/dev/null"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out);  // one JSON document: rank 0's
+    const nlohmann::json& m = j["measured"];
+    EXPECT_EQ(m["ranks"], 2);
+    EXPECT_EQ(m["hosts"][0], m["hosts"][1]);
+    EXPECT_GT(m["gbytes_per_s"][0][1].get<double>(), 0);
+    EXPECT_GT(m["gbytes_per_s"][1][0].get<double>(), 0);
+    EXPECT_EQ(m["gbytes_per_s"][0][0].get<double>(), 0);
+    EXPECT_GT(m["latency_us"][0][1].get<double>(), 0);
+    EXPECT_GT(m["world_bus_gbytes_per_s"].get<double>(), 0);
+    EXPECT_EQ(m["node_names"].size(), 1u);
+    const ShellResult bad = run_shell(ete_cmd("topo --measure --measure-mib 0 2>&1"));
+    EXPECT_EQ(bad.code, 1);
+    EXPECT_EQ(bad.out,
+              "ete: error: topo --measure-mib 0: expected a size in MiB from 1/1024 to 1024\n");
 }
 
 // A job on this node runs with a private Open MPI session base (concurrent jobs otherwise race

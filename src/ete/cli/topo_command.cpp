@@ -1,5 +1,6 @@
-// ete/cli/topo_command.cpp — `ete topo [--json] [--nvidia-smi-topo FILE]`: the host (hwloc) and
-// the GPUs' pairwise links (`nvidia-smi topo -m`, run when nvidia-smi is on PATH).
+// ete/cli/topo_command.cpp — `ete topo [--json] [--nvidia-smi-topo FILE] [--measure]`: the host
+// (hwloc), the GPUs' pairwise links (`nvidia-smi topo -m`, run when nvidia-smi is on PATH), and
+// under mpirun the links between the ranks measured (parallel/link_probe.h).
 #include "ete/cli/topo_command.h"
 
 #include <cstdio>
@@ -8,6 +9,8 @@
 
 #include "ete/core/error.h"
 #include "ete/core/file_util.h"
+#include "ete/parallel/launch_env.h"
+#include "ete/parallel/link_probe.h"
 #include "ete/parallel/topology.h"
 
 namespace ete {
@@ -72,7 +75,51 @@ void print_text(const HostTopology& h, const GpuTopology* g) {
     }
 }
 
+json measured_json(const LinkMatrix& m) {
+    return {{"ranks", m.hosts.size()},
+            {"hosts", m.hosts},
+            {"gbytes_per_s", m.gbps},
+            {"latency_us", m.latency_us},
+            {"world_bus_gbytes_per_s", m.world_bus_gbps},
+            {"node_names", m.node_names},
+            {"node_bus_gbytes_per_s", m.node_bus_gbps}};
+}
+
+void print_measured(const LinkMatrix& m) {
+    const size_t n = m.hosts.size();
+    std::printf("\nlinks measured between %zu ranks (GB/s one direction | latency us):\n     ", n);
+    for (size_t j = 0; j < n; ++j) std::printf(" %13zu", j);
+    std::printf("  host\n");
+    for (size_t i = 0; i < n; ++i) {
+        std::printf("%-5zu", i);
+        for (size_t j = 0; j < n; ++j) {
+            if (i == j)
+                std::printf(" %13s", "-");
+            else
+                std::printf(" %6.2f|%6.1f", m.gbps[i][j], m.latency_us[i][j]);
+        }
+        std::printf("  %s\n", m.hosts[i].c_str());
+    }
+    std::printf("all-reduce bus bandwidth: %.2f GB/s over every rank", m.world_bus_gbps);
+    for (size_t k = 0; k < m.node_names.size(); ++k)
+        std::printf("; %.2f GB/s within %s", m.node_bus_gbps[k], m.node_names[k].c_str());
+    std::printf("\n");
+}
+
 int cmd_topo(const TopoArgs& a) {
+    std::optional<LinkMatrix> measured;
+    bool quiet = false;  // ranks other than 0 of a measured job print nothing
+    if (a.measure) {
+        ETE_CHECK(a.measure_mib > 0 && a.measure_mib <= 1024,
+                  "topo --measure-mib {}: expected a size in MiB from 1/1024 to 1024",
+                  a.measure_mib);
+        std::unique_ptr<Communicator> world = make_world(detect_launch());
+        ProbeOptions opt;
+        opt.bytes = std::max<uint64_t>(8, uint64_t(a.measure_mib * double(1 << 20)) / 8 * 8);
+        measured = probe_links(*world, opt);
+        quiet = world->rank() != 0;
+    }
+    if (quiet) return 0;
     const HostTopology h = discover_host();
     const std::string text =
         a.nvidia_smi_topo.empty() ? nvidia_smi_topo_text() : read_file(a.nvidia_smi_topo);
@@ -81,11 +128,17 @@ int cmd_topo(const TopoArgs& a) {
         g = parse_nvidia_smi_topo(
             text, a.nvidia_smi_topo.empty() ? "nvidia-smi topo -m" : a.nvidia_smi_topo);
     if (a.json) {
-        std::printf(
-            "%s\n",
-            json{{"host", host_json(h)}, {"gpu", g ? gpu_json(*g) : json(nullptr)}}.dump().c_str());
+        json out{{"host", host_json(h)}, {"gpu", g ? gpu_json(*g) : json(nullptr)}};
+        if (measured) out["measured"] = measured_json(*measured);
+        std::printf("%s\n", out.dump().c_str());
     } else {
         print_text(h, g ? &*g : nullptr);
+        if (measured && measured->hosts.size() < 2)
+            std::printf(
+                "\nlinks: one rank, nothing to measure (run `ete launch -n N -- topo "
+                "--measure`)\n");
+        else if (measured)
+            print_measured(*measured);
     }
     return 0;
 }
@@ -99,6 +152,11 @@ void add_topo_command(CLI::App& app, TopoArgs& a, std::function<int()>& run) {
     c->add_option("--nvidia-smi-topo", a.nvidia_smi_topo,
                   "read a saved `nvidia-smi topo -m` output instead of running nvidia-smi")
         ->check(CLI::ExistingFile);
+    c->add_flag("--measure", a.measure,
+                "under mpirun / ete launch: measure every pair of ranks' bandwidth and latency "
+                "and the all-reduce bus bandwidth (rank 0 prints)");
+    c->add_option("--measure-mib", a.measure_mib, "message size of the bandwidth probes")
+        ->capture_default_str();
     c->callback([&] { run = [&] { return cmd_topo(a); }; });
 }
 
