@@ -65,6 +65,36 @@ TEST_F(ParallelTrain, AutoPlacementTrainsTheSameNumbers) {
         << r.out;
 }
 
+// parallel.auto: the job plans its own layout on the ranks it was given and trains with the one
+// it prints (the same numbers as one process, as on every layout), then logs the measured step
+// time beside the prediction.
+TEST_F(ParallelTrain, AutoLayoutTrainsWithThePrintedLayout) {
+    RunResult one = train(1, "");
+    RunResult a = train(2, "--set parallel.auto=true");
+    expect_same(one, a, "parallel.auto on 2 ranks");
+    const size_t chose = a.log.find("parallel.auto: chose dp ");
+    ASSERT_NE(chose, std::string::npos) << a.log;
+    int dp = 0, tp = 0, pp = 0;
+    ASSERT_EQ(std::sscanf(a.log.c_str() + chose, "parallel.auto: chose dp %d x tp %d x pp %d", &dp,
+                          &tp, &pp),
+              3);
+    EXPECT_EQ(dp * tp * pp, 2);
+    EXPECT_NE(a.log.find(fmt::format("parallel: 2 ranks = dp {} x tp {} x pp {}", dp, tp, pp)),
+              std::string::npos)
+        << a.log;
+    EXPECT_NE(a.log.find("parallel.auto: this job (2 ranks on 1 host: GEMMs "), std::string::npos)
+        << a.log;
+    EXPECT_NE(a.log.find("parallel.auto: measured "), std::string::npos) << a.log;
+    EXPECT_NE(a.log.find(" s a step (median of 4 steps) against the predicted "), std::string::npos)
+        << a.log;
+    // With --placement auto, whose layout comes before the ranks start, it is refused.
+    ShellResult r =
+        run_shell(ete_cmd("launch -n 2 --placement auto -- train " + (dir_ / "job.toml").string() +
+                          " --set parallel.auto=true 2>&1"));
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.out.find("the train config sets parallel.auto = true"), std::string::npos) << r.out;
+}
+
 // ZeRO-2 reduces each gradient piece to the replica whose shard holds it (parallel/zero.h), which
 // alone updates it; the gather of the masters then gives every replica the whole step. Same
 // update as one process, within the same summation-order noise: tiny buckets that straddle the

@@ -22,6 +22,7 @@
 #include "ete/io/safetensors.h"
 #include "ete/model/transformer.h"
 #include "ete/parallel/launch_env.h"
+#include "ete/train/auto_layout.h"
 #include "ete/train/config.h"
 #include "ete/train/generate.h"
 #include "ete/train/inference_model.h"
@@ -61,13 +62,14 @@ RunConfig train_config(const TrainArgs& a) {
 }
 
 int cmd_train(const TrainArgs& a) {
-    const RunConfig cfg = train_config(a);
+    RunConfig cfg = train_config(a);
     if (a.dump_config) {
         std::fputs(dump_toml(cfg).c_str(), stdout);
         return 0;
     }
     const LaunchInfo launch = detect_launch();
     log_set_rank(launch.rank);  // the checks' notices (a model dir's unread keys): rank 0 alone
+    if (cfg.parallel_auto) cfg = auto_layout(cfg, launch);
     check_job(cfg, launch.world_size);  // before a rank talks to another
     ResumeOptions resume{a.resume, a.resume_force};
     if (resume.from.empty()) resume.from = requeue_resume();

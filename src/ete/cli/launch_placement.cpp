@@ -104,6 +104,9 @@ std::string apply_auto_placement(LaunchArgs& a) {
     ETE_CHECK(cfg.has_value(),
               "launch --placement auto: expected `-- train [CONFIG] [--set ...]` after the "
               "options (the layout to place is the train config's parallel.dp/tp/pp)");
+    ETE_CHECK(!cfg->parallel_auto,
+              "launch --placement auto: the train config sets parallel.auto = true, whose layout "
+              "is chosen after launch (use one of the two)");
     const MeshShape mesh = resolve_mesh(*cfg, a.n);  // parallel.dp = 0: the ranks left
     cfg->parallel_dp = mesh.dp;
     const ModelConfig mc = resolve_model(*cfg, load_tokenizer(*cfg));

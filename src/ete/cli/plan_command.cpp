@@ -12,6 +12,7 @@
 #include "ete/core/error.h"
 #include "ete/core/file_util.h"
 #include "ete/core/mem_stats.h"
+#include "ete/parallel/launch_env.h"
 #include "ete/train/plan.h"
 #include "ete/train/run_setup.h"
 
@@ -112,7 +113,14 @@ int cmd_plan(const PlanArgs& a) {
     ClusterSpec cluster;
     if (a.cluster == "local") {
         local = make_backend(req.base.backend);
-        cluster = local_cluster(*local);
+        const LaunchInfo launch = detect_launch();
+        if (launch.world_size > 1) {  // under mpirun: this job measured, rank 0 plans
+            std::unique_ptr<Communicator> world = make_world(launch);
+            cluster = measure_job(*world, *local, req.base.parallel_bucket_mb);
+            if (world->rank() != 0) return 0;
+        } else {
+            cluster = local_cluster(*local);
+        }
         req.runtime_bytes = process_rss_bytes();
         req.threads = omp_get_max_threads();
     } else {

@@ -1,18 +1,27 @@
 // ete/train/cluster.cpp
 #include "ete/train/cluster.h"
 
+#include <algorithm>
+
 #include <map>
 
 #include "ete/backend/backend.h"
 #include "ete/core/error.h"
 #include "ete/core/file_util.h"
 #include "ete/core/mem_stats.h"
+#include "ete/parallel/link_probe.h"
 #include "ete/train/monitor.h"
 #include "ete/train/toml_util.h"
 
 namespace ete {
 
 namespace {
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
 
 struct ClusterKey {
     bool required;
@@ -109,6 +118,49 @@ ClusterSpec local_cluster(Backend& backend) {
         "fp32 TFLOP/s measured)",
         backend.name(), s.device_memory_gib, s.bf16_tflops, s.fp32_tflops);
     return s;
+}
+
+ClusterSpec measure_job(Communicator& world, Backend& backend, double bucket_mb) {
+    ClusterSpec c = local_cluster(backend);
+    double rates[2] = {c.bf16_tflops, c.fp32_tflops};
+    world.all_reduce(rates, 2, DType::F64, ReduceOp::Min);
+    c.bf16_tflops = rates[0];
+    c.fp32_tflops = rates[1];
+    const int n = world.size();
+    if (n == 1) return c;
+    ProbeOptions opt;
+    opt.bytes = std::max<uint64_t>(8, uint64_t(bucket_mb * double(1 << 20)) / 8 * 8);
+    opt.latency_reps = 10;
+    opt.bandwidth_reps = 2;
+    const LinkMatrix m = probe_links(world, opt);
+    std::map<std::string, int> per_host;
+    for (const std::string& h : m.hosts) ++per_host[h];
+    for (const auto& [h, k] : per_host)
+        ETE_CHECK(k == per_host.begin()->second,
+                  "measuring the job: host {} runs {} ranks but host {} runs {} (expected the "
+                  "same number on every host)",
+                  h, k, per_host.begin()->first, per_host.begin()->second);
+    c.nodes = int(per_host.size());
+    c.devices_per_node = n / c.nodes;
+    std::vector<double> in_lat, out_lat;
+    for (int i = 0; i < n; ++i)
+        for (int j = i + 1; j < n; ++j)
+            (m.hosts[size_t(i)] == m.hosts[size_t(j)] ? in_lat : out_lat)
+                .push_back(m.latency_us[i][j]);
+    double node_bus = 0;  // the slowest host's
+    for (double b : m.node_bus_gbps) node_bus = node_bus == 0 ? b : std::min(node_bus, b);
+    c.intra_gbytes_per_s = node_bus > 0 ? node_bus : m.world_bus_gbps;
+    c.inter_gbytes_per_s = m.world_bus_gbps;
+    c.intra_latency_us = in_lat.empty() ? median(out_lat) : median(in_lat);
+    c.inter_latency_us = out_lat.empty() ? c.intra_latency_us : median(out_lat);
+    c.device_memory_gib /= c.devices_per_node;  // a host's free memory, shared by its ranks
+    c.source = fmt::format(
+        "this job ({} ranks on {} host{}: GEMMs {:.3f} bf16 / {:.3f} fp32 TFLOP/s a rank, "
+        "all-reduce {:.2f} GB/s within a host{}, {:.2f} GiB a rank; measured)",
+        n, c.nodes, c.nodes > 1 ? "s" : "", c.bf16_tflops, c.fp32_tflops, c.intra_gbytes_per_s,
+        c.nodes > 1 ? fmt::format(", {:.2f} GB/s over the job", c.inter_gbytes_per_s) : "",
+        c.device_memory_gib);
+    return c;
 }
 
 }  // namespace ete

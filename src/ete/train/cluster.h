@@ -25,6 +25,7 @@
 namespace ete {
 
 class Backend;
+class Communicator;
 
 struct ClusterSpec {
     int nodes = 1, devices_per_node = 1;
@@ -46,5 +47,13 @@ ClusterSpec load_cluster(const std::string& path);
 // and fp32 measured through the engine's own kernels (monitor.h's measure_peak_flops), MPI
 // collectives; no links (one device has none to cross).
 ClusterSpec local_cluster(Backend& backend);
+// This job as a cluster (collective over world): nodes = its hosts (the same number of ranks on
+// each), devices = its ranks; every rank's GEMM rates measured while all of them measure (they
+// share the cores as they will in training; the slowest rank's rate counts); links: the
+// all-reduce bus bandwidth of parallel.bucket_mb-sized messages within a host and over the job
+// (what the cost model's rings see, memory copies and reductions included), latencies the median
+// of the pairs' 8-byte ping-pongs (parallel/link_probe.h); a host's free memory split over its
+// ranks. One rank: local_cluster.
+ClusterSpec measure_job(Communicator& world, Backend& backend, double bucket_mb);
 
 }  // namespace ete

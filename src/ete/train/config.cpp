@@ -186,6 +186,9 @@ const std::vector<Key>& keys() {
                           "data-parallel replicas (0 = ranks / (tp * pp))"));
         t.push_back(field("parallel.tp", &R::parallel_tp, "tensor-parallel ranks per layer"));
         t.push_back(field("parallel.pp", &R::parallel_pp, "pipeline stages"));
+        t.push_back(field("parallel.auto", &R::parallel_auto,
+                          "plan dp, tp, pp, recompute and the ZeRO stage at start on the ranks "
+                          "given (docs/planner.md)"));
         t.push_back(field("parallel.pp_layers", &R::parallel_pp_layers,
                           "layers per stage, e.g. \"3,5\" (empty = balanced by cost)"));
         t.push_back(field("parallel.uneven_batch", &R::parallel_uneven_batch,

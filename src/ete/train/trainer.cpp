@@ -562,6 +562,21 @@ void Trainer::log_memory_estimate() const {
                  top.line(cfg_.lora_enabled));
 }
 
+// After 5 steps (or the run's last), the median of steps 2.. (the first warms caches and
+// allocators up) beside parallel.auto's prediction.
+void Trainer::log_auto_measured(int64_t nth, double step_s, bool last) {
+    if (cfg_.auto_predicted_step_s <= 0 || nth > 5) return;
+    if (nth > 1 || last) auto_steps_s_.push_back(step_s);
+    if ((nth < 5 && !last) || auto_steps_s_.empty() || !dist_.main()) return;
+    std::vector<double> v = auto_steps_s_;
+    std::sort(v.begin(), v.end());
+    const double med = v[v.size() / 2], pred = cfg_.auto_predicted_step_s;
+    log_info(
+        "parallel.auto: measured {:.3f} s a step (median of {} step{}) against the predicted "
+        "{:.3f} s ({:+.0f}%)",
+        med, v.size(), v.size() > 1 ? "s" : "", pred, (pred / med - 1) * 100);
+}
+
 void Trainer::log_memory_measured() {
     const MeshShape& m = dist_.shape();
     double v[2] = {
@@ -618,6 +633,7 @@ TrainSummary Trainer::run(const ResumeOptions& resume) {
         StepMetrics m = step(s);
         bool last = s + 1 == cfg_.steps;
         last_step_s_ = m.step_ms * 1e-3;
+        log_auto_measured(s + 1 - sum.start_step, last_step_s_, last);
         if (s + 1 == std::min<int64_t>(sum.start_step + 3, cfg_.steps)) {
             log_memory_measured();
             check_stop_grace(last_step_s_);

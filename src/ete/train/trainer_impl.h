@@ -162,6 +162,9 @@ class Trainer {
     bool job_end_known_ = false, end_checkpoint_done_ = false, grace_read_ = false,
          grace_warned_ = false;
     double last_step_s_ = 0, last_save_s_ = 0;
+    // parallel.auto: the step times of this run's first steps, for the measured-vs-predicted line.
+    std::vector<double> auto_steps_s_;
+    void log_auto_measured(int64_t nth, double step_s, bool last);
     void log_start() const;
     // At start: this rank's memory estimate, and the largest rank's (collective).
     void log_memory_estimate() const;
