@@ -145,10 +145,30 @@ TEST(Plan, TheCostModelIsTheDocumentedOne) {
     const double grad = rank_elems * 4;
     const double dp = 2.0 * 3 / 4 * grad / 10e9 + 2.0 * 3 * 20e-6;
     EXPECT_NEAR(x.cost.dp, dp, 1e-9);
-    EXPECT_NEAR(x.cost.dp_exposed, std::max(dp - compute / 4 * 2 / 3, dp), 1e-9);
+    // The ops between the GEMMs at 1000 GB/s: 8 rows a replica x 512 tokens, per token 4 layers
+    // x (24 C + 8 F / tp + 4 (H + KV) D / tp) + 3 V / tp + 2 C fp32 elements, with recompute's
+    // forward again.
+    const double elems =
+        4 * (24.0 * 256 + 8.0 * 704 / 2 + 4.0 * 12 * 32 / 2) + 3.0 * 8192 / 2 + 2.0 * 256;
+    const double elementwise = 8.0 * 512 * elems * 4 / 1000e9 * (1 + 1.0 / 3);
+    EXPECT_NEAR(x.cost.elementwise, elementwise, 1e-12);
+    EXPECT_EQ(x.cost.attention, 0);  // a cluster file: attention is FLOPs at the GEMM rate
+    EXPECT_NEAR(x.cost.dp_exposed, std::max(dp - (compute + elementwise) / 4 * 2 / 3, dp), 1e-9);
     EXPECT_NEAR(x.cost.zero, 3.0 / 4 * grad / 10e9, 1e-9);
-    EXPECT_NEAR(x.cost.optimizer, rank_elems / 4 * 30 / 1000e9, 1e-12);
+    EXPECT_NEAR(x.cost.optimizer, (rank_elems / 4 * 30 + rank_elems * 16) / 1000e9, 1e-12);
     EXPECT_NEAR(x.tokens_per_s, tokens / x.cost.total(), 1e-6);
+    // A measured attention (seconds per score x head dim, as --cluster local measures it) takes
+    // attention out of the FLOPs; without overlap (MPI on CPU ranks) the dp all-reduce is exposed.
+    ClusterSpec m = c;
+    m.attention_s = 1e-12;
+    m.overlap = false;
+    const PlanCandidate y = make_plan(req, m).ranked.at(0);
+    const double gemm_only = (model_flops_per_token(req.model, 512, 0, false) -
+                              attention_flops_per_token(req.model, 512)) *
+                             tokens / n / rate * (1 + 1.0 / 3);
+    EXPECT_NEAR(y.cost.compute, gemm_only, 1e-12 * gemm_only);
+    EXPECT_NEAR(y.cost.attention, 8.0 * 4 * 4 * 512 * 513 / 2 * 32 * 1e-12 * (1 + 1.0 / 3), 1e-12);
+    EXPECT_NEAR(y.cost.dp_exposed, y.cost.dp, 1e-12);
     // What placement weighs (comm_bytes) is the same model without the links: the tp term less
     // its latencies, times the bandwidth; dp's ring share of the fp32 gradients of total/(tp·pp).
     const RunConfig lc = layout_config(req.base, 512, x.layout);

@@ -41,6 +41,8 @@ json candidate_json(const PlanCandidate& c) {
     j["predicted_peak_gib"] = c.peak_gib;
     j["peak_stage"] = c.peak_stage;
     j["cost_s"] = {{"compute", c.cost.compute},
+                   {"attention", c.cost.attention},
+                   {"elementwise", c.cost.elementwise},
                    {"bubble", c.cost.bubble},
                    {"tp", c.cost.tp},
                    {"pp", c.cost.pp},
@@ -65,9 +67,11 @@ std::string why(const Plan& p) {
     const PlanCandidate& w = p.ranked[0];
     const StepCost& c = w.cost;
     std::string s = fmt::format(
-        "compute {:.3f} s, bubble {:.3f}, tp {:.3f}, pp {:.3f}, dp {:.3f} exposed of {:.3f} "
-        "(the rest hidden behind the last backward), ZeRO gather {:.3f}, optimizer {:.3f}",
-        c.compute, c.bubble, c.tp, c.pp, c.dp_exposed, c.dp, c.zero, c.optimizer);
+        "compute {:.3f} s (GEMMs {:.3f}, attention {:.3f}, elementwise {:.3f}), bubble {:.3f}, tp "
+        "{:.3f}, pp {:.3f}, dp {:.3f} exposed of {:.3f} (the rest hidden behind the last "
+        "backward), ZeRO gather {:.3f}, optimizer {:.3f}",
+        c.work(), c.compute, c.attention, c.elementwise, c.bubble, c.tp, c.pp, c.dp_exposed, c.dp,
+        c.zero, c.optimizer);
     int shown = 0;
     std::vector<std::string> seen = {
         fmt::format("{}/{}/{}/{}", w.layout.dp, w.layout.tp, w.layout.pp, w.layout.method)};
@@ -79,7 +83,7 @@ std::string why(const Plan& p) {
         ++shown;
         const StepCost& x = o.cost;
         const std::pair<const char*, double> d[] = {
-            {"compute", x.compute - c.compute},
+            {"compute", x.work() - c.work()},
             {"bubble", x.bubble - c.bubble},
             {"tp all-reduces", x.tp - c.tp},
             {"pp transfers", x.pp - c.pp},

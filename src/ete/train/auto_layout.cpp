@@ -22,10 +22,12 @@ namespace {
 std::string layout_line(const PlanCandidate& c) {
     const PlanLayout& l = c.layout;
     return fmt::format(
-        "dp {} x tp {} x pp {}, recompute {}, ZeRO {}: predicted {:.3f} s a step (compute "
-        "{:.3f}, bubble {:.3f}, tp {:.3f}, pp {:.3f}, dp exposed {:.3f}), peak {:.2f} GiB",
-        l.dp, l.tp, l.pp, l.recompute, l.zero_stage, c.cost.total(), c.cost.compute, c.cost.bubble,
-        c.cost.tp, c.cost.pp, c.cost.dp_exposed, c.peak_gib);
+        "dp {} x tp {} x pp {}, recompute {}, ZeRO {}: predicted {:.3f} s a step (GEMMs "
+        "{:.3f}, attention {:.3f}, elementwise {:.3f}, bubble {:.3f}, tp {:.3f}, pp {:.3f}, dp "
+        "exposed {:.3f}, optimizer {:.3f}), peak {:.2f} GiB",
+        l.dp, l.tp, l.pp, l.recompute, l.zero_stage, c.cost.total(), c.cost.compute,
+        c.cost.attention, c.cost.elementwise, c.cost.bubble, c.cost.tp, c.cost.pp,
+        c.cost.dp_exposed, c.cost.optimizer, c.peak_gib);
 }
 
 }  // namespace

@@ -112,20 +112,27 @@ ClusterSpec local_cluster(Backend& backend) {
     s.device_memory_gib = double(available_memory().bytes) / double(1 << 30);
     s.bf16_tflops = measure_peak_flops(backend, DType::BF16) / 1e12;
     s.fp32_tflops = measure_peak_flops(backend, DType::F32) / 1e12;
+    s.memory_gbytes_per_s = measure_memory_gbps(backend);
+    s.attention_s = measure_attention_s(backend);
     s.nccl = backend.name() == "cuda";
+    s.overlap = s.nccl;
     s.source = fmt::format(
         "local ({} backend: {:.2f} GiB available, GEMMs {:.2f} bf16 / {:.2f} "
-        "fp32 TFLOP/s measured)",
-        backend.name(), s.device_memory_gib, s.bf16_tflops, s.fp32_tflops);
+        "fp32 TFLOP/s, memory {:.1f} GB/s, attention {:.2f} ns a score x head dim; measured)",
+        backend.name(), s.device_memory_gib, s.bf16_tflops, s.fp32_tflops, s.memory_gbytes_per_s,
+        s.attention_s * 1e9);
     return s;
 }
 
 ClusterSpec measure_job(Communicator& world, Backend& backend, double bucket_mb) {
     ClusterSpec c = local_cluster(backend);
-    double rates[2] = {c.bf16_tflops, c.fp32_tflops};
-    world.all_reduce(rates, 2, DType::F64, ReduceOp::Min);
+    // The slowest rank's: rates and bandwidth by their minimum, attention's time by its maximum.
+    double rates[4] = {c.bf16_tflops, c.fp32_tflops, c.memory_gbytes_per_s, -c.attention_s};
+    world.all_reduce(rates, 4, DType::F64, ReduceOp::Min);
     c.bf16_tflops = rates[0];
     c.fp32_tflops = rates[1];
+    c.memory_gbytes_per_s = rates[2];
+    c.attention_s = -rates[3];
     const int n = world.size();
     if (n == 1) return c;
     ProbeOptions opt;
@@ -155,9 +162,11 @@ ClusterSpec measure_job(Communicator& world, Backend& backend, double bucket_mb)
     c.inter_latency_us = out_lat.empty() ? c.intra_latency_us : median(out_lat);
     c.device_memory_gib /= c.devices_per_node;  // a host's free memory, shared by its ranks
     c.source = fmt::format(
-        "this job ({} ranks on {} host{}: GEMMs {:.3f} bf16 / {:.3f} fp32 TFLOP/s a rank, "
-        "all-reduce {:.2f} GB/s within a host{}, {:.2f} GiB a rank; measured)",
-        n, c.nodes, c.nodes > 1 ? "s" : "", c.bf16_tflops, c.fp32_tflops, c.intra_gbytes_per_s,
+        "this job ({} ranks on {} host{}: GEMMs {:.3f} bf16 / {:.3f} fp32 TFLOP/s, memory "
+        "{:.1f} GB/s, attention {:.2f} ns a score x head dim a rank, all-reduce {:.2f} GB/s "
+        "within a host{}, {:.2f} GiB a rank; measured)",
+        n, c.nodes, c.nodes > 1 ? "s" : "", c.bf16_tflops, c.fp32_tflops, c.memory_gbytes_per_s,
+        c.attention_s * 1e9, c.intra_gbytes_per_s,
         c.nodes > 1 ? fmt::format(", {:.2f} GB/s over the job", c.inter_gbytes_per_s) : "",
         c.device_memory_gib);
     return c;

@@ -34,7 +34,13 @@ struct ClusterSpec {
     double intra_gbytes_per_s = 0, inter_gbytes_per_s = 0;
     double intra_latency_us = 0, inter_latency_us = 0;
     double memory_gbytes_per_s = 0;
-    bool nccl = true;    // collectives with a real reduce (NCCL) or MPI's (stage 2 = stage 1)
+    bool nccl = true;  // collectives with a real reduce (NCCL) or MPI's (stage 2 = stage 1)
+    // Causal attention forward + backward, seconds per (score · head dim), measured through the
+    // engine's kernels (local); 0: attention counted as FLOPs at the GEMM rate (a cluster file).
+    double attention_s = 0;
+    // Whether the dp all-reduce progresses while backward computes (NCCL's own streams); MPI on
+    // CPU ranks moves data only inside MPI calls, on the cores the ranks compute on: exposed.
+    bool overlap = true;
     std::string source;  // the file, or "local (...)"
 
     int devices() const { return nodes * devices_per_node; }
@@ -44,8 +50,8 @@ struct ClusterSpec {
 ClusterSpec parse_cluster(const std::string& toml_text, const std::string& where);
 ClusterSpec load_cluster(const std::string& path);
 // This machine as one device: the memory it can still get, the GEMM rates of `backend` in bf16
-// and fp32 measured through the engine's own kernels (monitor.h's measure_peak_flops), MPI
-// collectives; no links (one device has none to cross).
+// and fp32, its memory bandwidth and its attention's speed measured through the engine's own
+// kernels (monitor.h), MPI collectives; no links (one device has none to cross).
 ClusterSpec local_cluster(Backend& backend);
 // This job as a cluster (collective over world): nodes = its hosts (the same number of ranks on
 // each), devices = its ranks; every rank's GEMM rates measured while all of them measure (they

@@ -2,6 +2,7 @@
 #include "ete/train/monitor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "ete/backend/backend.h"
@@ -111,10 +112,33 @@ double model_flops_per_token(const ModelConfig& mc, int seq_len, int64_t trainab
     const double q = C * mc.num_heads * D, kv = 2 * C * mc.num_kv_heads * D;
     const double mlp = (mc.family().gated_mlp() ? 3 : 2) * C * F;
     const double matmul = mc.num_layers * (q + kv + q + mlp) + V * C;  // + the LM head
-    const double attention = 12.0 * mc.num_layers * mc.num_heads * D * seq_len;
+    const double attention = attention_flops_per_token(mc, seq_len);
     if (!frozen_base) return 6 * matmul + attention;
     return 4 * matmul + 6 * double(trainable) + attention;
 }
+
+namespace {
+
+// The best time of f over at least `reps` runs after a warm-up one, and over at least `min_s` of
+// running: a virtual machine's cores come up to speed over a fraction of a second of load, and a
+// first burst measured cold read 30-60% slow on the 2-core VMs of docs/planner.md.
+template <class F>
+double best_time(Backend& backend, int reps, double min_s, F&& f) {
+    using Clock = std::chrono::steady_clock;
+    double best = 1e30;
+    const auto start = Clock::now();
+    for (int i = 0;
+         i <= reps || std::chrono::duration<double>(Clock::now() - start).count() < min_s; ++i) {
+        const auto t0 = Clock::now();
+        f();
+        backend.synchronize();
+        const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (i > 0) best = std::min(best, t);
+    }
+    return best;
+}
+
+}  // namespace
 
 double measure_peak_flops(Backend& backend, DType dtype) {
     constexpr int64_t n = 1024;
@@ -124,15 +148,44 @@ double measure_peak_flops(Backend& backend, DType dtype) {
     const Mat mc{c.data(), DType::F32, n, n, n};
     backend.fill(ma, 0.5f);
     backend.fill(mb, 0.25f);
-    double best = 1e30;
-    for (int i = 0; i < 4; ++i) {  // the first warms up
-        const auto t0 = std::chrono::steady_clock::now();
-        backend.gemm(ma, false, mb, true, mc);
-        backend.synchronize();
-        best = std::min(
-            best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
+    const double best = best_time(backend, 3, 0.25, [&] { backend.gemm(ma, false, mb, true, mc); });
     return 2.0 * double(n) * double(n) * double(n) / best;
+}
+
+double attention_flops_per_token(const ModelConfig& mc, int seq_len) {
+    const double D = mc.head_dim > 0 ? mc.head_dim : double(mc.hidden_size) / mc.num_heads;
+    return 12.0 * mc.num_layers * mc.num_heads * D * seq_len;
+}
+
+double measure_memory_gbps(Backend& backend) {
+    constexpr int64_t n = int64_t(16) << 20;  // 64 MiB of fp32
+    DeviceBuffer x(backend, size_t(n) * 4), y(backend, size_t(n) * 4);
+    const Mat mx{x.data(), DType::F32, 1, n, n}, my{y.data(), DType::F32, 1, n, n};
+    backend.fill(mx, 0.5f);
+    backend.fill(my, 0.25f);
+    const double t = best_time(backend, 3, 0.1, [&] { backend.add(mx, my); });
+    return 3.0 * double(n) * 4 / t / 1e9;
+}
+
+double measure_attention_s(Backend& backend) {
+    const AttnDims d{2, 256, 8, 4, 64};
+    const int64_t rows = int64_t(d.B) * d.T, width = d.qkv_stride(), out_w = int64_t(d.H) * d.D;
+    DeviceBuffer qkv(backend, size_t(rows * width) * 4), dqkv(backend, size_t(rows * width) * 4),
+        out(backend, size_t(rows * out_w) * 4), dout(backend, size_t(rows * out_w) * 4),
+        lse(backend, size_t(d.B) * d.H * d.T * 4);
+    const Mat mq{qkv.data(), DType::F32, rows, width, width},
+        mdq{dqkv.data(), DType::F32, rows, width, width},
+        mo{out.data(), DType::F32, rows, out_w, out_w},
+        mdo{dout.data(), DType::F32, rows, out_w, out_w};
+    const Vec vl{lse.data(), DType::F32, int64_t(d.B) * d.H * d.T};
+    backend.fill(mq, 0.01f);
+    backend.fill(mdo, 0.01f);
+    const float scale = 0.125f;
+    const double t = best_time(backend, 3, 0.1, [&] {
+        backend.attention_forward(mo, vl, mq, d, scale);
+        backend.attention_backward(mdq, mdo, mo, vl, mq, d, scale);
+    });
+    return t / (double(d.B) * d.H * d.T * (d.T + 1) / 2 * d.D);
 }
 
 }  // namespace ete

@@ -51,5 +51,14 @@ double model_flops_per_token(const ModelConfig& mc, int seq_len, int64_t trainab
 // A measured GEMM rate of this rank in `dtype` (a few 1024³ products): the peak MFU is taken
 // against when monitor.peak_flops is 0. An achieved rate, not the data sheet's.
 double measure_peak_flops(Backend& backend, DType dtype);
+// This rank's memory bandwidth through the backend's elementwise ops (x += y over 64 MiB fp32
+// vectors: 3 × 64 MiB moved; the best of 3), GB/s.
+double measure_memory_gbps(Backend& backend);
+// This rank's causal attention, forward and backward, in seconds per (score · head dim): the
+// backend's attention_forward + attention_backward over (B 2, T 256, H 8, KV 4, D 64) in fp32,
+// the best of 3, over B·H·T(T+1)/2·D.
+double measure_attention_s(Backend& backend);
+// The attention share of model_flops_per_token (12 · layers · heads · head_dim · seq_len).
+double attention_flops_per_token(const ModelConfig& mc, int seq_len);
 
 }  // namespace ete

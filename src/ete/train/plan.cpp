@@ -71,16 +71,32 @@ StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayou
     const MeshShape m{l.dp, l.tp, l.pp};
     const bool frozen = l.method != "full";
     const double tokens = double(req.global_batch) * req.seq;
-    const double flops = model_flops_per_token(mc, req.seq, trainable_total, frozen) * tokens;
+    double flops = model_flops_per_token(mc, req.seq, trainable_total, frozen) * tokens;
+    if (c.attention_s > 0) flops -= attention_flops_per_token(mc, req.seq) * tokens;
     const double rate = (l.precision == "fp32" ? c.fp32_tflops : c.bf16_tflops) * 1e12;
+    const double layers = double(mc.num_layers) / l.pp;
+    const double replica_rows = double(req.global_batch) / l.dp;
+    const double C = mc.hidden_size, F = mc.intermediate_size, V = mc.vocab_size;
+    const double D = mc.head_dim > 0 ? mc.head_dim : C / mc.num_heads;
     StepCost s;
     s.compute = flops / double(m.size()) / rate;
     if (l.method == "qlora") s.compute *= 1.18;
-    if (l.recompute == "full") s.compute *= 1.0 + (frozen ? 0.5 : 1.0 / 3.0);
-    s.bubble = s.compute * double(l.pp - 1) / double(l.grad_accum);
+    if (c.attention_s > 0)
+        s.attention = replica_rows * layers * (double(mc.num_heads) / l.tp) * req.seq *
+                      (req.seq + 1) / 2.0 * D * c.attention_s;
+    if (c.memory_gbytes_per_s > 0) {
+        const double per_layer = 24 * C + (mc.family().gated_mlp() ? 8 : 5) * F / l.tp +
+                                 4.0 * (mc.num_heads + mc.num_kv_heads) * D / l.tp;
+        const double elems = layers * per_layer + 3 * V / l.tp + 2 * C;
+        s.elementwise = replica_rows * req.seq * elems * 4 / (c.memory_gbytes_per_s * 1e9);
+    }
+    if (l.recompute == "full") {
+        const double again = 1.0 + (frozen ? 0.5 : 1.0 / 3.0);
+        s.compute *= again, s.attention *= again, s.elementwise *= again;
+    }
+    s.bubble = s.work() * double(l.pp - 1) / double(l.grad_accum);
     const double rows = double(l.micro_batch) / l.dp;
     const double act = rows * req.seq * mc.hidden_size;
-    const double layers = double(mc.num_layers) / l.pp;
     const Link tp = link_of(c, crosses_nodes(m, MeshAxis::Tp, c.devices_per_node));
     const double per_ar =
         ring_all_reduce_s(act * (l.precision == "fp32" ? 4 : 2), l.tp, tp.gbps, tp.lat_us);
@@ -95,7 +111,7 @@ StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayou
         const double bucket = std::min(grad, double(req.base.parallel_bucket_mb) * (1 << 20));
         const double half = l.zero_stage == 2 && c.nccl ? 0.5 : 1.0;
         s.dp = half * ring_all_reduce_s(grad, l.dp, dp.gbps, dp.lat_us);
-        const double backward = (s.compute / l.grad_accum) * 2.0 / 3.0;
+        const double backward = c.overlap ? (s.work() / l.grad_accum) * 2.0 / 3.0 : 0.0;
         s.dp_exposed =
             std::max(s.dp - backward, half * ring_all_reduce_s(bucket, l.dp, dp.gbps, dp.lat_us));
         if (l.zero_stage >= 1)
@@ -104,7 +120,7 @@ StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayou
     if (c.memory_gbytes_per_s > 0) {
         const double shard = l.zero_stage >= 1 ? double(trainable_rank) / l.dp : trainable_rank;
         const double bytes = req.base.optimizer == "adamw8bit" ? 16 : 30;
-        s.optimizer = shard * bytes / (c.memory_gbytes_per_s * 1e9);
+        s.optimizer = (shard * bytes + double(trainable_rank) * 16) / (c.memory_gbytes_per_s * 1e9);
     }
     return s;
 }

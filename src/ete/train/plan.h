@@ -6,24 +6,36 @@
 //
 // The cost model of one optimizer step (B = global batch rows, T = sequence, m = grad_accum
 // micro-batches, N = dp·tp·pp devices; bandwidths per device, one direction):
-//   compute     model FLOPs per token (monitor.h: 6 per weight, 4 per frozen weight, attention)
-//               × B·T / N at the precision's achieved rate; × (1 + forward share) with full
-//               recompute (the forward runs again: 1/3 of a full step's FLOPs, 1/2 of a frozen
-//               base's); QLoRA × 1.18 (its NF4 dequantization: QLoRA/LoRA step time measured on
-//               the 1.1B Llama, docs/benchmarks.md)
-//   bubble      1F1B: compute × (pp − 1) / m, the idle share of each stage
+//   compute     model FLOPs per token (monitor.h: 6 per weight, 4 per frozen weight, attention
+//               unless measured) × B·T / N at the precision's achieved rate; QLoRA × 1.18 (its
+//               NF4 dequantization: QLoRA/LoRA step time measured on the 1.1B Llama,
+//               docs/benchmarks.md)
+//   attention   where the cluster measured it (attention_s, local): a rank's causal scores ×
+//               head dim, (B/dp)·(L/pp)·(H/tp)·T(T+1)/2·D, times attention_s
+//   elementwise where the memory bandwidth is given: a rank's fp32 traffic of the ops between
+//               the GEMMs, forward and backward, per token of its replica (B·T/dp), 4 bytes an
+//               element: per layer of its stage 24·C (two norms: 6C each; two residual adds:
+//               6C each) + 8·F/tp for a gated MLP, 5·F/tp otherwise (the activation: 3 forward,
+//               5 or 2 backward) + 4·(H + KV)·D/tp (RoPE on q and k, both ways); and 3·V/tp
+//               (the loss's logits, probabilities, gradient) + 2·C (embedding)
+//   recompute   full: compute, attention and elementwise × (1 + forward share): the forward runs
+//               again (1/3 of a full step's work, 1/2 of a frozen base's)
+//   bubble      1F1B: (compute + attention + elementwise) × (pp − 1) / m, each stage's idle share
 //   tp          per micro-batch and layer of the stage, 4 all-reduces (6 with recompute) of the
 //               (rows, T, C) activations in the compute dtype: a ring's 2(tp−1)/tp of the bytes
 //               over the link the tp group crosses, 2(tp−1) latencies each; not overlapped
 //   pp          per micro-batch, the stage boundary's (rows, T, C) fp32 activations forward and
 //               their gradient back: 2·m transfers over the pp link; counted as exposed
 //   dp          the gradient all-reduce (fp32; stage 2 with NCCL a reduce, half the bytes),
-//               overlapped with the last micro-batch's backward (2/3 of its compute) except its
-//               last bucket (parallel.bucket_mb): exposed = max(comm − backward, last bucket)
+//               overlapped with the last micro-batch's backward (2/3 of its work) except its
+//               last bucket (parallel.bucket_mb): exposed = max(comm − backward, last bucket);
+//               where the cluster does not overlap (MPI on CPU ranks, cluster.h), all exposed
 //   zero        stage ≥ 1: the masters' all-gather after the step ((dp−1)/dp · 4 bytes per
 //               trainable element of the rank), not overlapped
 //   optimizer   the optimizer's pass over the rank's shard (≈ 30 bytes per element for AdamW, 16
-//               for 8-bit AdamW) at device_memory_gbytes_per_s; left out when that is not given
+//               for 8-bit AdamW) plus clipping's two passes and zeroing the gradients over the
+//               rank's elements (16 bytes) at device_memory_gbytes_per_s; left out when that is
+//               not given
 // Links: ranks are placed in launch order (the mesh's rank order, parallel/mesh.h), a node holding
 // devices_per_node consecutive ranks; a group whose ranks share one node uses the intra-node
 // link, any other the inter-node one.
@@ -51,9 +63,11 @@ struct PlanLayout {
 };
 
 struct StepCost {
-    double compute = 0, bubble = 0, tp = 0, pp = 0, dp = 0, dp_exposed = 0, zero = 0;
+    double compute = 0, attention = 0, elementwise = 0;  // a rank's work (GEMMs; the rest)
+    double bubble = 0, tp = 0, pp = 0, dp = 0, dp_exposed = 0, zero = 0;
     double optimizer = 0;
-    double total() const { return compute + bubble + tp + pp + dp_exposed + zero + optimizer; }
+    double work() const { return compute + attention + elementwise; }
+    double total() const { return work() + bubble + tp + pp + dp_exposed + zero + optimizer; }
 };
 
 struct PlanCandidate {
