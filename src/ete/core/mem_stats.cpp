@@ -1,6 +1,8 @@
 // ete/core/mem_stats.cpp
 #include "ete/core/mem_stats.h"
 
+#include <malloc.h>
+
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -81,6 +83,13 @@ AvailableMemory available_memory() {
         }
     }
     return a;
+}
+
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest: HEAP_MAX_SIZE / 2
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 }  // namespace ete
