@@ -39,6 +39,7 @@
 
 #include "ete/backend/cpu/dnnl_gemm.h"
 #include "ete/backend/cpu/openblas_util.h"
+#include "ete/core/mem_stats.h"
 #include "ete/model/transformer.h"
 #include "ete/optim/adamw.h"
 #include "ete/optim/optimizer.h"
@@ -388,6 +389,7 @@ void print_text(const Options& o, const ModelConfig& cfg, const Result& r, int t
 }  // namespace ete::bench
 
 int main(int argc, char** argv) {
+    ete::keep_freed_memory();  // as ete itself does (core/mem_stats.h)
     ete::cpu::openblas_fix_coretype(argv);
     ete::bench::Options o;
     CLI::App app{"ete_bench_train — training throughput of a bench model (Llama or GPT-2 124M)"};
