@@ -18,6 +18,7 @@
 #include "ete/core/error.h"
 #include "ete/parallel/launch_env.h"
 #include "ete/parallel/mpi_comm.h"
+#include "ete/train/auto_layout.h"
 #include "ete/train/config.h"
 #include "ete/train/job_check.h"
 #include "ete/train/monitor.h"
@@ -365,7 +366,8 @@ std::optional<RunConfig> launched_train_config(const std::vector<std::string>& a
 }
 
 void check_launched_job(const std::vector<std::string>& args, int ranks) {
-    if (const std::optional<RunConfig> cfg = launched_train_config(args)) check_job(*cfg, ranks);
+    if (const std::optional<RunConfig> cfg = launched_train_config(args))
+        check_job(before_auto_layout(*cfg), ranks);
 }
 
 }  // namespace ete

@@ -95,4 +95,10 @@ RunConfig auto_layout(const RunConfig& cfg, const LaunchInfo& launch) {
     return out;
 }
 
+RunConfig before_auto_layout(const RunConfig& cfg) {
+    RunConfig c = cfg;
+    if (c.parallel_auto) c.parallel_dp = 0, c.parallel_tp = 1, c.parallel_pp = 1;
+    return c;
+}
+
 }  // namespace ete

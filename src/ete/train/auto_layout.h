@@ -18,4 +18,9 @@ namespace ete {
 // choice, its predicted step and the runner-up. Throws ConfigError when no layout fits.
 RunConfig auto_layout(const RunConfig& cfg, const LaunchInfo& launch);
 
+// What the job check sees before parallel.auto has chosen: cfg with dp 0, tp 1, pp 1 (a mesh
+// valid on any number of ranks), so a bad model, tokenizer or data path is still one error from
+// every rank before any of them measures; cfg itself without parallel.auto.
+RunConfig before_auto_layout(const RunConfig& cfg);
+
 }  // namespace ete
