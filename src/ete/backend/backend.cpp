@@ -254,6 +254,15 @@ std::string mapped_cuda_device(const char* map, int world_rank) {
     return entries[size_t(world_rank)];
 }
 
+std::unique_ptr<Backend> make_rank_backend(const std::string& name, int world_rank,
+                                           int local_rank) {
+    if (name != "cuda" || cuda_device_count() == 0) return make_backend(name);
+    const std::string mapped = mapped_cuda_device(std::getenv("ETE_CUDA_DEVICE_MAP"), world_rank);
+    return make_cuda_backend(
+        pick_cuda_device(mapped.empty() ? std::getenv("ETE_CUDA_DEVICE") : mapped.c_str(),
+                         local_rank, cuda_device_count()));
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name) {
     if (name == "cpu") return make_cpu_backend();
     if (name == "ref") return make_ref_backend();

@@ -364,6 +364,9 @@ int pick_cuda_device(const char* env_device, int local_rank, int visible);
 // the entry of world_rank, "" when map is unset or empty. Throws ete::Error naming the variable
 // when the list is not comma-separated device numbers or has no entry for the rank.
 std::string mapped_cuda_device(const char* map, int world_rank);
+// A rank's backend `name`; "cuda" on that rank's GPU: ETE_CUDA_DEVICE_MAP's entry, else
+// ETE_CUDA_DEVICE, else local_rank modulo the visible GPUs (pick_cuda_device).
+std::unique_ptr<Backend> make_rank_backend(const std::string& name, int world_rank, int local_rank);
 // Empty when make_cuda_backend() can run here (a CUDA build and at least one visible device);
 // else why not, in one line (tests skip their CUDA cases with it).
 std::string cuda_unavailable_reason();

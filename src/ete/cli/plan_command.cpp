@@ -116,8 +116,8 @@ int cmd_plan(const PlanArgs& a) {
     std::unique_ptr<Backend> local;
     ClusterSpec cluster;
     if (a.cluster == "local") {
-        local = make_backend(req.base.backend);
         const LaunchInfo launch = detect_launch();
+        local = make_rank_backend(req.base.backend, launch.rank, launch.local_rank);
         if (launch.world_size > 1) {  // under mpirun: this job measured, rank 0 plans
             std::unique_ptr<Communicator> world = make_world(launch);
             cluster = measure_job(*world, *local, req.base.parallel_bucket_mb);

@@ -37,7 +37,8 @@ RunConfig auto_layout(const RunConfig& cfg, const LaunchInfo& launch) {
               "parallel.auto: train.precision = {}: the planner knows bf16 and fp32",
               cfg.precision);
     std::unique_ptr<Communicator> world = make_world(launch);
-    std::unique_ptr<Backend> backend = make_backend(cfg.backend);
+    std::unique_ptr<Backend> backend =
+        make_rank_backend(cfg.backend, launch.rank, launch.local_rank);
     const ClusterSpec cluster = measure_job(*world, *backend, cfg.parallel_bucket_mb);
     // Rank 0 plans; every rank gets its layout: dp, tp, pp, recompute, zero stage, found.
     int64_t pick[6] = {0, 0, 0, 0, 0, 0};

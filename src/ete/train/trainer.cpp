@@ -39,14 +39,10 @@ int64_t count_targets(const int32_t* t, size_t n) {
     return std::count_if(t, t + n, [](int32_t x) { return x != kIgnoreIndex; });
 }
 
-// The run's backend; a CUDA one on the GPU of this rank's local rank (pick_cuda_device).
+// The run's backend; a CUDA one on this rank's GPU (make_rank_backend).
 std::unique_ptr<Backend> make_run_backend(const std::string& name) {
-    if (name != "cuda" || cuda_device_count() == 0) return make_backend(name);
     const LaunchInfo launch = detect_launch();
-    const std::string mapped = mapped_cuda_device(std::getenv("ETE_CUDA_DEVICE_MAP"), launch.rank);
-    return make_cuda_backend(
-        pick_cuda_device(mapped.empty() ? std::getenv("ETE_CUDA_DEVICE") : mapped.c_str(),
-                         launch.local_rank, cuda_device_count()));
+    return make_rank_backend(name, launch.rank, launch.local_rank);
 }
 
 }  // namespace
