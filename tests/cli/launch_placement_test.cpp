@@ -41,7 +41,8 @@ TEST(AutoPlacement, PciePairsGoToTheHeavierAxis) {
     EXPECT_NE(tp.report.find("on 4 GPUs of 1 node: tp: 2 groups on PIX; dp: 2 groups on SYS"),
               std::string::npos)
         << tp.report;
-    // 8 GB of tp at PIX's 24 GB/s + 1 GB of dp at SYS's 10 GB/s.
+    // 8 GB of tp at PIX's 24 GB/s + 1 GB of dp at SYS's 10 GB/s. Bound: two quotients and a sum
+    // in double (≤ ~1e-16 s of rounding on 0.43 s), far below a wrong link's ≥ 0.1 s; no kernel.
     EXPECT_NEAR(tp.placement.cost.cost_s, 8e9 / 24e9 + 1e9 / 10e9, 1e-12);
     EXPECT_TRUE(tp.placement.optimal);
     const AutoPlacement dp = auto_placement({2, 2, 1}, {1e9, 8e9, 0}, one, 4, ph);

@@ -108,6 +108,10 @@ TEST(Placement, EqualsBruteForceAcrossNodes) {
 }
 
 // Eight GPUs in NVLink pairs that launch order splits: {0,5} {1,4} {2,7} {3,6}.
+// Bounds in this file's hand-computed costs: each is a sum of at most three products bytes ×
+// (1 / (GB/s · 1e9)) in double, ~0.01–0.1 s, so the code and the test differ by a few roundings
+// (≤ ~1e-17 s); 1e-12 s is far above that and far below any wrong link (≥ 1e-3 s here). Pure
+// double arithmetic, no CPU kernel: the same on every CPU and kernel choice.
 TEST(Placement, TensorParallelGroupsStayInsideNvLinkIslands) {
     const int island[8] = {0, 1, 2, 3, 1, 0, 3, 2};
     const DeviceLinks l = make_links(8, 8, [&](int a, int b) -> std::pair<std::string, double> {
@@ -125,8 +129,7 @@ TEST(Placement, TensorParallelGroupsStayInsideNvLinkIslands) {
     const MeshAxis launch[3] = {MeshAxis::Tp, MeshAxis::Dp, MeshAxis::Pp};
     const std::vector<int> in_order = linear_placement(m, launch);
     EXPECT_EQ(in_order, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
-    EXPECT_EQ(describe_placement(m, l, in_order),
-              "tp: 4 groups on PHB; dp: 2 groups on SYS");
+    EXPECT_EQ(describe_placement(m, l, in_order), "tp: 4 groups on PHB; dp: 2 groups on SYS");
     // 1 GB of tp on NVLink at 100 GB/s + 0.1 GB of dp with each dp group the first (or second)
     // devices of the islands, one socket's PHB at 20 GB/s: 0.01 + 0.005 s. Launch order: tp
     // pairs on PHB, dp groups across sockets: 0.05 + 0.01 s.
