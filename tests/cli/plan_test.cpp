@@ -169,6 +169,18 @@ TEST(Plan, TheCostModelIsTheDocumentedOne) {
     EXPECT_NEAR(y.cost.compute, gemm_only, 1e-12 * gemm_only);
     EXPECT_NEAR(y.cost.attention, 8.0 * 4 * 4 * 512 * 513 / 2 * 32 * 1e-12 * (1 + 1.0 / 3), 1e-12);
     EXPECT_NEAR(y.cost.dp_exposed, y.cost.dp, 1e-12);
+    // The engine's own switches: parallel.overlap = false reduces after backward (all of it
+    // exposed); parallel.grad_bf16 = true all-reduces bf16 gradients (half the bytes, the same
+    // latencies), and placement weighs the same.
+    PlanRequest no_overlap = req;
+    no_overlap.base.parallel_overlap = false;
+    const PlanCandidate z = make_plan(no_overlap, c).ranked.at(0);
+    EXPECT_NEAR(z.cost.dp_exposed, dp, 1e-9);
+    EXPECT_NEAR(z.cost.total() - x.cost.total(), dp - x.cost.dp_exposed, 1e-9);
+    PlanRequest bf16_grads = req;
+    bf16_grads.base.parallel_grad_bf16 = true;
+    const PlanCandidate h = make_plan(bf16_grads, c).ranked.at(0);
+    EXPECT_NEAR(h.cost.dp, 2.0 * 3 / 4 * rank_elems * 2 / 10e9 + 2.0 * 3 * 20e-6, 1e-9);
     // What placement weighs (comm_bytes) is the same model without the links: the tp term less
     // its latencies, times the bandwidth; dp's ring share of the fp32 gradients of total/(tp·pp).
     const RunConfig lc = layout_config(req.base, 512, x.layout);
@@ -177,6 +189,8 @@ TEST(Plan, TheCostModelIsTheDocumentedOne) {
     EXPECT_NEAR(b.tp / 200e9, x.cost.tp - 4 * 4 * 6 * (2.0 * 1 * 2e-6), 1e-9);
     EXPECT_NEAR(b.dp, 2.0 * 3 / 4 * double(total) / 2 * 4, 1e-6);
     EXPECT_EQ(b.pp, 0);
+    const RunConfig hc = layout_config(bf16_grads.base, 512, x.layout);
+    EXPECT_NEAR(comm_bytes(hc, req.model, total).dp, b.dp / 2, 1e-6);
 }
 
 // Full training's smallest layout needs more a device than the adapters' (its fp32 masters,
@@ -205,7 +219,8 @@ TEST(Plan, WhatDoesNotFitIsRejectedWithItsNeed) {
     bool full_named = false;
     for (const auto& [l, why] : p.rejected)
         full_named =
-            full_named || (l.method == "full" && why.find("GiB on stage") != std::string::npos);
+            full_named || (l.method == "full" && why.find("GiB on stage") != std::string::npos &&
+                           why.find("| optimizer ") != std::string::npos);  // and by term
     EXPECT_TRUE(full_named);
     // Ranked fastest first (ties within 0.2% by simplicity).
     for (size_t i = 1; i < p.ranked.size(); ++i)

@@ -2,6 +2,8 @@
 #include "ete/train/job_check.h"
 
 #include <optional>
+#include <set>
+#include <tuple>
 
 #include "ete/core/error.h"
 #include "ete/core/json_file.h"
@@ -36,6 +38,10 @@ void check_job_or_throw(RunConfig cfg, int world_size) {
     check_lora_spec(lora, mc);
     if (cfg.qat_enabled) check_qat_spec(qat, mc);
     const std::vector<int> bounds = pipeline_layer_bounds(mc, m.pp, cfg.parallel_pp_layers);
+    // The NF4 check depends only on a parameter's shapes, split and block size: every layer's
+    // like-shaped weights are checked once (the first to fail is still the first in order), which
+    // keeps `ete plan` of a 70B QLoRA on 1,024 devices fast.
+    std::set<std::tuple<Shape, Shape, int, int, bool, int, int, int>> checked;
     for (int stage = 0; stage < m.pp; ++stage) {
         ModelParallel mp;
         mp.tp_size = m.tp;
@@ -46,9 +52,15 @@ void check_job_or_throw(RunConfig cfg, int world_size) {
         // Throws on a stage that cannot be built; NF4 blocks must not straddle any tp shard.
         const std::vector<ParamSpec> specs = param_specs(mc, mp.resolved(mc), lora, qat);
         if (m.tp == 1 || !quantized_on_load(cfg)) continue;
-        for (const ParamSpec& p : specs)
-            for (int r = 0; p.nf4_block > 0 && r < m.tp; ++r)
-                check_nf4_shard(p, r, m.tp, p.nf4_block);
+        for (const ParamSpec& p : specs) {
+            const ShardRule& h = p.shard;
+            if (p.nf4_block == 0 || !checked
+                                         .insert({p.shape, p.global_shape, h.dim, h.groups, h.pad,
+                                                  h.max_parts, h.lead, p.nf4_block})
+                                         .second)
+                continue;
+            for (int r = 0; r < m.tp; ++r) check_nf4_shard(p, r, m.tp, p.nf4_block);
+        }
     }
     replica_rows(cfg.micro_batch, m.dp, 0, cfg.parallel_uneven_batch);
 }

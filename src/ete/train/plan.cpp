@@ -107,11 +107,12 @@ StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayou
     }
     if (l.dp > 1) {
         const Link dp = link_of(c, crosses_nodes(m, MeshAxis::Dp, c.devices_per_node));
-        const double grad = double(trainable_rank) * 4;
+        const double grad = double(trainable_rank) * (req.base.parallel_grad_bf16 ? 2 : 4);
         const double bucket = std::min(grad, double(req.base.parallel_bucket_mb) * (1 << 20));
         const double half = l.zero_stage == 2 && c.nccl ? 0.5 : 1.0;
         s.dp = half * ring_all_reduce_s(grad, l.dp, dp.gbps, dp.lat_us);
-        const double backward = c.overlap ? (s.work() / l.grad_accum) * 2.0 / 3.0 : 0.0;
+        const bool overlap = c.overlap && req.base.parallel_overlap;
+        const double backward = overlap ? (s.work() / l.grad_accum) * 2.0 / 3.0 : 0.0;
         s.dp_exposed =
             std::max(s.dp - backward, half * ring_all_reduce_s(bucket, l.dp, dp.gbps, dp.lat_us));
         if (l.zero_stage >= 1)
@@ -196,7 +197,8 @@ AxisBytes comm_bytes(const RunConfig& cfg, const ModelConfig& mc, int64_t traina
     b.tp = cfg.grad_accum * layers * (cfg.recompute == "full" ? 6 : 4) * 2.0 * (tp - 1) / tp * act *
            (cfg.precision == "fp32" ? 4 : 2);
     if (pp > 1) b.pp = 2.0 * cfg.grad_accum * act * 4;
-    b.dp = 2.0 * (dp - 1) / dp * double(trainable_total) / (tp * pp) * 4;
+    b.dp = 2.0 * (dp - 1) / dp * double(trainable_total) / (tp * pp) *
+           (cfg.parallel_grad_bf16 ? 2 : 4);
     return b;
 }
 
@@ -286,6 +288,7 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
         std::vector<double> peak(j - i, 0);
         std::vector<int> stage_of(j - i, 0);
         std::vector<int64_t> trainable(j - i, 0);
+        std::vector<std::string> terms(j - i);  // the peak stage's estimate, by term
         std::string error;
         try {
             for (int s = 0; s < mesh.pp; ++s) {
@@ -296,7 +299,10 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
                         const MemoryEstimate e =
                             estimate_planned(model, lc, mesh, req.runtime_bytes, req.threads);
                         const double p = double(e.peak());
-                        if (p > peak[k - i]) peak[k - i] = p, stage_of[k - i] = s;
+                        if (p > peak[k - i]) {
+                            peak[k - i] = p, stage_of[k - i] = s;
+                            terms[k - i] = e.line(all[k].method != "full");
+                        }
                         trainable[k - i] = std::max<int64_t>(trainable[k - i], e.gradients / 4);
                     }
                 });
@@ -321,9 +327,9 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
             }
             if (peak[k - i] > limit) {
                 plan.rejected.push_back(
-                    {all[k], fmt::format("needs {:.2f} GiB on stage {} (device: {:.2f} GiB)",
+                    {all[k], fmt::format("needs {:.2f} GiB on stage {} (device: {:.2f} GiB): {}",
                                          peak[k - i] / double(1 << 30), stage_of[k - i],
-                                         c.device_memory_gib)});
+                                         c.device_memory_gib, terms[k - i])});
                 continue;
             }
             PlanCandidate cand;

@@ -26,10 +26,11 @@
 //               over the link the tp group crosses, 2(tp−1) latencies each; not overlapped
 //   pp          per micro-batch, the stage boundary's (rows, T, C) fp32 activations forward and
 //               their gradient back: 2·m transfers over the pp link; counted as exposed
-//   dp          the gradient all-reduce (fp32; stage 2 with NCCL a reduce, half the bytes),
-//               overlapped with the last micro-batch's backward (2/3 of its work) except its
-//               last bucket (parallel.bucket_mb): exposed = max(comm − backward, last bucket);
-//               where the cluster does not overlap (MPI on CPU ranks, cluster.h), all exposed
+//   dp          the gradient all-reduce (fp32, bf16 with parallel.grad_bf16; stage 2 with
+//               NCCL a reduce, half the bytes), overlapped with the last micro-batch's backward
+//               (2/3 of its work) except its last bucket (parallel.bucket_mb): exposed =
+//               max(comm − backward, last bucket); where the cluster does not overlap (MPI on
+//               CPU ranks, cluster.h) or parallel.overlap = false, all exposed
 //   zero        stage ≥ 1: the masters' all-gather after the step ((dp−1)/dp · 4 bytes per
 //               trainable element of the rank), not overlapped
 //   optimizer   the optimizer's pass over the rank's shard (≈ 30 bytes per element for AdamW, 16
@@ -102,7 +103,8 @@ RunConfig layout_config(const RunConfig& base, int seq, const PlanLayout& l);
 // The bytes each group of an axis moves over its slowest link per step under `cfg`'s layout, the
 // cost model's terms above without the links (what placement weighs, parallel/placement.h): tp
 // 2(tp − 1)/tp of each all-reduce's activations, pp the boundary's activations and gradients, dp
-// 2(dp − 1)/dp of the fp32 gradients of a rank's share (trainable_total / (tp · pp)).
+// 2(dp − 1)/dp of the gradients (fp32, or bf16 with parallel.grad_bf16) of a rank's share
+// (trainable_total / (tp · pp)).
 AxisBytes comm_bytes(const RunConfig& cfg, const ModelConfig& mc, int64_t trainable_total);
 // Trainable elements of the whole model under cfg (the adapters of a frozen base).
 int64_t trainable_elements(const ModelConfig& mc, const RunConfig& cfg);
