@@ -57,6 +57,26 @@ TEST(Cluster, ReadsEveryKeyAndTheAchievedRate) {
     EXPECT_DOUBLE_EQ(parse_cluster(kCluster, "c.toml").bf16_tflops, 70);  // default 0.7
 }
 
+// The model's measured GEMM rate by (precision, tp, rows): exact at a measured point, linear in
+// log(rows) between two (rows 2 between 1 and 4: half way), the nearest outside them, the
+// cluster's one rate where nothing was measured for that precision and tp. Bounds: a few
+// roundings of log and one multiply-add (≤ 1e-15 relative), far below a wrong point (≥ 1).
+TEST(Cluster, TheModelGemmRateIsInterpolatedInLogRows) {
+    ClusterSpec c = parse_cluster(kCluster, "c.toml");
+    c.model_gemm_tflops[{"bf16", 1, 1}] = 10;
+    c.model_gemm_tflops[{"bf16", 1, 4}] = 30;
+    c.model_gemm_tflops[{"bf16", 2, 4}] = 7;
+    EXPECT_DOUBLE_EQ(c.gemm_tflops("bf16", 1, 1), 10);
+    EXPECT_DOUBLE_EQ(c.gemm_tflops("bf16", 1, 4), 30);
+    EXPECT_NEAR(c.gemm_tflops("bf16", 1, 2), 20, 1e-12);
+    EXPECT_NEAR(c.gemm_tflops("bf16", 1, std::sqrt(2.0)), 15, 1e-12);
+    EXPECT_DOUBLE_EQ(c.gemm_tflops("bf16", 1, 64), 30);
+    EXPECT_DOUBLE_EQ(c.gemm_tflops("bf16", 1, 0.5), 10);
+    EXPECT_DOUBLE_EQ(c.gemm_tflops("bf16", 2, 1), 7);
+    EXPECT_DOUBLE_EQ(c.gemm_tflops("bf16", 4, 1), 70);  // not measured: peak x 0.7
+    EXPECT_DOUBLE_EQ(c.gemm_tflops("fp32", 1, 1), 0);   // a file without an fp32 rate
+}
+
 TEST(Cluster, BadFilesNameTheKey) {
     auto error = [](const std::string& text) {
         try {
@@ -191,6 +211,26 @@ TEST(Plan, TheCostModelIsTheDocumentedOne) {
     EXPECT_EQ(b.pp, 0);
     const RunConfig hc = layout_config(bf16_grads.base, 512, x.layout);
     EXPECT_NEAR(comm_bytes(hc, req.model, total).dp, b.dp / 2, 1e-6);
+}
+
+// Where the model's GEMMs are measured: every precision and tp of the request's layouts at their
+// fewest and most rows a replica micro-batch (one point when pinned), and the compute term then
+// runs at the measured rate of the layout's point.
+TEST(Plan, TheModelGemmRateIsMeasuredWhereTheLayoutsAre) {
+    PlanRequest req = request("pretrain");
+    ClusterSpec c = parse_cluster(kCluster, "c.toml");
+    c.device_memory_gib = 100;
+    c.fp32_tflops = 5;
+    req.pins = parse_layout_pins("dp=4,tp=2,pp=1,micro_batch=8,precision=bf16");
+    EXPECT_EQ(gemm_points(req, c), (std::vector<GemmPoint>{{"bf16", 2, 2}}));
+    req.pins = parse_layout_pins("pp=1,dp=4");  // tp 2 inside a node; rows 1..8 of 32
+    const std::vector<GemmPoint> all = gemm_points(req, c);
+    EXPECT_EQ(all, (std::vector<GemmPoint>{
+                       {"bf16", 2, 1}, {"bf16", 2, 8}, {"fp32", 2, 1}, {"fp32", 2, 8}}));
+    req.pins = parse_layout_pins("dp=4,tp=2,pp=1,micro_batch=8,precision=bf16,recompute=none");
+    const double before = make_plan(req, c).ranked.at(0).cost.compute;
+    c.model_gemm_tflops[{"bf16", 2, 2}] = 35;  // half the file's 70
+    EXPECT_NEAR(make_plan(req, c).ranked.at(0).cost.compute, 2 * before, 1e-12 * before);
 }
 
 // Full training's smallest layout needs more a device than the adapters' (its fp32 masters,

@@ -7,6 +7,7 @@
 #include <regex>
 #include <set>
 
+#include "ete/backend/backend.h"
 #include "ete/train/monitor.h"
 #include "ete/train/prometheus.h"
 #include "ete/train/tensorboard.h"
@@ -84,6 +85,48 @@ TEST(Monitor, ModelFlopsFollowTheStandardAccounting) {
     mc.vocab_size = 10;
     EXPECT_DOUBLE_EQ(model_flops_per_token(mc, 3, 0, false), 6 * 656 + 288);
     EXPECT_DOUBLE_EQ(model_flops_per_token(mc, 3, 50, true), 4 * 656 + 6 * 50 + 288);
+}
+
+// The shapes the planner's GEMM measurement runs are the products the FLOP count counts: 6 ·
+// (layers · Σ out · in + the head's) is model_flops_per_token's matmul part, for every family's
+// MLP and head layout; split tp ways, each rank's are a tp-th of them (exact: integer shapes).
+TEST(Monitor, TheMeasuredGemmShapesAreTheCountedOnes) {
+    for (Arch arch : {Arch::Llama, Arch::GPT2}) {
+        ModelConfig mc;
+        mc.arch = arch;
+        mc.hidden_size = 64;
+        mc.intermediate_size = 96;
+        mc.num_heads = 4;
+        mc.num_kv_heads = arch == Arch::Llama ? 2 : 4;
+        mc.num_layers = 3;
+        mc.vocab_size = 100;
+        for (int tp : {1, 2}) {
+            const ModelGemmShapes g = model_gemm_shapes(mc, tp);
+            double nk = 0;
+            for (const auto& [n, k] : g.layer) nk += double(n) * double(k);
+            const double flops = 6 * (mc.num_layers * nk + double(g.head.first * g.head.second));
+            const double counted =
+                model_flops_per_token(mc, 5, 0, false) - attention_flops_per_token(mc, 5);
+            EXPECT_DOUBLE_EQ(flops * tp, counted) << "tp " << tp;
+        }
+    }
+}
+
+// The measurement runs those products through the backend and returns a finite positive rate,
+// below any CPU's fp32 peak (1 PFLOP/s); the value itself is this machine's, not asserted.
+TEST(Monitor, TheModelGemmRateIsMeasured) {
+    ModelConfig mc;
+    mc.hidden_size = 64;
+    mc.intermediate_size = 96;
+    mc.num_heads = 4;
+    mc.num_kv_heads = 2;
+    mc.num_layers = 2;
+    mc.vocab_size = 100;
+    std::unique_ptr<Backend> be = make_cpu_backend();
+    for (DType dt : {DType::F32, DType::BF16}) {
+        const double r = measure_model_gemm_flops(*be, dt, mc, 16, 2, 1);
+        EXPECT_TRUE(std::isfinite(r) && r > 0 && r < 1e15) << r;
+    }
 }
 
 TEST(TensorBoard, Crc32cAndItsMask) {

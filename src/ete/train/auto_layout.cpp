@@ -39,22 +39,25 @@ RunConfig auto_layout(const RunConfig& cfg, const LaunchInfo& launch) {
     std::unique_ptr<Communicator> world = make_world(launch);
     std::unique_ptr<Backend> backend =
         make_rank_backend(cfg.backend, launch.rank, launch.local_rank);
-    const ClusterSpec cluster = measure_job(*world, *backend, cfg.parallel_bucket_mb);
+    ClusterSpec cluster = measure_job(*world, *backend, cfg.parallel_bucket_mb);
+    PlanRequest req;
+    req.base = cfg;
+    req.model = resolve_model(req.base, load_tokenizer(req.base));
+    req.seq = cfg.seq_len;
+    req.global_batch = int64_t(cfg.micro_batch) * cfg.grad_accum;
+    req.goal = cfg.lora_enabled ? "finetune" : "pretrain";
+    req.pins = {{"precision", cfg.precision},
+                {"grad_accum", std::to_string(cfg.grad_accum)},
+                {"method", !cfg.lora_enabled               ? "full"
+                           : cfg.lora_base_format == "nf4" ? "qlora"
+                                                           : "lora"}};
+    // Every rank measures the model's GEMMs at the same points, at once.
+    measure_model_gemms(cluster, *backend, req.model, req.seq, gemm_points(req, cluster),
+                        world.get());
     // Rank 0 plans; every rank gets its layout: dp, tp, pp, recompute, zero stage, found.
     int64_t pick[6] = {0, 0, 0, 0, 0, 0};
     double predicted = 0;
     if (world->rank() == 0) {
-        PlanRequest req;
-        req.base = cfg;
-        req.model = resolve_model(req.base, load_tokenizer(req.base));
-        req.seq = cfg.seq_len;
-        req.global_batch = int64_t(cfg.micro_batch) * cfg.grad_accum;
-        req.goal = cfg.lora_enabled ? "finetune" : "pretrain";
-        req.pins = {{"precision", cfg.precision},
-                    {"grad_accum", std::to_string(cfg.grad_accum)},
-                    {"method", !cfg.lora_enabled               ? "full"
-                               : cfg.lora_base_format == "nf4" ? "qlora"
-                                                               : "lora"}};
         req.runtime_bytes = process_rss_bytes();
         req.threads = omp_get_max_threads();
         const Plan p = make_plan(req, cluster);

@@ -2,6 +2,7 @@
 #include "ete/train/cluster.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <map>
 
@@ -170,6 +171,43 @@ ClusterSpec measure_job(Communicator& world, Backend& backend, double bucket_mb)
         c.nodes > 1 ? fmt::format(", {:.2f} GB/s over the job", c.inter_gbytes_per_s) : "",
         c.device_memory_gib);
     return c;
+}
+
+double ClusterSpec::gemm_tflops(const std::string& precision, int tp, double rows) const {
+    const double fallback = precision == "fp32" ? fp32_tflops : bf16_tflops;
+    auto lo = model_gemm_tflops.end(), hi = model_gemm_tflops.end();
+    for (auto it = model_gemm_tflops.begin(); it != model_gemm_tflops.end(); ++it) {
+        const auto& [p, t, r] = it->first;
+        if (p != precision || t != tp) continue;
+        if (r <= rows && (lo == model_gemm_tflops.end() || r > std::get<2>(lo->first))) lo = it;
+        if (r >= rows && (hi == model_gemm_tflops.end() || r < std::get<2>(hi->first))) hi = it;
+    }
+    if (lo == model_gemm_tflops.end() && hi == model_gemm_tflops.end()) return fallback;
+    if (lo == model_gemm_tflops.end()) return hi->second;
+    if (hi == model_gemm_tflops.end() || lo == hi) return lo->second;
+    const double r0 = std::get<2>(lo->first), r1 = std::get<2>(hi->first);
+    const double f = std::log(rows / r0) / std::log(r1 / r0);
+    return lo->second + f * (hi->second - lo->second);
+}
+
+void measure_model_gemms(ClusterSpec& c, Backend& backend, const ModelConfig& mc, int seq,
+                         const std::vector<GemmPoint>& points, Communicator* world) {
+    std::vector<double> rates;
+    for (const auto& [precision, tp, rows] : points)
+        rates.push_back(measure_model_gemm_flops(backend,
+                                                 precision == "fp32" ? DType::F32 : DType::BF16, mc,
+                                                 seq, rows, tp) /
+                        1e12);
+    if (world && !rates.empty())
+        world->all_reduce(rates.data(), rates.size(), DType::F64, ReduceOp::Min);
+    std::string seen;
+    for (size_t i = 0; i < points.size(); ++i) {
+        c.model_gemm_tflops[points[i]] = rates[i];
+        const auto& [precision, tp, rows] = points[i];
+        seen += fmt::format("{}{} tp {} rows {}: {:.3f}", seen.empty() ? "" : ", ", precision, tp,
+                            rows, rates[i]);
+    }
+    if (!seen.empty()) c.source += fmt::format("; the model's GEMMs (TFLOP/s): {}", seen);
 }
 
 }  // namespace ete

@@ -20,7 +20,12 @@
 // error naming it and what was expected.
 #pragma once
 
+#include <map>
 #include <string>
+#include <tuple>
+#include <vector>
+
+#include "ete/model/config.h"
 
 namespace ete {
 
@@ -42,9 +47,19 @@ struct ClusterSpec {
     // CPU ranks moves data only inside MPI calls, on the cores the ranks compute on: exposed.
     bool overlap = true;
     std::string source;  // the file, or "local (...)"
+    // The planned model's own GEMM rate (TFLOP/s, measure_model_gemms), by precision, tp and
+    // rows of a replica's micro-batch; empty for a cluster file.
+    std::map<std::tuple<std::string, int, int>, double> model_gemm_tflops;
 
     int devices() const { return nodes * devices_per_node; }
+    // The compute term's rate for a layout: the model's measured rate at (precision, tp),
+    // interpolated in log(rows) between the rows measured (the nearest outside them); else the
+    // cluster's one rate of the precision.
+    double gemm_tflops(const std::string& precision, int tp, double rows) const;
 };
+
+// A point at which to measure the model's GEMMs: precision, tp, rows of a replica micro-batch.
+using GemmPoint = std::tuple<std::string, int, int>;
 
 // Parses a cluster file's text; `where` names it in errors.
 ClusterSpec parse_cluster(const std::string& toml_text, const std::string& where);
@@ -61,5 +76,10 @@ ClusterSpec local_cluster(Backend& backend);
 // of the pairs' 8-byte ping-pongs (parallel/link_probe.h); a host's free memory split over its
 // ranks. One rank: local_cluster.
 ClusterSpec measure_job(Communicator& world, Backend& backend, double bucket_mb);
+// Measures the model's own GEMM rate (train/monitor.h measure_model_gemm_flops) at each point into
+// c.model_gemm_tflops, on every rank of `world` at once (null: this process alone; every rank
+// passes the same points), the slowest rank's rate counting, as measure_job's rates do.
+void measure_model_gemms(ClusterSpec& c, Backend& backend, const ModelConfig& mc, int seq,
+                         const std::vector<GemmPoint>& points, Communicator* world);
 
 }  // namespace ete

@@ -152,6 +152,91 @@ double measure_peak_flops(Backend& backend, DType dtype) {
     return 2.0 * double(n) * double(n) * double(n) / best;
 }
 
+namespace {
+
+// One linear's forward, input gradient and weight gradient over m rows of (n, k) weights, on
+// buffers of its own.
+struct LinearPass {
+    DeviceBuffer x, w, y, dx, dw;
+    Mat mx, mw, my, mdx, mdw;
+    LinearPass(Backend& be, DType dt, int64_t m, int64_t n, int64_t k) {
+        const size_t e = dtype_size(dt);
+        x = DeviceBuffer(be, size_t(m * k) * e), w = DeviceBuffer(be, size_t(n * k) * e);
+        y = DeviceBuffer(be, size_t(m * n) * e), dx = DeviceBuffer(be, size_t(m * k) * e);
+        dw = DeviceBuffer(be, size_t(n * k) * 4);
+        mx = {x.data(), dt, m, k, k}, mw = {w.data(), dt, n, k, k}, my = {y.data(), dt, m, n, n};
+        mdx = {dx.data(), dt, m, k, k}, mdw = {dw.data(), DType::F32, n, k, k};
+        be.fill(mx, 0.01f);
+        be.fill(mw, 0.01f);
+        be.fill(mdw, 0.0f);
+    }
+    void run(Backend& be) const {
+        be.gemm(mx, false, mw, true, my);  // y = x · wᵀ; y then stands for dy
+        be.gemm(my, false, mw, false, mdx);
+        be.gemm(my, true, mx, false, mdw, 1.0f, 1.0f);
+    }
+};
+
+// Seconds of f: the median of 5 samples after a warm-up, each sample running f as many times as
+// fill ~30 ms (at most `most`), so that ranks sharing cores see their sharing in every sample.
+template <class F>
+double median_time(Backend& backend, int most, F&& f) {
+    using Clock = std::chrono::steady_clock;
+    auto timed = [&](int n) {
+        const auto t0 = Clock::now();
+        for (int i = 0; i < n; ++i) f();
+        backend.synchronize();
+        return std::chrono::duration<double>(Clock::now() - t0).count() / n;
+    };
+    const double once = timed(1);
+    const int n = std::clamp(int(std::ceil(0.03 / std::max(once, 1e-9))), 1, std::max(most, 1));
+    std::vector<double> t;
+    for (int i = 0; i < 5; ++i) t.push_back(timed(n));
+    std::sort(t.begin(), t.end());
+    return t[2];
+}
+
+}  // namespace
+
+ModelGemmShapes model_gemm_shapes(const ModelConfig& mc, int tp) {
+    const int64_t C = mc.hidden_size, D = mc.D(), H = mc.num_heads / tp;
+    const int64_t KV = std::max(mc.num_kv_heads / tp, 1), F = mc.intermediate_size / tp;
+    ModelGemmShapes g;
+    g.layer = {
+        {(H + 2 * KV) * D, C}, {C, H * D}, {(mc.family().gated_mlp() ? 2 : 1) * F, C}, {C, F}};
+    g.head = {(int64_t(mc.vocab_size) + tp - 1) / tp, C};
+    return g;
+}
+
+double measure_model_gemm_flops(Backend& backend, DType dtype, const ModelConfig& mc, int seq,
+                                int rows, int tp) {
+    const ModelGemmShapes g = model_gemm_shapes(mc, tp);
+    const auto& shapes = g.layer;
+    const int64_t V = g.head.first, C = g.head.second;
+    double nk = 0;
+    for (const auto& [n, k] : shapes) nk += double(n) * double(k);
+    const int64_t tokens = int64_t(rows) * seq;
+    const int64_t m = std::min<int64_t>(tokens, std::max<int64_t>(256, int64_t(4e10 / (6 * nk))));
+    std::vector<LinearPass> layer;
+    for (const auto& [n, k] : shapes) layer.emplace_back(backend, dtype, m, n, k);
+    const double layer_s = median_time(backend, mc.num_layers, [&] {
+        for (const LinearPass& p : layer) p.run(backend);
+    });
+    layer.clear();
+    // The head runs in row chunks of ~16M logits (Transformer::plan_activation_bytes)
+    // (at most 4e10 FLOPs of it measured, as for a layer).
+    const int64_t chunk =
+        std::clamp<int64_t>(std::min<int64_t>((int64_t(16) << 20) / V,
+                                              std::max<int64_t>(64, int64_t(4e10 / (6.0 * V * C)))),
+                            1, m);
+    const int64_t chunks = (m + chunk - 1) / chunk;
+    const LinearPass head(backend, dtype, chunk, V, C);
+    const double head_s =
+        median_time(backend, int(chunks), [&] { head.run(backend); }) * double(m) / double(chunk);
+    const double flops = 6.0 * double(m) * (mc.num_layers * nk + double(V) * double(C));
+    return flops / (mc.num_layers * layer_s + head_s);
+}
+
 double attention_flops_per_token(const ModelConfig& mc, int seq_len) {
     const double D = mc.head_dim > 0 ? mc.head_dim : double(mc.hidden_size) / mc.num_heads;
     return 12.0 * mc.num_layers * mc.num_heads * D * seq_len;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ete/model/config.h"
@@ -51,6 +52,24 @@ double model_flops_per_token(const ModelConfig& mc, int seq_len, int64_t trainab
 // A measured GEMM rate of this rank in `dtype` (a few 1024³ products): the peak MFU is taken
 // against when monitor.peak_flops is 0. An achieved rate, not the data sheet's.
 double measure_peak_flops(Backend& backend, DType dtype);
+// The (out, in) shapes of a decoder layer's linears as ETE runs them (q|k|v fused, o, gate|up
+// fused or fc, down) and of the LM head, split `tp` ways.
+struct ModelGemmShapes {
+    std::vector<std::pair<int64_t, int64_t>> layer;
+    std::pair<int64_t, int64_t> head;
+};
+ModelGemmShapes model_gemm_shapes(const ModelConfig& mc, int tp);
+// The achieved rate of a model's own matrix products, FLOP/s: one decoder layer's linears as
+// nn::Linear runs them (forward, input gradient, fp32 weight gradient; q|k|v and gate|up fused)
+// and the LM head in its row chunks, for a replica micro-batch of `rows` sequences of `seq`
+// tokens with the weights split `tp` ways, in `dtype`; the layer counted num_layers times and the
+// head once, each the median of 5 samples of ~30 ms after a warm-up (ranks that share cores see
+// their sharing in every sample, as they will in training). A layer whose pass exceeds 4e10
+// FLOPs is measured on fewer tokens (≥ 256): products that large no longer depend on M. Small
+// models run their GEMMs well below a 1024³ product's rate (measure_peak_flops), which is what the
+// planner's compute term needs on this machine (docs/planner.md).
+double measure_model_gemm_flops(Backend& backend, DType dtype, const ModelConfig& mc, int seq,
+                                int rows, int tp);
 // This rank's memory bandwidth through the backend's elementwise ops (x += y over 64 MiB fp32
 // vectors: 3 × 64 MiB moved; the best of 3), GB/s.
 double measure_memory_gbps(Backend& backend);

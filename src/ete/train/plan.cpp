@@ -73,7 +73,7 @@ StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayou
     const double tokens = double(req.global_batch) * req.seq;
     double flops = model_flops_per_token(mc, req.seq, trainable_total, frozen) * tokens;
     if (c.attention_s > 0) flops -= attention_flops_per_token(mc, req.seq) * tokens;
-    const double rate = (l.precision == "fp32" ? c.fp32_tflops : c.bf16_tflops) * 1e12;
+    const double rate = c.gemm_tflops(l.precision, l.tp, double(l.micro_batch) / l.dp) * 1e12;
     const double layers = double(mc.num_layers) / l.pp;
     const double replica_rows = double(req.global_batch) / l.dp;
     const double C = mc.hidden_size, F = mc.intermediate_size, V = mc.vocab_size;
@@ -266,6 +266,21 @@ std::string layout_sets(const PlanLayout& l, int seq) {
                          : l.precision == "fp32" ? "f32"
                                                  : "bf16");
     return s;
+}
+
+std::vector<GemmPoint> gemm_points(const PlanRequest& req, const ClusterSpec& c) {
+    std::map<std::pair<std::string, int>, std::pair<int, int>> range;  // rows: least, most
+    for (const PlanLayout& l : enumerate(req, c)) {
+        const int rows = l.micro_batch / l.dp;
+        auto [it, fresh] = range.try_emplace({l.precision, l.tp}, rows, rows);
+        it->second = {std::min(it->second.first, rows), std::max(it->second.second, rows)};
+    }
+    std::vector<GemmPoint> out;
+    for (const auto& [key, r] : range) {
+        out.emplace_back(key.first, key.second, r.first);
+        if (r.second != r.first) out.emplace_back(key.first, key.second, r.second);
+    }
+    return out;
 }
 
 Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {

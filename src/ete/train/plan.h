@@ -7,7 +7,9 @@
 // The cost model of one optimizer step (B = global batch rows, T = sequence, m = grad_accum
 // micro-batches, N = dp·tp·pp devices; bandwidths per device, one direction):
 //   compute     model FLOPs per token (monitor.h: 6 per weight, 4 per frozen weight, attention
-//               unless measured) × B·T / N at the precision's achieved rate; QLoRA × 1.18 (its
+//               unless measured) × B·T / N at the precision's achieved rate (where measured, the
+//               model's own GEMMs' at the layout's tp and rows: ClusterSpec::gemm_tflops); QLoRA
+//               × 1.18 (its
 //               NF4 dequantization: QLoRA/LoRA step time measured on the 1.1B Llama,
 //               docs/benchmarks.md)
 //   attention   where the cluster measured it (attention_s, local): a rank's causal scores ×
@@ -98,6 +100,10 @@ struct Plan {
 // Parses --layout "dp=2,tp=4,recompute=full" into pins; names the bad field or value.
 std::map<std::string, std::string> parse_layout_pins(const std::string& text);
 Plan make_plan(const PlanRequest& req, const ClusterSpec& cluster);
+// Where the model's GEMM rate is worth measuring for this request (--cluster local,
+// parallel.auto: measure_model_gemms): each precision and tp of its layouts at the fewest and the
+// most rows a replica micro-batch has; the same on every rank that asks.
+std::vector<GemmPoint> gemm_points(const PlanRequest& req, const ClusterSpec& cluster);
 // The run config of a layout (base with the layout's keys set).
 RunConfig layout_config(const RunConfig& base, int seq, const PlanLayout& l);
 // The bytes each group of an axis moves over its slowest link per step under `cfg`'s layout, the
