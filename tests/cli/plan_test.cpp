@@ -98,6 +98,20 @@ TEST(Cluster, BadFilesNameTheKey) {
     EXPECT_NE(error(half).find("cluster.nodes: expected an integer"), std::string::npos);
     EXPECT_NE(error("[cluster\n").find("c.toml:1:"), std::string::npos);
     EXPECT_NE(error("[nodes]\n").find("expected only a [cluster] table"), std::string::npos);
+    const std::string m = std::string(kCluster) + "node_link_gbytes_per_s = ";
+    EXPECT_NE(error(m + "[[0, 1], [1, 0]]\n").find("2 rows, expected devices_per_node = 4"),
+              std::string::npos);
+    EXPECT_NE(error(m + "[[0, 1, 1, 1], [1, 0, 1], [1, 1, 0, 1], [1, 1, 1, 0]]\n")
+                  .find("row 1: expected 4 numbers"),
+              std::string::npos);
+    EXPECT_NE(error(m + "[[0, 2, 1, 1], [1, 0, 1, 1], [1, 1, 0, 1], [1, 1, 1, 0]]\n")
+                  .find("devices 0 and 1: 2 and 1 GB/s"),
+              std::string::npos);
+    EXPECT_NE(error(m + "[[0, 0, 1, 1], [0, 0, 1, 1], [1, 1, 0, 1], [1, 1, 1, 0]]\n")
+                  .find("devices 0 and 1: 0 and 0 GB/s"),
+              std::string::npos);
+    EXPECT_NE(error(m + "7\n").find("node_link_gbytes_per_s: expected an array"),
+              std::string::npos);
 }
 
 TEST(PlanLayoutPins, ParseAndRefuseByName) {
@@ -231,6 +245,35 @@ TEST(Plan, TheModelGemmRateIsMeasuredWhereTheLayoutsAre) {
     const double before = make_plan(req, c).ranked.at(0).cost.compute;
     c.model_gemm_tflops[{"bf16", 2, 2}] = 35;  // half the file's 70
     EXPECT_NEAR(make_plan(req, c).ranked.at(0).cost.compute, 2 * before, 1e-12 * before);
+}
+
+// A node whose fast pairs are (0, 2) and (1, 3): launch order would put each tp pair on a 10
+// GB/s link; with node_link_gbytes_per_s the plan prices the layout on the placement `ete launch
+// --placement auto` makes, tp on the 24 GB/s pairs, and says so; dp still crosses the nodes.
+TEST(Plan, NodeLinksPriceTheLayoutOnItsPlacement) {
+    PlanRequest req = request("pretrain");
+    req.pins = parse_layout_pins("dp=4,tp=2,pp=1,micro_batch=8,recompute=full,zero_stage=1");
+    ClusterSpec c = parse_cluster(std::string(kCluster) +
+                                      "node_link_gbytes_per_s = [[0, 10, 24, 10], [10, 0, 10, 24], "
+                                      "[24, 10, 0, 10], [10, 24, 10, 0]]\n",
+                                  "c.toml");
+    c.device_memory_gib = 100;
+    EXPECT_EQ(cluster_links(c).gbps[0][2], 24);
+    EXPECT_EQ(cluster_links(c).gbps[0][1], 10);
+    EXPECT_EQ(cluster_links(c).gbps[3][4], 10);  // across nodes: inter_node_gbytes_per_s
+    const PlanCandidate x = make_plan(req, c).ranked.at(0);
+    // As in TheCostModelIsTheDocumentedOne, at 24 GB/s: 6 all-reduces a layer of 4, 4 micro-
+    // batches, each 2 · 1/2 of 2 rows x 512 x 256 bf16 plus 2 latencies (same bound, 1e-9 s).
+    const double act = 2.0 * 512 * 256 * 2;
+    EXPECT_NEAR(x.cost.tp, 4 * 4 * 6 * (act / 24e9 + 2 * 2e-6), 1e-9);
+    EXPECT_EQ(x.placement, "tp: 4 groups on 24 GB/s; dp: 2 groups on 10 GB/s");
+    ClusterSpec launch_order = c;
+    launch_order.node_gbps.clear();
+    launch_order.intra_gbytes_per_s = 10;
+    const PlanCandidate y = make_plan(req, launch_order).ranked.at(0);
+    EXPECT_NEAR(y.cost.tp, 4 * 4 * 6 * (act / 10e9 + 2 * 2e-6), 1e-9);
+    EXPECT_NEAR(y.cost.dp, x.cost.dp, 1e-12);
+    EXPECT_TRUE(y.placement.empty());
 }
 
 // Full training's smallest layout needs more a device than the adapters' (its fp32 masters,

@@ -40,6 +40,7 @@ json candidate_json(const PlanCandidate& c) {
     j["predicted_tokens_per_s"] = c.tokens_per_s;
     j["predicted_peak_gib"] = c.peak_gib;
     j["peak_stage"] = c.peak_stage;
+    if (!c.placement.empty()) j["placement"] = c.placement;
     j["cost_s"] = {{"compute", c.cost.compute},
                    {"attention", c.cost.attention},
                    {"elementwise", c.cost.elementwise},
@@ -72,6 +73,7 @@ std::string why(const Plan& p) {
         "backward), ZeRO gather {:.3f}, optimizer {:.3f}",
         c.work(), c.compute, c.attention, c.elementwise, c.bubble, c.tp, c.pp, c.dp_exposed, c.dp,
         c.zero, c.optimizer);
+    if (!w.placement.empty()) s += "; placed " + w.placement;
     int shown = 0;
     std::vector<std::string> seen = {
         fmt::format("{}/{}/{}/{}", w.layout.dp, w.layout.tp, w.layout.pp, w.layout.method)};
@@ -147,8 +149,9 @@ int cmd_plan(const PlanArgs& a) {
             ? ""
             : fmt::format("{}{} train {}{}",
                           cluster.devices() > 1
-                              ? fmt::format("ete launch -n {}{} --", cluster.devices(),
-                                            cluster.nodes > 1 ? " --hostfile HOSTS" : "")
+                              ? fmt::format("ete launch -n {}{}{} --", cluster.devices(),
+                                            cluster.nodes > 1 ? " --hostfile HOSTS" : "",
+                                            cluster.node_gbps.empty() ? "" : " --placement auto")
                               : "ete",
                           "", dir ? "" : a.model + " ",
                           (dir ? "--set model.init_from=" + a.model + " " : "") + user_sets +

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "ete/core/error.h"
 
@@ -68,16 +69,26 @@ std::vector<std::vector<double>> seconds_per_byte(const DeviceLinks& l) {
     return t;
 }
 
-// The lower bound of an axis's slowest-group link time (s/byte): the smallest link time τ at which
-// the components of {links with time ≤ τ} hold `groups` disjoint sets of g devices.
-double axis_floor(const std::vector<std::vector<double>>& t, int g, int groups) {
+// The distinct link times of a table, ascending (a cluster has a few link classes, not n² of
+// them: collected through a set).
+std::vector<double> distinct_times(const std::vector<std::vector<double>>& t) {
+    std::set<double> v;
+    for (size_t a = 0; a < t.size(); ++a)
+        for (size_t b = a + 1; b < t.size(); ++b) v.insert(t[a][b]);
+    return {v.begin(), v.end()};
+}
+
+// The cost of a placement on a table of link times (placement_cost).
+PlacementCost cost_on(const MeshShape& mesh, const DeviceLinks& links,
+                      const std::vector<std::vector<double>>& t, const AxisBytes& bytes,
+                      const std::vector<int>& device_of_rank);
+
+// For each of the table's distinct link times τ (ascending), the sizes of the components of the
+// devices joined by links of time ≤ τ.
+std::vector<std::vector<int>> component_sizes(const std::vector<std::vector<double>>& t,
+                                              const std::vector<double>& values) {
     const int n = int(t.size());
-    if (g < 2 || groups < 1) return 0;
-    std::vector<double> values;
-    for (int a = 0; a < n; ++a)
-        for (int b = a + 1; b < n; ++b) values.push_back(t[a][b]);
-    std::sort(values.begin(), values.end());
-    values.erase(std::unique(values.begin(), values.end()), values.end());
+    std::vector<std::vector<int>> out;
     for (double tau : values) {
         std::vector<int> parent(static_cast<size_t>(n));
         std::iota(parent.begin(), parent.end(), 0);
@@ -89,9 +100,21 @@ double axis_floor(const std::vector<std::vector<double>>& t, int g, int groups) 
                 if (t[a][b] <= tau) parent[find(a)] = find(b);
         std::map<int, int> size;
         for (int a = 0; a < n; ++a) ++size[find(a)];
+        out.emplace_back();
+        for (const auto& [root, k] : size) out.back().push_back(k);
+    }
+    return out;
+}
+
+// The lower bound of an axis's slowest-group link time (s/byte): the smallest link time τ at which
+// the components of {links with time ≤ τ} hold `groups` disjoint sets of g devices.
+double axis_floor(const std::vector<double>& values, const std::vector<std::vector<int>>& comps,
+                  int g, int groups) {
+    if (g < 2 || groups < 1) return 0;
+    for (size_t i = 0; i < values.size(); ++i) {
         int fit = 0;
-        for (const auto& [root, s] : size) fit += s / g;
-        if (fit >= groups) return tau;
+        for (int k : comps[i]) fit += k / g;
+        if (fit >= groups) return values[i];
     }
     return values.empty() ? 0 : values.back();
 }
@@ -103,9 +126,12 @@ bool better(double cost, double spread, const PlacementCost& best) {
 
 class Search {
   public:
-    Search(const MeshShape& m, const DeviceLinks& l, const AxisBytes& b, int64_t budget)
-        : mesh_(m), links_(l), t_(seconds_per_byte(l)), budget_(budget) {
+    Search(const MeshShape& m, const DeviceLinks& l, const std::vector<std::vector<double>>& t,
+           const AxisBytes& b, int64_t budget)
+        : mesh_(m), links_(l), t_(t), budget_(budget) {
         const int n = m.size();
+        const std::vector<double> values = distinct_times(t_);
+        const std::vector<std::vector<int>> comps = component_sizes(t_, values);
         const std::vector<Unit> units = units_of(m);
         weight_.resize(units.size());
         axis_of_.resize(units.size());
@@ -113,8 +139,8 @@ class Search {
         const int sizes[3] = {m.tp, m.dp, m.pp};
         for (int a = 0; a < 3; ++a) {
             bytes_[a] = axis_bytes(b, a);
-            floor_[a] = axis_floor(t_, sizes[a], n / std::max(sizes[a], 1));
-            one_[a] = axis_floor(t_, sizes[a], 1);
+            floor_[a] = axis_floor(values, comps, sizes[a], n / std::max(sizes[a], 1));
+            one_[a] = axis_floor(values, comps, sizes[a], 1);
         }
         for (size_t u = 0; u < units.size(); ++u) {
             axis_of_[u] = units[u].axis;
@@ -308,7 +334,7 @@ class Search {
 
     const MeshShape mesh_;
     const DeviceLinks& links_;
-    const std::vector<std::vector<double>> t_;
+    const std::vector<std::vector<double>>& t_;  // place_ranks's, outlives the search
     int64_t budget_;
     double bytes_[3] = {0, 0, 0}, floor_[3] = {0, 0, 0}, one_[3] = {0, 0, 0};
     double axis_max_[3] = {0, 0, 0};
@@ -327,25 +353,38 @@ class Search {
 
 }  // namespace
 
-PlacementCost placement_cost(const MeshShape& mesh, const DeviceLinks& links,
-                             const AxisBytes& bytes, const std::vector<int>& device_of_rank) {
-    ETE_CHECK(int(device_of_rank.size()) == mesh.size(), "placement: {} devices given for {} ranks",
-              device_of_rank.size(), mesh.size());
-    const std::vector<std::vector<double>> t = seconds_per_byte(links);
+namespace {
+
+PlacementCost cost_on(const MeshShape& mesh, const DeviceLinks& links,
+                      const std::vector<std::vector<double>>& t, const AxisBytes& bytes,
+                      const std::vector<int>& device_of_rank) {
     double axis_max[3] = {0, 0, 0};
     PlacementCost c;
     for (const Unit& u : units_of(mesh)) {
         double m = 0;
-        for (auto [q, r] : unit_pairs(u))
-            m = std::max(m, t[device_of_rank[size_t(q)]][device_of_rank[size_t(r)]]);
+        for (auto [q, r] : unit_pairs(u)) {
+            const int a = device_of_rank[size_t(q)], b = device_of_rank[size_t(r)];
+            m = std::max(m, t[a][b]);
+            c.crosses_nodes[u.axis] |= links.node[size_t(a)] != links.node[size_t(b)];
+        }
         axis_max[u.axis] = std::max(axis_max[u.axis], m);
         c.spread_s += axis_bytes(bytes, u.axis) * m;
     }
+    for (int a = 0; a < 3; ++a) c.gbps[a] = axis_max[a] > 0 ? 1.0 / axis_max[a] / 1e9 : 0;
     c.tp_s = bytes.tp * axis_max[0];
     c.dp_s = bytes.dp * axis_max[1];
     c.pp_s = bytes.pp * axis_max[2];
     c.cost_s = c.tp_s + c.dp_s + c.pp_s;
     return c;
+}
+
+}  // namespace
+
+PlacementCost placement_cost(const MeshShape& mesh, const DeviceLinks& links,
+                             const AxisBytes& bytes, const std::vector<int>& device_of_rank) {
+    ETE_CHECK(int(device_of_rank.size()) == mesh.size(), "placement: {} devices given for {} ranks",
+              device_of_rank.size(), mesh.size());
+    return cost_on(mesh, links, seconds_per_byte(links), bytes, device_of_rank);
 }
 
 std::vector<int> linear_placement(const MeshShape& mesh, const MeshAxis order[3]) {
@@ -374,7 +413,8 @@ Placement place_ranks(const MeshShape& mesh, const DeviceLinks& links, const Axi
                   "placement: device {} is on node {} after node {} (expected each node's "
                   "devices together, nodes in order)",
                   d, links.node[d], links.node[d - 1]);
-    Search s(mesh, links, bytes, budget);
+    const std::vector<std::vector<double>> t = seconds_per_byte(links);
+    Search s(mesh, links, t, bytes, budget);
     std::vector<int> best;
     PlacementCost best_cost;
     const MeshAxis T = MeshAxis::Tp, D = MeshAxis::Dp, P = MeshAxis::Pp;
@@ -382,10 +422,15 @@ Placement place_ranks(const MeshShape& mesh, const DeviceLinks& links, const Axi
                                    {D, P, T}, {P, T, D}, {P, D, T}};
     for (const auto& o : orders) {
         std::vector<int> p = linear_placement(mesh, o);
-        const PlacementCost c = placement_cost(mesh, links, bytes, p);
+        const PlacementCost c = cost_on(mesh, links, t, bytes, p);
         if (best.empty() || better(c.cost_s, c.spread_s, best_cost)) best = p, best_cost = c;
     }
-    return s.run(best, best_cost);
+    Placement p = s.run(best, best_cost);
+    const PlacementCost links_of = cost_on(mesh, links, t, bytes, p.device_of_rank);
+    std::copy(std::begin(links_of.gbps), std::end(links_of.gbps), std::begin(p.cost.gbps));
+    std::copy(std::begin(links_of.crosses_nodes), std::end(links_of.crosses_nodes),
+              std::begin(p.cost.crosses_nodes));
+    return p;
 }
 
 std::string describe_placement(const MeshShape& mesh, const DeviceLinks& links,
@@ -411,8 +456,8 @@ std::string describe_placement(const MeshShape& mesh, const DeviceLinks& links,
         if (count[a].empty()) continue;
         std::string part;
         for (const auto& [cls, k] : count[a])
-            part += fmt::format("{}{} {} on {}", part.empty() ? "" : ", ", k,
-                                a == 2 ? "chains" : "groups", cls);
+            part += fmt::format("{}{} {}{} on {}", part.empty() ? "" : ", ", k,
+                                a == 2 ? "chain" : "group", k == 1 ? "" : "s", cls);
         out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", axis_name[a], part);
     }
     return out.empty() ? "one rank: no links" : out;

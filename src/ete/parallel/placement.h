@@ -59,6 +59,10 @@ struct PlacementCost {
     double cost_s = 0;                    // the cost above
     double spread_s = 0;                  // the tie-break: the same terms summed over every group
     double tp_s = 0, dp_s = 0, pp_s = 0;  // each axis's share of cost_s
+    // Per axis (tp, dp, pp): the bandwidth of the slowest link of its slowest group (GB/s; 0
+    // where the axis has one rank) and whether any of its groups spans nodes.
+    double gbps[3] = {0, 0, 0};
+    bool crosses_nodes[3] = {false, false, false};
 };
 
 struct Placement {

@@ -48,7 +48,53 @@ const std::map<std::string, ClusterKey>& cluster_keys() {
     return keys;
 }
 
+// node_link_gbytes_per_s: a square, symmetric table of GB/s (one direction) between the devices
+// of a node, positive off the diagonal (the diagonal is not read).
+std::vector<std::vector<double>> parse_link_matrix(const toml::node& node,
+                                                   const std::string& where) {
+    const char* what = "cluster.node_link_gbytes_per_s";
+    const toml::array* rows = node.as_array();
+    ETE_CHECK(rows && !rows->empty(), "{}: {}: expected an array of rows of GB/s", where, what);
+    std::vector<std::vector<double>> m;
+    for (const toml::node& row : *rows) {
+        const toml::array* r = row.as_array();
+        ETE_CHECK(r && r->size() == rows->size(),
+                  "{}: {}: row {}: expected {} numbers (a square table)", where, what, m.size(),
+                  rows->size());
+        m.emplace_back();
+        for (const toml::node& x : *r) {
+            const auto g = x.value<double>();
+            ETE_CHECK(g && *g >= 0 && *g <= 1e6, "{}: {}: row {}: expected numbers in [0, 1e6]",
+                      where, what, m.size() - 1);
+            m.back().push_back(*g);
+        }
+    }
+    for (size_t a = 0; a < m.size(); ++a)
+        for (size_t b = 0; b < m.size(); ++b)
+            ETE_CHECK(a == b || (m[a][b] > 0 && m[a][b] == m[b][a]),
+                      "{}: {}: devices {} and {}: {} and {} GB/s (expected the same positive "
+                      "bandwidth both ways)",
+                      where, what, a, b, m[a][b], m[b][a]);
+    return m;
+}
+
 }  // namespace
+
+DeviceLinks cluster_links(const ClusterSpec& c) {
+    const int n = c.devices(), per = c.devices_per_node;
+    DeviceLinks l;
+    l.gbps.assign(size_t(n), std::vector<double>(size_t(n), 0.0));
+    for (int a = 0; a < n; ++a) {
+        l.node.push_back(a / per);
+        for (int b = 0; b < n; ++b)
+            if (a != b)
+                l.gbps[a][b] = a / per != b / per ? c.inter_gbytes_per_s
+                               : c.node_gbps.empty()
+                                   ? c.intra_gbytes_per_s
+                                   : c.node_gbps[size_t(a % per)][size_t(b % per)];
+    }
+    return l;
+}
 
 ClusterSpec parse_cluster(const std::string& text, const std::string& where) {
     const toml::table root = parse_toml(text, where);
@@ -59,8 +105,13 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& where) {
     ETE_CHECK(c, "{}: no [cluster] table (nodes, devices_per_node, device_memory_gib, ...)", where);
     std::map<std::string, double> v;
     std::string collectives = "nccl";
+    std::vector<std::vector<double>> matrix;
     for (auto&& [key, node] : *c) {
         const std::string k(key.str());
+        if (k == "node_link_gbytes_per_s") {
+            matrix = parse_link_matrix(node, where);
+            continue;
+        }
         if (k == "collectives") {
             const auto s = node.value<std::string>();
             ETE_CHECK(s && (*s == "nccl" || *s == "mpi"),
@@ -73,7 +124,8 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& where) {
                   "{}: cluster.{}: unknown key (expected nodes, devices_per_node, "
                   "device_memory_gib, device_peak_tflops, intra_node_gbytes_per_s, "
                   "inter_node_gbytes_per_s, intra_node_latency_us, inter_node_latency_us, "
-                  "device_fp32_tflops, gemm_efficiency, device_memory_gbytes_per_s, collectives)",
+                  "device_fp32_tflops, gemm_efficiency, device_memory_gbytes_per_s, collectives, "
+                  "node_link_gbytes_per_s)",
                   where, k);
         const auto x = node.value<double>();
         const ClusterKey& r = it->second;
@@ -101,6 +153,10 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& where) {
         v.count("device_memory_gbytes_per_s") ? v["device_memory_gbytes_per_s"] : 0;
     s.nccl = collectives == "nccl";
     s.source = where;
+    ETE_CHECK(matrix.empty() || int(matrix.size()) == s.devices_per_node,
+              "{}: cluster.node_link_gbytes_per_s: {} rows, expected devices_per_node = {}", where,
+              matrix.size(), s.devices_per_node);
+    s.node_gbps = std::move(matrix);
     return s;
 }
 

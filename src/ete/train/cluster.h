@@ -13,8 +13,11 @@
 // # optional:
 // device_fp32_tflops = 67          # fp32 GEMM rate (layouts in fp32 are planned only with it)
 // gemm_efficiency = 0.7            # achieved fraction of the peaks (default 0.7)
-// device_memory_gbytes_per_s = 3350  # memory bandwidth: the optimizer step's time (else 0: left
-// out) collectives = "nccl"             # "nccl" (default for a file) or "mpi": how ZeRO-2 reduces
+// device_memory_gbytes_per_s = 3350  # memory bandwidth: the optimizer step's time (else left out)
+// collectives = "nccl"             # "nccl" (default for a file) or "mpi": how ZeRO-2 reduces
+// node_link_gbytes_per_s = [[0, 24, 10, 10], [24, 0, 10, 10], [10, 10, 0, 24], [10, 10, 24, 0]]
+//                                  # a node's device pairs, GB/s one direction (symmetric; the
+//                                  # diagonal unread): each layout priced on its placement
 //
 // Every key is checked: a missing required key, a value out of range or an unknown key is one
 // error naming it and what was expected.
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "ete/model/config.h"
+#include "ete/parallel/placement.h"
 
 namespace ete {
 
@@ -50,6 +54,10 @@ struct ClusterSpec {
     // The planned model's own GEMM rate (TFLOP/s, measure_model_gemms), by precision, tp and
     // rows of a replica's micro-batch; empty for a cluster file.
     std::map<std::tuple<std::string, int, int>, double> model_gemm_tflops;
+    // node_link_gbytes_per_s: GB/s between the devices of a node (every node alike); empty: all
+    // intra_gbytes_per_s. With it, ete plan prices each layout's collectives on the placement
+    // `ete launch --placement auto` would make (parallel/placement.h).
+    std::vector<std::vector<double>> node_gbps;
 
     int devices() const { return nodes * devices_per_node; }
     // The compute term's rate for a layout: the model's measured rate at (precision, tp),
@@ -64,6 +72,9 @@ using GemmPoint = std::tuple<std::string, int, int>;
 // Parses a cluster file's text; `where` names it in errors.
 ClusterSpec parse_cluster(const std::string& toml_text, const std::string& where);
 ClusterSpec load_cluster(const std::string& path);
+// The cluster's devices and links for placement: nodes' devices in order, a node's pairs from
+// node_gbps (else intra_gbytes_per_s), pairs on different nodes inter_gbytes_per_s.
+DeviceLinks cluster_links(const ClusterSpec& c);
 // This machine as one device: the memory it can still get, the GEMM rates of `backend` in bf16
 // and fp32, its memory bandwidth and its attention's speed measured through the engine's own
 // kernels (monitor.h), MPI collectives; no links (one device has none to cross).

@@ -63,10 +63,61 @@ Link link_of(const ClusterSpec& c, bool inter) {
                  : Link{c.intra_gbytes_per_s, c.intra_latency_us};
 }
 
+// The link each axis's collectives cross: on a placement, the slowest link of the axis's slowest
+// group (placement_cost), latencies of the inter-node link where a group spans nodes; in launch
+// order, the intra-node link for a group inside one node, else the inter-node one.
+struct AxisLinks {
+    Link tp, dp, pp;
+};
+AxisLinks axis_links(const ClusterSpec& c, const MeshShape& m, const PlacementCost* placed) {
+    if (!placed) {
+        auto at = [&](MeshAxis a) { return link_of(c, crosses_nodes(m, a, c.devices_per_node)); };
+        return {at(MeshAxis::Tp), at(MeshAxis::Dp), at(MeshAxis::Pp)};
+    }
+    auto at = [&](int a) {
+        return Link{placed->gbps[a],
+                    placed->crosses_nodes[a] ? c.inter_latency_us : c.intra_latency_us};
+    };
+    return {at(0), at(1), at(2)};
+}
+
+// Where the cluster describes its nodes' links: each layout's placement as `ete launch
+// --placement auto` makes it (the same bytes, parallel/placement.h), searched once per mesh,
+// recompute, precision and method (what its bytes depend on), within a budget of search steps.
+class Placer {
+  public:
+    explicit Placer(const ClusterSpec& c) : on_(!c.node_gbps.empty()) {
+        if (on_) links_ = cluster_links(c);
+    }
+    struct Placed {
+        Placement placement;
+        std::string text;  // describe_placement
+    };
+    const Placed* at(const PlanRequest& req, const PlanLayout& l, int64_t total) {
+        if (!on_) return nullptr;
+        const auto key = std::make_tuple(l.dp, l.tp, l.pp, l.recompute, l.precision, l.method);
+        auto it = done_.find(key);
+        if (it == done_.end()) {
+            const MeshShape m{l.dp, l.tp, l.pp};
+            const AxisBytes b = comm_bytes(layout_config(req.base, req.seq, l), req.model, total);
+            Placed p{place_ranks(m, links_, b, 200'000), ""};
+            p.text = describe_placement(m, links_, p.placement.device_of_rank);
+            it = done_.emplace(key, std::move(p)).first;
+        }
+        return &it->second;
+    }
+
+  private:
+    bool on_;
+    DeviceLinks links_;
+    std::map<std::tuple<int, int, int, std::string, std::string, std::string>, Placed> done_;
+};
+
 // The step cost of layout l (plan.h). trainable_rank: the trainable elements of its largest
-// stage's rank (what it all-reduces and steps); trainable_total: the whole model's.
+// stage's rank (what it all-reduces and steps); trainable_total: the whole model's; placed: the
+// layout's placement where the cluster describes its nodes' links (else launch order).
 StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayout& l,
-                   int64_t trainable_rank, int64_t trainable_total) {
+                   int64_t trainable_rank, int64_t trainable_total, const PlacementCost* placed) {
     const ModelConfig& mc = req.model;
     const MeshShape m{l.dp, l.tp, l.pp};
     const bool frozen = l.method != "full";
@@ -97,16 +148,17 @@ StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayou
     s.bubble = s.work() * double(l.pp - 1) / double(l.grad_accum);
     const double rows = double(l.micro_batch) / l.dp;
     const double act = rows * req.seq * mc.hidden_size;
-    const Link tp = link_of(c, crosses_nodes(m, MeshAxis::Tp, c.devices_per_node));
+    const AxisLinks links = axis_links(c, m, placed);
+    const Link& tp = links.tp;
     const double per_ar =
         ring_all_reduce_s(act * (l.precision == "fp32" ? 4 : 2), l.tp, tp.gbps, tp.lat_us);
     s.tp = l.grad_accum * layers * (l.recompute == "full" ? 6 : 4) * per_ar;
     if (l.pp > 1) {
-        const Link pp = link_of(c, crosses_nodes(m, MeshAxis::Pp, c.devices_per_node));
+        const Link& pp = links.pp;
         s.pp = 2.0 * l.grad_accum * (act * 4 / (pp.gbps * 1e9) + pp.lat_us * 1e-6);
     }
     if (l.dp > 1) {
-        const Link dp = link_of(c, crosses_nodes(m, MeshAxis::Dp, c.devices_per_node));
+        const Link& dp = links.dp;
         const double grad = double(trainable_rank) * (req.base.parallel_grad_bf16 ? 2 : 4);
         const double bucket = std::min(grad, double(req.base.parallel_bucket_mb) * (1 << 20));
         const double half = l.zero_stage == 2 && c.nccl ? 0.5 : 1.0;
@@ -294,6 +346,7 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
         return build_key(a) < build_key(b);
     });
     const double limit = c.device_memory_gib * double(1 << 30);
+    Placer placer(c);
     for (size_t i = 0; i < all.size();) {
         size_t j = i;
         while (j < all.size() && build_key(all[j]) == build_key(all[i])) ++j;
@@ -349,7 +402,10 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
             }
             PlanCandidate cand;
             cand.layout = all[k];
-            cand.cost = step_cost(req, c, all[k], trainable[k - i], total);
+            const Placer::Placed* pl = placer.at(req, all[k], total);
+            if (pl) cand.placement = pl->text;
+            cand.cost = step_cost(req, c, all[k], trainable[k - i], total,
+                                  pl ? &pl->placement.cost : nullptr);
             cand.peak_gib = peak[k - i] / double(1 << 30);
             cand.peak_stage = stage_of[k - i];
             cand.tokens_per_s = double(req.global_batch) * req.seq / cand.cost.total();

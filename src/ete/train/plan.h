@@ -41,7 +41,10 @@
 //               not given
 // Links: ranks are placed in launch order (the mesh's rank order, parallel/mesh.h), a node holding
 // devices_per_node consecutive ranks; a group whose ranks share one node uses the intra-node
-// link, any other the inter-node one.
+// link, any other the inter-node one. Where the cluster file gives node_link_gbytes_per_s, each
+// layout is priced on the placement `ete launch --placement auto` makes of it instead
+// (parallel/placement.h, on these bytes): each axis at the slowest link of its slowest group,
+// with the inter-node latencies where a group spans nodes.
 #pragma once
 
 #include <map>
@@ -79,6 +82,9 @@ struct PlanCandidate {
     double peak_gib = 0;  // the largest stage's estimated peak (tp rank 0)
     int peak_stage = 0;
     double tokens_per_s = 0;
+    // Where the cluster describes its nodes' links: the placement its cost is priced on
+    // (describe_placement: "tp: 2 groups on 24 GB/s; dp: ...").
+    std::string placement;
 };
 
 struct PlanRequest {
