@@ -153,6 +153,18 @@ TEST_F(ParallelTrain, EveryLayoutMatchesOneProcessLlama) {
     }
 }
 
+// A pipeline as deep as the model (pp = 4, one layer a stage) over 8 micro-batches: 1F1B keeps
+// 5, 4 and 3 slots on stages 0-2 (micro-batch m in slot m mod slots, so the slots wrap), which
+// share their boundary gradients — one d_in for every slot, and d_out from a ring of 2 (an even
+// slot count) or 3 (odd), never the same for consecutive micro-batches, wrap included
+// (Transformer::allocate_slots; one d_out, or two for 5 slots, and the executor refuses the
+// receive). pp alone sums every gradient in one process's order: the same bits.
+TEST_F(ParallelTrain, ADeepPipelineSharesItsBoundaryGradients) {
+    const std::string ga8 = " --set train.grad_accum=8";
+    expect_same(train(1, ga8), train(4, mesh(1, 1, 4) + ga8), "llama (1,1,4), 8 micro-batches",
+                0.0f, 0.0, 0.0f);
+}
+
 // GPT-2: LayerNorm with biases, learned positions, fused q|k|v split per tp rank, and an
 // embedding tied to the head, which pp = 2 keeps on both the first and the last stage.
 // adam_eps = 1e-4: the key bias gets a mathematically zero gradient (softmax ignores a shift of

@@ -209,9 +209,12 @@ class Transformer {
     // Parameter gradients accumulate (+=). Calls the grad-ready hook as gradients become final.
     void stage_backward(int slot);
     // (B·T, C) F32 buffers of a slot in backend memory, for the executor to receive into / send
-    // from. Each stays valid and untouched until the slot's next stage_forward (input, output)
-    // or stage_backward (the grads). Asking a stage for one it does not have (stage 0's input)
-    // throws.
+    // from. The input and output stay valid and untouched until the slot's next stage_forward.
+    // The gradients are shared between slots (allocate_slots): stage_input_grad is one buffer
+    // for every slot, valid until the next stage_backward of any slot; stage_output_grad is one
+    // of two (three for an odd number of slots), never slot s's and slot s + 1's (mod slots):
+    // write a slot's just before its stage_backward. Asking a stage for one it does not have
+    // (stage 0's input) throws.
     Mat stage_input(int slot);
     Mat stage_output(int slot);
     Mat stage_output_grad(int slot);
@@ -238,12 +241,12 @@ class Transformer {
         // QAT, per local layer: the masks of the sites a recompute does not rebuild (the
         // projections' outputs and the residual stream; model/qat_runtime.h), or empty.
         std::vector<std::array<Vec, kQatSites>> qat_kept;
-        Mat d_lnf;             // (N, C) F32 from the head; the shared d_ln_ when slots == 1
-        Mat d_out;             // (N, C) non-last stages: stage_output_grad
-        Mat d_in;              // (N, C) non-first stages: stage_input_grad, backward's d_resid
-        Vec ids;               // (N) I32 stage 0: the token ids
-        Vec doc;               // (N) I32 copy of doc_start
-        AttnDims dims{};       // of the last forward (doc_start -> doc or empty)
+        Mat d_lnf;        // (N, C) F32 from the head; the shared d_ln_ when slots == 1
+        Mat d_out;        // (N, C) non-last stages: stage_output_grad (shared: allocate_slots)
+        Mat d_in;         // (N, C) non-first stages: stage_input_grad, d_resid (one for all slots)
+        Vec ids;          // (N) I32 stage 0: the token ids
+        Vec doc;          // (N) I32 copy of doc_start
+        AttnDims dims{};  // of the last forward (doc_start -> doc or empty)
         bool pending = false;  // forward done, backward due
         // LoRA dropout: the micro-batch's identity (set_micro_batch) and whether its last
         // forward trained (masks on) or evaluated (off).

@@ -103,12 +103,24 @@ LayerActs Transformer::layer_acts(Arena& a) const {
 }
 
 // Each slot's own buffers: the residual stream into every local layer, the kept layers'
-// activations, the final norm's, the stage boundaries' gradients, token ids and doc starts.
+// activations, the final norm's, token ids and doc starts. The stage boundaries' gradients are
+// shared, since a backward reads and writes them only while it runs: every slot's d_in (the
+// backward's d_resid, then what the pp executor sends back) is one buffer — the executor waits
+// for its send before the next backward rewrites it (parallel/pp_executor.h) — and d_out, where
+// a slot's output gradient arrives, is one of two, so that consecutive micro-batches (slots s and
+// s + 1 mod slots) never share one (a receive is posted one compute ahead): three for an odd
+// number of slots, whose last and first are consecutive too. With 1F1B's pp − stage + 1 slots of
+// a few layers each, these were two of a slot's ~5 (N, C) fp32 buffers (docs/planner.md).
 void Transformer::allocate_slots(Arena& a, int kept) {
     const int64_t N = int64_t(B_) * T_, C = cfg_.hidden_size;
     const bool first = mp_.first_stage(), last = mp_.last_stage(), bwd = !forward_only_;
     const DType F32 = DType::F32;
-    for (Slot& s : slots_) {
+    const size_t n = slots_.size();
+    const Mat d_in = first || !bwd ? Mat{} : a.alloc_mat(F32, N, C);
+    std::vector<Mat> d_out(n == 1 ? 1 : n % 2 ? 3 : 2);
+    for (Mat& m : d_out) m = last || !bwd ? Mat{} : a.alloc_mat(F32, N, C);
+    for (size_t i = 0; i < n; ++i) {
+        Slot& s = slots_[i];
         s.resid.assign(act_index_.size() + 1, Mat{});
         for (Mat& r : s.resid) r = a.alloc_mat(F32, N, C);
         s.acts.clear();
@@ -122,8 +134,8 @@ void Transformer::allocate_slots(Arena& a, int kept) {
             // One slot runs its head backward right after its forward: the scratch d_ln_ holds it.
             s.d_lnf = slots_.size() > 1 && bwd ? a.alloc_mat(F32, N, C) : Mat{};
         }
-        s.d_out = last || !bwd ? Mat{} : a.alloc_mat(F32, N, C);
-        s.d_in = first || !bwd ? Mat{} : a.alloc_mat(F32, N, C);
+        s.d_out = d_out[n > 1 && n % 2 && i + 1 == n ? 2 : i % 2];
+        s.d_in = d_in;
         s.qat_kept.assign(act_index_.size(), {});
         for (int i = 0; i < int(act_index_.size()); ++i)
             for (int k = kQatRecomputedSites; k < kQatSites; ++k)
