@@ -48,13 +48,16 @@ TEST(Cluster, ReadsEveryKeyAndTheAchievedRate) {
                                         "c.toml");
     EXPECT_EQ(c.nodes, 2);
     EXPECT_EQ(c.devices(), 8);
-    EXPECT_DOUBLE_EQ(c.device_memory_gib, 1.5);
+    EXPECT_DOUBLE_EQ(c.device_memory_gib, 0.5);  // 1.5 less the default 1 GiB reserved
     EXPECT_DOUBLE_EQ(c.bf16_tflops, 50);
     EXPECT_DOUBLE_EQ(c.fp32_tflops, 10);
     EXPECT_DOUBLE_EQ(c.inter_gbytes_per_s, 10);
     EXPECT_DOUBLE_EQ(c.intra_latency_us, 2);
     EXPECT_FALSE(c.nccl);
     EXPECT_DOUBLE_EQ(parse_cluster(kCluster, "c.toml").bf16_tflops, 70);  // default 0.7
+    EXPECT_DOUBLE_EQ(parse_cluster(std::string(kCluster) + "device_reserved_gib = 0.25\n", "c")
+                         .device_memory_gib,
+                     1.25);
 }
 
 // The model's measured GEMM rate by (precision, tp, rows): exact at a measured point, linear in
@@ -98,6 +101,9 @@ TEST(Cluster, BadFilesNameTheKey) {
     EXPECT_NE(error(half).find("cluster.nodes: expected an integer"), std::string::npos);
     EXPECT_NE(error("[cluster\n").find("c.toml:1:"), std::string::npos);
     EXPECT_NE(error("[nodes]\n").find("expected only a [cluster] table"), std::string::npos);
+    EXPECT_NE(error(std::string(kCluster) + "device_reserved_gib = 1.5\n")
+                  .find("cluster.device_reserved_gib = 1.5: expected less than device_memory_gib"),
+              std::string::npos);
     const std::string m = std::string(kCluster) + "node_link_gbytes_per_s = ";
     EXPECT_NE(error(m + "[[0, 1], [1, 0]]\n").find("2 rows, expected devices_per_node = 4"),
               std::string::npos);
@@ -405,7 +411,8 @@ TEST(PlanCli, JsonHasTheBestAndEveryCandidate) {
         << r.out;
     // Devices too small for any layout: the first rejections with their need, then the error.
     std::string small = kCluster;
-    small.replace(small.find("device_memory_gib = 1.5"), 23, "device_memory_gib = 0.001");
+    small.replace(small.find("device_memory_gib = 1.5"), 23,
+                  "device_memory_gib = 0.001\ndevice_reserved_gib = 0");
     write_file_atomic((dir / "small.toml").string(), small);
     r = run_shell(ete_cmd("plan --model " + (dir / "m.toml").string() + " --cluster " +
                           (dir / "small.toml").string() + " --seq 512 --global-batch 32") +

@@ -174,7 +174,7 @@ int cmd_plan(const PlanArgs& a) {
     }
     std::printf(
         "plan: %s %dL C=%d | seq %d, global batch %lld rows | goal %s | cluster %s: %d x "
-        "%d devices of %.1f GiB, %.1f bf16 TFLOP/s achieved\n",
+        "%d devices of %.1f GiB usable, %.1f bf16 TFLOP/s achieved\n",
         arch_name(req.model.arch).c_str(), req.model.num_layers, req.model.hidden_size, a.seq,
         static_cast<long long>(a.global_batch), a.goal.c_str(), cluster.source.c_str(),
         cluster.nodes, cluster.devices_per_node, cluster.device_memory_gib, cluster.bf16_tflops);

@@ -44,6 +44,7 @@ const std::map<std::string, ClusterKey>& cluster_keys() {
         {"device_fp32_tflops", {false, 0, false, 1e6}},
         {"gemm_efficiency", {false, 0, false, 1}},
         {"device_memory_gbytes_per_s", {false, 0, false, 1e6}},
+        {"device_reserved_gib", {false, 0, true, 1 << 20}},
     };
     return keys;
 }
@@ -124,8 +125,8 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& where) {
                   "{}: cluster.{}: unknown key (expected nodes, devices_per_node, "
                   "device_memory_gib, device_peak_tflops, intra_node_gbytes_per_s, "
                   "inter_node_gbytes_per_s, intra_node_latency_us, inter_node_latency_us, "
-                  "device_fp32_tflops, gemm_efficiency, device_memory_gbytes_per_s, collectives, "
-                  "node_link_gbytes_per_s)",
+                  "device_fp32_tflops, gemm_efficiency, device_memory_gbytes_per_s, "
+                  "device_reserved_gib, collectives, node_link_gbytes_per_s)",
                   where, k);
         const auto x = node.value<double>();
         const ClusterKey& r = it->second;
@@ -142,7 +143,13 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& where) {
     ClusterSpec s;
     s.nodes = int(v["nodes"]);
     s.devices_per_node = int(v["devices_per_node"]);
-    s.device_memory_gib = v["device_memory_gib"];
+    // What a rank's model may use: the device's memory less what its process holds before the
+    // model (the CUDA context, NCCL's buffers), which `ete train` sees as already taken.
+    const double reserved = v.count("device_reserved_gib") ? v["device_reserved_gib"] : 1.0;
+    ETE_CHECK(reserved < v["device_memory_gib"],
+              "{}: cluster.device_reserved_gib = {}: expected less than device_memory_gib = {}",
+              where, reserved, v["device_memory_gib"]);
+    s.device_memory_gib = v["device_memory_gib"] - reserved;
     s.bf16_tflops = v["device_peak_tflops"] * eff;
     s.fp32_tflops = v.count("device_fp32_tflops") ? v["device_fp32_tflops"] * eff : 0;
     s.intra_gbytes_per_s = v["intra_node_gbytes_per_s"];

@@ -14,6 +14,8 @@
 // device_fp32_tflops = 67          # fp32 GEMM rate (layouts in fp32 are planned only with it)
 // gemm_efficiency = 0.7            # achieved fraction of the peaks (default 0.7)
 // device_memory_gbytes_per_s = 3350  # memory bandwidth: the optimizer step's time (else left out)
+// device_reserved_gib = 1          # a device's memory its process holds before the model (the
+//                                  # CUDA context, NCCL): not planned on (default 1)
 // collectives = "nccl"             # "nccl" (default for a file) or "mpi": how ZeRO-2 reduces
 // node_link_gbytes_per_s = [[0, 24, 10, 10], [24, 0, 10, 10], [10, 10, 0, 24], [10, 10, 24, 0]]
 //                                  # a node's device pairs, GB/s one direction (symmetric; the
@@ -38,7 +40,7 @@ class Communicator;
 
 struct ClusterSpec {
     int nodes = 1, devices_per_node = 1;
-    double device_memory_gib = 0;
+    double device_memory_gib = 0;  // what a rank's model may use (a file's less its reserve)
     double bf16_tflops = 0, fp32_tflops = 0;  // achieved rates (peaks × gemm_efficiency)
     double intra_gbytes_per_s = 0, inter_gbytes_per_s = 0;
     double intra_latency_us = 0, inter_latency_us = 0;

@@ -395,7 +395,7 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
             }
             if (peak[k - i] > limit) {
                 plan.rejected.push_back(
-                    {all[k], fmt::format("needs {:.2f} GiB on stage {} (device: {:.2f} GiB): {}",
+                    {all[k], fmt::format("needs {:.2f} GiB on stage {} (usable: {:.2f} GiB): {}",
                                          peak[k - i] / double(1 << 30), stage_of[k - i],
                                          c.device_memory_gib, terms[k - i])});
                 continue;
