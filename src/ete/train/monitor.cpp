@@ -178,9 +178,10 @@ struct LinearPass {
 };
 
 // Seconds of f: the median of 5 samples after a warm-up, each sample running f as many times as
-// fill ~30 ms (at most `most`), so that ranks sharing cores see their sharing in every sample.
+// fill ~30 ms, so that ranks sharing cores see their sharing in every sample (a small model's
+// pass takes microseconds: a sample of one would fit between two of the scheduler's switches).
 template <class F>
-double median_time(Backend& backend, int most, F&& f) {
+double median_time(Backend& backend, F&& f) {
     using Clock = std::chrono::steady_clock;
     auto timed = [&](int n) {
         const auto t0 = Clock::now();
@@ -189,7 +190,7 @@ double median_time(Backend& backend, int most, F&& f) {
         return std::chrono::duration<double>(Clock::now() - t0).count() / n;
     };
     const double once = timed(1);
-    const int n = std::clamp(int(std::ceil(0.03 / std::max(once, 1e-9))), 1, std::max(most, 1));
+    const int n = std::clamp(int(std::ceil(0.03 / std::max(once, 1e-9))), 1, 100000);
     std::vector<double> t;
     for (int i = 0; i < 5; ++i) t.push_back(timed(n));
     std::sort(t.begin(), t.end());
@@ -199,8 +200,11 @@ double median_time(Backend& backend, int most, F&& f) {
 }  // namespace
 
 ModelGemmShapes model_gemm_shapes(const ModelConfig& mc, int tp) {
-    const int64_t C = mc.hidden_size, D = mc.D(), H = mc.num_heads / tp;
-    const int64_t KV = std::max(mc.num_kv_heads / tp, 1), F = mc.intermediate_size / tp;
+    // (At least one head and one MLP column a rank: a tp the job check will refuse still gets a
+    // measurable shape.)
+    const int64_t C = mc.hidden_size, D = mc.D(), H = std::max(mc.num_heads / tp, 1);
+    const int64_t KV = std::max(mc.num_kv_heads / tp, 1);
+    const int64_t F = std::max(mc.intermediate_size / tp, 1);
     ModelGemmShapes g;
     g.layer = {
         {(H + 2 * KV) * D, C}, {C, H * D}, {(mc.family().gated_mlp() ? 2 : 1) * F, C}, {C, F}};
@@ -219,7 +223,7 @@ double measure_model_gemm_flops(Backend& backend, DType dtype, const ModelConfig
     const int64_t m = std::min<int64_t>(tokens, std::max<int64_t>(256, int64_t(4e10 / (6 * nk))));
     std::vector<LinearPass> layer;
     for (const auto& [n, k] : shapes) layer.emplace_back(backend, dtype, m, n, k);
-    const double layer_s = median_time(backend, mc.num_layers, [&] {
+    const double layer_s = median_time(backend, [&] {
         for (const LinearPass& p : layer) p.run(backend);
     });
     layer.clear();
@@ -229,10 +233,9 @@ double measure_model_gemm_flops(Backend& backend, DType dtype, const ModelConfig
         std::clamp<int64_t>(std::min<int64_t>((int64_t(16) << 20) / V,
                                               std::max<int64_t>(64, int64_t(4e10 / (6.0 * V * C)))),
                             1, m);
-    const int64_t chunks = (m + chunk - 1) / chunk;
     const LinearPass head(backend, dtype, chunk, V, C);
     const double head_s =
-        median_time(backend, int(chunks), [&] { head.run(backend); }) * double(m) / double(chunk);
+        median_time(backend, [&] { head.run(backend); }) * double(m) / double(chunk);
     const double flops = 6.0 * double(m) * (mc.num_layers * nk + double(V) * double(C));
     return flops / (mc.num_layers * layer_s + head_s);
 }
