@@ -249,7 +249,9 @@ TEST(Plan, TheModelGemmRateIsMeasuredWhereTheLayoutsAre) {
                        {"bf16", 2, 1}, {"bf16", 2, 8}, {"fp32", 2, 1}, {"fp32", 2, 8}}));
     req.pins = parse_layout_pins("dp=4,tp=2,pp=1,micro_batch=8,precision=bf16,recompute=none");
     const double before = make_plan(req, c).ranked.at(0).cost.compute;
-    c.model_gemm_tflops[{"bf16", 2, 2}] = 35;  // half the file's 70
+    // Half the file's 70: the compute term doubles. Bound: one division by the rate in double
+    // either way (≤ ~1e-16 relative); a wrong rate or point is off by ≥ 10%. No kernel involved.
+    c.model_gemm_tflops[{"bf16", 2, 2}] = 35;
     EXPECT_NEAR(make_plan(req, c).ranked.at(0).cost.compute, 2 * before, 1e-12 * before);
 }
 
@@ -269,7 +271,9 @@ TEST(Plan, NodeLinksPriceTheLayoutOnItsPlacement) {
     EXPECT_EQ(cluster_links(c).gbps[3][4], 10);  // across nodes: inter_node_gbytes_per_s
     const PlanCandidate x = make_plan(req, c).ranked.at(0);
     // As in TheCostModelIsTheDocumentedOne, at 24 GB/s: 6 all-reduces a layer of 4, 4 micro-
-    // batches, each 2 · 1/2 of 2 rows x 512 x 256 bf16 plus 2 latencies (same bound, 1e-9 s).
+    // batches, each 2 · 1/2 of 2 rows x 512 x 256 bf16 plus 2 latencies. Bound: a sum of 96
+    // like terms in double (≤ ~1e-16 s of rounding on ~5 ms); 1e-9 s is far below the 2.4x of a
+    // wrong link. Pure arithmetic: the same on every CPU.
     const double act = 2.0 * 512 * 256 * 2;
     EXPECT_NEAR(x.cost.tp, 4 * 4 * 6 * (act / 24e9 + 2 * 2e-6), 1e-9);
     EXPECT_EQ(x.placement, "tp: 4 groups on 24 GB/s; dp: 2 groups on 10 GB/s");
@@ -278,7 +282,7 @@ TEST(Plan, NodeLinksPriceTheLayoutOnItsPlacement) {
     launch_order.intra_gbytes_per_s = 10;
     const PlanCandidate y = make_plan(req, launch_order).ranked.at(0);
     EXPECT_NEAR(y.cost.tp, 4 * 4 * 6 * (act / 10e9 + 2 * 2e-6), 1e-9);
-    EXPECT_NEAR(y.cost.dp, x.cost.dp, 1e-12);
+    EXPECT_NEAR(y.cost.dp, x.cost.dp, 1e-12);  // the same formula on the same link: rounding only
     EXPECT_TRUE(y.placement.empty());
 }
 

@@ -120,17 +120,13 @@ int cmd_plan(const PlanArgs& a) {
     if (a.cluster == "local") {
         const LaunchInfo launch = detect_launch();
         local = make_rank_backend(req.base.backend, launch.rank, launch.local_rank);
-        if (launch.world_size > 1) {  // under mpirun: this job measured, rank 0 plans
-            std::unique_ptr<Communicator> world = make_world(launch);
-            cluster = measure_job(*world, *local, req.base.parallel_bucket_mb);
-            measure_model_gemms(cluster, *local, req.model, req.seq, gemm_points(req, cluster),
-                                world.get());
-            if (world->rank() != 0) return 0;
-        } else {
-            cluster = local_cluster(*local);
-            measure_model_gemms(cluster, *local, req.model, req.seq, gemm_points(req, cluster),
-                                nullptr);
-        }
+        std::unique_ptr<Communicator> world;  // under mpirun: this job measured, rank 0 plans
+        if (launch.world_size > 1) world = make_world(launch);
+        cluster = world ? measure_job(*world, *local, req.base.parallel_bucket_mb)
+                        : local_cluster(*local);
+        measure_model_gemms(cluster, *local, req.model, req.seq, gemm_points(req, cluster),
+                            world.get());
+        if (world && world->rank() != 0) return 0;
         req.runtime_bytes = process_rss_bytes();
         req.threads = omp_get_max_threads();
     } else {

@@ -138,22 +138,6 @@ double best_time(Backend& backend, int reps, double min_s, F&& f) {
     return best;
 }
 
-}  // namespace
-
-double measure_peak_flops(Backend& backend, DType dtype) {
-    constexpr int64_t n = 1024;
-    const size_t bytes = size_t(n * n) * dtype_size(dtype);
-    DeviceBuffer a(backend, bytes), b(backend, bytes), c(backend, size_t(n * n) * sizeof(float));
-    const Mat ma{a.data(), dtype, n, n, n}, mb{b.data(), dtype, n, n, n};
-    const Mat mc{c.data(), DType::F32, n, n, n};
-    backend.fill(ma, 0.5f);
-    backend.fill(mb, 0.25f);
-    const double best = best_time(backend, 3, 0.25, [&] { backend.gemm(ma, false, mb, true, mc); });
-    return 2.0 * double(n) * double(n) * double(n) / best;
-}
-
-namespace {
-
 // One linear's forward, input gradient and weight gradient over m rows of (n, k) weights, on
 // buffers of its own.
 struct LinearPass {
@@ -198,6 +182,18 @@ double median_time(Backend& backend, F&& f) {
 }
 
 }  // namespace
+
+double measure_peak_flops(Backend& backend, DType dtype) {
+    constexpr int64_t n = 1024;
+    const size_t bytes = size_t(n * n) * dtype_size(dtype);
+    DeviceBuffer a(backend, bytes), b(backend, bytes), c(backend, size_t(n * n) * sizeof(float));
+    const Mat ma{a.data(), dtype, n, n, n}, mb{b.data(), dtype, n, n, n};
+    const Mat mc{c.data(), DType::F32, n, n, n};
+    backend.fill(ma, 0.5f);
+    backend.fill(mb, 0.25f);
+    const double best = best_time(backend, 3, 0.25, [&] { backend.gemm(ma, false, mb, true, mc); });
+    return 2.0 * double(n) * double(n) * double(n) / best;
+}
 
 ModelGemmShapes model_gemm_shapes(const ModelConfig& mc, int tp) {
     // (At least one head and one MLP column a rank: a tp the job check will refuse still gets a
