@@ -118,6 +118,38 @@ TEST_F(ParallelTrain, ZeroStagesMatchOneProcess) {
     expect_same(train(1, gpt2), train(4, mesh(2, 1, 2) + gpt2 + z2), "tied gpt2 (2,1,2) stage 2");
 }
 
+// ZeRO-3 shards the parameters too: each replica keeps its shard of the masters, gradients and
+// moments, and the model gathers every group (embeddings, each layer, head) into a window just
+// before it runs, forward and again for backward, and reduces the group's gradient into the
+// owners' shards right after its backward, every micro-batch (model/transformer_zero3.cpp). The
+// same update as one process within the summation-order noise of the other layouts (micro-batch
+// gradients are now summed over replicas before being summed over micro-batches): dp = 2 and 4
+// (groups straddling 2 shards, the last with the tail), with recompute (a recomputed layer runs
+// from the backward's gather), without resharding (one gather a forward, kept for backward),
+// under tp = 2 and pp = 2 (bf16: Bf16LayoutsAgreeWithinTheirRounding); and a tied GPT-2, whose
+// embedding window keeps the head's gradient from the forward to the end of backward.
+TEST_F(ParallelTrain, ZeroStage3MatchesOneProcess) {
+    RunResult one = train(1, "");
+    const std::string z3 = " --set parallel.zero_stage=3";
+    expect_same(one, train(2, mesh(2, 1, 1) + z3), "dp=2 stage 3");
+    RunResult dp4 = train(4, mesh(4, 1, 1) + z3);
+    expect_same(one, dp4, "dp=4 stage 3");
+    EXPECT_NE(dp4.log.find("ZeRO stage 3: parameters, gradients and optimizer state of 8440 of "
+                           "33760 elements"),
+              std::string::npos)
+        << dp4.log;
+    expect_same(one,
+                train(2, mesh(2, 1, 1) + z3 + " --set parallel.zero_reshard_after_forward=false"),
+                "dp=2 stage 3 without resharding");
+    expect_same(one, train(4, mesh(2, 2, 1) + z3), "(2,2,1) stage 3");
+    expect_same(one, train(4, mesh(2, 1, 2) + z3), "(2,1,2) stage 3");
+    const std::string rc = " --set train.recompute=full";
+    expect_same(train(1, rc), train(2, mesh(2, 1, 1) + z3 + rc), "dp=2 stage 3 recompute");
+    const std::string gpt2 =
+        " --set model.arch=gpt2 --set model.num_kv_heads=4 --set train.adam_eps=1e-4";
+    expect_same(train(1, gpt2), train(2, mesh(2, 1, 1) + gpt2 + z3), "tied gpt2 dp=2 stage 3");
+}
+
 // Overlap is real: the first gradient buckets (the head, the last layers) are all-reduced while
 // backward still runs through the earlier layers. metrics.jsonl records, per step, how many
 // buckets started before the step's last bucket became ready. A wider model (~38 MB of
@@ -344,9 +376,7 @@ TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
         gap = std::max(gap, std::abs(one.losses[i] - fp32.losses[i]) / fp32.losses[i]);
     ASSERT_GT(gap, 0.0) << "bf16 must differ from fp32";
     gap = std::max(gap, std::ldexp(1.0, -9));
-    for (const auto& l : sweep(kLayouts)) {
-        const std::string what = fmt::format("bf16 ({},{},{})", l[0], l[1], l[2]);
-        RunResult got = train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + bf16);
+    auto check = [&](const RunResult& got, const std::string& what) {
         ASSERT_EQ(got.losses.size(), one.losses.size()) << what;
         for (size_t i = 0; i < got.losses.size(); ++i)
             EXPECT_LE(std::abs(got.losses[i] - one.losses[i]) / one.losses[i], gap)
@@ -365,7 +395,13 @@ TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
         }
         EXPECT_LE(worst, 1.0) << what << ": a weight beyond max(lr / 2, one bf16 unit)";
         EXPECT_LE(double(far), 0.01 * double(total)) << what;
-    }
+    };
+    for (const auto& l : sweep(kLayouts))
+        check(train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + bf16),
+              fmt::format("bf16 ({},{},{})", l[0], l[1], l[2]));
+    // ZeRO-3: each window's bf16 copy is converted from its gathered masters, as the compute copy
+    // is from the whole masters (the same rounding of the same values).
+    check(train(2, mesh(2, 1, 1) + bf16 + " --set parallel.zero_stage=3"), "bf16 dp=2 stage 3");
 }
 
 // fp16: an inf in the gradient of one rank (world rank 5 of a (2,2,2) mesh: not the rank that
@@ -514,12 +550,26 @@ TEST_F(ParallelTrain, ResumeOntoAnotherLayout) {
     expect_same(one, train(1, "--resume " + ckpt), "dp=2 zero stage 2 -> 1 process");
     expect_same(one, train(2, mesh(2, 1, 1) + " --resume " + ckpt), "dp=2 zero stage 2 -> dp=2");
 
+    // ZeRO-3's checkpoints are the same logical tensors: saved from the parameter shards at
+    // dp = 4, resumed on one process and on dp = 2 at stage 3; and one saved on one process
+    // resumes at stage 3.
+    train(4, mesh(4, 1, 1) + " --set parallel.zero_stage=3 --set train.checkpoint_every=3");
+    ckpt = last_out_ + "/checkpoints/step_00000003";
+    expect_same(one, train(1, "--resume " + ckpt), "dp=4 zero stage 3 -> 1 process");
+    expect_same(one, train(2, mesh(2, 1, 1) + " --set parallel.zero_stage=3 --resume " + ckpt),
+                "dp=4 zero stage 3 -> dp=2 stage 3");
+    train(1, "--set train.checkpoint_every=3");
+    ckpt = last_out_ + "/checkpoints/step_00000003";
+    expect_same(one, train(4, mesh(4, 1, 1) + " --set parallel.zero_stage=3 --resume " + ckpt),
+                "1 process -> dp=4 zero stage 3");
+
     // Saved from the shards and read back into them tensor by tensor (train/state_stream.h) on
     // the same layout, the resumed run ends bit for bit where the uninterrupted one did: ZeRO-2
     // over dp = 2 x tp = 2 (AdamW's moments split by replica and by tp rank), and 8-bit AdamW's
     // blockwise state, uploaded shard piece by shard piece.
     for (const std::string& z :
          {mesh(2, 2, 1) + " --set parallel.zero_stage=2",
+          mesh(2, 1, 1) + " --set parallel.zero_stage=3",
           mesh(2, 1, 1) + " --set parallel.zero_stage=1 --set train.optimizer=adamw8bit"}) {
         const int n = z.find("tp=2") != std::string::npos ? 4 : 2;
         RunResult whole = train(n, z + " --set train.checkpoint_every=3");

@@ -161,7 +161,7 @@ TEST(RunConfigTest, OptimizerIsAdamwOrAdamw8bit) {
               "train.optimizer = 'lion': expected adamw or adamw8bit");
 }
 
-TEST(RunConfigTest, ZeroStageIsZeroToTwoAndZero1MeansOne) {
+TEST(RunConfigTest, ZeroStageIsZeroToThreeAndZero1MeansOne) {
     RunConfig c = default_run_config();
     EXPECT_EQ(zero_stage(c), 0);
     apply_override(c, "parallel.zero1=true");
@@ -170,9 +170,20 @@ TEST(RunConfigTest, ZeroStageIsZeroToTwoAndZero1MeansOne) {
     EXPECT_EQ(zero_stage(c), 2);  // the larger wins
     EXPECT_NO_THROW(validate(c));
     apply_override(c, "parallel.zero_stage=3");
-    EXPECT_EQ(error_of([&] { validate(c); }),
-              "parallel.zero_stage = 3: expected 0, 1 or 2 (stage 3, sharded parameters, is not "
-              "available yet)");
+    EXPECT_EQ(zero_stage(c), 3);
+    EXPECT_NO_THROW(validate(c));
+    apply_override(c, "parallel.zero_stage=4");
+    EXPECT_EQ(error_of([&] { validate(c); }), "parallel.zero_stage = 4: expected 0, 1, 2 or 3");
+    // Stage 3 shards trainable parameters only: a frozen base or QAT's weight points are refused.
+    apply_override(c, "parallel.zero_stage=3");
+    apply_override(c, "lora.enabled=true");
+    EXPECT_NE(error_of([&] { validate(c); }).find("parallel.zero_stage = 3 with lora.enabled"),
+              std::string::npos);
+    apply_override(c, "lora.enabled=false");
+    apply_override(c, "qat.enabled=true");
+    EXPECT_NE(error_of([&] { validate(c); }).find("parallel.zero_stage = 3 with qat.enabled"),
+              std::string::npos);
+    apply_override(c, "qat.enabled=false");
     apply_override(c, "parallel.zero_stage=2");
     apply_override(c, "lora.enabled=true");
     apply_override(c, "lora.dynamic_rank=true");

@@ -26,6 +26,13 @@ struct ModelParallel {
     int tp_rank = 0, tp_size = 1;
     int stage = 0, num_stages = 1;
     int layer_begin = 0, layer_end = -1;  // global layers of this stage; -1 = num_layers
+    // ZeRO stage 3 (parallel.zero_stage = 3): the data-parallel group over backend memory (not
+    // owned) across which the trainable parameters are sharded; null = not sharded. The model
+    // gathers each group of parameters before use and reduces its gradients into the shard
+    // (model/param_store.h "ZeRO-3"). reshard: release a layer's gathered parameters after its
+    // forward and gather them again for its backward (parallel.zero_reshard_after_forward).
+    Communicator* zero3 = nullptr;
+    bool zero3_reshard = true;
 
     bool first_stage() const { return stage == 0; }
     bool last_stage() const { return stage == num_stages - 1; }

@@ -23,7 +23,8 @@ ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_ra
     : ParamTable(std::move(table), tp_rank, tp_size),
       be_(backend),
       compute_(compute),
-      grads_released_(!gradients) {
+      grads_released_(!gradients),
+      flat_{0, numel()} {
     ETE_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
               "parameter store: compute dtype {} is not F32, BF16 or F16", dtype_name(compute));
     const size_t n = size_t(numel());
@@ -63,12 +64,14 @@ MatViewT<P> flat_view(P base, DType t, int64_t offset, int64_t total, int64_t ro
 
 Mat ParamStore::master_span(int i, int64_t rows, int64_t cols) {
     ETE_ASSERT(trainable(i));
-    return flat_view(master_.data(), DType::F32, offset(i), numel(), rows, cols);
+    const Place p = place(Flat::Master, i);
+    return flat_view(p.base, DType::F32, p.offset, p.total, rows, cols);
 }
 
 Mat ParamStore::grad_span(int i, int64_t rows, int64_t cols) {
     if (!trainable(i) || grads_released_) return {};
-    return flat_view(grad_.data(), DType::F32, offset(i), numel(), rows, cols);
+    const Place p = place(Flat::Grad, i);
+    return flat_view(p.base, DType::F32, p.offset, p.total, rows, cols);
 }
 
 CMat ParamStore::weight_span(int i, int64_t rows, int64_t cols) const {
@@ -78,9 +81,8 @@ CMat ParamStore::weight_span(int i, int64_t rows, int64_t cols) const {
         const void* p = frozen_[size_t(i)].data();
         return {p, frozen_dtype(specs()[size_t(i)], compute_), rows, cols};
     }
-    if (compute_ == DType::F32)
-        return flat_view<const void*>(master_.data(), DType::F32, offset(i), numel(), rows, cols);
-    return flat_view<const void*>(compute_copy_.data(), compute_, offset(i), numel(), rows, cols);
+    const Place p = place(compute_ == DType::F32 ? Flat::Master : Flat::Compute, i);
+    return flat_view<const void*>(p.base, compute_, p.offset, p.total, rows, cols);
 }
 
 Mat ParamStore::master(int i) {
@@ -111,12 +113,14 @@ CMat ParamStore::value(int i) const {
 
 void ParamStore::release_grads() {
     grad_.reset();
+    for (WindowBuffers& w : windows_) w.grad.reset();
     grads_released_ = true;
 }
 
 void ParamStore::zero_grads() {
     ETE_CHECK(!grads_released_, "zero_grads: the gradients were released (training is over)");
     be_.fill_bytes(grad_.data(), 0, grad_.bytes());
+    for (WindowBuffers& w : windows_) be_.fill_bytes(w.grad.data(), 0, w.grad.bytes());
 }
 
 const Nf4View& ParamStore::nf4(int i) const {
@@ -149,6 +153,16 @@ std::vector<float> ParamStore::download(int i) const {
                   specs()[size_t(i)].name);
         be_.dequantize_nf4(Mat(tmp.data(), DType::F32, d[0], d[1]), nf4(i), 0);
         be_.download(out.data(), tmp.data(), tmp.bytes());
+        return out;
+    }
+    if (trainable(i) && sharded()) {
+        ETE_CHECK(offset(i) >= flat_.begin && offset(i) + ParamTable::numel(i) <= flat_.end,
+                  "parameter '{}' is sharded over the data-parallel replicas (ZeRO-3): this "
+                  "replica holds only part of it (download_owned)",
+                  specs()[size_t(i)].name);
+        be_.download(out.data(),
+                     static_cast<const float*>(master_.data()) + (offset(i) - flat_.begin),
+                     out.size() * sizeof(float));
         return out;
     }
     CMat v = value(i);
@@ -195,6 +209,14 @@ void ParamStore::upload(int i, const float* host) {
         convert_from_f32(raw.data(), t, host, n);
         return be_.upload(frozen_[size_t(i)].data(), raw.data(), n * 2);
     }
+    if (sharded()) {  // this replica's part only; the windows are gathered before use
+        const int64_t lo = std::max(offset(i), flat_.begin);
+        const int64_t hi = std::min(offset(i) + int64_t(n), flat_.end);
+        if (lo < hi)
+            be_.upload(static_cast<float*>(master_.data()) + (lo - flat_.begin),
+                       host + (lo - offset(i)), size_t(hi - lo) * sizeof(float));
+        return;
+    }
     Mat m = master(i);
     be_.upload(m.data, host, n * sizeof(float));
     if (compute_ != DType::F32)
@@ -202,15 +224,16 @@ void ParamStore::upload(int i, const float* host) {
 }
 
 void ParamStore::download_masters(float* host) const {
-    be_.download(host, master_.data(), master_.bytes());
+    be_.download(host + flat_.begin, master_.data(), master_.bytes());
 }
 
 void ParamStore::upload_masters(const float* host) {
-    be_.upload(master_.data(), host, master_.bytes());
+    be_.upload(master_.data(), host + flat_.begin, master_.bytes());
     refresh_compute();
 }
 
 std::vector<float> ParamStore::download_grads() const {
+    ETE_CHECK(!sharded(), "download_grads: the gradients are sharded (ZeRO-3)");
     std::vector<float> g(static_cast<size_t>(numel()));
     be_.download(g.data(), grad_.data(), grad_.bytes());
     return g;
@@ -218,6 +241,7 @@ std::vector<float> ParamStore::download_grads() const {
 
 std::vector<float> ParamStore::download_grad(int i) const {
     ETE_ASSERT(trainable(i));
+    ETE_CHECK(!sharded(), "download_grad: the gradients are sharded (ZeRO-3)");
     std::vector<float> g(size_t(ParamTable::numel(i)));
     be_.download(g.data(), static_cast<const float*>(grad_.data()) + offset(i),
                  g.size() * sizeof(float));
@@ -225,10 +249,12 @@ std::vector<float> ParamStore::download_grad(int i) const {
 }
 
 void ParamStore::upload_grads(const float* host) {
+    ETE_CHECK(!sharded(), "upload_grads: the gradients are sharded (ZeRO-3)");
     be_.upload(grad_.data(), host, grad_.bytes());
 }
 
 HostParams ParamStore::to_host() const {
+    ETE_CHECK(!sharded(), "to_host: the parameters are sharded (ZeRO-3)");
     HostParams h(*this);
     download_masters(h.data());
     return h;
@@ -240,7 +266,7 @@ void ParamStore::from_host(const HostParams& h) {
 }
 
 void ParamStore::refresh_compute() {
-    if (compute_ == DType::F32 || numel() == 0) return;
+    if (compute_ == DType::F32 || numel() == 0 || sharded()) return;
     be_.copy(Mat(compute_copy_.data(), compute_, 1, numel()),
              CMat(master_.data(), DType::F32, 1, numel()));
 }

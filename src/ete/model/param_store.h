@@ -12,6 +12,17 @@
 //
 // Under tensor parallelism the store holds one rank's shards (ParamSpec::shape) and knows that
 // rank (tp_rank, tp_size).
+//
+// ZeRO-3 (shard()): the flat trainable buffers hold only this replica's shard [flat_begin(),
+// flat_end()) of the numel() elements — the contiguous shard of parallel/zero.h, so the optimizer,
+// the sharded gradient norm and checkpoints walk it as at stages 1 and 2 — and every trainable
+// parameter is read and written through its group's window: a group is a contiguous range of the
+// flat layout (the embeddings, one decoder layer, the head) and master(i), grad(i), weight(i) and
+// value(i) are views into the window that group uses. The model fills a window (gathers the
+// group from the replicas' shards) before the group runs and reduces its gradient into the
+// shards after its backward (Transformer, model/transformer_zero3.cpp); groups that are never in
+// use at once share a window. There is no compute copy of the shard: a 16-bit window is
+// converted from its gathered masters.
 #pragma once
 
 #include <optional>
@@ -23,6 +34,7 @@
 #include "ete/backend/backend.h"
 #include "ete/model/nf4_shard.h"
 #include "ete/model/param_spec.h"
+#include "ete/parallel/zero.h"
 #include "ete/quant/nf4.h"
 
 namespace ete {
@@ -146,15 +158,42 @@ class ParamStore : public ParamTable {
     Mat grad_span(int i, int64_t rows, int64_t cols);
     CMat weight_span(int i, int64_t rows, int64_t cols) const;
 
-    // The flat trainable buffers.
-    Vec masters() { return {master_.data(), DType::F32, numel()}; }
-    CVec masters() const { return {master_.data(), DType::F32, numel()}; }
-    Vec grads() { return {grad_.data(), DType::F32, numel()}; }
-    CVec grads() const { return {grad_.data(), DType::F32, numel()}; }
-    // The compute copy, or empty when the compute dtype is F32.
+    // The flat trainable buffers: elements [flat_begin(), flat_end()) of the flat layout (all
+    // numel() of them unless sharded): element k of the layout is element k - flat_begin() here.
+    Vec masters() { return {master_.data(), DType::F32, flat_size()}; }
+    CVec masters() const { return {master_.data(), DType::F32, flat_size()}; }
+    Vec grads() { return {grad_.data(), DType::F32, grad_.data() ? flat_size() : 0}; }
+    CVec grads() const { return {grad_.data(), DType::F32, grad_.data() ? flat_size() : 0}; }
+    // The compute copy, or empty when the compute dtype is F32 (or the store is sharded).
     Vec compute_copy() {
-        return {compute_copy_.data(), compute_, compute_copy_.data() ? numel() : 0};
+        return {compute_copy_.data(), compute_, compute_copy_.data() ? flat_size() : 0};
     }
+    int64_t flat_begin() const { return flat_.begin; }
+    int64_t flat_end() const { return flat_.end; }
+    int64_t flat_size() const { return flat_.size(); }
+
+    // --- ZeRO-3 (see the top of this file). ---
+    // A contiguous range of the flat layout run together, and the window it is read through.
+    struct ShardGroup {
+        int64_t offset = 0, count = 0;
+        int window = 0;
+    };
+    // Keeps only `mine` of the flat buffers (zeroed) and gives the trainable parameters views
+    // into per-group windows. groups cover [0, numel()) in order; call before any view is taken
+    // (the Transformer does, before building its layers).
+    void shard(const std::vector<ShardGroup>& groups, ShardRange mine);
+    bool sharded() const { return !groups_.empty(); }
+    int num_groups() const { return int(groups_.size()); }
+    const ShardGroup& group(int g) const { return groups_[size_t(g)]; }
+    // Group g's window: its masters (F32), their compute-dtype copy (empty for F32) and its
+    // gradient, count elements each.
+    struct Window {
+        Vec master, compute, grad;
+    };
+    Window window(int g);
+    // Parameter i's elements that lie in this store's flat buffers into out (numel(i) floats; the
+    // others are left as they are). Unsharded: the whole parameter.
+    void download_owned(int i, float* out) const;
     void zero_grads();
     // Frees the gradient buffer when training is over (the final save gathers a whole copy of
     // the model and needs the memory). Views into it — the layers' — dangle from then on: every
@@ -186,12 +225,29 @@ class ParamStore : public ParamTable {
 
   private:
     Shape dims(int i) const;
+    // Where trainable parameter i's flat elements live: (buffer base, element offset in it,
+    // elements in the buffer), for the masters (F32), the compute copy and the gradients.
+    enum class Flat { Master, Compute, Grad };
+    struct Place {
+        void* base;
+        int64_t offset, total;
+    };
+    Place place(Flat which, int i) const;
     Backend& be_;
     DType compute_;
     DeviceBuffer master_, grad_, compute_copy_;
     bool grads_released_ = false;
     std::vector<DeviceBuffer> frozen_;  // by parameter index (empty for trainable ones)
     std::vector<Nf4Buffer> nf4_;        // by parameter index (NF4 parameters only)
+    ShardRange flat_;                   // what master_ and grad_ hold of the flat layout
+    // ZeRO-3: the groups, each trainable parameter's group, and the windows' buffers.
+    std::vector<ShardGroup> groups_;
+    std::vector<int> group_of_;
+    struct WindowBuffers {
+        DeviceBuffer master, compute, grad;
+        int64_t capacity = 0;
+    };
+    std::vector<WindowBuffers> windows_;
 };
 
 // The host values of parameter i of a store's table, initialised like ParamStore::init.

@@ -54,6 +54,7 @@ Transformer::Transformer(const ModelConfig& config, Backend& backend, const Mode
     V_ = int(shard_extent(kPaddedRows, cfg_.vocab_size, P));
     vocab_begin_ = mp_.tp_rank * V_;
     vocab_valid_ = std::clamp(cfg_.vocab_size - vocab_begin_, 0, V_);
+    if (mp_.zero3 && mp_.zero3->size() > 1) shard_zero3();
     build_layers();
     build_grad_groups();
 }

@@ -39,6 +39,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ete/backend/backend.h"
@@ -157,6 +158,10 @@ class Transformer {
     size_t int8_linears() const { return int8_weights_.size(); }
     size_t int8_weight_bytes() const;
 
+    // ZeRO-3's groups of this stage's parameters (embeddings, each layer, head; flat ranges) and
+    // the window each is gathered into (model/transformer_zero3.cpp); for the memory estimate too.
+    std::vector<ParamStore::ShardGroup> zero3_groups(bool reshard) const;
+
     // Allocates activations for batches up to (B, T) and `slots` micro-batches in flight (the
     // stage API; 1F1B needs min(num_stages - stage, micro-batches)); `plan` (size L, global layer
     // indices) flags the layers that recompute. Call again to resize.
@@ -263,6 +268,7 @@ class Transformer {
     // Contiguous gradient range reported by the hook, and the padding runs to zero in it.
     struct GradGroup {
         int64_t offset = 0, count = 0;
+        int id = 0;                // its place in group_params() (ZeRO-3's group in the ParamStore)
         std::vector<Vec> padding;  // views of padding elements of the gradient buffer
     };
 
@@ -284,7 +290,29 @@ class Transformer {
     DecoderLayer build_layer(int l);
     void build_layers();
     void build_grad_groups();
+    std::vector<std::pair<int, int>> group_params() const;
+    std::pair<int64_t, int64_t> flat_range(int a, int b) const;
     void finish_group(const GradGroup& g);
+    // ZeRO-3 (transformer_zero3.cpp; ModelParallel::zero3). shard_zero3 gives the ParamStore its
+    // groups and windows (before any layer is built). A window holds one group's gathered
+    // parameters at a time (zero3_held_: the group, or -1): zero3_acquire(g) gathers group g's
+    // parameters from the replicas' shards into its window unless it holds them already;
+    // zero3_stale forgets every window (a forward starts: the masters may have changed since).
+    // acquire also starts gathering `next` (the group that runs after g in this pass, or -1) into
+    // its window, when that is not g's: the prefetch lands while g computes
+    // (zero3_pending_: each window's broadcasts in flight).
+    // zero3_zero_grad(g) clears g's window gradient before a micro-batch writes it, and
+    // zero3_reduce(g) sums it over the replicas into the owners' shard gradients.
+    void shard_zero3();
+    void zero3_acquire(int g, int next);
+    void zero3_start_gather(int g);
+    void zero3_stale();
+    void zero3_zero_grad(int g);
+    void zero3_reduce(int g);
+    int head_group_id() const { return head_group_.id; }
+    Communicator* zero3_ = nullptr;
+    std::vector<int> zero3_held_;
+    std::vector<std::vector<Request>> zero3_pending_;
     AttnDims attn_dims(int B, int T, const int32_t* doc_start) const;
     Slot& slot_at(int slot, const char* op);
     void require_single_stage(const char* op) const;
@@ -447,6 +475,9 @@ class Transformer {
     void int8_add_linear(Linear& lin, const std::vector<std::string>& names, const Int8Model& m,
                          int site, int l);
 };
+
+// The elements of ZeRO-3's windows for these groups: each window as large as its largest group.
+int64_t zero3_window_elements(const std::vector<ParamStore::ShardGroup>& groups);
 
 // A QAT activation point (site, global layer l; the final norm: kQatFinalNorm, num_layers) as a
 // module hook: the Transformer's qat_forward / qat_backward of that point.

@@ -2,6 +2,7 @@
 // family's spec (model/family.h) as views into the ParamStore (its buffers never move), and the
 // gradient groups the backward reports.
 #include <algorithm>
+#include <tuple>
 
 #include "ete/model/shard.h"
 #include "ete/model/transformer.h"
@@ -129,21 +130,43 @@ void Transformer::build_layers() {
 
 // Groups follow the table's execution order: [embeddings] [layer 0] ... [final norm, head], so
 // reporting them last-to-first walks offsets downwards.
+// The parameter-index ranges of this stage's groups, in execution order: the embeddings (first
+// stage), each layer, the final norm and head (last stage).
+std::vector<std::pair<int, int>> Transformer::group_params() const {
+    const int n = params_.size();
+    auto layer_start = [&](int l) { return params_.find(ParamRole::AttnNorm, l); };
+    const int after_layers = mp_.last_stage() ? params_.find(ParamRole::FinalNorm) : n;
+    std::vector<std::pair<int, int>> r;
+    if (mp_.first_stage()) r.emplace_back(0, layer_start(mp_.layer_begin));
+    for (int l = mp_.layer_begin; l < mp_.layer_end; ++l)
+        r.emplace_back(layer_start(l), l + 1 < mp_.layer_end ? layer_start(l + 1) : after_layers);
+    if (mp_.last_stage()) r.emplace_back(after_layers, n);
+    return r;
+}
+
+// The flat range of the trainable parameters among [a, b) (a frozen base has none but its
+// adapters), which lie contiguously in the flat buffers; an empty range at the next offset when
+// there are none.
+std::pair<int64_t, int64_t> Transformer::flat_range(int a, int b) const {
+    int64_t offset = -1, end = -1;
+    for (int i = a; i < b; ++i) {
+        if (!params_.trainable(i)) continue;
+        if (end < 0) offset = params_.offset(i);
+        ETE_ASSERT(end < 0 || end == params_.offset(i));
+        end = params_.offset(i) + params_.numel(i);
+    }
+    if (end >= 0) return {offset, end - offset};
+    for (int i = b; i < params_.size(); ++i)
+        if (params_.trainable(i)) return {params_.offset(i), 0};
+    return {params_.numel(), 0};
+}
+
 void Transformer::build_grad_groups() {
     const std::vector<ParamSpec>& specs = params_.specs();
-    const int n = params_.size();
-    // The trainable parameters among [a, b) (a frozen base has none but its adapters), which
-    // lie contiguously in the flat buffers.
-    auto group = [&](int a, int b) {
+    auto group = [&](int a, int b, int id) {
         GradGroup g;
-        int64_t end = -1;
-        for (int i = a; i < b; ++i) {
-            if (!params_.trainable(i)) continue;
-            if (end < 0) g.offset = params_.offset(i);
-            ETE_ASSERT(end < 0 || end == params_.offset(i));
-            end = params_.offset(i) + params_.numel(i);
-        }
-        g.count = end < 0 ? 0 : end - g.offset;
+        std::tie(g.offset, g.count) = flat_range(a, b);
+        g.id = id;
         for (int i = a; i < b; ++i) {
             const ParamSpec& s = specs[size_t(i)];
             if (!s.trainable || !shard_has_padding(s, mp_.tp_size)) continue;
@@ -153,19 +176,20 @@ void Transformer::build_grad_groups() {
         }
         return g;
     };
-    auto layer_start = [&](int l) { return params_.find(ParamRole::AttnNorm, l); };
-    const int after_layers = mp_.last_stage() ? params_.find(ParamRole::FinalNorm) : n;
-    if (mp_.first_stage()) embed_group_ = group(0, layer_start(mp_.layer_begin));
-    for (int l = mp_.layer_begin; l < mp_.layer_end; ++l)
-        layer_groups_.push_back(
-            group(layer_start(l), l + 1 < mp_.layer_end ? layer_start(l + 1) : after_layers));
-    if (mp_.last_stage()) head_group_ = group(after_layers, n);
+    const std::vector<std::pair<int, int>> r = group_params();
+    int id = 0;
+    if (mp_.first_stage()) embed_group_ = group(r[0].first, r[0].second, id++);
+    for (int l = mp_.layer_begin; l < mp_.layer_end; ++l, ++id)
+        layer_groups_.push_back(group(r[size_t(id)].first, r[size_t(id)].second, id));
+    if (mp_.last_stage()) head_group_ = group(r.back().first, r.back().second, id);
 }
 
 // Padding rows get exactly zero gradients (they do by construction: zero weights, masked
-// logits; masking keeps it so whatever rounding does), then the hook hears of the range.
+// logits; masking keeps it so whatever rounding does), then the hook hears of the range (ZeRO-3:
+// the group's window gradient is reduced into the replicas' shards instead).
 void Transformer::finish_group(const GradGroup& g) {
     for (const Vec& pad : g.padding) be_.fill(as_mat(pad), 0.0f);
+    if (zero3_) return zero3_reduce(g.id);
     if (grad_ready_ && g.count > 0) grad_ready_(g.offset, g.count);
 }
 

@@ -45,7 +45,14 @@ double Transformer::run_forward(Slot& s, AttnDims d, const int32_t* inputs, cons
     s.dropout = backward && lora_.dropout > 0.0f;
     qat_train_ = backward || qat_calibrate_;
     use_dropout_of(s);
+    zero3_stale();
+    if (zero3_ && backward && mp_.last_stage()) {  // the head's gradient accumulates from here
+        zero3_zero_grad(head_group_.id);
+        if (mp_.first_stage() && head_param() == params_.find(ParamRole::TokenEmbed))
+            zero3_zero_grad(embed_group_.id);  // the tied embedding is the head
+    }
     if (mp_.first_stage()) {
+        zero3_acquire(embed_group_.id, embed_group_.id + 1);
         for (int i = 0; i < N; ++i) {
             ETE_CHECK(inputs[i] >= 0 && inputs[i] < V,
                       "token id {} at position {} is outside the vocabulary [0, {})", inputs[i], i,
@@ -55,11 +62,14 @@ double Transformer::run_forward(Slot& s, AttnDims d, const int32_t* inputs, cons
         embed_forward(rows(s.resid[0], N), s.ids.slice(0, N), d);
     }
     const int Ls = int(layers_.size());
-    for (int i = 0; i < Ls; ++i)
+    for (int i = 0; i < Ls; ++i) {
+        zero3_acquire(layer_groups_[size_t(i)].id, layer_groups_[size_t(i)].id + 1);
         layer_forward(i, acts(s, i), rows(s.resid[size_t(i)], N), rows(s.resid[size_t(i) + 1], N),
                       d, s.qat_kept[size_t(i)]);
+    }
     double loss = 0;
     if (mp_.last_stage()) {
+        zero3_acquire(head_group_.id, -1);
         final_norm_forward(s, N);
         if (!targets) return 0.0;
         loss = head_forward(s, targets, N, d_scale, backward);
@@ -75,16 +85,22 @@ void Transformer::run_backward(Slot& s) {
     use_dropout_of(s);  // a recomputed layer draws the forward's masks again
     Mat d_resid = rows(mp_.first_stage() ? d_resid_ : s.d_in, N);
     if (mp_.last_stage()) {
+        zero3_acquire(head_group_.id, head_group_.id - 1);
         final_norm_backward(s, d_resid, N);
         finish_group(head_group_);
     } else {
         be_.copy(d_resid, rows(s.d_out, N));
     }
     for (int i = int(layers_.size()) - 1; i >= 0; --i) {
+        zero3_acquire(layer_groups_[size_t(i)].id, layer_groups_[size_t(i)].id - 1);
+        zero3_zero_grad(layer_groups_[size_t(i)].id);
         layer_backward(i, s, d_resid, d);
         finish_group(layer_groups_[size_t(i)]);
     }
     if (mp_.first_stage()) {
+        zero3_acquire(embed_group_.id, -1);
+        if (!(mp_.last_stage() && head_param() == params_.find(ParamRole::TokenEmbed)))
+            zero3_zero_grad(embed_group_.id);  // (a tied head wrote its part in the forward)
         embed_backward(d_resid, s.ids.slice(0, N), d);
         finish_group(embed_group_);
     }

@@ -23,6 +23,7 @@ const char* optimizer_name(OptimizerKind k) {
 Optimizer::Optimizer(ParamStore& store, Backend& backend, int64_t begin, int64_t end)
     : store_(store), be_(backend), begin_(begin), end_(end) {
     ETE_ASSERT(0 <= begin && begin <= end && end <= store.numel());
+    ETE_ASSERT(begin >= store.flat_begin() && end <= store.flat_end());  // held by this store
 }
 
 std::vector<float> Optimizer::download_state(int k) const {

@@ -201,7 +201,12 @@ const std::vector<Key>& keys() {
                           "send data-parallel gradients as bf16 (fp32 accumulation)"));
         t.push_back(field("parallel.zero_stage", &R::parallel_zero_stage,
                           "ZeRO: 0 off, 1 shard the optimizer state across replicas, 2 also "
-                          "reduce each gradient only to the replica that updates it"));
+                          "reduce each gradient only to the replica that updates it, 3 also "
+                          "shard the parameters (each layer gathered before use)"));
+        t.push_back(field("parallel.zero_reshard_after_forward",
+                          &R::parallel_zero_reshard_after_forward,
+                          "ZeRO-3: gather a layer's parameters again for its backward instead "
+                          "of keeping them from its forward (less memory, more traffic)"));
         t.push_back(field("parallel.zero1", &R::parallel_zero1,
                           "the same as parallel.zero_stage = 1 (a larger zero_stage wins)"));
         t.push_back(field("parallel.replica_check_every", &R::parallel_replica_check_every,
@@ -561,10 +566,14 @@ void validate(const RunConfig& c) {
               "parallel.uneven_batch = '{}': expected pad or drop", c.parallel_uneven_batch);
     ETE_CHECK(c.parallel_bucket_mb > 0, "parallel.bucket_mb = {}: expected > 0",
               c.parallel_bucket_mb);
-    ETE_CHECK(c.parallel_zero_stage >= 0 && c.parallel_zero_stage <= 2,
-              "parallel.zero_stage = {}: expected 0, 1 or 2 (stage 3, sharded parameters, is not "
-              "available yet)",
-              c.parallel_zero_stage);
+    ETE_CHECK(c.parallel_zero_stage >= 0 && c.parallel_zero_stage <= 3,
+              "parallel.zero_stage = {}: expected 0, 1, 2 or 3", c.parallel_zero_stage);
+    ETE_CHECK(zero_stage(c) < 3 || !c.lora_enabled,
+              "parallel.zero_stage = 3 with lora.enabled: sharding a frozen (LoRA/QLoRA) base is "
+              "not built yet (use zero_stage 1 or 2: only the adapters have optimizer state)");
+    ETE_CHECK(zero_stage(c) < 3 || !c.qat_enabled,
+              "parallel.zero_stage = 3 with qat.enabled: QAT's weight points read whole weights "
+              "outside the layers' gathers (not built yet; use zero_stage 1 or 2)");
     ETE_CHECK(zero_stage(c) < 2 || !(c.lora_enabled && c.lora_dynamic_rank),
               "parallel.zero_stage = 2 with lora.dynamic_rank: the rank rule reads every "
               "adapter's whole gradient, which stage 2 leaves on one replica (use stage 1)");

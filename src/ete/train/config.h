@@ -83,8 +83,9 @@ struct RunConfig {
     bool parallel_overlap = true;               // all-reduce buckets during backward
     bool parallel_grad_bf16 = false;            // communicate DP gradients in bf16
     bool parallel_zero1 = false;                // = parallel.zero_stage 1 (kept for old configs)
-    int parallel_zero_stage = 0;  // ZeRO: 0 off, 1 optimizer state, 2 + gradients (zero_stage())
-    bool parallel_auto = false;   // plan dp/tp/pp, recompute, ZeRO at start (train/auto_layout.h)
+    int parallel_zero_stage = 0;  // ZeRO: 0 off, 1 optimizer state, 2 + gradients, 3 + parameters
+    bool parallel_zero_reshard_after_forward = true;  // ZeRO-3: gather again for backward
+    bool parallel_auto = false;  // plan dp/tp/pp, recompute, ZeRO at start (train/auto_layout.h)
     double auto_predicted_step_s = 0;  // parallel.auto's prediction (set at start, not a key)
     int64_t parallel_replica_check_every = 100;  // steps between replica checksums (0 = off)
     double parallel_timeout_s = 300;             // a collective slower than this is an error

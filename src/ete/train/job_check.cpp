@@ -37,6 +37,13 @@ void check_job_or_throw(RunConfig cfg, int world_size) {
     const QatSpec qat = qat_spec(cfg);
     check_lora_spec(lora, mc);
     if (cfg.qat_enabled) check_qat_spec(qat, mc);
+    ETE_CHECK(
+        zero_stage(cfg) < 3 || m.pp == 1 || !(mc.family().always_tied || mc.tie_word_embeddings),
+        "parallel.zero_stage = 3 with parallel.pp = {} and tied embeddings "
+        "(tie_word_embeddings): the first and last stages' copies of the embedding are "
+        "summed whole, which sharded stages do not hold (not built yet; use zero_stage 1 "
+        "or 2, or pp = 1)",
+        m.pp);
     const std::vector<int> bounds = pipeline_layer_bounds(mc, m.pp, cfg.parallel_pp_layers);
     // The NF4 check depends only on a parameter's shapes, split and block size: every layer's
     // like-shaped weights are checked once (the first to fail is still the first in order), which

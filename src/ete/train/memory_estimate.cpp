@@ -62,6 +62,15 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
     }
     e.weights = n * 4 + (act != DType::F32 ? n * dtype_size(act) : 0) + model.qat_weight_bytes();
     e.gradients = n * 4;
+    if (zero_stage(cfg) == 3 && dp > 1) {
+        // The largest (last) replica's shard of masters and gradients, and the windows the groups
+        // are gathered into: masters, their compute-dtype copy, gradients.
+        const uint64_t shard = uint64_t(zero_shard(int64_t(n), dp, dp - 1).size());
+        const uint64_t win = uint64_t(
+            zero3_window_elements(model.zero3_groups(cfg.parallel_zero_reshard_after_forward)));
+        e.weights = shard * 4 + win * (4 + (act != DType::F32 ? dtype_size(act) : 0));
+        e.gradients = shard * 4 + win * 4;
+    }
     // train.optimizer's state for this rank's shard (ZeRO: the size of the last replica's, which
     // is never smaller than the others', at the start of the buffer).
     const ShardRange r = zero_stage(cfg) > 0 && dp > 1 ? zero_shard(int64_t(n), dp, dp - 1)
@@ -69,7 +78,7 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
     e.optimizer = uint64_t(
         optimizer_state_bytes(optimizer_kind_from_name(cfg.optimizer), ps.specs(), 0, r.size()));
     e.activations = activations.value_or(model.activation_bytes());
-    if (dp > 1) {
+    if (dp > 1 && zero_stage(cfg) < 3) {  // ZeRO-3 reduces from its windows: no bucket
         const uint64_t bucket = uint64_t(cfg.parallel_bucket_mb * double(1 << 20));
         e.comm = (cfg.parallel_grad_bf16 ? bucket / 2 : 0) +
                  (model.params().backend().host_addressable() ? 0 : bucket);

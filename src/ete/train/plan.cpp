@@ -281,7 +281,7 @@ std::map<std::string, std::string> parse_layout_pins(const std::string& text) {
                   k == "recompute"    ? "none or full"
                   : k == "precision"  ? "bf16 or fp32"
                   : k == "method"     ? "full, lora or qlora"
-                  : k == "zero_stage" ? "0, 1 or 2 (stage 3 is not built)"
+                  : k == "zero_stage" ? "0, 1 or 2 (stage 3 is not planned yet)"
                                       : "a positive integer");
         pins[k] = v;
     }

@@ -78,7 +78,9 @@ void StateStream::contribute(int64_t item, float* out) {
     if (!(which == 0 ? roles_.param_writer : roles_.state_writer)) return;
     const int64_t off = ps_.offset(i), n = ps_.numel(i);
     local_.assign(size_t(n), -0.0f);
-    if (which == 0) {
+    if (which == 0 && ps_.sharded() && ps_.trainable(i)) {
+        ps_.download_owned(i, local_.data());  // ZeRO-3: this replica's part
+    } else if (which == 0) {
         const std::vector<float> v = ps_.download(i);
         std::copy(v.begin(), v.end(), local_.begin());
     } else {

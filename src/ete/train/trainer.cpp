@@ -56,6 +56,7 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
       dist_(make_dist(cfg_, mc_.family().always_tied || mc_.tie_word_embeddings)),
       tp_timed_(dist_.shape().tp > 1 ? std::make_unique<TimedCommunicator>(*dist_.groups.tp)
                                      : nullptr),
+      dp_dev_(zero() > 0 ? device_communicator(*dist_.groups.dp, *backend_) : nullptr),
       rows_(replica_rows(cfg_.micro_batch, dist_.shape().dp, dist_.groups.dp_rank,
                          cfg_.parallel_uneven_batch)),
       loader_(open_data(cfg_, mc_, tok_, shard_)),
@@ -83,7 +84,7 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
     tgt_.resize(n);
     if (loader_->packed()) doc_start_.resize(n);
     model_.setup(rows_.rows, cfg_.seq_len, plan, slots_);
-    if (dist_.shape().dp > 1) {
+    if (dist_.shape().dp > 1 && zero() < 3) {  // ZeRO-3: the model reduces its own gradients
         GradSyncOptions o;
         o.bucket_bytes = size_t(cfg_.parallel_bucket_mb * double(1 << 20));
         o.bf16 = cfg_.parallel_grad_bf16;
@@ -94,7 +95,6 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
         if (zero() >= 2) sync_->set_owners(zero2_owners());
     }
     if (dist_.groups.pp) pp_dev_ = device_communicator(*dist_.groups.pp, *backend_);
-    if (zero() > 0) dp_dev_ = device_communicator(*dist_.groups.dp, *backend_);
     if (cfg_.lora_enabled && !cfg_.model_init_from.empty())
         base_hash_ = model_dir_hash(cfg_.model_init_from);
     if (dist_.tied) tied_dev_ = device_communicator(*dist_.tied, *backend_);
@@ -181,7 +181,8 @@ void Trainer::inject_nonfinite(int64_t step) {
     if (!faults_.fires("nan_grad", step + 1, rank)) return;
     // The first element this rank's gradient check reads (ZeRO-2: its shard).
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    backend_->upload(model_.params().grads().slice(zero_range().begin, 1).data, &nan,
+    ParamStore& ps = model_.params();
+    backend_->upload(ps.grads().slice(zero_range().begin - ps.flat_begin(), 1).data, &nan,
                      sizeof(float));
     log_warn("ETE_FAULT: a NaN gradient on world rank {} at step {}", rank, step + 1);
 }
@@ -324,7 +325,8 @@ StepMetrics Trainer::step(int64_t step) {
     if (take) consecutive_skips_ = 0;
     double lr = lr_at(sched_, step, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
     if (take) opt_->step(lr, grad_scale);
-    if (take && zero() > 0) gather_masters();  // every replica updated its shard
+    // Stages 1-2: every replica updated its shard of whole masters; stage 3 gathers per layer.
+    if (take && (zero() == 1 || zero() == 2)) gather_masters();
     // QAT: the fake-quantized weights of the new ones (what evaluation in between reads too).
     if (QatRuntime* q = model_.qat()) q->begin_step(step + 1);
     double dt = seconds_since(t0);
@@ -406,7 +408,8 @@ double Trainer::evaluate() {
 }
 
 void Trainer::check_replicas(int64_t steps_done) {
-    if (dist_.shape().dp == 1 || cfg_.parallel_replica_check_every == 0 ||
+    // ZeRO-3's replicas hold different shards: nothing is replicated to compare.
+    if (dist_.shape().dp == 1 || zero() == 3 || cfg_.parallel_replica_check_every == 0 ||
         steps_done % cfg_.parallel_replica_check_every != 0)
         return;
     std::vector<float> w(size_t(model_.params().numel()));
@@ -489,8 +492,10 @@ void Trainer::log_start() const {
                      ? fmt::format(" (train.micro_batch {} is uneven: {})", cfg_.micro_batch,
                                    cfg_.parallel_uneven_batch)
                      : "",
-                 zero() > 0 ? fmt::format(" | ZeRO stage {}: optimizer state of {} of {} elements",
-                                          zero(), zero_range().size(), model_.params().numel())
+                 zero() > 0 ? fmt::format(" | ZeRO stage {}: {} of {} of {} elements", zero(),
+                                          zero() == 3 ? "parameters, gradients and optimizer state"
+                                                      : "optimizer state",
+                                          zero_range().size(), model_.params().numel())
                             : "");
     if (m.pp > 1) {
         const std::vector<int> b = pipeline_layer_bounds(mc_, m.pp, cfg_.parallel_pp_layers);

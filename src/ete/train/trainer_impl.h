@@ -57,6 +57,8 @@ class Trainer {
         const std::vector<int> b = pipeline_layer_bounds(mc_, m.pp, cfg_.parallel_pp_layers);
         mp.layer_begin = b[size_t(mp.stage)];
         mp.layer_end = b[size_t(mp.stage) + 1];
+        mp.zero3 = zero() == 3 ? dp_dev_.get() : nullptr;
+        mp.zero3_reshard = cfg_.parallel_zero_reshard_after_forward;
         return mp;
     }
     // Whether this rank holds only part of the model (so files need the layout map).
@@ -83,7 +85,7 @@ class Trainer {
     // Who puts which elements into a checkpoint's tensors (state_stream.h).
     StreamRoles stream_roles() const {
         const bool first = dist_.groups.dp_rank == 0;
-        return {state_is_whole(), first, zero() > 0 || first};
+        return {state_is_whole(), zero() == 3 || first, zero() > 0 || first};
     }
     // ZeRO after the optimizer step: every replica's updated shard of the masters gathered into
     // every replica's backend memory (in place, device to device), the compute copy refreshed.
@@ -193,6 +195,9 @@ class Trainer {
     ModelConfig mc_;
     Dist dist_;
     std::unique_ptr<TimedCommunicator> tp_timed_;  // tp > 1: the model's tp group, timed
+    // ZeRO: the dp group over backend memory (stages 1-2: the gather of the masters; stage 3: the
+    // model's gathers and reductions), or null.
+    std::unique_ptr<Communicator> dp_dev_;
     ReplicaRows rows_;
     std::optional<TokenShard> shard_;  // data.format = tokens; outlives the sampler
     std::unique_ptr<BatchSource> loader_;
@@ -204,8 +209,7 @@ class Trainer {
     LrSchedule sched_;
     std::unique_ptr<GradSync> sync_;  // dp > 1
     // The pp and tied-embedding groups over backend memory (stage buffers, gradients).
-    // The dp group over backend memory (ZeRO's gather of the masters).
-    std::unique_ptr<Communicator> pp_dev_, tied_dev_, dp_dev_;
+    std::unique_ptr<Communicator> pp_dev_, tied_dev_;
     LossScaler scaler_;                         // enabled for train.precision = fp16
     FaultPlan faults_ = FaultPlan::from_env();  // ETE_FAULT (tests and drills)
     AnomalyConfig anomaly_ = anomaly_config(cfg_);

@@ -218,8 +218,11 @@ std::vector<float> Trainer::whole_of(std::vector<float> local) const {
 }
 
 std::unique_ptr<HostParams> Trainer::gather_model() const {
-    std::vector<float> local(size_t(model_.params().numel()));
+    std::vector<float> local(size_t(model_.params().numel()), zero() == 3 ? -0.0f : 0.0f);
     model_.params().download_masters(local.data());
+    // ZeRO-3: each replica holds its shard; -0.0 elsewhere sums to the exact values.
+    if (zero() == 3)
+        dist_.groups.dp->reduce(local.data(), local.size(), DType::F32, ReduceOp::Sum, 0);
     std::vector<float> w = whole_of(std::move(local));
     if (!dist_.main()) return nullptr;
     return std::make_unique<HostParams>(layout_.global_specs(), std::move(w));
