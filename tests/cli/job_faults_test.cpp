@@ -142,6 +142,37 @@ TEST_F(JobFaults, KilledAndHungRanksAreRelaunchedAndFinishBitIdentical) {
     EXPECT_EQ(losses, straight.losses);
 }
 
+// ZeRO-3: a rank killed inside a parameter gather (its broadcasts started, its peer waiting in
+// its own) ends the attempt like any lost rank; the relaunch resumes from the newest checkpoint
+// (written from the parameter shards) and finishes with the uninterrupted stage-3 run's weights
+// and losses, bit for bit.
+TEST_F(JobFaults, ARankKilledInAZero3GatherIsRelaunched) {
+    const std::string sets =
+        " --set train.checkpoint_every=1 --set parallel.timeout_s=4 --set parallel.zero_stage=3";
+    RunResult straight = train(2, sets);
+    const std::string out = (dir_ / "supervised").string();
+    const ShellResult r =
+        run_shell("ETE_FAULT='kill_gather@step=3,rank=1' OMP_NUM_THREADS=1 " + kMpiEnv +
+                  ete_cmd("launch -n 2 --max-restarts 2 -- train " + (dir_ / "job.toml").string() +
+                          " --out " + out + sets) +
+                  " 2>&1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("ETE_FAULT: world rank 1 kills itself in a ZeRO-3 gather of step 3"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("attempt 1: 2 ranks, exit 137 (a rank killed by signal 9)"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("attempt 2: 2 ranks, exit 0"), std::string::npos) << r.out;
+    EXPECT_EQ(read_file(out + "/final/model.safetensors"),
+              read_file(last_out_ + "/final/model.safetensors"));
+    std::ifstream in(out + "/metrics.jsonl");
+    std::vector<double> losses;
+    for (std::string line; std::getline(in, line);)
+        losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    EXPECT_EQ(losses, straight.losses);
+}
+
 // --min-ranks with a hostfile that loses two of its four slots while the job runs (as a
 // scheduler would rewrite it when a host goes): the relaunch runs on 2 ranks (dp re-derived,
 // the checkpoint resharded) and the run completes with the 4-rank run's losses and weights

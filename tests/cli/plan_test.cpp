@@ -127,11 +127,13 @@ TEST(PlanLayoutPins, ParseAndRefuseByName) {
     EXPECT_THROW(parse_layout_pins("cp=2"), Error);
     EXPECT_THROW(parse_layout_pins("dp=0"), Error);
     EXPECT_THROW(parse_layout_pins("recompute=some"), Error);
+    EXPECT_EQ(parse_layout_pins("zero_stage=3").at("zero_stage"), "3");
     try {
-        parse_layout_pins("zero_stage=3");
+        parse_layout_pins("zero_stage=4");
         FAIL();
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("stage 3 is not planned yet"), std::string::npos);
+        EXPECT_NE(std::string(e.what()).find("zero_stage=4: expected 0, 1, 2 or 3"),
+                  std::string::npos);
     }
 }
 
@@ -231,6 +233,52 @@ TEST(Plan, TheCostModelIsTheDocumentedOne) {
     EXPECT_EQ(b.pp, 0);
     const RunConfig hc = layout_config(bf16_grads.base, 512, x.layout);
     EXPECT_NEAR(comm_bytes(hc, req.model, total).dp, b.dp / 2, 1e-6);
+}
+
+// ZeRO-3 (plan.h): no all-reduce after backward and no gather after the step; instead, every
+// micro-batch, each group's gradient reduced to its owners (not overlapped) and its parameters
+// gathered for forward and again for backward, prefetched behind the work where the cluster
+// overlaps. The layout of TheCostModelIsTheDocumentedOne at stage 3: 4 micro-batches, 4 layers +
+// embeddings + head = 6 groups, dp = 4 across the nodes (10 GB/s, 20 µs). Same bounds as there.
+TEST(Plan, ZeroStage3CostsItsGathersAndReductions) {
+    PlanRequest req = request("pretrain");
+    req.pins = parse_layout_pins("dp=4,tp=2,pp=1,micro_batch=8,recompute=full,zero_stage=1");
+    ClusterSpec c =
+        parse_cluster(std::string(kCluster) + "device_memory_gbytes_per_s = 1000\n", "c.toml");
+    c.device_memory_gib = 100;
+    const PlanCandidate one = make_plan(req, c).ranked.at(0);
+    const double n = double(plan_memory(req.model, layout_config(req.base, 512, one.layout),
+                                        MeshShape{4, 2, 1}, 0, 0, 0, 1)
+                                .gradients) /
+                     4;
+    req.pins = parse_layout_pins("dp=4,tp=2,pp=1,micro_batch=8,recompute=full,zero_stage=3");
+    for (const bool nccl : {false, true}) {
+        for (const bool overlap : {true, false}) {
+            c.nccl = nccl, c.overlap = overlap;
+            const PlanCandidate x = make_plan(req, c).ranked.at(0);
+            EXPECT_EQ(x.layout.zero_stage, 3);
+            EXPECT_NEAR(x.cost.compute, one.cost.compute, 1e-12 * one.cost.compute);
+            const double move = nccl ? 3.0 / 4 * n * 4 / 10e9 : 2.0 * 3 / 4 * n * 4 / 10e9;
+            const double reduce = 4 * (move + 6 * 20e-6);
+            EXPECT_NEAR(x.cost.dp, reduce, 1e-9);
+            EXPECT_NEAR(x.cost.dp_exposed, reduce, 1e-9);
+            const double gathers = 4 * 2 * (3.0 / 4 * n * 4 / 10e9 + 6 * 2 * 20e-6);
+            const double exposed =
+                overlap ? std::max(gathers - x.cost.work(), gathers / 6) : gathers;
+            EXPECT_NEAR(x.cost.zero, exposed, 1e-9);
+            EXPECT_NEAR(x.cost.optimizer, (n / 4 * 30 + n * 16) / 1000e9, 1e-12);
+        }
+    }
+    // Without resharding, one gather a forward.
+    req.base.parallel_zero_reshard_after_forward = false;
+    c.overlap = false;
+    EXPECT_NEAR(make_plan(req, c).ranked.at(0).cost.zero,
+                4 * (3.0 / 4 * n * 4 / 10e9 + 6 * 2 * 20e-6), 1e-9);
+    // Stage 3 shards full training only: a fine-tune's adapters are never planned at stage 3.
+    req = request("finetune");
+    c.device_memory_gib = 100;
+    for (const PlanCandidate& x : make_plan(req, c).ranked)
+        EXPECT_TRUE(x.layout.zero_stage < 3 || x.layout.method == "full");
 }
 
 // Where the model's GEMMs are measured: every precision and tp of the request's layouts at their

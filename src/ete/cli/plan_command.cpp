@@ -67,12 +67,14 @@ std::string layout_text(const PlanLayout& l) {
 std::string why(const Plan& p) {
     const PlanCandidate& w = p.ranked[0];
     const StepCost& c = w.cost;
+    const bool z3 = w.layout.zero_stage == 3;
     std::string s = fmt::format(
         "compute {:.3f} s (GEMMs {:.3f}, attention {:.3f}, elementwise {:.3f}), bubble {:.3f}, tp "
-        "{:.3f}, pp {:.3f}, dp {:.3f} exposed of {:.3f} (the rest hidden behind the last "
-        "backward), ZeRO gather {:.3f}, optimizer {:.3f}",
+        "{:.3f}, pp {:.3f}, dp {:.3f} exposed of {:.3f} ({}), {} {:.3f}, optimizer {:.3f}",
         c.work(), c.compute, c.attention, c.elementwise, c.bubble, c.tp, c.pp, c.dp_exposed, c.dp,
-        c.zero, c.optimizer);
+        z3 ? "ZeRO-3's gradient reductions, after each group's backward"
+           : "the rest hidden behind the last backward",
+        z3 ? "ZeRO-3 parameter gathers exposed" : "ZeRO gather", c.zero, c.optimizer);
     if (!w.placement.empty()) s += "; placed " + w.placement;
     int shown = 0;
     std::vector<std::string> seen = {

@@ -234,6 +234,9 @@ class Transformer {
     // the backward after the step's last forward (1F1B: the last micro-batch's). An empty
     // function removes the hook.
     void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+    // ZeRO-3: called after each gather of a group has started its broadcasts (fault drills:
+    // ETE_FAULT kill_gather). An empty function removes it.
+    void set_gather_hook(std::function<void()> hook) { gather_hook_ = std::move(hook); }
 
   private:
     // One micro-batch in flight: its saved activations and stage-boundary buffers.
@@ -313,6 +316,7 @@ class Transformer {
     Communicator* zero3_ = nullptr;
     std::vector<int> zero3_held_;
     std::vector<std::vector<Request>> zero3_pending_;
+    std::function<void()> gather_hook_;
     AttnDims attn_dims(int B, int T, const int32_t* doc_start) const;
     Slot& slot_at(int slot, const char* op);
     void require_single_stage(const char* op) const;

@@ -110,6 +110,7 @@ void Transformer::zero3_start_gather(int g) {
                      as_mat(params_.masters().slice(p.begin - params_.flat_begin(), p.size())));
         zero3_pending_[w].push_back(dp.ibroadcast(piece.data, size_t(p.size()), DType::F32, r));
     }
+    if (gather_hook_) gather_hook_();
 }
 
 void Transformer::zero3_acquire(int g, int next) {

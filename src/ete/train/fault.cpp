@@ -20,8 +20,8 @@ namespace ete {
 namespace {
 
 constexpr const char* kForm =
-    "expected kind@key=value,... with kind nan_grad, nan_loss, spike, hang, kill, error, oom or "
-    "slow and keys step, rank, ms, always, attempt, each at most once";
+    "expected kind@key=value,... with kind nan_grad, nan_loss, spike, hang, kill, kill_gather, "
+    "error, oom or slow and keys step, rank, ms, always, attempt, each at most once";
 
 int64_t parse_int(const std::string& fault, const std::string& key, const std::string& v) {
     int64_t x = 0;
@@ -37,8 +37,8 @@ Fault parse_one(const std::string& text) {
     Fault f;
     f.kind = text.substr(0, at);
     ETE_CHECK(f.kind == "nan_grad" || f.kind == "nan_loss" || f.kind == "spike" ||
-                  f.kind == "hang" || f.kind == "kill" || f.kind == "error" || f.kind == "slow" ||
-                  f.kind == "oom",
+                  f.kind == "hang" || f.kind == "kill" || f.kind == "kill_gather" ||
+                  f.kind == "error" || f.kind == "slow" || f.kind == "oom",
               "ETE_FAULT '{}': unknown fault '{}' ({})", text, f.kind, kForm);
     const std::string args = at == std::string::npos ? "" : text.substr(at + 1);
     for (size_t pos = 0; pos < args.size();) {
@@ -99,7 +99,8 @@ bool FaultPlan::fires(const std::string& kind, int64_t step, int rank) const {
     for (const Fault& f : faults_) {
         if (f.kind != kind || (f.rank >= 0 && f.rank != rank) || (f.step >= 0 && f.step != step))
             continue;
-        if ((kind == "kill" || kind == "hang") && !f.always && attempt_ != std::max(f.attempt, 0))
+        if ((kind == "kill" || kind == "kill_gather" || kind == "hang") && !f.always &&
+            attempt_ != std::max(f.attempt, 0))
             continue;
         return true;
     }

@@ -8,12 +8,14 @@
 //                            for anomaly.spike_zscore; its gradients are left alone)
 //   hang@step=S,rank=R       R stops at the start of step S and never returns (a stuck rank)
 //   kill@step=S,rank=R       R dies by SIGKILL at the start of step S (a lost host)
+//   kill_gather@step=S,rank=R  R dies by SIGKILL inside its first ZeRO-3 gather of step S, its
+//                            broadcasts started (its peers are left waiting in theirs)
 //   error@step=S,rank=R      R fails with an error at the start of step S, alone
 //   slow@rank=R,ms=M         R sleeps M ms in every step's compute (a straggler); step=S limits
 //                            it to that step
-// A fault without rank= applies to every rank. kill and hang fire only on the first attempt of a
-// supervised run (ETE_RESTART_ATTEMPT, set by `ete launch`) unless `attempt=A` names another or
-// `always=1` (so `ete launch --max-restarts` can recover from them).
+// A fault without rank= applies to every rank. kill, kill_gather and hang fire only on the first
+// attempt of a supervised run (ETE_RESTART_ATTEMPT, set by `ete launch`) unless `attempt=A` names
+// another or `always=1` (so `ete launch --max-restarts` can recover from them).
 #pragma once
 
 #include <cstdint>

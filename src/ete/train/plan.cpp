@@ -116,6 +116,37 @@ class Placer {
 // The step cost of layout l (plan.h). trainable_rank: the trainable elements of its largest
 // stage's rank (what it all-reduces and steps); trainable_total: the whole model's; placed: the
 // layout's placement where the cluster describes its nodes' links (else launch order).
+// ZeRO-3 (plan.h): the parameter groups of a stage (embeddings, its layers, head).
+double zero3_groups(const PlanRequest& req, const PlanLayout& l) {
+    return double(req.model.num_layers) / l.pp + 2;
+}
+
+// ZeRO-3's gradient reductions: every micro-batch, each group's fp32 gradient reduced to the
+// replicas owning its pieces right after its backward, not overlapped: NCCL's reduce ((dp-1)/dp
+// of the bytes, as a reduce-scatter) or MPI's in-place all-reduce; a latency per group.
+double zero3_reduce_s(const PlanRequest& req, const ClusterSpec& c, const PlanLayout& l,
+                      const Link& dp, int64_t n) {
+    const double bytes = double(n) * 4;
+    const double move = c.nccl ? double(l.dp - 1) / l.dp * bytes / (dp.gbps * 1e9)
+                               : ring_all_reduce_s(bytes, l.dp, dp.gbps, 0);
+    return l.grad_accum * (move + zero3_groups(req, l) * dp.lat_us * 1e-6);
+}
+
+// ZeRO-3's parameter gathers: a rank receives the (dp-1)/dp of each group's fp32 masters it does
+// not hold, per forward and again per backward (parallel.zero_reshard_after_forward), every
+// micro-batch, log2(dp) latencies a group (broadcasts). The next group's gather is prefetched
+// while one computes: where the cluster overlaps communication, what is exposed is
+// max(gathers - work, one group's gather a pass); else all of it.
+double zero3_gather_s(const PlanRequest& req, const ClusterSpec& c, const PlanLayout& l,
+                      const Link& dp, int64_t n, double work) {
+    const double passes = l.grad_accum * (req.base.parallel_zero_reshard_after_forward ? 2 : 1);
+    const double groups = zero3_groups(req, l);
+    const double all = passes * (double(l.dp - 1) / l.dp * double(n) * 4 / (dp.gbps * 1e9) +
+                                 groups * std::ceil(std::log2(l.dp)) * dp.lat_us * 1e-6);
+    if (!c.overlap || !req.base.parallel_overlap) return all;
+    return std::max(all - work, all / groups);
+}
+
 StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayout& l,
                    int64_t trainable_rank, int64_t trainable_total, const PlacementCost* placed) {
     const ModelConfig& mc = req.model;
@@ -157,7 +188,10 @@ StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayou
         const Link& pp = links.pp;
         s.pp = 2.0 * l.grad_accum * (act * 4 / (pp.gbps * 1e9) + pp.lat_us * 1e-6);
     }
-    if (l.dp > 1) {
+    if (l.dp > 1 && l.zero_stage == 3) {
+        s.dp = s.dp_exposed = zero3_reduce_s(req, c, l, links.dp, trainable_rank);
+        s.zero = zero3_gather_s(req, c, l, links.dp, trainable_rank, s.work());
+    } else if (l.dp > 1) {
         const Link& dp = links.dp;
         const double grad = double(trainable_rank) * (req.base.parallel_grad_bf16 ? 2 : 4);
         const double bucket = std::min(grad, double(req.base.parallel_bucket_mb) * (1 << 20));
@@ -203,9 +237,10 @@ std::vector<PlanLayout> enumerate(const PlanRequest& req, const ClusterSpec& c) 
                 l.dp = dp, l.tp = tp, l.pp = pp, l.micro_batch = int(mb);
                 l.grad_accum = int(req.global_batch / mb);
                 for (const char* rc : {"none", "full"})
-                    for (int z = 0; z <= (dp > 1 ? 2 : 0); ++z)
+                    for (int z = 0; z <= (dp > 1 ? 3 : 0); ++z)
                         for (const std::string& p : precisions)
                             for (const std::string& me : methods) {
+                                if (z == 3 && me != "full") continue;  // a sharded base: not built
                                 l.recompute = rc, l.zero_stage = z, l.precision = p, l.method = me;
                                 const std::string f[] = {std::to_string(l.dp),
                                                          std::to_string(l.tp),
@@ -251,6 +286,9 @@ AxisBytes comm_bytes(const RunConfig& cfg, const ModelConfig& mc, int64_t traina
     if (pp > 1) b.pp = 2.0 * cfg.grad_accum * act * 4;
     b.dp = 2.0 * (dp - 1) / dp * double(trainable_total) / (tp * pp) *
            (cfg.parallel_grad_bf16 ? 2 : 4);
+    if (zero_stage(cfg) == 3)  // per micro-batch: the gathers (twice with reshard), the reductions
+        b.dp = cfg.grad_accum * ((cfg.parallel_zero_reshard_after_forward ? 2 : 1) + 2.0) *
+               (dp - 1) / dp * double(trainable_total) / (tp * pp) * 4;
     return b;
 }
 
@@ -274,14 +312,14 @@ std::map<std::string, std::string> parse_layout_pins(const std::string& text) {
         else if (k == "method")
             ok = v == "full" || v == "lora" || v == "qlora";
         else if (k == "zero_stage")
-            ok = v == "0" || v == "1" || v == "2";
+            ok = v == "0" || v == "1" || v == "2" || v == "3";
         else
             ok = is_count(v);
         ETE_CHECK(ok, "--layout '{}': {}={}: expected {}", text, k, v,
                   k == "recompute"    ? "none or full"
                   : k == "precision"  ? "bf16 or fp32"
                   : k == "method"     ? "full, lora or qlora"
-                  : k == "zero_stage" ? "0, 1 or 2 (stage 3 is not planned yet)"
+                  : k == "zero_stage" ? "0, 1, 2 or 3"
                                       : "a positive integer");
         pins[k] = v;
     }
@@ -371,7 +409,8 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
                             peak[k - i] = p, stage_of[k - i] = s;
                             terms[k - i] = e.line(all[k].method != "full");
                         }
-                        trainable[k - i] = std::max<int64_t>(trainable[k - i], e.gradients / 4);
+                        trainable[k - i] =
+                            std::max<int64_t>(trainable[k - i], model.params().numel());
                     }
                 });
             }

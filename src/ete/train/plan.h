@@ -33,8 +33,15 @@
 //               (2/3 of its work) except its last bucket (parallel.bucket_mb): exposed =
 //               max(comm − backward, last bucket); where the cluster does not overlap (MPI on
 //               CPU ranks, cluster.h) or parallel.overlap = false, all exposed
-//   zero        stage ≥ 1: the masters' all-gather after the step ((dp−1)/dp · 4 bytes per
-//               trainable element of the rank), not overlapped
+//               stage 3: each group's (embeddings, a layer, head) fp32 gradient reduced to its
+//               owners every micro-batch right after its backward, not overlapped (NCCL: (dp−1)/dp
+//               of the bytes; MPI: an all-reduce), a latency per group
+//   zero        stages 1-2: the masters' all-gather after the step ((dp−1)/dp · 4 bytes per
+//               trainable element of the rank), not overlapped; stage 3: the parameter gathers,
+//               (dp−1)/dp · 4 bytes per element per forward and again per backward (reshard),
+//               every micro-batch, log2(dp) latencies a group, prefetched behind the previous
+//               group's work where the cluster overlaps: exposed max(gathers − work, one
+//               group's share)
 //   optimizer   the optimizer's pass over the rank's shard (≈ 30 bytes per element for AdamW, 16
 //               for 8-bit AdamW) plus clipping's two passes and zeroing the gradients over the
 //               rank's elements (16 bytes) at device_memory_gbytes_per_s; left out when that is

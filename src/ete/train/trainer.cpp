@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -287,6 +288,13 @@ StepMetrics Trainer::step(int64_t step) {
     auto t0 = Clock::now();
     const int world_rank = dist_.world->rank();
     faults_.at_step_start(step + 1, world_rank);
+    if (zero() == 3 && faults_.fires("kill_gather", step + 1, world_rank)) {
+        model_.set_gather_hook([world_rank, step] {
+            log_warn("ETE_FAULT: world rank {} kills itself in a ZeRO-3 gather of step {}",
+                     world_rank, step + 1);
+            ::raise(SIGKILL);
+        });
+    }
     for (int a = 0; a < A; ++a) fill_micro(step, a);
     // Normalise by the target tokens of the whole global step, not a mean of means; fp16 scales
     // the loss gradient by the loss scale (a power of two: exact).
