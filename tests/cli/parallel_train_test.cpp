@@ -604,6 +604,54 @@ TEST_F(ParallelTrain, QloraResumeOntoAnotherLayout) {
                 tol.ltol, tol.watol);
 }
 
+// FSDP + QLoRA: at ZeRO-3 the frozen base is sharded too, each weight whole on one replica (an
+// NF4 weight with its block statistics; ParamStore::shard), broadcast into the group's window
+// before use; the adapters are sharded like any trainable parameter. The same adapters as one
+// process within the NF4 tolerance of the other layouts: QLoRA with dropout at dp = 2 and dp = 4
+// and under tp = 2 and pp = 2, LoRA over an f32 base at dp = 2 with recompute; and a QLoRA run
+// saved at stage 3 on dp = 4 resumes on one process and on dp = 2 at stage 3.
+TEST_F(ParallelTrain, QloraAndLoraShardTheirBaseAtZeroStage3) {
+    const std::string z3 = " --set parallel.zero_stage=3";
+    const std::string q =
+        " --set lora.enabled=true --set lora.targets=all-linear --set lora.r=4 "
+        "--set train.adam_eps=1e-4 --set lora.nf4_blocksize=32 --set model.hidden_size=64 "
+        "--set model.intermediate_size=64 --set lora.dropout=0.1";
+    const Parity tol = parity_tolerance(64, 64);
+    RunResult one = train(1, q);
+    RunResult dp4 = train(4, mesh(4, 1, 1) + q + z3 + " --set train.checkpoint_every=3");
+    expect_same(one, dp4, "qlora dp=4 stage 3", tol.wtol, tol.ltol, tol.watol);
+    const std::string ckpt = last_out_ + "/checkpoints/step_00000003";
+    // The base is spread over the replicas: on a model whose base outweighs two layers' windows
+    // (8 layers of C = F = 256, ~1.7 MiB of NF4 base), the start line's frozen base per rank at
+    // dp = 4 is a quarter of it plus the windows, against the whole at stage 0.
+    auto frozen_mib = [](const std::string& log) {
+        const size_t at = log.find("frozen base ");
+        return at == std::string::npos ? -1.0 : std::stod(log.substr(at + 12));
+    };
+    const std::string wide =
+        " --set model.num_layers=8 --set model.hidden_size=256 "
+        "--set model.intermediate_size=256 --set train.steps=1";
+    const double whole = frozen_mib(train(4, mesh(4, 1, 1) + q + wide).log);
+    const double sharded = frozen_mib(train(4, mesh(4, 1, 1) + q + wide + z3).log);
+    EXPECT_GT(whole, 1.0);
+    EXPECT_LT(sharded, 0.6 * whole) << sharded << " MiB against " << whole;
+    for (const auto& l : std::vector<parallel_test::Layout>{{2, 1, 1}, {2, 2, 1}, {2, 1, 2}})
+        expect_same(one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + q + z3),
+                    fmt::format("qlora ({},{},{}) stage 3", l[0], l[1], l[2]), tol.wtol, tol.ltol,
+                    tol.watol);
+    expect_same(one, train(1, q + " --resume " + ckpt), "qlora dp=4 stage 3 -> 1 process", tol.wtol,
+                tol.ltol, tol.watol);
+    expect_same(one, train(2, mesh(2, 1, 1) + q + z3 + " --resume " + ckpt),
+                "qlora dp=4 stage 3 -> dp=2 stage 3", tol.wtol, tol.ltol, tol.watol);
+    const std::string lora =
+        " --set lora.enabled=true --set lora.targets=all-linear --set lora.r=4 "
+        "--set train.adam_eps=1e-4 --set lora.base_format=f32";
+    const std::string rc = " --set train.recompute=full";
+    const Parity f32 = parity_tolerance();
+    expect_same(train(1, lora), train(2, mesh(2, 1, 1) + lora + z3 + rc), "lora f32 dp=2 stage 3",
+                f32.wtol, f32.ltol, f32.watol);
+}
+
 // A config error is one every rank meets alike before any talks to another
 // (train/job_check.h): one line (from the first rank of the node), an exit of 1, and no
 // MPI_Abort (whose banner Open MPI prints). `ete launch` checks the job before it starts mpirun

@@ -252,6 +252,7 @@ TEST(Plan, ZeroStage3CostsItsGathersAndReductions) {
                                 .gradients) /
                      4;
     req.pins = parse_layout_pins("dp=4,tp=2,pp=1,micro_batch=8,recompute=full,zero_stage=3");
+    double full_reduce = 0;
     for (const bool nccl : {false, true}) {
         for (const bool overlap : {true, false}) {
             c.nccl = nccl, c.overlap = overlap;
@@ -262,6 +263,7 @@ TEST(Plan, ZeroStage3CostsItsGathersAndReductions) {
             const double reduce = 4 * (move + 6 * 20e-6);
             EXPECT_NEAR(x.cost.dp, reduce, 1e-9);
             EXPECT_NEAR(x.cost.dp_exposed, reduce, 1e-9);
+            full_reduce = x.cost.dp;
             const double gathers = 4 * 2 * (3.0 / 4 * n * 4 / 10e9 + 6 * 2 * 20e-6);
             const double exposed =
                 overlap ? std::max(gathers - x.cost.work(), gathers / 6) : gathers;
@@ -274,11 +276,14 @@ TEST(Plan, ZeroStage3CostsItsGathersAndReductions) {
     c.overlap = false;
     EXPECT_NEAR(make_plan(req, c).ranked.at(0).cost.zero,
                 4 * (3.0 / 4 * n * 4 / 10e9 + 6 * 2 * 20e-6), 1e-9);
-    // Stage 3 shards full training only: a fine-tune's adapters are never planned at stage 3.
+    // A fine-tune plans stage 3 for LoRA and QLoRA too (their base sharded): the reductions move
+    // the adapters' gradients only (the same latencies, a fraction of the bytes).
     req = request("finetune");
+    req.pins = parse_layout_pins("dp=8,tp=1,pp=1,micro_batch=8,zero_stage=3,method=qlora");
     c.device_memory_gib = 100;
-    for (const PlanCandidate& x : make_plan(req, c).ranked)
-        EXPECT_TRUE(x.layout.zero_stage < 3 || x.layout.method == "full");
+    const PlanCandidate q = make_plan(req, c).ranked.at(0);
+    EXPECT_EQ(q.layout.method, "qlora");
+    EXPECT_LT(q.cost.dp, 0.5 * full_reduce);
 }
 
 // Where the model's GEMMs are measured: every precision and tp of the request's layouts at their

@@ -9,15 +9,6 @@
 
 namespace ete {
 
-namespace {
-
-// Frozen parameters keep GEMM operands in the compute dtype, everything else in F32.
-DType frozen_dtype(const ParamSpec& s, DType compute) {
-    return s.kind == ParamKind::Matrix || s.kind == ParamKind::Embedding ? compute : DType::F32;
-}
-
-}  // namespace
-
 ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_rank, int tp_size,
                        DType compute, bool gradients)
     : ParamTable(std::move(table), tp_rank, tp_size),
@@ -78,8 +69,7 @@ CMat ParamStore::weight_span(int i, int64_t rows, int64_t cols) const {
     ETE_ASSERT(!is_nf4(i));
     if (!trainable(i)) {
         ETE_ASSERT(rows * cols == ParamTable::numel(i));
-        const void* p = frozen_[size_t(i)].data();
-        return {p, frozen_dtype(specs()[size_t(i)], compute_), rows, cols};
+        return {frozen_data(i), frozen_dtype(specs()[size_t(i)], compute_), rows, cols};
     }
     const Place p = place(compute_ == DType::F32 ? Flat::Master : Flat::Compute, i);
     return flat_view<const void*>(p.base, compute_, p.offset, p.total, rows, cols);
@@ -108,7 +98,7 @@ CMat ParamStore::value(int i) const {
     ETE_ASSERT(!is_nf4(i));
     if (trainable(i)) return master(i);
     Shape d = dims(i);
-    return {frozen_[size_t(i)].data(), frozen_dtype(specs()[size_t(i)], compute_), d[0], d[1]};
+    return {frozen_data(i), frozen_dtype(specs()[size_t(i)], compute_), d[0], d[1]};
 }
 
 void ParamStore::release_grads() {
@@ -134,6 +124,7 @@ void ParamStore::upload_nf4(int i, const Nf4Tensor& t) {
     ETE_CHECK(t.rows == s.shape[0] && t.cols == s.shape[1],
               "parameter '{}': NF4 tensor ({}, {}), expected {}", s.name, t.rows, t.cols,
               shape_str(s.shape));
+    if (sharded()) return upload_nf4_sharded(i, t);
     nf4_[size_t(i)] = Nf4Buffer(be_, t);
 }
 
@@ -141,10 +132,16 @@ size_t ParamStore::frozen_bytes() const {
     size_t n = 0;
     for (const DeviceBuffer& b : frozen_) n += b.bytes();
     for (const Nf4Buffer& b : nf4_) n += b.bytes();
+    for (const Nf4Buffer& b : nf4_home_) n += b.bytes();
+    for (const WindowBuffers& w : windows_) n += w.frozen.bytes();
     return n;
 }
 
 std::vector<float> ParamStore::download(int i) const {
+    ETE_CHECK(trainable(i) || !sharded(),
+              "parameter '{}' is part of a frozen base sharded over the data-parallel replicas "
+              "(ZeRO-3): it is read only through its group's window",
+              specs()[size_t(i)].name);
     std::vector<float> out(size_t(ParamTable::numel(i)));
     if (is_nf4(i)) {  // dequantized by the backend, like the kernels see it
         DeviceBuffer tmp(be_, out.size() * sizeof(float));
@@ -203,6 +200,7 @@ void ParamStore::upload(int i, const float* host) {
             i, nf4_quantize(host, s.shape[0], s.shape[1], {s.nf4_block, s.nf4_double_quant}));
     }
     if (!trainable(i)) {
+        if (sharded() && frozen_owner_[size_t(i)] != shard_rank_) return;  // another's (ZeRO-3)
         const DType t = frozen_dtype(specs()[size_t(i)], compute_);
         if (t == DType::F32) return be_.upload(frozen_[size_t(i)].data(), host, n * 4);
         std::vector<uint16_t> raw(n);

@@ -177,11 +177,17 @@ class ParamStore : public ParamTable {
     struct ShardGroup {
         int64_t offset = 0, count = 0;
         int window = 0;
+        int first = 0, last = 0;  // its parameters [first, last) in table order, frozen included
     };
-    // Keeps only `mine` of the flat buffers (zeroed) and gives the trainable parameters views
-    // into per-group windows. groups cover [0, numel()) in order; call before any view is taken
-    // (the Transformer does, before building its layers).
-    void shard(const std::vector<ShardGroup>& groups, ShardRange mine);
+    // Keeps only replica `rank`'s shard (of `dp`) of the flat buffers (zeroed) and gives every
+    // parameter views into per-group windows. groups cover the table and [0, numel()) in order;
+    // call before any view is taken (the Transformer does, before building its layers).
+    // A frozen parameter (a LoRA/QLoRA base) lives whole on one replica, its owner — the one
+    // holding the fewest frozen bytes so far, in table order, so the base is spread evenly — an
+    // NF4 weight with all its block statistics (never split inside a block); the others keep
+    // none of it, only its shape (and an NF4 weight's offset). Uploads to a frozen parameter keep
+    // it on its owner only.
+    void shard(const std::vector<ShardGroup>& groups, int dp, int rank);
     bool sharded() const { return !groups_.empty(); }
     int num_groups() const { return int(groups_.size()); }
     const ShardGroup& group(int g) const { return groups_[size_t(g)]; }
@@ -194,6 +200,21 @@ class ParamStore : public ParamTable {
     // Parameter i's elements that lie in this store's flat buffers into out (numel(i) floats; the
     // others are left as they are). Unsharded: the whole parameter.
     void download_owned(int i, float* out) const;
+    // Group g's frozen parameters as the gather moves them: byte ranges of its window, each with
+    // its owner and, on the owner, where its own copy is (null elsewhere).
+    struct FrozenPiece {
+        void* window;
+        const void* home;
+        size_t bytes;
+        int owner;
+    };
+    std::vector<FrozenPiece> frozen_pieces(int g) const;
+    // Backend bytes of frozen parameter i as stored (dense, or NF4 with its statistics and maps),
+    // whether loaded yet or not.
+    size_t frozen_param_bytes(int i) const;
+    // The frozen bytes the largest replica would hold sharded over dp with these groups: its own
+    // parameters and the windows' frozen parts (the memory estimate of a planned run).
+    size_t zero3_frozen_bytes(const std::vector<ShardGroup>& groups, int dp) const;
     void zero_grads();
     // Frees the gradient buffer when training is over (the final save gathers a whole copy of
     // the model and needs the memory). Views into it — the layers' — dangle from then on: every
@@ -233,6 +254,21 @@ class ParamStore : public ParamTable {
         int64_t offset, total;
     };
     Place place(Flat which, int i) const;
+    // Where a frozen parameter's bytes are read: its own buffer, or (sharded) its window's.
+    const void* frozen_data(int i) const;
+    // Sharded NF4 parameter i: its view laid out in its window (data pointers there).
+    Nf4View window_nf4_view(int i) const;
+    void upload_nf4_sharded(int i, const Nf4Tensor& t);
+    // Whether NF4 parameter i is stored double-quantized (a tp shard is not: nf4_shard.h).
+    bool nf4_double_quant(int i) const;
+    // Places group g's frozen parameters: owners (load: each replica's bytes so far) and byte
+    // offsets in the window; returns the window bytes the group needs.
+    size_t place_frozen(const ShardGroup& g, std::vector<size_t>& load, std::vector<int>& owner,
+                        std::vector<size_t>& at) const;
+    // Frozen parameters keep GEMM operands in the compute dtype, everything else in F32.
+    static DType frozen_dtype(const ParamSpec& s, DType compute) {
+        return s.kind == ParamKind::Matrix || s.kind == ParamKind::Embedding ? compute : DType::F32;
+    }
     Backend& be_;
     DType compute_;
     DeviceBuffer master_, grad_, compute_copy_;
@@ -242,10 +278,15 @@ class ParamStore : public ParamTable {
     ShardRange flat_;                   // what master_ and grad_ hold of the flat layout
     // ZeRO-3: the groups, each trainable parameter's group, and the windows' buffers.
     std::vector<ShardGroup> groups_;
-    std::vector<int> group_of_;
+    std::vector<int> group_of_;  // by parameter (frozen ones too)
+    int shard_rank_ = 0;
+    std::vector<int> frozen_owner_;    // by parameter: its owner (-1: trainable)
+    std::vector<size_t> frozen_at_;    // by parameter: its byte offset in its window's frozen part
+    std::vector<Nf4Buffer> nf4_home_;  // the NF4 weights this replica owns
     struct WindowBuffers {
-        DeviceBuffer master, compute, grad;
+        DeviceBuffer master, compute, grad, frozen;
         int64_t capacity = 0;
+        size_t frozen_capacity = 0;
     };
     std::vector<WindowBuffers> windows_;
 };

@@ -28,6 +28,7 @@ std::vector<ParamStore::ShardGroup> Transformer::zero3_groups(bool reshard) cons
     for (size_t k = 0; k < r.size(); ++k) {
         ParamStore::ShardGroup g;
         std::tie(g.offset, g.count) = flat_range(r[k].first, r[k].second);
+        g.first = r[k].first, g.last = r[k].second;
         if (!reshard) {
             g.window = int(k);
         } else if (tied_head && k == 0) {
@@ -60,12 +61,9 @@ int64_t zero3_window_elements(const std::vector<ParamStore::ShardGroup>& groups)
 }
 
 void Transformer::shard_zero3() {
-    ETE_CHECK(!lora_.enabled,
-              "parallel.zero_stage = 3 with LoRA: a sharded frozen base is not built yet (use "
-              "zero_stage 1 or 2)");
     zero3_ = mp_.zero3;
     const std::vector<ParamStore::ShardGroup> groups = zero3_groups(mp_.zero3_reshard);
-    params_.shard(groups, zero_shard(params_.numel(), zero3_->size(), zero3_->rank()));
+    params_.shard(groups, zero3_->size(), zero3_->rank());
     int windows = 0;
     for (const auto& g : groups) windows = std::max(windows, g.window + 1);
     zero3_held_.assign(size_t(windows), -1);
@@ -109,6 +107,13 @@ void Transformer::zero3_start_gather(int g) {
             be_.copy(as_mat(piece),
                      as_mat(params_.masters().slice(p.begin - params_.flat_begin(), p.size())));
         zero3_pending_[w].push_back(dp.ibroadcast(piece.data, size_t(p.size()), DType::F32, r));
+    }
+    // A frozen base: each parameter whole from its owner (an NF4 weight part by part).
+    for (const ParamStore::FrozenPiece& f : params_.frozen_pieces(g)) {
+        if (f.bytes == 0) continue;
+        const int64_t n = int64_t(f.bytes);
+        if (f.home) be_.copy(Mat(f.window, DType::U8, 1, n), CMat(f.home, DType::U8, 1, n));
+        zero3_pending_[w].push_back(dp.ibroadcast(f.window, f.bytes, DType::U8, f.owner));
     }
     if (gather_hook_) gather_hook_();
 }

@@ -74,6 +74,12 @@ class Nf4Buffer {
         view_.blocksize = blocksize;
     }
     const Nf4View& view() const { return view_; }
+    // A view of memory it does not own (ZeRO-3's windows, model/param_store.h): no buffers.
+    static Nf4Buffer over(const Nf4View& v) {
+        Nf4Buffer b;
+        b.view_ = v;
+        return b;
+    }
     // Backend bytes held (packed data, absmax, nested absmax and map).
     size_t bytes() const {
         return packed_.bytes() + absmax_.bytes() + nested_absmax_.bytes() + nested_map_.bytes();

@@ -568,9 +568,6 @@ void validate(const RunConfig& c) {
               c.parallel_bucket_mb);
     ETE_CHECK(c.parallel_zero_stage >= 0 && c.parallel_zero_stage <= 3,
               "parallel.zero_stage = {}: expected 0, 1, 2 or 3", c.parallel_zero_stage);
-    ETE_CHECK(zero_stage(c) < 3 || !c.lora_enabled,
-              "parallel.zero_stage = 3 with lora.enabled: sharding a frozen (LoRA/QLoRA) base is "
-              "not built yet (use zero_stage 1 or 2: only the adapters have optimizer state)");
     ETE_CHECK(zero_stage(c) < 3 || !c.qat_enabled,
               "parallel.zero_stage = 3 with qat.enabled: QAT's weight points read whole weights "
               "outside the layers' gathers (not built yet; use zero_stage 1 or 2)");

@@ -66,8 +66,11 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
         // The largest (last) replica's shard of masters and gradients, and the windows the groups
         // are gathered into: masters, their compute-dtype copy, gradients.
         const uint64_t shard = uint64_t(zero_shard(int64_t(n), dp, dp - 1).size());
-        const uint64_t win = uint64_t(
-            zero3_window_elements(model.zero3_groups(cfg.parallel_zero_reshard_after_forward)));
+        const std::vector<ParamStore::ShardGroup> groups =
+            model.zero3_groups(cfg.parallel_zero_reshard_after_forward);
+        const uint64_t win = uint64_t(zero3_window_elements(groups));
+        // A frozen base: the largest replica's own parameters and the windows' frozen parts.
+        e.frozen = ps.zero3_frozen_bytes(groups, dp);
         e.weights = shard * 4 + win * (4 + (act != DType::F32 ? dtype_size(act) : 0));
         e.gradients = shard * 4 + win * 4;
     }

@@ -113,9 +113,6 @@ class Placer {
     std::map<std::tuple<int, int, int, std::string, std::string, std::string>, Placed> done_;
 };
 
-// The step cost of layout l (plan.h). trainable_rank: the trainable elements of its largest
-// stage's rank (what it all-reduces and steps); trainable_total: the whole model's; placed: the
-// layout's placement where the cluster describes its nodes' links (else launch order).
 // ZeRO-3 (plan.h): the parameter groups of a stage (embeddings, its layers, head).
 double zero3_groups(const PlanRequest& req, const PlanLayout& l) {
     return double(req.model.num_layers) / l.pp + 2;
@@ -132,23 +129,30 @@ double zero3_reduce_s(const PlanRequest& req, const ClusterSpec& c, const PlanLa
     return l.grad_accum * (move + zero3_groups(req, l) * dp.lat_us * 1e-6);
 }
 
-// ZeRO-3's parameter gathers: a rank receives the (dp-1)/dp of each group's fp32 masters it does
-// not hold, per forward and again per backward (parallel.zero_reshard_after_forward), every
-// micro-batch, log2(dp) latencies a group (broadcasts). The next group's gather is prefetched
+// ZeRO-3's parameter gathers: a rank receives the (dp-1)/dp of each group's fp32 masters and of
+// its frozen base (bytes as stored: NF4 or 16-bit) it does not hold, per forward and again per
+// backward (parallel.zero_reshard_after_forward), every micro-batch, log2(dp) latencies a group
+// (broadcasts). The next group's gather is prefetched
 // while one computes: where the cluster overlaps communication, what is exposed is
 // max(gathers - work, one group's gather a pass); else all of it.
 double zero3_gather_s(const PlanRequest& req, const ClusterSpec& c, const PlanLayout& l,
-                      const Link& dp, int64_t n, double work) {
+                      const Link& dp, int64_t n, double frozen, double work) {
     const double passes = l.grad_accum * (req.base.parallel_zero_reshard_after_forward ? 2 : 1);
     const double groups = zero3_groups(req, l);
-    const double all = passes * (double(l.dp - 1) / l.dp * double(n) * 4 / (dp.gbps * 1e9) +
-                                 groups * std::ceil(std::log2(l.dp)) * dp.lat_us * 1e-6);
+    const double all =
+        passes * (double(l.dp - 1) / l.dp * (double(n) * 4 + frozen) / (dp.gbps * 1e9) +
+                  groups * std::ceil(std::log2(l.dp)) * dp.lat_us * 1e-6);
     if (!c.overlap || !req.base.parallel_overlap) return all;
     return std::max(all - work, all / groups);
 }
 
+// The step cost of layout l (plan.h). trainable_rank: the trainable elements of its largest
+// stage's rank (what it all-reduces and steps); frozen_rank: stage 3's whole frozen base of that
+// rank (bytes); trainable_total: the whole model's; placed: the layout's placement where the
+// cluster describes its nodes' links (else launch order).
 StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayout& l,
-                   int64_t trainable_rank, int64_t trainable_total, const PlacementCost* placed) {
+                   int64_t trainable_rank, double frozen_rank, int64_t trainable_total,
+                   const PlacementCost* placed) {
     const ModelConfig& mc = req.model;
     const MeshShape m{l.dp, l.tp, l.pp};
     const bool frozen = l.method != "full";
@@ -190,7 +194,7 @@ StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayou
     }
     if (l.dp > 1 && l.zero_stage == 3) {
         s.dp = s.dp_exposed = zero3_reduce_s(req, c, l, links.dp, trainable_rank);
-        s.zero = zero3_gather_s(req, c, l, links.dp, trainable_rank, s.work());
+        s.zero = zero3_gather_s(req, c, l, links.dp, trainable_rank, frozen_rank, s.work());
     } else if (l.dp > 1) {
         const Link& dp = links.dp;
         const double grad = double(trainable_rank) * (req.base.parallel_grad_bf16 ? 2 : 4);
@@ -240,7 +244,6 @@ std::vector<PlanLayout> enumerate(const PlanRequest& req, const ClusterSpec& c) 
                     for (int z = 0; z <= (dp > 1 ? 3 : 0); ++z)
                         for (const std::string& p : precisions)
                             for (const std::string& me : methods) {
-                                if (z == 3 && me != "full") continue;  // a sharded base: not built
                                 l.recompute = rc, l.zero_stage = z, l.precision = p, l.method = me;
                                 const std::string f[] = {std::to_string(l.dp),
                                                          std::to_string(l.tp),
@@ -394,6 +397,7 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
         std::vector<double> peak(j - i, 0);
         std::vector<int> stage_of(j - i, 0);
         std::vector<int64_t> trainable(j - i, 0);
+        std::vector<double> frozen(j - i, 0);   // stage 3: a rank's whole frozen base, bytes
         std::vector<std::string> terms(j - i);  // the peak stage's estimate, by term
         std::string error;
         try {
@@ -411,6 +415,14 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
                         }
                         trainable[k - i] =
                             std::max<int64_t>(trainable[k - i], model.params().numel());
+                        if (all[k].zero_stage == 3) {  // the whole frozen base a stage gathers
+                            RunConfig whole = lc;
+                            whole.parallel_zero_stage = 0;
+                            frozen[k - i] = std::max(
+                                frozen[k - i],
+                                double(
+                                    estimate_planned(model, whole, mesh, 0, req.threads).frozen));
+                        }
                     }
                 });
             }
@@ -443,7 +455,7 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
             cand.layout = all[k];
             const Placer::Placed* pl = placer.at(req, all[k], total);
             if (pl) cand.placement = pl->text;
-            cand.cost = step_cost(req, c, all[k], trainable[k - i], total,
+            cand.cost = step_cost(req, c, all[k], trainable[k - i], frozen[k - i], total,
                                   pl ? &pl->placement.cost : nullptr);
             cand.peak_gib = peak[k - i] / double(1 << 30);
             cand.peak_stage = stage_of[k - i];

@@ -38,7 +38,8 @@
 //               of the bytes; MPI: an all-reduce), a latency per group
 //   zero        stages 1-2: the masters' all-gather after the step ((dp−1)/dp · 4 bytes per
 //               trainable element of the rank), not overlapped; stage 3: the parameter gathers,
-//               (dp−1)/dp · 4 bytes per element per forward and again per backward (reshard),
+//               (dp−1)/dp · (4 bytes per trainable element + the rank's frozen base as stored)
+//               per forward and again per backward (reshard),
 //               every micro-batch, log2(dp) latencies a group, prefetched behind the previous
 //               group's work where the cluster overlaps: exposed max(gathers − work, one
 //               group's share)
