@@ -212,9 +212,10 @@ class ParamStore : public ParamTable {
     // Backend bytes of frozen parameter i as stored (dense, or NF4 with its statistics and maps),
     // whether loaded yet or not.
     size_t frozen_param_bytes(int i) const;
-    // The frozen bytes the largest replica would hold sharded over dp with these groups: its own
-    // parameters and the windows' frozen parts (the memory estimate of a planned run).
-    size_t zero3_frozen_bytes(const std::vector<ShardGroup>& groups, int dp) const;
+    // The frozen bytes the largest replica would hold sharded over dp with these groups (the
+    // memory estimate): its own parameters (first), and the windows' frozen parts (second).
+    std::pair<size_t, size_t> zero3_frozen_bytes(const std::vector<ShardGroup>& groups,
+                                                 int dp) const;
     void zero_grads();
     // Frees the gradient buffer when training is over (the final save gathers a whole copy of
     // the model and needs the memory). Views into it — the layers' — dangle from then on: every

@@ -71,7 +71,8 @@ size_t ParamStore::place_frozen(const ShardGroup& g, std::vector<size_t>& load,
     return bytes;
 }
 
-size_t ParamStore::zero3_frozen_bytes(const std::vector<ShardGroup>& groups, int dp) const {
+std::pair<size_t, size_t> ParamStore::zero3_frozen_bytes(const std::vector<ShardGroup>& groups,
+                                                         int dp) const {
     std::vector<size_t> capacity, load(size_t(dp), 0);
     std::vector<int> owner(size_t(size()), -1);
     std::vector<size_t> at(size_t(size()), 0);
@@ -80,9 +81,9 @@ size_t ParamStore::zero3_frozen_bytes(const std::vector<ShardGroup>& groups, int
         if (size_t(g.window) >= capacity.size()) capacity.resize(size_t(g.window) + 1, 0);
         capacity[size_t(g.window)] = std::max(capacity[size_t(g.window)], bytes);
     }
-    size_t n = *std::max_element(load.begin(), load.end());
-    for (size_t c : capacity) n += c;
-    return n;
+    size_t windows = 0;
+    for (size_t c : capacity) windows += c;
+    return {*std::max_element(load.begin(), load.end()), windows};
 }
 
 void ParamStore::shard(const std::vector<ShardGroup>& groups, int dp, int rank) {

@@ -69,8 +69,11 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
         const std::vector<ParamStore::ShardGroup> groups =
             model.zero3_groups(cfg.parallel_zero_reshard_after_forward);
         const uint64_t win = uint64_t(zero3_window_elements(groups));
-        // A frozen base: the largest replica's own parameters and the windows' frozen parts.
-        e.frozen = ps.zero3_frozen_bytes(groups, dp);
+        // A frozen base: the largest replica's own parameters and the windows' frozen parts; while
+        // it loads, only its own (the windows are first touched by a gather).
+        const auto [own, windows] = ps.zero3_frozen_bytes(groups, dp);
+        e.frozen = own + windows;
+        e.frozen_dense = std::min<uint64_t>(e.frozen_dense, own);
         e.weights = shard * 4 + win * (4 + (act != DType::F32 ? dtype_size(act) : 0));
         e.gradients = shard * 4 + win * 4;
     }
