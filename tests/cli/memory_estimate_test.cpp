@@ -244,6 +244,17 @@ TEST_F(MemoryEstimate, ThePlanOfEveryRankIsItsEstimate) {
         kPlanModel + std::string("parallel.dp=2 parallel.pp=2 parallel.zero_stage=1 "
                                  "train.optimizer=adamw8bit train.grad_accum=2"),
         MeshShape{2, 1, 2});
+    // ZeRO-3: the shard, the windows, and a QLoRA base spread over the replicas (each tensor on
+    // one, the largest replica's share counted), under tp too.
+    expect_plan_is_the_run(dir_,
+                           kPlanModel + std::string("parallel.dp=2 parallel.tp=2 "
+                                                    "parallel.zero_stage=3 train.precision=bf16"),
+                           MeshShape{2, 2, 1});
+    expect_plan_is_the_run(dir_,
+                           kPlanModel + std::string("parallel.dp=2 parallel.zero_stage=3 "
+                                                    "lora.enabled=true lora.targets=all-linear "
+                                                    "lora.r=4 lora.base_format=nf4"),
+                           MeshShape{2, 1, 1});
 }
 
 // A model no test machine could hold plans in no memory: Llama 3 70B's shapes (HF's count,
@@ -268,6 +279,16 @@ TEST(MemoryPlan, Llama3_70BPlansWithoutMemory) {
     const ete::MemoryEstimate z = plan_memory(mc, cfg, MeshShape{8, 1, 1}, 0, 0, 0, 2);
     EXPECT_EQ(z.optimizer, 8 * (n / 8 + n % 8));  // the last replica's shard: the tail's
     EXPECT_EQ(z.weights, 4 * n);
+    // Stage 3 over 8 replicas: that shard of masters, gradients and moments, and two windows of
+    // masters and gradients, as large as the largest group of each: the embedding (window 0,
+    // with the even layers) and the head with the final norm (window 1, with the odd layers).
+    apply_override(cfg, "parallel.zero_stage=3");
+    const ete::MemoryEstimate z3 = plan_memory(mc, cfg, MeshShape{8, 1, 1}, 0, 0, 0, 2);
+    const uint64_t shard3 = n / 8 + n % 8, windows = 2 * 128256ull * 8192 + 8192;
+    EXPECT_EQ(z3.weights, 4 * (shard3 + windows));
+    EXPECT_EQ(z3.gradients, 4 * (shard3 + windows));
+    EXPECT_EQ(z3.optimizer, 8 * shard3);
+    apply_override(cfg, "parallel.zero_stage=1");
     // tp = 8: each rank holds 1/8 of every matrix (64 query heads, 8 kv heads, 28672 features
     // and 128256 vocabulary rows all divide) and the whole of the 161 norms.
     const uint64_t norms = (80 * 2 + 1) * 8192ull, shard = (n - norms) / 8 + norms;
