@@ -107,6 +107,19 @@ TEST_F(JobFaults, AHangNamesTheStuckRankBeforeTheTimeout) {
     }
 }
 
+// A supervised run in `out` ended as the uninterrupted run `straight` (the fixture's last run):
+// the same final weights and per-step losses, bit for bit.
+void expect_finished_as(const std::string& out, const RunResult& straight,
+                        const std::string& last) {
+    EXPECT_EQ(read_file(out + "/final/model.safetensors"),
+              read_file(last + "/final/model.safetensors"));
+    std::ifstream in(out + "/metrics.jsonl");
+    std::vector<double> losses;
+    for (std::string line; std::getline(in, line);)
+        losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    EXPECT_EQ(losses, straight.losses);
+}
+
 // `ete launch --max-restarts`: a rank killed at three different steps of three attempts (and one
 // attempt hung until its timeout, exit 75) is relaunched from the newest checkpoint each time; the
 // run completes with final weights bit-identical to an uninterrupted run of the same layout, and
@@ -133,13 +146,7 @@ TEST_F(JobFaults, KilledAndHungRanksAreRelaunchedAndFinishBitIdentical) {
         << r.out;
     EXPECT_NE(r.out.find("attempt 4: 2 ranks, exit 137"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("attempt 5: 2 ranks, exit 0"), std::string::npos) << r.out;
-    EXPECT_EQ(read_file(out + "/final/model.safetensors"),
-              read_file(last_out_ + "/final/model.safetensors"));
-    std::ifstream in(out + "/metrics.jsonl");
-    std::vector<double> losses;
-    for (std::string line; std::getline(in, line);)
-        losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-    EXPECT_EQ(losses, straight.losses);
+    expect_finished_as(out, straight, last_out_);
 }
 
 // ZeRO-3: a rank killed inside a parameter gather (its broadcasts started, its peer waiting in
@@ -164,13 +171,7 @@ TEST_F(JobFaults, ARankKilledInAZero3GatherIsRelaunched) {
               std::string::npos)
         << r.out;
     EXPECT_NE(r.out.find("attempt 2: 2 ranks, exit 0"), std::string::npos) << r.out;
-    EXPECT_EQ(read_file(out + "/final/model.safetensors"),
-              read_file(last_out_ + "/final/model.safetensors"));
-    std::ifstream in(out + "/metrics.jsonl");
-    std::vector<double> losses;
-    for (std::string line; std::getline(in, line);)
-        losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-    EXPECT_EQ(losses, straight.losses);
+    expect_finished_as(out, straight, last_out_);
 }
 
 // --min-ranks with a hostfile that loses two of its four slots while the job runs (as a
