@@ -131,7 +131,9 @@ TEST_F(ParallelTrain, ZeroStagesMatchOneProcess) {
 TEST_F(ParallelTrain, ZeroStage3MatchesOneProcess) {
     RunResult one = train(1, "");
     const std::string z3 = " --set parallel.zero_stage=3";
-    expect_same(one, train(2, mesh(2, 1, 1) + z3), "dp=2 stage 3");
+    // Under the sanitizers (sweep() says why) dp = 4 stands for dp = 2, (2,1,2) for (2,2,1).
+    if (!testing::under_sanitizers())
+        expect_same(one, train(2, mesh(2, 1, 1) + z3), "dp=2 stage 3");
     RunResult dp4 = train(4, mesh(4, 1, 1) + z3);
     expect_same(one, dp4, "dp=4 stage 3");
     EXPECT_NE(dp4.log.find("ZeRO stage 3: parameters, gradients and optimizer state of 8440 of "
@@ -141,7 +143,8 @@ TEST_F(ParallelTrain, ZeroStage3MatchesOneProcess) {
     expect_same(one,
                 train(2, mesh(2, 1, 1) + z3 + " --set parallel.zero_reshard_after_forward=false"),
                 "dp=2 stage 3 without resharding");
-    expect_same(one, train(4, mesh(2, 2, 1) + z3), "(2,2,1) stage 3");
+    if (!testing::under_sanitizers())
+        expect_same(one, train(4, mesh(2, 2, 1) + z3), "(2,2,1) stage 3");
     expect_same(one, train(4, mesh(2, 1, 2) + z3), "(2,1,2) stage 3");
     const std::string rc = " --set train.recompute=full";
     expect_same(train(1, rc), train(2, mesh(2, 1, 1) + z3 + rc), "dp=2 stage 3 recompute");
@@ -635,7 +638,7 @@ TEST_F(ParallelTrain, QloraAndLoraShardTheirBaseAtZeroStage3) {
     const double sharded = frozen_mib(train(4, mesh(4, 1, 1) + q + wide + z3).log);
     EXPECT_GT(whole, 1.0);
     EXPECT_LT(sharded, 0.6 * whole) << sharded << " MiB against " << whole;
-    for (const auto& l : std::vector<parallel_test::Layout>{{2, 1, 1}, {2, 2, 1}, {2, 1, 2}})
+    for (const auto& l : sweep({{2, 1, 1}, {2, 2, 1}, {2, 1, 2}}))
         expect_same(one, train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + q + z3),
                     fmt::format("qlora ({},{},{}) stage 3", l[0], l[1], l[2]), tol.wtol, tol.ltol,
                     tol.watol);
