@@ -10,7 +10,7 @@
 namespace ete {
 
 ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_rank, int tp_size,
-                       DType compute, bool gradients)
+                       DType compute, bool gradients, bool deferred)
     : ParamTable(std::move(table), tp_rank, tp_size),
       be_(backend),
       compute_(compute),
@@ -19,9 +19,12 @@ ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_ra
     ETE_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
               "parameter store: compute dtype {} is not F32, BF16 or F16", dtype_name(compute));
     const size_t n = size_t(numel());
-    master_ = DeviceBuffer::zeroed(be_, n * sizeof(float));
-    if (gradients) grad_ = DeviceBuffer::zeroed(be_, n * sizeof(float));
-    if (compute_ != DType::F32) compute_copy_ = DeviceBuffer::zeroed(be_, n * dtype_size(compute_));
+    if (!deferred) {
+        master_ = DeviceBuffer::zeroed(be_, n * sizeof(float));
+        if (gradients) grad_ = DeviceBuffer::zeroed(be_, n * sizeof(float));
+        if (compute_ != DType::F32)
+            compute_copy_ = DeviceBuffer::zeroed(be_, n * dtype_size(compute_));
+    }
     frozen_.resize(size_t(size()));
     nf4_.resize(size_t(size()));
     for (int i = 0; i < size(); ++i) {
@@ -29,10 +32,8 @@ ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_ra
             const ParamSpec& s = specs()[size_t(i)];
             nf4_[size_t(i)] = Nf4Buffer(s.shape[0], s.shape[1], s.nf4_block);
         }
-        if (trainable(i) || is_nf4(i)) continue;
-        const DType t = frozen_dtype(specs()[size_t(i)], compute_);
-        const size_t bytes = size_t(ParamTable::numel(i)) * dtype_size(t);
-        frozen_[size_t(i)] = DeviceBuffer::zeroed(be_, bytes);
+        if (trainable(i) || is_nf4(i) || deferred) continue;
+        frozen_[size_t(i)] = DeviceBuffer::zeroed(be_, frozen_param_bytes(i));
     }
 }
 

@@ -121,9 +121,10 @@ class ParamStore : public ParamTable {
   public:
     // compute: the dtype GEMMs read weights in (F32, BF16, F16). All buffers are zero.
     // gradients = false (a model that only runs forward: eval, generate): no gradient buffer is
-    // allocated, as if release_grads() had been called.
+    // allocated, as if release_grads() had been called. deferred: no buffer is allocated until
+    // shard() (ZeRO-3: a replica never holds the whole model, not even while it is built).
     ParamStore(std::vector<ParamSpec> specs, Backend& backend, int tp_rank = 0, int tp_size = 1,
-               DType compute = DType::F32, bool gradients = true);
+               DType compute = DType::F32, bool gradients = true, bool deferred = false);
 
     Backend& backend() const { return be_; }
     DType compute_dtype() const { return compute_; }

@@ -135,8 +135,11 @@ void ParamStore::shard(const std::vector<ShardGroup>& groups, int dp, int rank) 
     }
     for (int i = 0; i < size(); ++i) {
         if (trainable(i)) continue;
-        if (frozen_owner_[size_t(i)] != rank) frozen_[size_t(i)].reset();
-        if (is_nf4(i)) nf4_[size_t(i)] = Nf4Buffer::over(window_nf4_view(i));
+        frozen_[size_t(i)].reset();  // a dense one's own buffer, on its owner only
+        if (is_nf4(i))
+            nf4_[size_t(i)] = Nf4Buffer::over(window_nf4_view(i));
+        else if (frozen_owner_[size_t(i)] == rank)
+            frozen_[size_t(i)] = DeviceBuffer::zeroed(be_, frozen_param_bytes(i));
     }
 }
 

@@ -31,7 +31,7 @@ Transformer::Transformer(const ModelConfig& config, Backend& backend, const Mode
       lora_(lora),
       act_(compute),
       params_(param_specs(config, mp_, lora, qat), backend, mp_.tp_rank, mp_.tp_size, compute,
-              gradients) {
+              gradients, mp_.zero3 && mp_.zero3->size() > 1) {
     ETE_CHECK(mp_.tp_size == 1 || mp_.tp,
               "tensor parallelism over parallel.tp = {} ranks needs the tp communicator",
               mp_.tp_size);
