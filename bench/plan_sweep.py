@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """bench/plan_sweep.py — what `ete plan` chooses for a 7B and a 70B Llama on H100 clusters of 8 to
 1,024 GPUs (issue 32 item 6; the table in docs/planner.md): for each model, cluster size and
-method (full training, LoRA on a bf16 base, QLoRA), the fastest layout that fits, its predicted
-step and throughput, its estimated peak, and how long the plan took.
+method (full training, full training pinned to ZeRO-3, LoRA on a bf16 base, QLoRA), the fastest
+layout that fits, its predicted step and throughput, its estimated peak, and how long the plan
+took.
 
 The cluster: 8 H100 SXM 80 GB a node on NVLink 4 (450 GB/s a direction), 400 Gb/s InfiniBand a
 GPU (50 GB/s), dense bf16 peak 989 TFLOP/s (gemm_efficiency left at its default, 0.7), HBM3
@@ -57,12 +58,14 @@ def main():
                 cluster = os.path.join(work, f"c{n}.toml")
                 with open(cluster, "w") as f:
                     f.write(toml_section("cluster", dict(nodes=max(1, n // 8), **CLUSTER)))
-                for method in ("full", "lora", "qlora"):
+                for method, pins in (("full", "method=full"),
+                                     ("full, ZeRO-3", "method=full,zero_stage=3"),
+                                     ("lora", "method=lora"), ("qlora", "method=qlora")):
                     t0 = time.monotonic()
                     out = subprocess.run(
                         [a.ete, "plan", "--model", model, "--cluster", cluster, "--seq", str(SEQ),
-                         "--global-batch", str(BATCH), "--goal", "finetune", "--layout",
-                         f"method={method}", "--json"], capture_output=True, text=True)
+                         "--global-batch", str(BATCH), "--goal", "finetune", "--layout", pins,
+                         "--json"], capture_output=True, text=True)
                     dt = time.monotonic() - t0
                     if out.returncode != 0:
                         print(f"| {name} | {n} | {method} | none fits | | | | | | | | | "

@@ -1,7 +1,8 @@
 // tests/model/param_store_test.cpp — the two parameter groups: trainable parameters in one flat
 // F32 master + gradient (+ a compute-dtype copy that AdamW keeps equal to the rounded masters),
 // frozen ones each in its own buffer with no gradient; and nn::Linear over a frozen weight
-// (input gradient, no weight gradient). On the guarded backend, so no host access slips in.
+// (input gradient, no weight gradient); ZeRO-3's shard, windows and spread frozen base. On the
+// guarded backend, so no host access slips in.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -106,6 +107,67 @@ TEST(ParamGroups, LinearOverAFrozenWeightPassesGradientsToItsInput) {
     EXPECT_EQ(frozen.download_grad(1), train.download_grad(1));  // the bias still learns
     std::vector<float> dw = train.download_grad(0);
     EXPECT_TRUE(std::any_of(dw.begin(), dw.end(), [](float v) { return v != 0.0f; }));
+}
+
+// ZeRO-3 (ParamStore::shard): two groups of a bias, a norm and a frozen F32 matrix each, over two
+// replicas. Each replica's flat buffers hold its contiguous shard only; every frozen matrix lives
+// on exactly one replica (the one with the fewest frozen bytes so far: w on 0, then w2 on 1); the
+// layers' views point into the groups' windows; uploads keep only what a replica holds, and a
+// download of what it does not hold is refused.
+TEST(ParamGroups, ZeroThreeShardsTheFlatBuffersAndSpreadsTheFrozenBase) {
+    std::vector<ParamSpec> table = linear_table(true);
+    for (ParamSpec s : linear_table(true)) {
+        s.name += "2";
+        if (s.shape.size() == 2) s.shape[0] = 4;
+        if (s.kind == ParamKind::Bias) s.shape = {4};
+        table.push_back(s);
+    }
+    using G = ParamStore::ShardGroup;
+    const std::vector<G> groups = {{0, 12, 0, 0, 3}, {12, 11, 1, 3, 6}};  // b n | b2 n2
+    const std::vector<float> w = ramp(35, 0.3f), w2 = ramp(28, 0.2f), b = ramp(5, 0.1f);
+    size_t frozen_total = 0;
+    for (int r = 0; r < 2; ++r) {
+        auto be = make_guarded_backend();
+        ParamStore ps(table, *be, 0, 1, DType::F32, true, /*deferred=*/true);
+        ps.shard(groups, 2, r);
+        EXPECT_EQ(ps.flat_begin(), r == 0 ? 0 : 11);
+        EXPECT_EQ(ps.flat_end(), r == 0 ? 11 : 23);
+        EXPECT_EQ(ps.masters().n, r == 0 ? 11 : 12);
+        EXPECT_EQ(ps.master(1).data, ps.window(0).master.data);  // b: first in window 0
+        EXPECT_EQ(ps.master(4).data, ps.window(1).master.data);  // b2: first in window 1
+        ps.upload(0, w.data());
+        ps.upload(3, w2.data());
+        ps.upload(1, b.data());
+        const std::vector<ParamStore::FrozenPiece> p0 = ps.frozen_pieces(0),
+                                                   p1 = ps.frozen_pieces(1);
+        ASSERT_EQ(p0.size(), 1u);
+        ASSERT_EQ(p1.size(), 1u);
+        EXPECT_EQ(p0[0].owner, 0);
+        EXPECT_EQ(p1[0].owner, 1);
+        EXPECT_EQ(p0[0].bytes, 35 * sizeof(float));
+        EXPECT_EQ(p0[0].window, ps.weight(0).data);  // the layer reads the window
+        const ParamStore::FrozenPiece& mine = r == 0 ? p0[0] : p1[0];
+        const ParamStore::FrozenPiece& other = r == 0 ? p1[0] : p0[0];
+        EXPECT_EQ(other.home, nullptr);
+        ASSERT_NE(mine.home, nullptr);
+        std::vector<float> home(mine.bytes / sizeof(float));
+        be->download(home.data(), mine.home, mine.bytes);
+        EXPECT_EQ(home, r == 0 ? w : w2);
+        frozen_total += mine.bytes;
+        EXPECT_THROW(ps.download(0), Error);  // a frozen weight: read through its window only
+        if (r == 0) {  // b lies in replica 0's shard: it keeps it; replica 1 holds none of it
+            EXPECT_EQ(ps.download(1), b);
+        } else {
+            EXPECT_THROW(ps.download(1), Error);
+        }
+    }
+    EXPECT_EQ(frozen_total, (35 + 28) * sizeof(float));  // each frozen weight on one replica
+    auto be = make_guarded_backend();
+    ParamStore ps(table, *be, 0, 1, DType::F32, true, true);
+    const std::string e = error_of([&] { ps.shard({{0, 12, 0, 0, 3}}, 2, 0); });
+    EXPECT_NE(e.find("ZeRO-3: the groups cover 12 of 23 elements, 3 of 6 parameters"),
+              std::string::npos)
+        << e;
 }
 
 }  // namespace
