@@ -158,9 +158,7 @@ std::vector<float> ParamStore::download(int i) const {
                   "parameter '{}' is sharded over the data-parallel replicas (ZeRO-3): this "
                   "replica holds only part of it (download_owned)",
                   specs()[size_t(i)].name);
-        be_.download(out.data(),
-                     static_cast<const float*>(master_.data()) + (offset(i) - flat_.begin),
-                     out.size() * sizeof(float));
+        download_owned(i, out.data());
         return out;
     }
     CMat v = value(i);

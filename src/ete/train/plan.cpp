@@ -404,6 +404,9 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
             for (int s = 0; s < mesh.pp; ++s) {
                 const RunConfig bc = layout_config(req.base, req.seq, first);
                 with_planned_model(req.model, bc, mesh, s, 0, [&](Transformer& model) {
+                    // Stage 3: the whole frozen base this stage gathers, the same for every
+                    // layout of this build (the unsharded estimate's term), computed once.
+                    double stage_frozen = -1;
                     for (size_t k = i; k < j; ++k) {
                         const RunConfig lc = layout_config(req.base, req.seq, all[k]);
                         const MemoryEstimate e =
@@ -415,14 +418,14 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
                         }
                         trainable[k - i] =
                             std::max<int64_t>(trainable[k - i], model.params().numel());
-                        if (all[k].zero_stage == 3) {  // the whole frozen base a stage gathers
-                            RunConfig whole = lc;
+                        if (all[k].zero_stage != 3) continue;
+                        if (stage_frozen < 0) {
+                            RunConfig whole = bc;
                             whole.parallel_zero_stage = 0;
-                            frozen[k - i] = std::max(
-                                frozen[k - i],
-                                double(
-                                    estimate_planned(model, whole, mesh, 0, req.threads).frozen));
+                            stage_frozen =
+                                double(estimate_planned(model, whole, mesh, 0, req.threads).frozen);
                         }
+                        frozen[k - i] = std::max(frozen[k - i], stage_frozen);
                     }
                 });
             }
