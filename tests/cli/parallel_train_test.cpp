@@ -402,8 +402,9 @@ TEST_F(ParallelTrain, Bf16LayoutsAgreeWithinTheirRounding) {
     for (const auto& l : sweep(kLayouts))
         check(train(l[0] * l[1] * l[2], mesh(l[0], l[1], l[2]) + bf16),
               fmt::format("bf16 ({},{},{})", l[0], l[1], l[2]));
-    // ZeRO-3: each window's bf16 copy is converted from its gathered masters, as the compute copy
-    // is from the whole masters (the same rounding of the same values).
+    // ZeRO-3 gathers a matrix as the bf16 copy its holder rounds from its master (norms and
+    // embeddings as F32 masters, rounded in the window), as stage 0 rounds its compute copy from
+    // the masters: the same rounding of the same values.
     check(train(2, mesh(2, 1, 1) + bf16 + " --set parallel.zero_stage=3"), "bf16 dp=2 stage 3");
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "ete/core/rng.h"
 #include "ete/model/param_store.h"
@@ -168,6 +169,34 @@ TEST(ParamGroups, ZeroThreeShardsTheFlatBuffersAndSpreadsTheFrozenBase) {
     EXPECT_NE(e.find("ZeRO-3: the groups cover 12 of 23 elements, 3 of 6 parameters"),
               std::string::npos)
         << e;
+}
+
+// ZeRO-3 gathers in a 16-bit run: the matrices (w, w2) as their bf16 copy, the bias and the norm
+// between them as one F32 run; the matrices' F32 masters are not in the window and asking for
+// one is refused by name. An F32 run gathers the group as one run.
+TEST(ParamGroups, ZeroThreeGathersMatricesInTheComputeDtype) {
+    std::vector<ParamSpec> table = linear_table(false);
+    table.push_back(table[0]);
+    table.back().name = "w2";
+    table.back().role = ParamRole::K;
+    using R = ParamStore::GatherRun;
+    auto runs = [&](DType dt) {
+        auto be = make_guarded_backend();
+        ParamStore ps(table, *be, 0, 1, dt, true, /*deferred=*/true);
+        ps.shard({{0, 82, 0, 0, 4}}, 2, 0);
+        std::vector<std::tuple<int64_t, int64_t, bool>> out;
+        for (const R& r : ps.gather_runs(0)) out.emplace_back(r.offset, r.count, r.compute);
+        if (dt != DType::F32) {
+            EXPECT_EQ(ps.master(1).data, ps.window(0).master.slice(35, 5).data);  // the bias
+            const std::string e = error_of([&] { ps.master(3); });
+            EXPECT_NE(e.find("parameter 'w2': ZeRO-3 gathers its BF16 copy"), std::string::npos)
+                << e;
+        }
+        return out;
+    };
+    using T = std::tuple<int64_t, int64_t, bool>;
+    EXPECT_EQ(runs(DType::BF16), (std::vector<T>{{0, 35, true}, {35, 12, false}, {47, 35, true}}));
+    EXPECT_EQ(runs(DType::F32), (std::vector<T>{{0, 82, false}}));
 }
 
 }  // namespace

@@ -56,6 +56,10 @@ MatViewT<P> flat_view(P base, DType t, int64_t offset, int64_t total, int64_t ro
 
 Mat ParamStore::master_span(int i, int64_t rows, int64_t cols) {
     ETE_ASSERT(trainable(i));
+    ETE_CHECK(!sharded() || !gathered_compute(i),
+              "parameter '{}': ZeRO-3 gathers its {} copy, not its F32 master (the master is "
+              "read from the shard)",
+              specs()[size_t(i)].name, dtype_name(compute_));
     const Place p = place(Flat::Master, i);
     return flat_view(p.base, DType::F32, p.offset, p.total, rows, cols);
 }

@@ -198,6 +198,16 @@ class ParamStore : public ParamTable {
         Vec master, compute, grad;
     };
     Window window(int g);
+    // How group g's trainable elements are gathered: runs [offset, offset + count) of the flat
+    // layout, in order. In a 16-bit run a matrix (read by GEMMs through weight()) is gathered as
+    // its compute-dtype copy only (compute = true: half the traffic, converted on its holder);
+    // norms, biases and embeddings (read through value() or master_span()) as F32 masters, their
+    // compute copy converted in the window. An F32 run gathers each group as one F32 run.
+    struct GatherRun {
+        int64_t offset = 0, count = 0;
+        bool compute = false;
+    };
+    const std::vector<GatherRun>& gather_runs(int g) const { return runs_[size_t(g)]; }
     // Parameter i's elements that lie in this store's flat buffers into out (numel(i) floats; the
     // others are left as they are). Unsharded: the whole parameter.
     void download_owned(int i, float* out) const;
@@ -280,6 +290,11 @@ class ParamStore : public ParamTable {
     ShardRange flat_;                   // what master_ and grad_ hold of the flat layout
     // ZeRO-3: the groups, each trainable parameter's group, and the windows' buffers.
     std::vector<ShardGroup> groups_;
+    std::vector<std::vector<GatherRun>> runs_;  // by group
+    // Whether trainable parameter i is gathered as its compute copy only (gather_runs).
+    bool gathered_compute(int i) const {
+        return compute_ != DType::F32 && specs()[size_t(i)].kind == ParamKind::Matrix;
+    }
     std::vector<int> group_of_;  // by parameter (frozen ones too)
     int shard_rank_ = 0;
     std::vector<int> frozen_owner_;    // by parameter: its owner (-1: trainable)

@@ -119,7 +119,17 @@ void ParamStore::shard(const std::vector<ShardGroup>& groups, int dp, int rank) 
     nf4_home_.clear();
     nf4_home_.resize(size_t(size()));
     std::vector<size_t> load(size_t(dp), 0);  // each replica's frozen bytes so far
+    runs_.assign(groups_.size(), {});
     for (size_t g = 0; g < groups_.size(); ++g) {
+        for (int i = groups_[g].first; i < groups_[g].last; ++i) {
+            if (!trainable(i) || ParamTable::numel(i) == 0) continue;
+            std::vector<GatherRun>& runs = runs_[g];
+            const bool c = gathered_compute(i);
+            if (!runs.empty() && runs.back().compute == c)
+                runs.back().count += ParamTable::numel(i);
+            else
+                runs.push_back({offset(i), ParamTable::numel(i), c});
+        }
         WindowBuffers& w = windows_[size_t(groups_[g].window)];
         w.capacity = std::max(w.capacity, groups_[g].count);
         for (int i = groups_[g].first; i < groups_[g].last; ++i) group_of_[size_t(i)] = int(g);

@@ -99,14 +99,20 @@ void Transformer::zero3_start_gather(int g) {
     zero3_held_[w] = g;
     ParamStore::Window win = params_.window(g);
     Communicator& dp = *zero3_;
-    for (int r = 0; r < dp.size(); ++r) {
-        const ShardRange p = owned_piece(params_.numel(), dp.size(), r, sg.offset, sg.count);
-        if (p.size() == 0) continue;
-        Vec piece = win.master.slice(p.begin - sg.offset, p.size());
-        if (r == dp.rank())
-            be_.copy(as_mat(piece),
-                     as_mat(params_.masters().slice(p.begin - params_.flat_begin(), p.size())));
-        zero3_pending_[w].push_back(dp.ibroadcast(piece.data, size_t(p.size()), DType::F32, r));
+    // Run by run (matrices as their 16-bit copy, converted by their holder), each from the
+    // replicas whose shards hold a piece of it.
+    for (const ParamStore::GatherRun& run : params_.gather_runs(g)) {
+        const Vec to = run.compute ? win.compute : win.master;
+        for (int r = 0; r < dp.size(); ++r) {
+            const ShardRange p = owned_piece(params_.numel(), dp.size(), r, run.offset, run.count);
+            if (p.size() == 0) continue;
+            Vec piece = to.slice(p.begin - sg.offset, p.size());
+            if (r == dp.rank())
+                be_.copy(as_mat(piece),
+                         as_mat(params_.masters().slice(p.begin - params_.flat_begin(), p.size())));
+            zero3_pending_[w].push_back(
+                dp.ibroadcast(piece.data, size_t(p.size()), piece.dtype, r));
+        }
     }
     // A frozen base: each parameter whole from its owner (an NF4 weight part by part).
     for (const ParamStore::FrozenPiece& f : params_.frozen_pieces(g)) {
@@ -126,7 +132,11 @@ void Transformer::zero3_acquire(int g, int next) {
         wait_all(zero3_pending_[w]);
         zero3_pending_[w].clear();
         ParamStore::Window win = params_.window(g);
-        if (!win.compute.empty()) be_.copy(as_mat(win.compute), as_mat(win.master));
+        const int64_t at = params_.group(g).offset;
+        for (const ParamStore::GatherRun& run : params_.gather_runs(g))
+            if (!win.compute.empty() && !run.compute)  // the F32 runs' compute copy
+                be_.copy(as_mat(win.compute.slice(run.offset - at, run.count)),
+                         as_mat(win.master.slice(run.offset - at, run.count)));
     }
     // Prefetch the group that runs next while this one computes, into a window not in use.
     if (next >= 0 && next < params_.num_groups() &&
