@@ -244,8 +244,13 @@ TEST_F(MemoryEstimate, ThePlanOfEveryRankIsItsEstimate) {
         kPlanModel + std::string("parallel.dp=2 parallel.pp=2 parallel.zero_stage=1 "
                                  "train.optimizer=adamw8bit train.grad_accum=2"),
         MeshShape{2, 1, 2});
-    // ZeRO-3: the shard, the windows, and a QLoRA base spread over the replicas (each tensor on
-    // one, the largest replica's share counted), under tp too.
+    // ZeRO-2: the gradients' shard and windows, under tp. ZeRO-3: the shard, the windows, and a
+    // QLoRA base spread over the replicas (each tensor on one, the largest replica's share
+    // counted), under tp too.
+    expect_plan_is_the_run(dir_,
+                           kPlanModel + std::string("parallel.dp=2 parallel.tp=2 "
+                                                    "parallel.zero_stage=2 train.grad_accum=2"),
+                           MeshShape{2, 2, 1});
     expect_plan_is_the_run(dir_,
                            kPlanModel + std::string("parallel.dp=2 parallel.tp=2 "
                                                     "parallel.zero_stage=3 train.precision=bf16"),
@@ -288,6 +293,12 @@ TEST(MemoryPlan, Llama3_70BPlansWithoutMemory) {
     EXPECT_EQ(z3.weights, 4 * (shard3 + windows));
     EXPECT_EQ(z3.gradients, 4 * (shard3 + windows));
     EXPECT_EQ(z3.optimizer, 8 * shard3);
+    // Stage 2: whole masters; the gradients' shard and two gradient windows as stage 3's.
+    apply_override(cfg, "parallel.zero_stage=2");
+    const ete::MemoryEstimate z2 = plan_memory(mc, cfg, MeshShape{8, 1, 1}, 0, 0, 0, 2);
+    EXPECT_EQ(z2.weights, 4 * n);
+    EXPECT_EQ(z2.gradients, 4 * (shard3 + windows));
+    EXPECT_EQ(z2.optimizer, 8 * shard3);
     apply_override(cfg, "parallel.zero_stage=1");
     // tp = 8: each rank holds 1/8 of every matrix (64 query heads, 8 kv heads, 28672 features
     // and 128256 vocabulary rows all divide) and the whole of the 161 norms.

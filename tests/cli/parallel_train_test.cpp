@@ -97,25 +97,32 @@ TEST_F(ParallelTrain, AutoLayoutTrainsWithThePrintedLayout) {
 }
 
 // ZeRO-2 reduces each gradient piece to the replica whose shard holds it (parallel/zero.h), which
-// alone updates it; the gather of the masters then gives every replica the whole step. Same
-// update as one process, within the same summation-order noise: tiny buckets that straddle the
-// shards, dp = 4 over tp = 1 (the last shard holds the tail), and a tied GPT-2 over dp = 2 x pp = 2
-// whose embedding gradient is all-reduced whole before the stages sum it. (Stage 1 runs in
+// alone keeps and updates it; the gather of the masters then gives every replica the whole step.
+// Each group of layers writes its gradient into a window reduced into the shards after its
+// backward, every micro-batch (as at stage 3), so a replica holds only its shard of the
+// gradients. Same update as one process, within the same summation-order noise: dp = 2 and 4
+// (the last shard holds the tail), and a tied GPT-2 over dp = 2 x pp = 2 whose embedding
+// gradient the stages sum whole: there the whole buffer is kept and reduced to the owners bucket
+// by bucket (tiny buckets that straddle the shards). (Stage 1 runs in
 // DataParallelMatchesOneProcess; stage 2 on the guarded backend and across a resume below.)
 TEST_F(ParallelTrain, ZeroStagesMatchOneProcess) {
     RunResult one = train(1, "");
     const std::string z2 = " --set parallel.zero_stage=2";
-    expect_same(one, train(2, mesh(2, 1, 1) + z2 + " --set parallel.bucket_mb=0.001"),
-                "dp=2 stage 2, 1 KiB buckets");
+    expect_same(one, train(2, mesh(2, 1, 1) + z2), "dp=2 stage 2");
     RunResult dp4 = train(4, mesh(4, 1, 1) + z2);
     expect_same(one, dp4, "dp=4 stage 2");
     // The fixture's Llama has 33,760 trainable elements: 8,440 on each replica (rank 0 logs).
-    EXPECT_NE(dp4.log.find("ZeRO stage 2: optimizer state of 8440 of 33760 elements"),
+    EXPECT_NE(dp4.log.find("ZeRO stage 2: gradients and optimizer state of 8440 of 33760 elements"),
               std::string::npos)
         << dp4.log;
     const std::string gpt2 =
         " --set model.arch=gpt2 --set model.num_kv_heads=4 --set train.adam_eps=1e-4";
-    expect_same(train(1, gpt2), train(4, mesh(2, 1, 2) + gpt2 + z2), "tied gpt2 (2,1,2) stage 2");
+    RunResult tied = train(4, mesh(2, 1, 2) + gpt2 + z2 + " --set parallel.bucket_mb=0.001");
+    expect_same(train(1, gpt2), tied, "tied gpt2 (2,1,2) stage 2, 1 KiB buckets");
+    EXPECT_NE(tied.log.find("ZeRO stage 2: optimizer state (gradients reduced to their owners in a "
+                            "whole buffer"),
+              std::string::npos)
+        << tied.log;
 }
 
 // ZeRO-3 shards the parameters too: each replica keeps its shard of the masters, gradients and

@@ -129,7 +129,7 @@ TEST(ParamGroups, ZeroThreeShardsTheFlatBuffersAndSpreadsTheFrozenBase) {
     size_t frozen_total = 0;
     for (int r = 0; r < 2; ++r) {
         auto be = make_guarded_backend();
-        ParamStore ps(table, *be, 0, 1, DType::F32, true, /*deferred=*/true);
+        ParamStore ps(table, *be, 0, 1, DType::F32, true, ParamStore::Deferred::All);
         ps.shard(groups, 2, r);
         EXPECT_EQ(ps.flat_begin(), r == 0 ? 0 : 11);
         EXPECT_EQ(ps.flat_end(), r == 0 ? 11 : 23);
@@ -164,7 +164,7 @@ TEST(ParamGroups, ZeroThreeShardsTheFlatBuffersAndSpreadsTheFrozenBase) {
     }
     EXPECT_EQ(frozen_total, (35 + 28) * sizeof(float));  // each frozen weight on one replica
     auto be = make_guarded_backend();
-    ParamStore ps(table, *be, 0, 1, DType::F32, true, true);
+    ParamStore ps(table, *be, 0, 1, DType::F32, true, ParamStore::Deferred::All);
     const std::string e = error_of([&] { ps.shard({{0, 12, 0, 0, 3}}, 2, 0); });
     EXPECT_NE(e.find("ZeRO-3: the groups cover 12 of 23 elements, 3 of 6 parameters"),
               std::string::npos)
@@ -182,7 +182,7 @@ TEST(ParamGroups, ZeroThreeGathersMatricesInTheComputeDtype) {
     using R = ParamStore::GatherRun;
     auto runs = [&](DType dt) {
         auto be = make_guarded_backend();
-        ParamStore ps(table, *be, 0, 1, dt, true, /*deferred=*/true);
+        ParamStore ps(table, *be, 0, 1, dt, true, ParamStore::Deferred::All);
         ps.shard({{0, 82, 0, 0, 4}}, 2, 0);
         std::vector<std::tuple<int64_t, int64_t, bool>> out;
         for (const R& r : ps.gather_runs(0)) out.emplace_back(r.offset, r.count, r.compute);

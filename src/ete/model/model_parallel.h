@@ -33,6 +33,10 @@ struct ModelParallel {
     // forward and gather them again for its backward (parallel.zero_reshard_after_forward).
     Communicator* zero3 = nullptr;
     bool zero3_reshard = true;
+    // ZeRO stage 2 (parallel.zero_stage = 2), when set and zero3 is not: only the gradients are
+    // sharded over this group; each group of layers writes its gradient into a window that is
+    // reduced into the owners' shards after its backward, as at stage 3.
+    Communicator* zero2 = nullptr;
 
     bool first_stage() const { return stage == 0; }
     bool last_stage() const { return stage == num_stages - 1; }

@@ -10,18 +10,20 @@
 namespace ete {
 
 ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_rank, int tp_size,
-                       DType compute, bool gradients, bool deferred)
+                       DType compute, bool gradients, Deferred deferred)
     : ParamTable(std::move(table), tp_rank, tp_size),
       be_(backend),
       compute_(compute),
       grads_released_(!gradients),
-      flat_{0, numel()} {
+      flat_{0, numel()},
+      grad_flat_{0, numel()} {
     ETE_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
               "parameter store: compute dtype {} is not F32, BF16 or F16", dtype_name(compute));
     const size_t n = size_t(numel());
-    if (!deferred) {
+    if (deferred != Deferred::All) {
         master_ = DeviceBuffer::zeroed(be_, n * sizeof(float));
-        if (gradients) grad_ = DeviceBuffer::zeroed(be_, n * sizeof(float));
+        if (gradients && deferred == Deferred::None)
+            grad_ = DeviceBuffer::zeroed(be_, n * sizeof(float));
         if (compute_ != DType::F32)
             compute_copy_ = DeviceBuffer::zeroed(be_, n * dtype_size(compute_));
     }
@@ -32,7 +34,7 @@ ParamStore::ParamStore(std::vector<ParamSpec> table, Backend& backend, int tp_ra
             const ParamSpec& s = specs()[size_t(i)];
             nf4_[size_t(i)] = Nf4Buffer(s.shape[0], s.shape[1], s.nf4_block);
         }
-        if (trainable(i) || is_nf4(i) || deferred) continue;
+        if (trainable(i) || is_nf4(i) || deferred == Deferred::All) continue;
         frozen_[size_t(i)] = DeviceBuffer::zeroed(be_, frozen_param_bytes(i));
     }
 }
@@ -234,7 +236,7 @@ void ParamStore::upload_masters(const float* host) {
 }
 
 std::vector<float> ParamStore::download_grads() const {
-    ETE_CHECK(!sharded(), "download_grads: the gradients are sharded (ZeRO-3)");
+    ETE_CHECK(!grads_sharded(), "download_grads: the gradients are sharded (ZeRO-2/3)");
     std::vector<float> g(static_cast<size_t>(numel()));
     be_.download(g.data(), grad_.data(), grad_.bytes());
     return g;
@@ -242,7 +244,7 @@ std::vector<float> ParamStore::download_grads() const {
 
 std::vector<float> ParamStore::download_grad(int i) const {
     ETE_ASSERT(trainable(i));
-    ETE_CHECK(!sharded(), "download_grad: the gradients are sharded (ZeRO-3)");
+    ETE_CHECK(!grads_sharded(), "download_grad: the gradients are sharded (ZeRO-2/3)");
     std::vector<float> g(size_t(ParamTable::numel(i)));
     be_.download(g.data(), static_cast<const float*>(grad_.data()) + offset(i),
                  g.size() * sizeof(float));
@@ -250,7 +252,7 @@ std::vector<float> ParamStore::download_grad(int i) const {
 }
 
 void ParamStore::upload_grads(const float* host) {
-    ETE_CHECK(!sharded(), "upload_grads: the gradients are sharded (ZeRO-3)");
+    ETE_CHECK(!grads_sharded(), "upload_grads: the gradients are sharded (ZeRO-2/3)");
     be_.upload(grad_.data(), host, grad_.bytes());
 }
 

@@ -13,6 +13,10 @@
 // Under tensor parallelism the store holds one rank's shards (ParamSpec::shape) and knows that
 // rank (tp_rank, tp_size).
 //
+// ZeRO-2 (shard(..., params = false)): only the gradient buffer is sharded: it holds this
+// replica's shard [grad_begin(), grad_end()), and every trainable parameter's gradient view lies
+// in its group's window; the masters and their compute copy stay whole.
+//
 // ZeRO-3 (shard()): the flat trainable buffers hold only this replica's shard [flat_begin(),
 // flat_end()) of the numel() elements — the contiguous shard of parallel/zero.h, so the optimizer,
 // the sharded gradient norm and checkpoints walk it as at stages 1 and 2 — and every trainable
@@ -121,10 +125,13 @@ class ParamStore : public ParamTable {
   public:
     // compute: the dtype GEMMs read weights in (F32, BF16, F16). All buffers are zero.
     // gradients = false (a model that only runs forward: eval, generate): no gradient buffer is
-    // allocated, as if release_grads() had been called. deferred: no buffer is allocated until
-    // shard() (ZeRO-3: a replica never holds the whole model, not even while it is built).
+    // allocated, as if release_grads() had been called. deferred: which buffers wait for shard()
+    // (a replica never holds what it will shard, not even while it is built): the gradients
+    // (ZeRO-2) or all of them (ZeRO-3).
+    enum class Deferred { None, Grads, All };
     ParamStore(std::vector<ParamSpec> specs, Backend& backend, int tp_rank = 0, int tp_size = 1,
-               DType compute = DType::F32, bool gradients = true, bool deferred = false);
+               DType compute = DType::F32, bool gradients = true,
+               Deferred deferred = Deferred::None);
 
     Backend& backend() const { return be_; }
     DType compute_dtype() const { return compute_; }
@@ -163,8 +170,10 @@ class ParamStore : public ParamTable {
     // numel() of them unless sharded): element k of the layout is element k - flat_begin() here.
     Vec masters() { return {master_.data(), DType::F32, flat_size()}; }
     CVec masters() const { return {master_.data(), DType::F32, flat_size()}; }
-    Vec grads() { return {grad_.data(), DType::F32, grad_.data() ? flat_size() : 0}; }
-    CVec grads() const { return {grad_.data(), DType::F32, grad_.data() ? flat_size() : 0}; }
+    // The gradient buffer: elements [grad_begin(), grad_end()) of the flat layout (the same
+    // range as the masters', except at ZeRO-2, where only the gradients are sharded).
+    Vec grads() { return {grad_.data(), DType::F32, grad_.data() ? grad_flat_.size() : 0}; }
+    CVec grads() const { return {grad_.data(), DType::F32, grad_.data() ? grad_flat_.size() : 0}; }
     // The compute copy, or empty when the compute dtype is F32 (or the store is sharded).
     Vec compute_copy() {
         return {compute_copy_.data(), compute_, compute_copy_.data() ? flat_size() : 0};
@@ -172,6 +181,8 @@ class ParamStore : public ParamTable {
     int64_t flat_begin() const { return flat_.begin; }
     int64_t flat_end() const { return flat_.end; }
     int64_t flat_size() const { return flat_.size(); }
+    int64_t grad_begin() const { return grad_flat_.begin; }
+    int64_t grad_end() const { return grad_flat_.end; }
 
     // --- ZeRO-3 (see the top of this file). ---
     // A contiguous range of the flat layout run together, and the window it is read through.
@@ -188,12 +199,15 @@ class ParamStore : public ParamTable {
     // NF4 weight with all its block statistics (never split inside a block); the others keep
     // none of it, only its shape (and an NF4 weight's offset). Uploads to a frozen parameter keep
     // it on its owner only.
-    void shard(const std::vector<ShardGroup>& groups, int dp, int rank);
-    bool sharded() const { return !groups_.empty(); }
+    // params = false (ZeRO-2): the gradients only (the top of this file); the groups' windows
+    // then have gradients only.
+    void shard(const std::vector<ShardGroup>& groups, int dp, int rank, bool params = true);
+    bool sharded() const { return params_sharded_; }         // ZeRO-3
+    bool grads_sharded() const { return !groups_.empty(); }  // ZeRO-2 or 3
     int num_groups() const { return int(groups_.size()); }
     const ShardGroup& group(int g) const { return groups_[size_t(g)]; }
     // Group g's window: its masters (F32), their compute-dtype copy (empty for F32) and its
-    // gradient, count elements each.
+    // gradient, count elements each (ZeRO-2: the gradient only).
     struct Window {
         Vec master, compute, grad;
     };
@@ -287,7 +301,9 @@ class ParamStore : public ParamTable {
     bool grads_released_ = false;
     std::vector<DeviceBuffer> frozen_;  // by parameter index (empty for trainable ones)
     std::vector<Nf4Buffer> nf4_;        // by parameter index (NF4 parameters only)
-    ShardRange flat_;                   // what master_ and grad_ hold of the flat layout
+    ShardRange flat_;                   // what master_ (and compute_copy_) hold of the flat layout
+    ShardRange grad_flat_;              // what grad_ holds of it
+    bool params_sharded_ = false;
     // ZeRO-3: the groups, each trainable parameter's group, and the windows' buffers.
     std::vector<ShardGroup> groups_;
     std::vector<std::vector<GatherRun>> runs_;  // by group

@@ -8,7 +8,7 @@
 namespace ete {
 
 ParamStore::Place ParamStore::place(Flat which, int i) const {
-    if (!sharded()) {
+    if (which == Flat::Grad ? !grads_sharded() : !sharded()) {
         void* base = which == Flat::Master    ? master_.data()
                      : which == Flat::Compute ? compute_copy_.data()
                                               : grad_.data();
@@ -86,7 +86,7 @@ std::pair<size_t, size_t> ParamStore::zero3_frozen_bytes(const std::vector<Shard
     return {*std::max_element(load.begin(), load.end()), windows};
 }
 
-void ParamStore::shard(const std::vector<ShardGroup>& groups, int dp, int rank) {
+void ParamStore::shard(const std::vector<ShardGroup>& groups, int dp, int rank, bool params) {
     const ShardRange mine = zero_shard(numel(), dp, rank);
     ETE_CHECK(!groups.empty(), "ZeRO-3: no parameter groups");
     int64_t at = 0;
@@ -105,15 +105,27 @@ void ParamStore::shard(const std::vector<ShardGroup>& groups, int dp, int rank) 
               "ZeRO-3: the groups cover {} of {} elements, {} of {} parameters", at, numel(), param,
               size());
     groups_ = groups;
-    flat_ = mine;
+    grad_flat_ = mine;
     shard_rank_ = rank;
     const bool grads = !grads_released_;
-    master_ = DeviceBuffer::zeroed(be_, size_t(mine.size()) * sizeof(float));
     if (grads) grad_ = DeviceBuffer::zeroed(be_, size_t(mine.size()) * sizeof(float));
-    compute_copy_.reset();
     windows_.clear();
     windows_.resize(size_t(windows));
     group_of_.assign(size_t(size()), -1);
+    if (!params) {  // ZeRO-2: gradient windows only
+        for (size_t g = 0; g < groups_.size(); ++g) {
+            WindowBuffers& w = windows_[size_t(groups_[g].window)];
+            w.capacity = std::max(w.capacity, groups_[g].count);
+            for (int i = groups_[g].first; i < groups_[g].last; ++i) group_of_[size_t(i)] = int(g);
+        }
+        for (WindowBuffers& w : windows_)
+            if (grads) w.grad = DeviceBuffer::zeroed(be_, size_t(w.capacity) * sizeof(float));
+        return;
+    }
+    params_sharded_ = true;
+    flat_ = mine;
+    master_ = DeviceBuffer::zeroed(be_, size_t(mine.size()) * sizeof(float));
+    compute_copy_.reset();
     frozen_owner_.assign(size_t(size()), -1);
     frozen_at_.assign(size_t(size()), 0);
     nf4_home_.clear();
@@ -217,7 +229,7 @@ ParamStore::Window ParamStore::window(int g) {
     const ShardGroup& s = groups_[size_t(g)];
     WindowBuffers& w = windows_[size_t(s.window)];
     Window out;
-    out.master = Vec{w.master.data(), DType::F32, s.count};
+    if (w.master.data()) out.master = Vec{w.master.data(), DType::F32, s.count};
     if (w.compute.data()) out.compute = Vec{w.compute.data(), compute_, s.count};
     if (w.grad.data()) out.grad = Vec{w.grad.data(), DType::F32, s.count};
     return out;

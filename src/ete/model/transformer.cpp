@@ -31,7 +31,10 @@ Transformer::Transformer(const ModelConfig& config, Backend& backend, const Mode
       lora_(lora),
       act_(compute),
       params_(param_specs(config, mp_, lora, qat), backend, mp_.tp_rank, mp_.tp_size, compute,
-              gradients, mp_.zero3 && mp_.zero3->size() > 1) {
+              gradients,
+              mp_.zero3 && mp_.zero3->size() > 1   ? ParamStore::Deferred::All
+              : mp_.zero2 && mp_.zero2->size() > 1 ? ParamStore::Deferred::Grads
+                                                   : ParamStore::Deferred::None) {
     ETE_CHECK(mp_.tp_size == 1 || mp_.tp,
               "tensor parallelism over parallel.tp = {} ranks needs the tp communicator",
               mp_.tp_size);
@@ -54,7 +57,10 @@ Transformer::Transformer(const ModelConfig& config, Backend& backend, const Mode
     V_ = int(shard_extent(kPaddedRows, cfg_.vocab_size, P));
     vocab_begin_ = mp_.tp_rank * V_;
     vocab_valid_ = std::clamp(cfg_.vocab_size - vocab_begin_, 0, V_);
-    if (mp_.zero3 && mp_.zero3->size() > 1) shard_zero3();
+    if (mp_.zero3 && mp_.zero3->size() > 1)
+        shard_zero3();
+    else if (mp_.zero2 && mp_.zero2->size() > 1)
+        shard_zero2();
     build_layers();
     build_grad_groups();
 }

@@ -306,7 +306,11 @@ class Transformer {
     // (zero3_pending_: each window's broadcasts in flight).
     // zero3_zero_grad(g) clears g's window gradient before a micro-batch writes it, and
     // zero3_reduce(g) sums it over the replicas into the owners' shard gradients.
+    // ZeRO-2 (ModelParallel::zero2): shard_zero2 gives the ParamStore gradient windows only; the
+    // zero_grad and reduce calls then work as at stage 3 (zero_reduce_: the group they reduce
+    // over, stage 2 or 3), the gathers do nothing.
     void shard_zero3();
+    void shard_zero2();
     void zero3_acquire(int g, int next);
     void zero3_start_gather(int g);
     void zero3_stale();
@@ -314,6 +318,7 @@ class Transformer {
     void zero3_reduce(int g);
     int head_group_id() const { return head_group_.id; }
     Communicator* zero3_ = nullptr;
+    Communicator* zero_reduce_ = nullptr;
     std::vector<int> zero3_held_;
     std::vector<std::vector<Request>> zero3_pending_;
     std::function<void()> gather_hook_;

@@ -185,11 +185,11 @@ void Transformer::build_grad_groups() {
 }
 
 // Padding rows get exactly zero gradients (they do by construction: zero weights, masked
-// logits; masking keeps it so whatever rounding does), then the hook hears of the range (ZeRO-3:
-// the group's window gradient is reduced into the replicas' shards instead).
+// logits; masking keeps it so whatever rounding does), then the hook hears of the range (ZeRO-2
+// and 3: the group's window gradient is reduced into the replicas' shards instead).
 void Transformer::finish_group(const GradGroup& g) {
     for (const Vec& pad : g.padding) be_.fill(as_mat(pad), 0.0f);
-    if (zero3_) return zero3_reduce(g.id);
+    if (zero_reduce_) return zero3_reduce(g.id);
     if (grad_ready_ && g.count > 0) grad_ready_(g.offset, g.count);
 }
 

@@ -46,7 +46,8 @@ double Transformer::run_forward(Slot& s, AttnDims d, const int32_t* inputs, cons
     qat_train_ = backward || qat_calibrate_;
     use_dropout_of(s);
     zero3_stale();
-    if (zero3_ && backward && mp_.last_stage()) {  // the head's gradient accumulates from here
+    if (zero_reduce_ && backward &&
+        mp_.last_stage()) {  // the head's gradient accumulates from here
         zero3_zero_grad(head_group_.id);
         if (mp_.first_stage() && head_param() == params_.find(ParamRole::TokenEmbed))
             zero3_zero_grad(embed_group_.id);  // the tied embedding is the head

@@ -61,13 +61,18 @@ int64_t zero3_window_elements(const std::vector<ParamStore::ShardGroup>& groups)
 }
 
 void Transformer::shard_zero3() {
-    zero3_ = mp_.zero3;
+    zero3_ = zero_reduce_ = mp_.zero3;
     const std::vector<ParamStore::ShardGroup> groups = zero3_groups(mp_.zero3_reshard);
     params_.shard(groups, zero3_->size(), zero3_->rank());
     int windows = 0;
     for (const auto& g : groups) windows = std::max(windows, g.window + 1);
     zero3_held_.assign(size_t(windows), -1);
     zero3_pending_.resize(size_t(windows));
+}
+
+void Transformer::shard_zero2() {
+    zero_reduce_ = mp_.zero2;
+    params_.shard(zero3_groups(true), zero_reduce_->size(), zero_reduce_->rank(), false);
 }
 
 void Transformer::zero3_stale() {
@@ -146,7 +151,7 @@ void Transformer::zero3_acquire(int g, int next) {
 }
 
 void Transformer::zero3_zero_grad(int g) {
-    if (!zero3_) return;
+    if (!zero_reduce_) return;
     const Vec grad = params_.window(g).grad;
     if (!grad.empty()) be_.fill(as_mat(grad), 0.0f);
 }
@@ -155,14 +160,14 @@ void Transformer::zero3_reduce(int g) {
     const ParamStore::ShardGroup& sg = params_.group(g);
     const Vec grad = params_.window(g).grad;
     if (grad.empty()) return;
-    Communicator& dp = *zero3_;
+    Communicator& dp = *zero_reduce_;
     for (int r = 0; r < dp.size(); ++r) {
         const ShardRange p = owned_piece(params_.numel(), dp.size(), r, sg.offset, sg.count);
         if (p.size() == 0) continue;
         Vec piece = grad.slice(p.begin - sg.offset, p.size());
         dp.reduce(piece.data, size_t(p.size()), DType::F32, ReduceOp::Sum, r);
         if (r == dp.rank())
-            be_.add(as_mat(params_.grads().slice(p.begin - params_.flat_begin(), p.size())),
+            be_.add(as_mat(params_.grads().slice(p.begin - params_.grad_begin(), p.size())),
                     as_mat(piece));
     }
 }

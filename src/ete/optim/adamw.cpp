@@ -53,8 +53,8 @@ void AdamW::step(double lr, float grad_scale) {
         const AdamWStep s =
             adamw_step_of(cfg_, store_.specs()[size_t(sg.param)], lr, grad_scale, t_);
         const int64_t lo = sg.lo, n = sg.hi - sg.lo, at = lo - store_.flat_begin();
-        be_.adamw_step(p.slice(at, n), g.slice(at, n), exp_avg().slice(lo - begin_, n),
-                       exp_avg_sq().slice(lo - begin_, n), s,
+        be_.adamw_step(p.slice(at, n), g.slice(lo - store_.grad_begin(), n),
+                       exp_avg().slice(lo - begin_, n), exp_avg_sq().slice(lo - begin_, n), s,
                        copy.empty() ? Vec{} : copy.slice(at, n));
     }
 }
@@ -78,7 +78,7 @@ double counted_squares(ParamStore& store, Backend& backend, int64_t begin, int64
         const int64_t lo = std::max(begin, store.offset(i));
         const int64_t hi = std::min(end, store.offset(i) + store.numel(i));
         if (lo >= hi) continue;
-        const double s = backend.sum_squares(store.grads().slice(lo - store.flat_begin(), hi - lo));
+        const double s = backend.sum_squares(store.grads().slice(lo - store.grad_begin(), hi - lo));
         *finite = *finite && std::isfinite(s);
         if (store.counts_in_norm(i)) sq += s;
     }

@@ -95,12 +95,13 @@ void AdamW8bit::step(double lr, float grad_scale) {
         const AdamWStep s =
             adamw_step_of(cfg_, store_.specs()[size_t(part.param)], lr, grad_scale, t_);
         const int64_t lo = part.lo, n = part.hi - part.lo, at = lo - store_.flat_begin();
-        const Vec c = copy.empty() ? Vec{} : copy.slice(at, n);
+        const Vec c = copy.empty() ? Vec{} : copy.slice(at, n),
+                  gp = g.slice(lo - store_.grad_begin(), n);
         if (part.q) {
-            be_.adamw8bit_step(p.slice(at, n), g.slice(at, n), codes(0, part), codes(1, part),
-                               absmax(0, part), absmax(1, part), kBlock, s, c);
+            be_.adamw8bit_step(p.slice(at, n), gp, codes(0, part), codes(1, part), absmax(0, part),
+                               absmax(1, part), kBlock, s, c);
         } else {
-            be_.adamw_step(p.slice(at, n), g.slice(at, n), f32(0, part), f32(1, part), s, c);
+            be_.adamw_step(p.slice(at, n), gp, f32(0, part), f32(1, part), s, c);
         }
     }
 }

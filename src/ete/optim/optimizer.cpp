@@ -24,6 +24,7 @@ Optimizer::Optimizer(ParamStore& store, Backend& backend, int64_t begin, int64_t
     : store_(store), be_(backend), begin_(begin), end_(end) {
     ETE_ASSERT(0 <= begin && begin <= end && end <= store.numel());
     ETE_ASSERT(begin >= store.flat_begin() && end <= store.flat_end());  // held by this store
+    ETE_ASSERT(begin >= store.grad_begin() && end <= store.grad_end());
 }
 
 std::vector<float> Optimizer::download_state(int k) const {

@@ -159,6 +159,15 @@ DType save_dtype(const RunConfig& cfg);
 inline int zero_stage(const RunConfig& cfg) {
     return cfg.parallel_zero_stage > 0 ? cfg.parallel_zero_stage : (cfg.parallel_zero1 ? 1 : 0);
 }
+// Whether ZeRO stage 2 shards the gradient buffer itself (each group's gradient in a window,
+// reduced into the replica's shard after its backward: model/param_store.h), with dp replicas,
+// pp stages and tied embeddings or not. Not with QAT (its masks rewrite whole weight gradients
+// after backward) nor with embeddings tied across pipeline stages (their gradients are summed
+// whole between the stages): there a replica keeps the whole buffer and reduces each bucket to
+// its owners.
+inline bool zero2_shards_grads(const RunConfig& cfg, int dp, int pp, bool tied) {
+    return dp > 1 && zero_stage(cfg) == 2 && !cfg.qat_enabled && !(pp > 1 && tied);
+}
 
 // The [lora] section as the model sees it (enabled = false when LoRA is off). lora.targets left at
 // its default on GPT-2 or Phi-3 (no q_proj/v_proj) is PEFT's default for that family.

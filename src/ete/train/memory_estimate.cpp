@@ -77,6 +77,13 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
         e.weights = shard * 4 + win * (4 + (act != DType::F32 ? dtype_size(act) : 0));
         e.gradients = shard * 4 + win * 4;
     }
+    const ModelConfig& mc = model.config();
+    const bool grad_windows = zero2_shards_grads(cfg, dp, model.model_parallel().num_stages,
+                                                 mc.family().always_tied || mc.tie_word_embeddings);
+    if (grad_windows) {  // ZeRO-2: the shard of the gradients and the groups' gradient windows
+        const uint64_t shard = uint64_t(zero_shard(int64_t(n), dp, dp - 1).size());
+        e.gradients = shard * 4 + uint64_t(zero3_window_elements(model.zero3_groups(true))) * 4;
+    }
     // train.optimizer's state for this rank's shard (ZeRO: the size of the last replica's, which
     // is never smaller than the others', at the start of the buffer).
     const ShardRange r = zero_stage(cfg) > 0 && dp > 1 ? zero_shard(int64_t(n), dp, dp - 1)
@@ -84,7 +91,7 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
     e.optimizer = uint64_t(
         optimizer_state_bytes(optimizer_kind_from_name(cfg.optimizer), ps.specs(), 0, r.size()));
     e.activations = activations.value_or(model.activation_bytes());
-    if (dp > 1 && zero_stage(cfg) < 3) {  // ZeRO-3 reduces from its windows: no bucket
+    if (dp > 1 && zero_stage(cfg) < 3 && !grad_windows) {  // windows reduce without buckets
         const uint64_t bucket = uint64_t(cfg.parallel_bucket_mb * double(1 << 20));
         e.comm = (cfg.parallel_grad_bf16 ? bucket / 2 : 0) +
                  (model.params().backend().host_addressable() ? 0 : bucket);

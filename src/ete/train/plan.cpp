@@ -118,9 +118,10 @@ double zero3_groups(const PlanRequest& req, const PlanLayout& l) {
     return double(req.model.num_layers) / l.pp + 2;
 }
 
-// ZeRO-3's gradient reductions: every micro-batch, each group's fp32 gradient reduced to the
-// replicas owning its pieces right after its backward, not overlapped: NCCL's reduce ((dp-1)/dp
-// of the bytes, as a reduce-scatter) or MPI's in-place all-reduce; a latency per group.
+// ZeRO-3's (and ZeRO-2's gradient windows') reductions: every micro-batch, each group's fp32
+// gradient reduced to the replicas owning its pieces right after its backward, not overlapped:
+// NCCL's reduce ((dp-1)/dp of the bytes, as a reduce-scatter) or MPI's in-place all-reduce; a
+// latency per group.
 double zero3_reduce_s(const PlanRequest& req, const ClusterSpec& c, const PlanLayout& l,
                       const Link& dp, int64_t n) {
     const double bytes = double(n) * 4;
@@ -192,9 +193,16 @@ StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayou
         const Link& pp = links.pp;
         s.pp = 2.0 * l.grad_accum * (act * 4 / (pp.gbps * 1e9) + pp.lat_us * 1e-6);
     }
+    RunConfig z2 = req.base;
+    z2.parallel_zero_stage = l.zero_stage;
     if (l.dp > 1 && l.zero_stage == 3) {
         s.dp = s.dp_exposed = zero3_reduce_s(req, c, l, links.dp, trainable_rank);
         s.zero = zero3_gather_s(req, c, l, links.dp, trainable_rank, frozen_rank, s.work());
+    } else if (zero2_shards_grads(z2, l.dp, l.pp,
+                                  mc.family().always_tied || mc.tie_word_embeddings)) {
+        // ZeRO-2's gradient windows reduce as stage 3's do; the masters are gathered as stage 1's.
+        s.dp = s.dp_exposed = zero3_reduce_s(req, c, l, links.dp, trainable_rank);
+        s.zero = double(l.dp - 1) / l.dp * double(trainable_rank) * 4 / (links.dp.gbps * 1e9);
     } else if (l.dp > 1) {
         const Link& dp = links.dp;
         const double grad = double(trainable_rank) * (req.base.parallel_grad_bf16 ? 2 : 4);

@@ -85,7 +85,8 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
     tgt_.resize(n);
     if (loader_->packed()) doc_start_.resize(n);
     model_.setup(rows_.rows, cfg_.seq_len, plan, slots_);
-    if (dist_.shape().dp > 1 && zero() < 3) {  // ZeRO-3: the model reduces its own gradients
+    // ZeRO-3 and ZeRO-2 with gradient windows: the model reduces its own gradients.
+    if (dist_.shape().dp > 1 && zero() < 3 && !zero2_windows()) {
         GradSyncOptions o;
         o.bucket_bytes = size_t(cfg_.parallel_bucket_mb * double(1 << 20));
         o.bf16 = cfg_.parallel_grad_bf16;
@@ -183,7 +184,7 @@ void Trainer::inject_nonfinite(int64_t step) {
     // The first element this rank's gradient check reads (ZeRO-2: its shard).
     const float nan = std::numeric_limits<float>::quiet_NaN();
     ParamStore& ps = model_.params();
-    backend_->upload(ps.grads().slice(zero_range().begin - ps.flat_begin(), 1).data, &nan,
+    backend_->upload(ps.grads().slice(zero_range().begin - ps.grad_begin(), 1).data, &nan,
                      sizeof(float));
     log_warn("ETE_FAULT: a NaN gradient on world rank {} at step {}", rank, step + 1);
 }
@@ -494,17 +495,23 @@ void Trainer::log_start() const {
     if (!advice.empty() && dist_.main()) log_warn("{}", advice);
     log_memory_estimate();
     if (m.size() > 1)
-        log_info("parallel: {} ranks = dp {} x tp {} x pp {} | {} rows per replica micro-batch{}{}",
-                 m.size(), m.dp, m.tp, m.pp, rows_.rows,
-                 rows_.rows * m.dp != cfg_.micro_batch
-                     ? fmt::format(" (train.micro_batch {} is uneven: {})", cfg_.micro_batch,
-                                   cfg_.parallel_uneven_batch)
-                     : "",
-                 zero() > 0 ? fmt::format(" | ZeRO stage {}: {} of {} of {} elements", zero(),
-                                          zero() == 3 ? "parameters, gradients and optimizer state"
-                                                      : "optimizer state",
-                                          zero_range().size(), model_.params().numel())
-                            : "");
+        log_info(
+            "parallel: {} ranks = dp {} x tp {} x pp {} | {} rows per replica micro-batch{}{}",
+            m.size(), m.dp, m.tp, m.pp, rows_.rows,
+            rows_.rows * m.dp != cfg_.micro_batch
+                ? fmt::format(" (train.micro_batch {} is uneven: {})", cfg_.micro_batch,
+                              cfg_.parallel_uneven_batch)
+                : "",
+            zero() > 0
+                ? fmt::format(" | ZeRO stage {}: {} of {} of {} elements", zero(),
+                              zero() == 3       ? "parameters, gradients and optimizer state"
+                              : zero2_windows() ? "gradients and optimizer state"
+                              : zero() == 2 ? "optimizer state (gradients reduced to their owners "
+                                              "in a whole buffer: QAT, or embeddings tied across "
+                                              "pipeline stages)"
+                                            : "optimizer state",
+                              zero_range().size(), model_.params().numel())
+                : "");
     if (m.pp > 1) {
         const std::vector<int> b = pipeline_layer_bounds(mc_, m.pp, cfg_.parallel_pp_layers);
         std::string stages;

@@ -59,7 +59,12 @@ class Trainer {
         mp.layer_end = b[size_t(mp.stage) + 1];
         mp.zero3 = zero() == 3 ? dp_dev_.get() : nullptr;
         mp.zero3_reshard = cfg_.parallel_zero_reshard_after_forward;
+        mp.zero2 = zero2_windows() ? dp_dev_.get() : nullptr;
         return mp;
+    }
+    // ZeRO-2 with the gradient buffer sharded (config.h zero2_shards_grads).
+    bool zero2_windows() const {
+        return zero2_shards_grads(cfg_, dist_.shape().dp, dist_.shape().pp, dist_.tied != nullptr);
     }
     // Whether this rank holds only part of the model (so files need the layout map).
     bool sharded() const { return dist_.shape().tp > 1 || dist_.shape().pp > 1; }
