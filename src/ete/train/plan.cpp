@@ -297,6 +297,8 @@ AxisBytes comm_bytes(const RunConfig& cfg, const ModelConfig& mc, int64_t traina
     if (pp > 1) b.pp = 2.0 * cfg.grad_accum * act * 4;
     b.dp = 2.0 * (dp - 1) / dp * double(trainable_total) / (tp * pp) *
            (cfg.parallel_grad_bf16 ? 2 : 4);
+    if (zero2_shards_grads(cfg, dp, pp, mc.family().always_tied || mc.tie_word_embeddings))
+        b.dp = cfg.grad_accum * 2.0 * (dp - 1) / dp * double(trainable_total) / (tp * pp) * 4;
     if (zero_stage(cfg) == 3)  // per micro-batch: the gathers (twice with reshard), the reductions
         b.dp = cfg.grad_accum * ((cfg.parallel_zero_reshard_after_forward ? 2 : 1) + 2.0) *
                (dp - 1) / dp * double(trainable_total) / (tp * pp) * 4;
