@@ -121,6 +121,11 @@ TEST_F(ParallelTrain, ZeroStagesMatchOneProcess) {
         << dp4.log;
     const std::string gpt2 =
         " --set model.arch=gpt2 --set model.num_kv_heads=4 --set train.adam_eps=1e-4";
+    // LoRA over an f32 base: the adapters' gradients in the windows, the base frozen and whole.
+    const std::string lora =
+        " --set lora.enabled=true --set lora.targets=all-linear --set lora.r=4 "
+        "--set train.adam_eps=1e-4 --set lora.base_format=f32";
+    expect_same(train(1, lora), train(2, mesh(2, 1, 1) + lora + z2), "lora f32 dp=2 stage 2");
     RunResult tied = train(4, mesh(2, 1, 2) + gpt2 + z2 + " --set parallel.bucket_mb=0.001");
     expect_same(train(1, gpt2), tied, "tied gpt2 (2,1,2) stage 2, 1 KiB buckets");
     EXPECT_NE(tied.log.find("ZeRO stage 2: optimizer state (gradients reduced to their owners in a "

@@ -258,6 +258,38 @@ TEST_P(TransformerTest, GradientAccumulationMatchesFullBatch) {
     }
 }
 
+// The head in row chunks (Transformer::plan_activation_bytes: ~4M logits a chunk, no fewer rows
+// than C): with V = 49152 and C = 48 a chunk is 85 rows, so 8 rows of 13 tokens (104) run in
+// two chunks, the second one partial, while each micro-batch of 13 rows runs in one. The same
+// losses and gradients as the micro-batches summed, within the other-order tolerance above (a
+// chunk reading or writing the wrong rows moves them by far more).
+TEST_P(TransformerTest, TheHeadInChunksMatchesOneChunk) {
+    ModelConfig c = cfg_;
+    c.vocab_size = 49152;
+    const int B = 8;
+    std::vector<int32_t> in, tgt;
+    make_batch(B, T_, c.vocab_size, in, tgt);
+    const float d_scale = 1.0f / float(count_targets(tgt));
+    const testing::LayoutTolerance tol = testing::layout_tolerance(c, T_, int64_t(B) * T_);
+    auto whole = make_model(c, *be_, B, T_);
+    auto micro = make_model(c, *be_, 1, T_);
+    // The 104-row model holds an 85-row chunk of logits: 72 rows of fp32 logits (14.2 MB) and
+    // 91 rows' worth of the other activations (0.6 MB) more than the 13-row one; all 104 rows
+    // of logits at once would add 91 rows of them alone (17.9 MB).
+    const size_t more_rows_of_logits = size_t(B - 1) * T_ * size_t(c.vocab_size) * 4;
+    EXPECT_LT(whole->activation_bytes() - micro->activation_bytes(), more_rows_of_logits);
+    double lw = whole->forward_backward(in.data(), tgt.data(), B, T_, d_scale), lm = 0;
+    for (int b = 0; b < B; ++b)
+        lm += micro->forward_backward(in.data() + b * T_, tgt.data() + b * T_, 1, T_, d_scale);
+    EXPECT_NEAR(lm, lw, tol.loss * std::abs(lw));
+    for (int i = 0; i < int(whole->params().specs().size()); ++i) {
+        const ParamSpec& s = whole->params().specs()[size_t(i)];
+        std::vector<float> gm = micro->params().download_grad(i);
+        std::vector<float> gw = whole->params().download_grad(i);
+        EXPECT_LE(rel_max_err(gm.data(), gw.data(), shape_numel(s.shape)), tol.grad) << s.name;
+    }
+}
+
 // A model set up for (B, T) also runs smaller batches, and a smaller batch gives the same losses.
 TEST_P(TransformerTest, SmallerBatchThanSetupMatches) {
     auto big = make_model(cfg_, *be_, B_, T_);

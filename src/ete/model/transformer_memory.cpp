@@ -45,10 +45,15 @@ size_t Transformer::plan_activation_bytes(int B, int T, const std::vector<bool>&
     B_ = B;
     T_ = T;
     recompute_ = plan;
-    // Logits are produced in row chunks of at most ~64 MB so a large vocabulary never needs a
-    // full (N, V) buffer.
-    const int64_t N = int64_t(B) * T;
-    head_rows_ = int(std::clamp<int64_t>((int64_t(16) << 20) / V_, 1, N));
+    // Logits are produced in row chunks, so no vocabulary needs a full (N, V) buffer: ~4M
+    // elements (16 MiB in fp32, plus their bf16 gradient in 16-bit runs), but no fewer rows
+    // than the hidden size C — each chunk moves the head weight again (read for the logits and
+    // for d_x, read and written for its gradient), which then stays at most as large as the
+    // chunk's logits — and never more than 16M elements (64 MiB). The bench Llama (V 8192, C
+    // 512): 512 rows; GPT-2 (V 50257, C 768): 333; Llama 3 (V 128256, C 8192): 130.
+    const int64_t N = int64_t(B) * T, C = cfg_.hidden_size;
+    const int64_t want = std::max<int64_t>((int64_t(4) << 20) / V_, C);
+    head_rows_ = int(std::clamp<int64_t>(std::min<int64_t>(want, (int64_t(16) << 20) / V_), 1, N));
     slots_.assign(size_t(slots), Slot{});
     Arena counter;
     allocate(counter);
