@@ -101,10 +101,10 @@ TEST_F(ParallelTrain, AutoLayoutTrainsWithThePrintedLayout) {
 // Each group of layers writes its gradient into a window reduced into the shards after its
 // backward, every micro-batch (as at stage 3), so a replica holds only its shard of the
 // gradients. Same update as one process, within the same summation-order noise: dp = 2 and 4
-// (the last shard holds the tail), and a tied GPT-2 over dp = 2 x pp = 2 whose embedding
-// gradient the stages sum whole: there the whole buffer is kept and reduced to the owners bucket
-// by bucket (tiny buckets that straddle the shards). (Stage 1 runs in
-// DataParallelMatchesOneProcess; stage 2 on the guarded backend and across a resume below.)
+// (the last shard holds the tail), under tp = 2 and pp = 2, LoRA, and a tied GPT-2 over dp = 2
+// x pp = 2 whose embedding gradient the stages sum whole: there the whole buffer is kept and
+// reduced to the owners bucket by bucket (tiny buckets that straddle the shards). (Stage 1 runs
+// in DataParallelMatchesOneProcess; stage 2 on the guarded backend and across a resume below.)
 TEST_F(ParallelTrain, ZeroStagesMatchOneProcess) {
     RunResult one = train(1, "");
     const std::string z2 = " --set parallel.zero_stage=2";
@@ -121,6 +121,10 @@ TEST_F(ParallelTrain, ZeroStagesMatchOneProcess) {
         << dp4.log;
     const std::string gpt2 =
         " --set model.arch=gpt2 --set model.num_kv_heads=4 --set train.adam_eps=1e-4";
+    // Within the dp group under tp = 2 and pp = 2 (an untied Llama: windows on both stages).
+    if (!testing::under_sanitizers())
+        expect_same(one, train(4, mesh(2, 2, 1) + z2), "(2,2,1) stage 2");
+    expect_same(one, train(4, mesh(2, 1, 2) + z2), "(2,1,2) stage 2");
     // LoRA over an f32 base: the adapters' gradients in the windows, the base frozen and whole.
     const std::string lora =
         " --set lora.enabled=true --set lora.targets=all-linear --set lora.r=4 "
