@@ -37,6 +37,9 @@ struct ModelParallel {
     // sharded over this group; each group of layers writes its gradient into a window that is
     // reduced into the owners' shards after its backward, as at stage 3.
     Communicator* zero2 = nullptr;
+    // The window reductions of stages 2 and 3 send bf16 (parallel.grad_bf16: each piece rounded
+    // to bf16, summed in f32 and rounded per step by the transport, as GradSync's bf16 buckets).
+    bool zero_reduce_bf16 = false;
 
     bool first_stage() const { return stage == 0; }
     bool last_stage() const { return stage == num_stages - 1; }

@@ -319,6 +319,7 @@ class Transformer {
     int head_group_id() const { return head_group_.id; }
     Communicator* zero3_ = nullptr;
     Communicator* zero_reduce_ = nullptr;
+    DeviceBuffer zero_bf16_;  // ModelParallel::zero_reduce_bf16: the largest group, in BF16
     std::vector<int> zero3_held_;
     std::vector<std::vector<Request>> zero3_pending_;
     std::function<void()> gather_hook_;
@@ -487,6 +488,8 @@ class Transformer {
 
 // The elements of ZeRO-3's windows for these groups: each window as large as its largest group.
 int64_t zero3_window_elements(const std::vector<ParamStore::ShardGroup>& groups);
+// The elements of the largest group (the bf16 staging of parallel.grad_bf16's window reduce).
+int64_t zero_largest_group(const std::vector<ParamStore::ShardGroup>& groups);
 
 // A QAT activation point (site, global layer l; the final norm: kQatFinalNorm, num_layers) as a
 // module hook: the Transformer's qat_forward / qat_backward of that point.

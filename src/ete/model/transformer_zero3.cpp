@@ -64,15 +64,26 @@ void Transformer::shard_zero3() {
     zero3_ = zero_reduce_ = mp_.zero3;
     const std::vector<ParamStore::ShardGroup> groups = zero3_groups(mp_.zero3_reshard);
     params_.shard(groups, zero3_->size(), zero3_->rank());
+    if (mp_.zero_reduce_bf16)
+        zero_bf16_ = DeviceBuffer::zeroed(be_, size_t(zero_largest_group(groups)) * 2);
     int windows = 0;
     for (const auto& g : groups) windows = std::max(windows, g.window + 1);
     zero3_held_.assign(size_t(windows), -1);
     zero3_pending_.resize(size_t(windows));
 }
 
+int64_t zero_largest_group(const std::vector<ParamStore::ShardGroup>& groups) {
+    int64_t n = 0;
+    for (const ParamStore::ShardGroup& g : groups) n = std::max(n, g.count);
+    return n;
+}
+
 void Transformer::shard_zero2() {
     zero_reduce_ = mp_.zero2;
-    params_.shard(zero3_groups(true), zero_reduce_->size(), zero_reduce_->rank(), false);
+    const std::vector<ParamStore::ShardGroup> groups = zero3_groups(true);
+    params_.shard(groups, zero_reduce_->size(), zero_reduce_->rank(), false);
+    if (mp_.zero_reduce_bf16)
+        zero_bf16_ = DeviceBuffer::zeroed(be_, size_t(zero_largest_group(groups)) * 2);
 }
 
 void Transformer::zero3_stale() {
@@ -165,7 +176,14 @@ void Transformer::zero3_reduce(int g) {
         const ShardRange p = owned_piece(params_.numel(), dp.size(), r, sg.offset, sg.count);
         if (p.size() == 0) continue;
         Vec piece = grad.slice(p.begin - sg.offset, p.size());
-        dp.reduce(piece.data, size_t(p.size()), DType::F32, ReduceOp::Sum, r);
+        if (zero_bf16_.data()) {  // parallel.grad_bf16: rounded to bf16, sent, widened back
+            const Mat h{zero_bf16_.data(), DType::BF16, 1, p.size()};
+            be_.copy(h, as_mat(piece));
+            dp.reduce(h.data, size_t(p.size()), DType::BF16, ReduceOp::Sum, r);
+            if (r == dp.rank()) be_.copy(as_mat(piece), h);
+        } else {
+            dp.reduce(piece.data, size_t(p.size()), DType::F32, ReduceOp::Sum, r);
+        }
         if (r == dp.rank())
             be_.add(as_mat(params_.grads().slice(p.begin - params_.grad_begin(), p.size())),
                     as_mat(piece));

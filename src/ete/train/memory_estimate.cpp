@@ -95,6 +95,11 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
         const uint64_t bucket = uint64_t(cfg.parallel_bucket_mb * double(1 << 20));
         e.comm = (cfg.parallel_grad_bf16 ? bucket / 2 : 0) +
                  (model.params().backend().host_addressable() ? 0 : bucket);
+    } else if (dp > 1 && cfg.parallel_grad_bf16) {  // the largest group's bf16 staging
+        const bool sharded = zero_stage(cfg) == 3;
+        e.comm = uint64_t(zero_largest_group(
+                     model.zero3_groups(!sharded || cfg.parallel_zero_reshard_after_forward))) *
+                 2;
     }
     uint64_t largest = 0, tile = 0;
     for (int i = 0; i < ps.size(); ++i) {

@@ -119,12 +119,12 @@ double zero3_groups(const PlanRequest& req, const PlanLayout& l) {
 }
 
 // ZeRO-3's (and ZeRO-2's gradient windows') reductions: every micro-batch, each group's fp32
-// gradient reduced to the replicas owning its pieces right after its backward, not overlapped:
-// NCCL's reduce ((dp-1)/dp of the bytes, as a reduce-scatter) or MPI's in-place all-reduce; a
-// latency per group.
+// (parallel.grad_bf16: bf16) gradient reduced to the replicas owning its pieces right after its
+// backward, not overlapped: NCCL's reduce ((dp-1)/dp of the bytes, as a reduce-scatter) or MPI's
+// in-place all-reduce; a latency per group.
 double zero3_reduce_s(const PlanRequest& req, const ClusterSpec& c, const PlanLayout& l,
                       const Link& dp, int64_t n) {
-    const double bytes = double(n) * 4;
+    const double bytes = double(n) * (req.base.parallel_grad_bf16 ? 2 : 4);
     const double move = c.nccl ? double(l.dp - 1) / l.dp * bytes / (dp.gbps * 1e9)
                                : ring_all_reduce_s(bytes, l.dp, dp.gbps, 0);
     return l.grad_accum * (move + zero3_groups(req, l) * dp.lat_us * 1e-6);
@@ -297,11 +297,12 @@ AxisBytes comm_bytes(const RunConfig& cfg, const ModelConfig& mc, int64_t traina
     if (pp > 1) b.pp = 2.0 * cfg.grad_accum * act * 4;
     b.dp = 2.0 * (dp - 1) / dp * double(trainable_total) / (tp * pp) *
            (cfg.parallel_grad_bf16 ? 2 : 4);
+    const double grad = cfg.parallel_grad_bf16 ? 2 : 4;  // bytes a gradient element travels in
     if (zero2_shards_grads(cfg, dp, pp, mc.family().always_tied || mc.tie_word_embeddings))
-        b.dp = cfg.grad_accum * 2.0 * (dp - 1) / dp * double(trainable_total) / (tp * pp) * 4;
+        b.dp = cfg.grad_accum * 2.0 * (dp - 1) / dp * double(trainable_total) / (tp * pp) * grad;
     if (zero_stage(cfg) == 3)  // per micro-batch: the gathers (twice with reshard), the reductions
-        b.dp = cfg.grad_accum * ((cfg.parallel_zero_reshard_after_forward ? 2 : 1) + 2.0) *
-               (dp - 1) / dp * double(trainable_total) / (tp * pp) * 4;
+        b.dp = cfg.grad_accum * (dp - 1) / dp * double(trainable_total) / (tp * pp) *
+               ((cfg.parallel_zero_reshard_after_forward ? 2 : 1) * 4 + 2.0 * grad);
     return b;
 }
 

@@ -494,12 +494,6 @@ void Trainer::log_start() const {
     const std::string advice = cfg_.backend == "cuda" ? "" : cpu::openblas_core_advice();
     if (!advice.empty() && dist_.main()) log_warn("{}", advice);
     log_memory_estimate();
-    if ((zero() == 3 || zero2_windows()) && cfg_.parallel_grad_bf16 && dist_.main())
-        log_warn(
-            "parallel.grad_bf16 has no effect at ZeRO stage {}: each group's gradient is "
-            "reduced from its window in fp32 (parallel.bucket_mb and parallel.overlap do "
-            "not apply either)",
-            zero());
     if (m.size() > 1)
         log_info(
             "parallel: {} ranks = dp {} x tp {} x pp {} | {} rows per replica micro-batch{}{}",

@@ -60,6 +60,7 @@ class Trainer {
         mp.zero3 = zero() == 3 ? dp_dev_.get() : nullptr;
         mp.zero3_reshard = cfg_.parallel_zero_reshard_after_forward;
         mp.zero2 = zero2_windows() ? dp_dev_.get() : nullptr;
+        mp.zero_reduce_bf16 = cfg_.parallel_grad_bf16;
         return mp;
     }
     // ZeRO-2 with the gradient buffer sharded (config.h zero2_shards_grads).
