@@ -81,6 +81,15 @@ double rel_max_err(const float* a, const float* b, int64_t n) {
     return scale > 0 ? err / scale : err;
 }
 
+// Every gradient of b within tol of a's, relative to a parameter's largest.
+void expect_same_grads(const Transformer& a, const Transformer& b, double tol) {
+    for (int i = 0; i < int(b.params().specs().size()); ++i) {
+        const ParamSpec& s = b.params().specs()[size_t(i)];
+        std::vector<float> ga = a.params().download_grad(i), gb = b.params().download_grad(i);
+        EXPECT_LE(rel_max_err(ga.data(), gb.data(), shape_numel(s.shape)), tol) << s.name;
+    }
+}
+
 // Two runs of the same model that differ only in summation order (GEMMs over other row counts,
 // the batch in micro-batches) are held to layout_tolerance (parallel_util.h: two orders along
 // the chains of reductions; here C = 48, head dim 12, T = 13, N = B·T = 26 tokens, for Llama:
@@ -250,12 +259,7 @@ TEST_P(TransformerTest, GradientAccumulationMatchesFullBatch) {
     // The sums over rows are split in two and added in another order, and the cpu GEMMs block
     // B = 1 and B = 2 differently, so the activations round differently too: another order.
     EXPECT_NEAR(lm, lw, tol_.loss * std::abs(lw));
-    for (int i = 0; i < int(whole->params().specs().size()); ++i) {
-        const ParamSpec& s = whole->params().specs()[size_t(i)];
-        std::vector<float> gm = micro->params().download_grad(i);
-        std::vector<float> gw = whole->params().download_grad(i);
-        EXPECT_LE(rel_max_err(gm.data(), gw.data(), shape_numel(s.shape)), tol_.grad) << s.name;
-    }
+    expect_same_grads(*micro, *whole, tol_.grad);
 }
 
 // The head in row chunks (Transformer::plan_activation_bytes: ~4M logits a chunk, no fewer rows
@@ -282,12 +286,7 @@ TEST_P(TransformerTest, TheHeadInChunksMatchesOneChunk) {
     for (int b = 0; b < B; ++b)
         lm += micro->forward_backward(in.data() + b * T_, tgt.data() + b * T_, 1, T_, d_scale);
     EXPECT_NEAR(lm, lw, tol.loss * std::abs(lw));
-    for (int i = 0; i < int(whole->params().specs().size()); ++i) {
-        const ParamSpec& s = whole->params().specs()[size_t(i)];
-        std::vector<float> gm = micro->params().download_grad(i);
-        std::vector<float> gw = whole->params().download_grad(i);
-        EXPECT_LE(rel_max_err(gm.data(), gw.data(), shape_numel(s.shape)), tol.grad) << s.name;
-    }
+    expect_same_grads(*micro, *whole, tol.grad);
 }
 
 // A model set up for (B, T) also runs smaller batches, and a smaller batch gives the same losses.
