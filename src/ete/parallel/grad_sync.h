@@ -1,6 +1,8 @@
 // ete/parallel/grad_sync.h — data-parallel gradient synchronisation: a bucketed all-reduce (SUM) of
-// one flat f32 gradient buffer over the dp group (or, for ZeRO-2, a reduce of each piece to the
-// replica that owns it: GradSync::set_owners), overlapped with backward (DESIGN.md §3, §4).
+// one flat f32 gradient buffer over the dp group (or, for ZeRO-2 where it keeps the whole buffer
+// — QAT, embeddings tied across pipeline stages — a reduce of each piece to the replica that
+// owns it: GradSync::set_owners), overlapped with backward (DESIGN.md §3, §4). ZeRO-2's gradient
+// windows and ZeRO-3 reduce in the model instead (model/transformer_zero3.cpp).
 //
 // Buckets are fixed element ranges cut from the END of the buffer backwards, because backward
 // finalises gradients in reverse execution order, i.e. from the end of the buffer towards the
