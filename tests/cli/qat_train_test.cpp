@@ -147,6 +147,12 @@ TEST_F(QatTrain, EveryLayoutMatchesOneProcess) {
     // A (2,2,2) checkpoint taken during the warm-up resumes on one process.
     const std::string ckpt = last_out_ + "/checkpoints/step_00000002";
     expect_same_qat(one, train(1, qat + " --resume " + ckpt), "qat (2,2,2) -> (1,1,1)");
+    // ZeRO-2's gradient windows: QAT's range scales leave each weight gradient as backward
+    // wrote it (no mask), so the windows reduce what one process sums.
+    RunResult z2 = train(2, mesh(2, 1, 1) + qat + " --set parallel.zero_stage=2");
+    expect_same_qat(one, z2, "qat dp=2 stage 2");
+    EXPECT_NE(z2.log.find("ZeRO stage 2: gradients and optimizer state"), std::string::npos)
+        << z2.log;
     // The projections' outputs and the residual stream. A pipeline (recomputing) changes no
     // sum: bit for bit. Quantizing the residual stream per tensor turns fp32 noise in an element
     // near a rounding tie into a step of the grid (~0.03 here) that every later layer sees, so a

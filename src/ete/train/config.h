@@ -161,12 +161,14 @@ inline int zero_stage(const RunConfig& cfg) {
 }
 // Whether ZeRO stage 2 shards the gradient buffer itself (each group's gradient in a window,
 // reduced into the replica's shard after its backward: model/param_store.h), with dp replicas,
-// pp stages and tied embeddings or not. Not with QAT (its masks rewrite whole weight gradients
-// after backward) nor with embeddings tied across pipeline stages (their gradients are summed
-// whole between the stages): there a replica keeps the whole buffer and reduces each bucket to
-// its owners.
+// pp stages and tied embeddings or not. Not with QAT's learned scales (their masks rewrite whole
+// weight gradients after backward; refused at stage 2 anyway, config.cpp: QAT's range scales
+// leave every gradient as backward wrote it) nor with embeddings tied across pipeline stages
+// (their gradients are summed whole between the stages): there a replica keeps the whole buffer
+// and reduces each bucket to its owners.
 inline bool zero2_shards_grads(const RunConfig& cfg, int dp, int pp, bool tied) {
-    return dp > 1 && zero_stage(cfg) == 2 && !cfg.qat_enabled && !(pp > 1 && tied);
+    return dp > 1 && zero_stage(cfg) == 2 && !(cfg.qat_enabled && cfg.qat_learnable_scale) &&
+           !(pp > 1 && tied);
 }
 
 // The [lora] section as the model sees it (enabled = false when LoRA is off). lora.targets left at

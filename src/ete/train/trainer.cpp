@@ -507,7 +507,7 @@ void Trainer::log_start() const {
                               zero() == 3       ? "parameters, gradients and optimizer state"
                               : zero2_windows() ? "gradients and optimizer state"
                               : zero() == 2 ? "optimizer state (gradients reduced to their owners "
-                                              "in a whole buffer: QAT, or embeddings tied across "
+                                              "in a whole buffer: embeddings tied across "
                                               "pipeline stages)"
                                             : "optimizer state",
                               zero_range().size(), model_.params().numel())
