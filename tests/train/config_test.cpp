@@ -174,14 +174,19 @@ TEST(RunConfigTest, ZeroStageIsZeroToThreeAndZero1MeansOne) {
     EXPECT_NO_THROW(validate(c));
     apply_override(c, "parallel.zero_stage=4");
     EXPECT_EQ(error_of([&] { validate(c); }), "parallel.zero_stage = 4: expected 0, 1, 2 or 3");
-    // Stage 3 shards a LoRA/QLoRA base too; QAT's weight points are refused.
+    // Stage 3 shards a LoRA/QLoRA base too, and trains QAT with its range scales; learned
+    // scales are refused (their gradient reads whole weight gradients).
     apply_override(c, "parallel.zero_stage=3");
     apply_override(c, "lora.enabled=true");
     EXPECT_NO_THROW(validate(c));
     apply_override(c, "lora.enabled=false");
     apply_override(c, "qat.enabled=true");
-    EXPECT_NE(error_of([&] { validate(c); }).find("parallel.zero_stage = 3 with qat.enabled"),
-              std::string::npos);
+    EXPECT_NO_THROW(validate(c));
+    apply_override(c, "qat.learnable_scale=true");
+    EXPECT_NE(
+        error_of([&] { validate(c); }).find("parallel.zero_stage = 3 with qat.learnable_scale"),
+        std::string::npos);
+    apply_override(c, "qat.learnable_scale=false");
     apply_override(c, "qat.enabled=false");
     apply_override(c, "parallel.zero_stage=2");
     apply_override(c, "lora.enabled=true");

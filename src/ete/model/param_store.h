@@ -222,6 +222,14 @@ class ParamStore : public ParamTable {
         bool compute = false;
     };
     const std::vector<GatherRun>& gather_runs(int g) const { return runs_[size_t(g)]; }
+    // From now on every trainable parameter is gathered as its F32 master (QAT reads the masters
+    // of the weights it fake-quantizes).
+    void gather_masters_only() {
+        masters_only_ = true;
+        build_runs();
+    }
+    // The group parameter i is read through (sharded stores only).
+    int group_of(int i) const { return group_of_[size_t(i)]; }
     // Parameter i's elements that lie in this store's flat buffers into out (numel(i) floats; the
     // others are left as they are). Unsharded: the whole parameter.
     void download_owned(int i, float* out) const;
@@ -307,9 +315,12 @@ class ParamStore : public ParamTable {
     // ZeRO-3: the groups, each trainable parameter's group, and the windows' buffers.
     std::vector<ShardGroup> groups_;
     std::vector<std::vector<GatherRun>> runs_;  // by group
+    bool masters_only_ = false;                 // gather_masters_only
+    void build_runs();
     // Whether trainable parameter i is gathered as its compute copy only (gather_runs).
     bool gathered_compute(int i) const {
-        return compute_ != DType::F32 && specs()[size_t(i)].kind == ParamKind::Matrix;
+        return compute_ != DType::F32 && !masters_only_ &&
+               specs()[size_t(i)].kind == ParamKind::Matrix;
     }
     std::vector<int> group_of_;  // by parameter (frozen ones too)
     int shard_rank_ = 0;

@@ -131,17 +131,8 @@ void ParamStore::shard(const std::vector<ShardGroup>& groups, int dp, int rank, 
     nf4_home_.clear();
     nf4_home_.resize(size_t(size()));
     std::vector<size_t> load(size_t(dp), 0);  // each replica's frozen bytes so far
-    runs_.assign(groups_.size(), {});
+    build_runs();
     for (size_t g = 0; g < groups_.size(); ++g) {
-        for (int i = groups_[g].first; i < groups_[g].last; ++i) {
-            if (!trainable(i) || ParamTable::numel(i) == 0) continue;
-            std::vector<GatherRun>& runs = runs_[g];
-            const bool c = gathered_compute(i);
-            if (!runs.empty() && runs.back().compute == c)
-                runs.back().count += ParamTable::numel(i);
-            else
-                runs.push_back({offset(i), ParamTable::numel(i), c});
-        }
         WindowBuffers& w = windows_[size_t(groups_[g].window)];
         w.capacity = std::max(w.capacity, groups_[g].count);
         for (int i = groups_[g].first; i < groups_[g].last; ++i) group_of_[size_t(i)] = int(g);
@@ -162,6 +153,21 @@ void ParamStore::shard(const std::vector<ShardGroup>& groups, int dp, int rank, 
             nf4_[size_t(i)] = Nf4Buffer::over(window_nf4_view(i));
         else if (frozen_owner_[size_t(i)] == rank)
             frozen_[size_t(i)] = DeviceBuffer::zeroed(be_, frozen_param_bytes(i));
+    }
+}
+
+void ParamStore::build_runs() {
+    runs_.assign(groups_.size(), {});
+    for (size_t g = 0; g < groups_.size(); ++g) {
+        for (int i = groups_[g].first; i < groups_[g].last; ++i) {
+            if (!trainable(i) || ParamTable::numel(i) == 0) continue;
+            std::vector<GatherRun>& runs = runs_[g];
+            const bool c = gathered_compute(i);
+            if (!runs.empty() && runs.back().compute == c)
+                runs.back().count += ParamTable::numel(i);
+            else
+                runs.push_back({offset(i), ParamTable::numel(i), c});
+        }
     }
 }
 

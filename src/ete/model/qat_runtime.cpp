@@ -256,7 +256,21 @@ void QatRuntime::learned_grad(Weight& w) {
 void QatRuntime::begin_step(int64_t step) {
     fq_on_ = spec_.fake_quant_at(step);
     observe_ = spec_.observe_at(step);
-    for (Weight& w : weights_) update_weight(w);
+    for (Weight& w : weights_) {
+        if (deferred_)
+            w.stale = true;
+        else
+            update_weight(w);
+    }
+}
+
+void QatRuntime::update_weights(const std::vector<int>& which) {
+    for (int i : which) {
+        Weight& w = weights_[size_t(i)];
+        if (!w.stale) continue;
+        update_weight(w);
+        w.stale = false;
+    }
 }
 
 void QatRuntime::finish_grads() {

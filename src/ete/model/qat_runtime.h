@@ -97,8 +97,16 @@ class QatRuntime {
                         bool split_cols);
     // Backend bytes the runtime holds for weights (an NF4 weight's dense copy, scales, masks).
     size_t weight_bytes() const;
-    // Sets the phase of a step (0-based) and rewrites every fq(W) buffer.
+    // Sets the phase of a step (0-based) and rewrites every fq(W) buffer — or, with deferred
+    // rewrites, marks them stale for update_weights.
     void begin_step(int64_t step);
+    // ZeRO-3: the weights' sources are readable only while their group's window holds them, so
+    // begin_step leaves the rewrites to update_weights, which the model calls with a group's
+    // weights (indices in the order added: num_weights() before each add) right after it
+    // gathers the group; each is rewritten once after begin_step.
+    void defer_weight_updates() { deferred_ = true; }
+    int num_weights() const { return int(weights_.size()); }
+    void update_weights(const std::vector<int>& which);
     // Masks each quantized trainable weight's gradient (after the step's backward and sync),
     // first writing its learned scales' gradient from it (summed over tp where a scale spans
     // ranks).
@@ -156,6 +164,7 @@ class QatRuntime {
         int64_t group = 0;        // columns per block
         bool per_tensor = false;  // one scale for the tensor
         int phase = -1;           // fq_on_ when dst was last written (-1: never)
+        bool stale = false;       // deferred: begin_step came, the rewrite has not
         DeviceBuffer lo, hi, scale, zero, mask;
         const Nf4View* nf4 = nullptr;  // src is its dequantized copy, in `dense`
         DeviceBuffer dense;
@@ -198,6 +207,7 @@ class QatRuntime {
     Communicator* tp_;
     bool fq_on_ = false, observe_ = false;
     std::vector<Weight> weights_;
+    bool deferred_ = false;
     std::vector<Point> points_;  // (layers + 1) x kQatSites; the final norm at [layers][0]
     DeviceBuffer scales_;        // 2 floats per point: scale, zero (per-tensor points)
     DeviceBuffer lo_, hi_, tok_s_, tok_z_;  // (N) scratch: row ranges, per-token parameters

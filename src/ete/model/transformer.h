@@ -476,6 +476,8 @@ class Transformer {
     void head_norm_backward(int i, const LayerActs& s, Mat d_qkv);
     void qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode);
     void qat_add_head();
+    void qat_zero3_track(int p);
+    std::vector<std::vector<int>> qat_zero3_weights_;  // by ZeRO-3 group: its QAT weights
     // The parameter the LM head multiplies: its own matrix (untied Llama) or the token embedding.
     int head_param() const;
     LearnedScale qat_learned_scale(int p);

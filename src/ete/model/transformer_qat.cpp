@@ -28,6 +28,12 @@ LearnedScale Transformer::qat_learned_scale(int p) {
     return s;
 }
 
+// ZeRO-3: the weight just added (qat_->num_weights() - 1), read from parameter p, is rewritten
+// when p's group is gathered (zero3_acquire).
+void Transformer::qat_zero3_track(int p) {
+    if (zero3_) qat_zero3_weights_[size_t(params_.group_of(p))].push_back(qat_->num_weights() - 1);
+}
+
 // lin reads a buffer of its own holding fq(W) of the given parameters (its rows, in order):
 // those whose role qat.linears chooses are quantized, the others copied.
 void Transformer::qat_add_linear(Linear& lin, const std::vector<int>& params, TpMode mode) {
@@ -46,6 +52,7 @@ void Transformer::qat_add_linear(Linear& lin, const std::vector<int>& params, Tp
             const Nf4View& w = ps.nf4(p);
             qat_->add_nf4_weight(ps.specs()[size_t(p)].name, w, buf.row_slice(row, w.rows),
                                  is_chosen(p), mode == TpMode::Row);
+            qat_zero3_track(p);
             row += w.rows;
             continue;
         }
@@ -54,6 +61,7 @@ void Transformer::qat_add_linear(Linear& lin, const std::vector<int>& params, Tp
         qat_->add_weight(ps.specs()[size_t(p)].name, src, buf.row_slice(row, src.rows),
                          trainable ? ps.grad(p) : Mat{}, is_chosen(p), mode == TpMode::Row,
                          qat_learned_scale(p));
+        qat_zero3_track(p);
         row += src.rows;
     }
     ETE_ASSERT(row == out);
@@ -67,6 +75,11 @@ void Transformer::enable_qat(const QatSpec& spec) {
     install_qat_hooks();
     if (!spec.has(QatPoint::Weight)) return;
     ParamStore& ps = params_;
+    if (zero3_) {  // the weights are read from their group's window, right after its gather
+        qat_->defer_weight_updates();
+        ps.gather_masters_only();
+        qat_zero3_weights_.assign(size_t(ps.num_groups()), {});
+    }
     const bool split = !cfg_.family().fused_tensors();  // a tensor per member
     using R = ParamRole;
     for (int i = 0; i < int(layers_.size()); ++i) {
@@ -108,6 +121,7 @@ void Transformer::qat_add_head() {
     const Mat g = trainable ? ps.grad(h) : Mat{};  // none in a model that only runs forward
     const Mat grad = g.empty() ? Mat{} : g.row_slice(0, out);
     qat_->add_weight(kLmHeadName, src, buf, grad, true, false, qat_learned_scale(h));
+    qat_zero3_track(h);
     head_.set_weight(buf);
 }
 

@@ -154,6 +154,8 @@ void Transformer::zero3_acquire(int g, int next) {
                 be_.copy(as_mat(win.compute.slice(run.offset - at, run.count)),
                          as_mat(win.master.slice(run.offset - at, run.count)));
     }
+    // QAT: the group's fq(W) buffers from the masters it now holds, once a step.
+    if (qat_ && !qat_zero3_weights_.empty()) qat_->update_weights(qat_zero3_weights_[size_t(g)]);
     // Prefetch the group that runs next while this one computes, into a window not in use.
     if (next >= 0 && next < params_.num_groups() &&
         params_.group(next).window != params_.group(g).window &&

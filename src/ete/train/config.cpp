@@ -568,15 +568,14 @@ void validate(const RunConfig& c) {
               c.parallel_bucket_mb);
     ETE_CHECK(c.parallel_zero_stage >= 0 && c.parallel_zero_stage <= 3,
               "parallel.zero_stage = {}: expected 0, 1, 2 or 3", c.parallel_zero_stage);
-    ETE_CHECK(zero_stage(c) < 3 || !c.qat_enabled,
-              "parallel.zero_stage = 3 with qat.enabled: QAT's weight points read whole weights "
-              "outside the layers' gathers (not built yet; use zero_stage 1 or 2)");
     ETE_CHECK(zero_stage(c) < 2 || !(c.lora_enabled && c.lora_dynamic_rank),
-              "parallel.zero_stage = 2 with lora.dynamic_rank: the rank rule reads every "
-              "adapter's whole gradient, which stage 2 leaves on one replica (use stage 1)");
+              "parallel.zero_stage = {} with lora.dynamic_rank: the rank rule reads every "
+              "adapter's whole gradient, which stage {} leaves on one replica (use stage 1)",
+              zero_stage(c), zero_stage(c));
     ETE_CHECK(zero_stage(c) < 2 || !c.qat_learnable_scale,
-              "parallel.zero_stage = 2 with qat.learnable_scale: a weight's scale gradient is "
-              "summed over its whole gradient, which stage 2 leaves on one replica (use stage 1)");
+              "parallel.zero_stage = {} with qat.learnable_scale: a weight's scale gradient is "
+              "summed over its whole gradient, which stage {} leaves on one replica (use stage 1)",
+              zero_stage(c), zero_stage(c));
     ETE_CHECK(c.parallel_replica_check_every >= 0,
               "parallel.replica_check_every = {}: expected >= 0", c.parallel_replica_check_every);
     ETE_CHECK(c.parallel_timeout_s >= 0, "parallel.timeout_s = {}: expected >= 0 (0 = no limit)",

@@ -74,7 +74,8 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
         const auto [own, windows] = ps.zero3_frozen_bytes(groups, dp);
         e.frozen = own + windows;
         e.frozen_dense = std::min<uint64_t>(e.frozen_dense, own);
-        e.weights = shard * 4 + win * (4 + (act != DType::F32 ? dtype_size(act) : 0));
+        e.weights = shard * 4 + win * (4 + (act != DType::F32 ? dtype_size(act) : 0)) +
+                    model.qat_weight_bytes();  // QAT's fq(W) copies stay whole
         e.gradients = shard * 4 + win * 4;
     }
     const ModelConfig& mc = model.config();
