@@ -119,8 +119,9 @@ TEST_F(ParallelTrain, ZeroStagesMatchOneProcess) {
         train(2, mesh(2, 1, 1) + " --set train.grad_accum=1 --set parallel.zero_stage=1");
     EXPECT_NE(s1.losses.back(), f32.losses.back());
     expect_same(s1, train(2, mesh(2, 1, 1) + bf16 + z2), "bf16 dp=2 stage 2", 0.0f, 0.0, 0.0f);
-    expect_same(s1, train(2, mesh(2, 1, 1) + bf16 + " --set parallel.zero_stage=3"),
-                "bf16 dp=2 stage 3", 0.0f, 0.0, 0.0f);
+    if (!testing::under_sanitizers())  // (stage 3's reduce is the same code as stage 2's)
+        expect_same(s1, train(2, mesh(2, 1, 1) + bf16 + " --set parallel.zero_stage=3"),
+                    "bf16 dp=2 stage 3", 0.0f, 0.0, 0.0f);
     RunResult dp4 = train(4, mesh(4, 1, 1) + z2);
     expect_same(one, dp4, "dp=4 stage 2");
     // The fixture's Llama has 33,760 trainable elements: 8,440 on each replica (rank 0 logs).
