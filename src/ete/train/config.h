@@ -160,15 +160,20 @@ inline int zero_stage(const RunConfig& cfg) {
     return cfg.parallel_zero_stage > 0 ? cfg.parallel_zero_stage : (cfg.parallel_zero1 ? 1 : 0);
 }
 // Whether ZeRO stage 2 shards the gradient buffer itself (each group's gradient in a window,
-// reduced into the replica's shard after its backward: model/param_store.h), with dp replicas,
-// pp stages and tied embeddings or not. Not with QAT's learned scales (their masks rewrite whole
-// weight gradients after backward; refused at stage 2 anyway, config.cpp: QAT's range scales
-// leave every gradient as backward wrote it) nor with embeddings tied across pipeline stages
+// reduced into the replica's shard after its backward: model/param_store.h), for model mc over
+// dp replicas and pp stages at ZeRO stage `stage`. Not with QAT's learned scales (their masks
+// rewrite whole weight gradients after backward; refused at stage 2 anyway, config.cpp: QAT's range
+// scales leave every gradient as backward wrote it) nor with embeddings tied across pipeline stages
 // (their gradients are summed whole between the stages): there a replica keeps the whole buffer
 // and reduces each bucket to its owners.
-inline bool zero2_shards_grads(const RunConfig& cfg, int dp, int pp, bool tied) {
-    return dp > 1 && zero_stage(cfg) == 2 && !(cfg.qat_enabled && cfg.qat_learnable_scale) &&
+inline bool zero2_shards_grads(const RunConfig& cfg, const ModelConfig& mc, int dp, int pp,
+                               int stage) {
+    const bool tied = mc.family().always_tied || mc.tie_word_embeddings;
+    return dp > 1 && stage == 2 && !(cfg.qat_enabled && cfg.qat_learnable_scale) &&
            !(pp > 1 && tied);
+}
+inline bool zero2_shards_grads(const RunConfig& cfg, const ModelConfig& mc, int dp, int pp) {
+    return zero2_shards_grads(cfg, mc, dp, pp, zero_stage(cfg));
 }
 
 // The [lora] section as the model sees it (enabled = false when LoRA is off). lora.targets left at

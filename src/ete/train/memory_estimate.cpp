@@ -78,9 +78,8 @@ MemoryEstimate estimate_memory(const Transformer& model, const RunConfig& cfg, i
                     model.qat_weight_bytes();  // QAT's fq(W) copies stay whole
         e.gradients = shard * 4 + win * 4;
     }
-    const ModelConfig& mc = model.config();
-    const bool grad_windows = zero2_shards_grads(cfg, dp, model.model_parallel().num_stages,
-                                                 mc.family().always_tied || mc.tie_word_embeddings);
+    const bool grad_windows =
+        zero2_shards_grads(cfg, model.config(), dp, model.model_parallel().num_stages);
     if (grad_windows) {  // ZeRO-2: the shard of the gradients and the groups' gradient windows
         const uint64_t shard = uint64_t(zero_shard(int64_t(n), dp, dp - 1).size());
         e.gradients = shard * 4 + uint64_t(zero3_window_elements(model.zero3_groups(true))) * 4;

@@ -193,13 +193,10 @@ StepCost step_cost(const PlanRequest& req, const ClusterSpec& c, const PlanLayou
         const Link& pp = links.pp;
         s.pp = 2.0 * l.grad_accum * (act * 4 / (pp.gbps * 1e9) + pp.lat_us * 1e-6);
     }
-    RunConfig z2 = req.base;
-    z2.parallel_zero_stage = l.zero_stage;
     if (l.dp > 1 && l.zero_stage == 3) {
         s.dp = s.dp_exposed = zero3_reduce_s(req, c, l, links.dp, trainable_rank);
         s.zero = zero3_gather_s(req, c, l, links.dp, trainable_rank, frozen_rank, s.work());
-    } else if (zero2_shards_grads(z2, l.dp, l.pp,
-                                  mc.family().always_tied || mc.tie_word_embeddings)) {
+    } else if (zero2_shards_grads(req.base, mc, l.dp, l.pp, l.zero_stage)) {
         // ZeRO-2's gradient windows reduce as stage 3's do; the masters are gathered as stage 1's.
         s.dp = s.dp_exposed = zero3_reduce_s(req, c, l, links.dp, trainable_rank);
         s.zero = double(l.dp - 1) / l.dp * double(trainable_rank) * 4 / (links.dp.gbps * 1e9);
@@ -298,7 +295,7 @@ AxisBytes comm_bytes(const RunConfig& cfg, const ModelConfig& mc, int64_t traina
     b.dp = 2.0 * (dp - 1) / dp * double(trainable_total) / (tp * pp) *
            (cfg.parallel_grad_bf16 ? 2 : 4);
     const double grad = cfg.parallel_grad_bf16 ? 2 : 4;  // bytes a gradient element travels in
-    if (zero2_shards_grads(cfg, dp, pp, mc.family().always_tied || mc.tie_word_embeddings))
+    if (zero2_shards_grads(cfg, mc, dp, pp))
         b.dp = cfg.grad_accum * 2.0 * (dp - 1) / dp * double(trainable_total) / (tp * pp) * grad;
     if (zero_stage(cfg) == 3)  // per micro-batch: the gathers (twice with reshard), the reductions
         b.dp = cfg.grad_accum * (dp - 1) / dp * double(trainable_total) / (tp * pp) *

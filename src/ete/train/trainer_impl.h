@@ -65,8 +65,7 @@ class Trainer {
     }
     // ZeRO-2 with the gradient buffer sharded (config.h zero2_shards_grads).
     bool zero2_windows() const {
-        return zero2_shards_grads(cfg_, dist_.shape().dp, dist_.shape().pp,
-                                  mc_.family().always_tied || mc_.tie_word_embeddings);
+        return zero2_shards_grads(cfg_, mc_, dist_.shape().dp, dist_.shape().pp);
     }
     // Whether this rank holds only part of the model (so files need the layout map).
     bool sharded() const { return dist_.shape().tp > 1 || dist_.shape().pp > 1; }
