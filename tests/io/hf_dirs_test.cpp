@@ -220,6 +220,54 @@ TEST_F(HfShardTest, TensorLargerThanLimitGetsOwnShardAndDefaultIsOneFile) {
     EXPECT_THROW(save_hf_model(d, cfg_, store_, "", 0), Error);
 }
 
+// Saving from a fetch (what a trainer on many ranks does, one tensor at a time) writes the same
+// bytes as saving a host copy, single-file and sharded, in each dtype, fetching each parameter
+// exactly once; a fetch that throws half-way leaves the dir that was there as it was, and no
+// temporary dir behind.
+TEST_F(HfShardTest, SavingFromAFetchWritesTheSameFilesAndAFailedFetchKeepsTheOldDir) {
+    const uint64_t several = f32_bytes(store_.specs()[0]);  // the embedding's bytes: shards
+    for (DType dt : {DType::F32, DType::BF16}) {
+        for (uint64_t max_bytes : {kDefaultMaxShardBytes, several}) {
+            const std::string a = (root_ / "a").string(), b = (root_ / "b").string();
+            save_hf_model(a, cfg_, store_, "", max_bytes, dt);
+            std::vector<int> fetched(size_t(store_.size()), 0);
+            save_hf_model(
+                b, cfg_, ParamTable(store_.specs()),
+                [&](int i, float* out) {
+                    ++fetched[size_t(i)];
+                    std::copy_n(store_.param(i), store_.numel(i), out);
+                },
+                "", max_bytes, dt);
+            for (int i = 0; i < store_.size(); ++i) EXPECT_EQ(fetched[size_t(i)], 1) << i;
+            std::set<std::string> names;
+            for (const auto& e : fs::directory_iterator(a)) {
+                const std::string n = e.path().filename().string();
+                names.insert(n);
+                EXPECT_EQ(read_file(b + "/" + n), read_file(e.path().string())) << n;
+            }
+            EXPECT_GT(names.size(), max_bytes == kDefaultMaxShardBytes ? 2u : 4u);
+            for (const auto& e : fs::directory_iterator(b))
+                EXPECT_TRUE(names.count(e.path().filename().string())) << e.path();
+        }
+    }
+    const std::string d = save("kept", kDefaultMaxShardBytes);
+    const std::string before = read_file(d + "/model.safetensors");
+    int calls = 0;
+    auto failing = [&](int i, float* out) {
+        if (++calls == 3) throw Error("rank 2 lost");
+        std::copy_n(store_.param(i), store_.numel(i), out);
+    };
+    try {
+        save_hf_model(d, cfg_, ParamTable(store_.specs()), failing, "");
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("rank 2 lost"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(read_file(d + "/model.safetensors"), before);
+    for (const auto& e : fs::directory_iterator(root_))
+        EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
 // A saved dir carries its tokenizer's tokenizer_config.json and special_tokens_map.json (the chat
 // template, the special tokens) byte for byte when they sit beside the tokenizer.json it copies;
 // with a bare tokenizer.json it writes neither.

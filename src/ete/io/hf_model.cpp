@@ -289,41 +289,45 @@ void load_hf_tensors(const std::string& dir, const ParamTable& store, const Tens
 
 namespace {
 
-// Writes one safetensors file holding the given parameters in HF layout, in `dtype`.
-void write_weights(const std::string& path, const HostParams& store, const std::vector<int>& ids,
-                   DType dtype) {
-    std::vector<std::pair<std::string, Tensor>> tensors;
+// Writes one safetensors file holding the given parameters in HF layout, in `dtype`, fetching
+// each when its bytes are due: the host holds one tensor (and its HF-layout copy) at a time.
+void write_weights(const std::string& path, const ParamTable& table, const TensorFetch& fetch,
+                   const std::vector<int>& ids, DType dtype) {
+    std::vector<StreamedTensor> tensors;
     for (int i : ids) {
-        const ParamSpec& s = store.specs()[size_t(i)];
-        Tensor t = Tensor::empty(hf_shape(s));
-        param_to_hf(store, i, t.f32());
-        if (dtype != DType::F32) {
-            Tensor narrow = Tensor::empty(hf_shape(s), dtype);
-            convert_from_f32(narrow.data(), dtype, t.f32(), size_t(t.numel()));
-            t = std::move(narrow);
-        }
-        tensors.emplace_back(s.name, std::move(t));
+        const ParamSpec& s = table.specs()[size_t(i)];
+        tensors.push_back({s.name, dtype, hf_shape(s), [&, i](FileSink& out) {
+                               const ParamSpec& spec = table.specs()[size_t(i)];
+                               std::vector<float> v(size_t(table.numel(i)));
+                               fetch(i, v.data());
+                               std::vector<float> hf(v.size());
+                               param_to_hf(spec, v.data(), hf.data());
+                               if (dtype == DType::F32) return out.write(hf.data(), hf.size() * 4);
+                               std::vector<char> narrow(hf.size() * dtype_size(dtype));
+                               convert_from_f32(narrow.data(), dtype, hf.data(), hf.size());
+                               out.write(narrow.data(), narrow.size());
+                           }});
     }
-    write_safetensors(path, tensors, {{"format", "pt"}});
+    write_safetensors_streamed(path, tensors, {{"format", "pt"}});
 }
 
-void write_weight_files(const std::string& tmp, const HostParams& store, uint64_t max_bytes,
-                        DType dtype) {
+void write_weight_files(const std::string& tmp, const ParamTable& table, const TensorFetch& fetch,
+                        uint64_t max_bytes, DType dtype) {
     std::vector<int> params;  // QAT's scales go to qat.json
-    for (int i = 0; i < store.size(); ++i)
-        if (param_in_hf_model(store.specs()[size_t(i)])) params.push_back(i);
+    for (int i = 0; i < table.size(); ++i)
+        if (param_in_hf_model(table.specs()[size_t(i)])) params.push_back(i);
     std::vector<uint64_t> bytes;
     for (int i : params)
-        bytes.push_back(uint64_t(shape_numel(hf_shape(store.specs()[size_t(i)]))) *
+        bytes.push_back(uint64_t(shape_numel(hf_shape(table.specs()[size_t(i)]))) *
                         dtype_size(dtype));
     write_model_files_sharded(
         tmp, bytes, max_bytes,
         [&](const std::string& path, const std::vector<int>& ids) {
             std::vector<int> chosen;
             for (int k : ids) chosen.push_back(params[size_t(k)]);
-            write_weights(path, store, chosen, dtype);
+            write_weights(path, table, fetch, chosen, dtype);
         },
-        [&](int k) { return std::vector{store.specs()[size_t(params[size_t(k)])].name}; });
+        [&](int k) { return std::vector{table.specs()[size_t(params[size_t(k)])].name}; });
 }
 
 // HF's torch_dtype spelling of a storage dtype.
@@ -331,8 +335,9 @@ const char* torch_dtype_name(DType t) {
     return t == DType::BF16 ? "bfloat16" : t == DType::F16 ? "float16" : "float32";
 }
 
-void write_model_files(const std::string& tmp, const ModelConfig& c, const HostParams& store,
-                       const std::string& tokenizer_json, uint64_t max_shard_bytes, DType dtype) {
+void write_model_files(const std::string& tmp, const ModelConfig& c, const ParamTable& table,
+                       const TensorFetch& fetch, const std::string& tokenizer_json,
+                       uint64_t max_shard_bytes, DType dtype) {
     json config = config_to_hf_json(c);
     config["torch_dtype"] = torch_dtype_name(dtype);
     write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
@@ -340,7 +345,7 @@ void write_model_files(const std::string& tmp, const ModelConfig& c, const HostP
     if (c.bos_token_id >= 0) gen["bos_token_id"] = c.bos_token_id;
     if (c.eos_token_id >= 0) gen["eos_token_id"] = c.eos_token_id;
     write_file_atomic(tmp + "/generation_config.json", gen.dump(2) + "\n");
-    write_weight_files(tmp, store, max_shard_bytes, dtype);
+    write_weight_files(tmp, table, fetch, max_shard_bytes, dtype);
     if (!tokenizer_json.empty()) write_tokenizer_files(tmp, tokenizer_json);
 }
 
@@ -426,9 +431,9 @@ std::string model_dir_hash_like(const std::string& dir, const std::string& recor
     return model_dir_hash(dir);
 }
 
-void save_hf_model(const std::string& dir, const ModelConfig& c, const HostParams& store,
-                   const std::string& tokenizer_json, uint64_t max_shard_bytes, DType dtype,
-                   const ExtraFiles& extra_files) {
+void save_hf_model(const std::string& dir, const ModelConfig& c, const ParamTable& table,
+                   const TensorFetch& fetch, const std::string& tokenizer_json,
+                   uint64_t max_shard_bytes, DType dtype, const ExtraFiles& extra_files) {
     for (const auto& [name, text] : extra_files)
         ETE_CHECK(
             !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
@@ -437,9 +442,17 @@ void save_hf_model(const std::string& dir, const ModelConfig& c, const HostParam
     ETE_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
               "saving model dir '{}': dtype {} is not F32, BF16 or F16", dir, dtype_name(dtype));
     write_dir_atomic(dir, "saving model dir", [&](const std::string& tmp) {
-        write_model_files(tmp, c, store, tokenizer_json, max_shard_bytes, dtype);
+        write_model_files(tmp, c, table, fetch, tokenizer_json, max_shard_bytes, dtype);
         for (const auto& [name, text] : extra_files) write_file_atomic(tmp + "/" + name, text);
     });
+}
+
+void save_hf_model(const std::string& dir, const ModelConfig& c, const HostParams& store,
+                   const std::string& tokenizer_json, uint64_t max_shard_bytes, DType dtype,
+                   const ExtraFiles& extra_files) {
+    save_hf_model(
+        dir, c, store, [&](int i, float* out) { std::copy_n(store.param(i), store.numel(i), out); },
+        tokenizer_json, max_shard_bytes, dtype, extra_files);
 }
 
 }  // namespace ete

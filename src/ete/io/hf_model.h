@@ -96,5 +96,15 @@ void save_hf_model(const std::string& dir, const ModelConfig& config, const Host
                    const std::string& tokenizer_json,
                    uint64_t max_shard_bytes = kDefaultMaxShardBytes, DType dtype = DType::F32,
                    const ExtraFiles& extra_files = {});
+// The same with each tensor fetched when its bytes are written: fetch(i, out) puts parameter i's
+// values (ETE layout, F32, table.numel(i) of them) into out. Each parameter is fetched once, as its
+// bytes are written (shard by shard, in each file's data order), so the host holds one tensor of
+// the model at a time: a trainer on many ranks fetches through a collective
+// (train/state_stream.h). A fetch that throws leaves `dir` as it was.
+using TensorFetch = std::function<void(int index, float* values)>;
+void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamTable& table,
+                   const TensorFetch& fetch, const std::string& tokenizer_json,
+                   uint64_t max_shard_bytes = kDefaultMaxShardBytes, DType dtype = DType::F32,
+                   const ExtraFiles& extra_files = {});
 
 }  // namespace ete

@@ -250,8 +250,8 @@ class ParamStore : public ParamTable {
     std::pair<size_t, size_t> zero3_frozen_bytes(const std::vector<ShardGroup>& groups,
                                                  int dp) const;
     void zero_grads();
-    // Frees the gradient buffer when training is over (the final save gathers a whole copy of
-    // the model and needs the memory). Views into it — the layers' — dangle from then on: every
+    // Frees the gradient buffer when training is over (the final save needs host memory for the
+    // tensors it writes). Views into it — the layers' — dangle from then on: every
     // backward refuses to run (Transformer checks grads_released()).
     void release_grads();
     bool grads_released() const { return grads_released_; }

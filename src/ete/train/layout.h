@@ -7,9 +7,8 @@
 // Checkpoints and exported models always hold the logical model, so they load onto any layout.
 // Gathering sums over the world: each logical element is written by exactly one rank (the
 // dp-rank-0 replica's owner: ParamTable::counts_in_norm), every other rank contributes zeros.
-// to_global needs one whole-model buffer per rank: the final save (final/ is written whole by
-// rank 0) and LoRA rank changes (adapters only) use it; checkpoints move one tensor at a time
-// instead (state_stream.h).
+// to_global needs one whole-model buffer per rank: LoRA rank changes (adapters only) use it;
+// checkpoints and the final save move one tensor at a time instead (state_stream.h).
 #pragma once
 
 #include <string>

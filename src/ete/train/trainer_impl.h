@@ -102,15 +102,13 @@ class Trainer {
     void load_weights();  // init_weights without the heap trim
     // verified: checkpoint_problem(dir) was just checked (not hashed again).
     void load_state(const std::string& dir, CheckpointState& st, bool verified = false);
-    // The logical whole model (weights, or with moments = true also the optimizer state, zero
-    // elsewhere) on world rank 0; other ranks get an empty store.
-    std::unique_ptr<HostParams> gather_model() const;
-    std::vector<float> whole_of(std::vector<float> local) const;
     void load_adapter_init(const std::string& dir);
     // The newest checkpoint of the run dir that verifies (collective).
     std::optional<std::string> newest_good_checkpoint();
     void save_final();
-    void write_final(const HostParams& whole) const;
+    // World rank 0: final/ from the logical tensors `fetch` gives (collective on the others'
+    // side: save_final).
+    void write_final(const TensorFetch& fetch) const;
     void fill_micro(int64_t step, int a);
     void pad_rows(int a);
     double global_loss(double local);

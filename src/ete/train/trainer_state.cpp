@@ -208,26 +208,6 @@ int64_t Trainer::start(const ResumeOptions& resume) {
     return st.step;
 }
 
-// The logical whole of a flat local buffer on world rank 0. Without tp/pp every rank already holds
-// the whole model and rank 0 keeps its buffer as it is (moved, not copied: a checkpoint of a model
-// near the memory limit holds as few whole copies as it can).
-std::vector<float> Trainer::whole_of(std::vector<float> local) const {
-    if (sharded()) return layout_.to_global(local.data(), dist_.groups.dp_rank == 0, *dist_.world);
-    if (!dist_.main()) return {};
-    return local;
-}
-
-std::unique_ptr<HostParams> Trainer::gather_model() const {
-    std::vector<float> local(size_t(model_.params().numel()), zero() == 3 ? -0.0f : 0.0f);
-    model_.params().download_masters(local.data());
-    // ZeRO-3: each replica holds its shard; -0.0 elsewhere sums to the exact values.
-    if (zero() == 3)
-        dist_.groups.dp->reduce(local.data(), local.size(), DType::F32, ReduceOp::Sum, 0);
-    std::vector<float> w = whole_of(std::move(local));
-    if (!dist_.main()) return nullptr;
-    return std::make_unique<HostParams>(layout_.global_specs(), std::move(w));
-}
-
 bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
     auto t0 = Clock::now();
     const CheckpointState st{steps_done, opt_->steps_taken(), data_position(steps_done),
@@ -288,28 +268,43 @@ std::string final_tokenizer(const RunConfig& c, bool run_has_one) {
 
 }  // namespace
 
-void Trainer::write_final(const HostParams& whole) const {
-    for (int i = 0; i < whole.size(); ++i)
-        if (whole.trainable(i))
-            check_finite(whole.specs()[size_t(i)].name, whole.param(i), size_t(whole.numel(i)));
+void Trainer::write_final(const TensorFetch& fetch) const {
+    const ParamTable table(layout_.global_specs());
+    // Every tensor is checked as it is fetched; a weight that is not finite ends the save before
+    // the dir is committed.
+    const TensorFetch checked = [&](int i, float* out) {
+        fetch(i, out);
+        if (table.trainable(i))
+            check_finite(table.specs()[size_t(i)].name, out, size_t(table.numel(i)));
+    };
     if (!cfg_.lora_enabled) {
         // A QAT run's model keeps its spec and observers beside it (`ete export int8` reads them).
         ExtraFiles extra;
         if (model_.qat()) {
             ScaleFactors factors;  // the learned ones (qat.learnable_scale), whole
-            for (int i = 0; i < whole.size(); ++i) {
-                const ParamSpec& s = whole.specs()[size_t(i)];
+            for (int i = 0; i < table.size(); ++i) {
+                const ParamSpec& s = table.specs()[size_t(i)];
                 if (s.role != ParamRole::QatScale) continue;
                 const std::string weight =
                     s.name.substr(0, s.name.size() - qat_scale_name("").size());
-                factors[weight].assign(whole.param(i), whole.param(i) + whole.numel(i));
+                std::vector<float>& f = factors[weight];
+                f.resize(size_t(table.numel(i)));
+                checked(i, f.data());
             }
             extra.emplace_back(kQatStateFile, qat_state_json(model_.qat()->spec(),
                                                              model_.qat()->state(), factors));
         }
-        return save_hf_model(out_ + "/final", mc_, whole, final_tokenizer(cfg_, tok_.has_value()),
-                             kDefaultMaxShardBytes, save_dtype(cfg_), extra);
+        return save_hf_model(out_ + "/final", mc_, table, checked,
+                             final_tokenizer(cfg_, tok_.has_value()), kDefaultMaxShardBytes,
+                             save_dtype(cfg_), extra);
     }
+    // The adapters only (the frozen base is not saved): a host copy of them.
+    std::vector<ParamSpec> specs;
+    std::vector<int> from;
+    for (int i = 0; i < table.size(); ++i)
+        if (table.trainable(i)) specs.push_back(table.specs()[size_t(i)]), from.push_back(i);
+    HostParams adapters(std::move(specs));
+    for (int k = 0; k < adapters.size(); ++k) checked(from[size_t(k)], adapters.param(k));
     // At the final rank, with lora_alpha chosen so PEFT's alpha / r is the scale trained with
     // (fixed at alpha / r of the first rank while the rank changes).
     LoraSpec spec = lora_spec(cfg_);
@@ -325,26 +320,34 @@ void Trainer::write_final(const HostParams& whole) const {
         extra.emplace_back(kQatStateFile,
                            qat_state_json(model_.qat()->spec(), model_.qat()->state()));
     save_peft_adapter(
-        out_ + "/final", mc_, spec, whole,
+        out_ + "/final", mc_, spec, adapters,
         cfg_.model_init_from.empty() ? "" : fs::absolute(cfg_.model_init_from).string(), base_hash_,
         [&](const std::string&) { return spec.r; }, DType::F32, extra);
 }
 
 void Trainer::save_final() {
-    // Training is over: the moments and gradients are not needed again, and a model near the
-    // memory limit needs their memory for the whole copy gathered here (a 1.1B full fine-tune
-    // on 24 GiB was killed at this point with them kept).
+    // Training is over: the moments and gradients are not needed again (a model near the memory
+    // limit needs their memory for what the save holds).
     opt_->release_state();
     model_.params().release_grads();
-    std::unique_ptr<HostParams> whole = gather_model();
+    // Tensor by tensor from every rank's backend memory, as checkpoints are: no rank holds the
+    // whole model on the host (280 GB for a 70B model in fp32; at ZeRO-3 every rank did).
+    StateStream stream(layout_, model_.params(), *opt_, *dist_.world, stream_roles());
     if (dist_.main()) {
         try {
-            write_final(*whole);
+            write_final(stream.source().param);
         } catch (const Error& e) {
+            stream.finish();  // the other ranks stop serving before this rank ends the job
             const std::optional<std::string> newest = latest_checkpoint(out_);
             throw_error(fmt::format("{}; final/ was not saved, the newest checkpoint is {}",
                                     e.what(), newest.value_or("(none)")));
+        } catch (...) {
+            stream.finish();
+            throw;
         }
+        stream.finish();
+    } else {
+        stream.serve();
     }
     dist_.world->barrier();
 }
