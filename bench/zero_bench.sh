@@ -3,8 +3,9 @@
 # DP data-parallel ranks (`ete launch -n DP`, one core's share each), micro-batch B rows per
 # replica, GRAD_ACCUM micro-batches per step, each stage of STAGES interleaved over ROUNDS. Prints
 # a Markdown table of medians: tokens/s, the peak RSS of the largest rank (the trainer's
-# "memory: measured peak RSS" line after step 3) beside the estimate it printed at start, and
-# both against stage 0.
+# "memory: measured peak RSS" line after step 3) beside the estimate it printed at start, both
+# against stage 0, and the largest rank's peak over the whole run, the save of final/ included
+# (getrusage of the launcher's children).
 #
 # Environment: BUILD_DIR (default build), DP (2), B (1), GRAD_ACCUM (1), T (256), STEPS (8),
 # WARMUP (3), ROUNDS (3), STAGES ("0 1 2"), SETS (extra --set overrides for every run).
@@ -35,7 +36,8 @@ for r in $(seq 1 "$ROUNDS"); do
     for s in $STAGES; do
         log "round $r/$ROUNDS: stage $s"
         # shellcheck disable=SC2086  # SETS is words
-        "$ETE" launch -n "$DP" -- train "$WORK/bench.toml" --out "$WORK/s${s}_$r" \
+        python3 "$ROOT/bench/peak_rss.py" "$WORK/s${s}_$r.peak" \
+            "$ETE" launch -n "$DP" -- train "$WORK/bench.toml" --out "$WORK/s${s}_$r" \
             --set parallel.dp="$DP" --set parallel.zero_stage="$s" \
             --set train.micro_batch=$((DP * B)) --set train.grad_accum="$GRAD_ACCUM" \
             --set train.log_every=1 $SETS > "$WORK/s${s}_$r.log" 2>&1 ||
@@ -51,7 +53,7 @@ UNIT = {"MiB": 1, "GiB": 1024}
 def mib(num, unit): return float(num) * UNIT[unit]
 rows, base = [], {}
 for s in stages:
-    tps, rss, est = [], [], []
+    tps, rss, est, run = [], [], [], []
     for r in range(1, rounds + 1):
         steps = [json.loads(l) for l in open(f"{work}/s{s}_{r}/metrics.jsonl")][warm:]
         tps.append(med([x["tokens_per_s"] for x in steps]))
@@ -59,13 +61,14 @@ for s in stages:
                       r"([\d.]+) (MiB|GiB)", open(f"{work}/s{s}_{r}.log").read())
         rss.append(mib(m.group(1), m.group(2)))
         est.append(mib(m.group(3), m.group(4)))
-    rows.append((s, med(tps), tps, med(rss), med(est)))
+        run.append(float(open(f"{work}/s{s}_{r}.peak").read()) / 1024)
+    rows.append((s, med(tps), tps, med(rss), med(est), med(run)))
     if s == "0": base = {"tps": med(tps), "rss": med(rss)}
 print("| ZeRO stage | tokens/s | per round | peak RSS MiB (largest rank) | estimate MiB | "
-      "tokens/s vs stage 0 | RSS vs stage 0 |")
-print("|---|---:|---|---:|---:|---:|---:|")
-for s, t, ts, r, e in rows:
+      "tokens/s vs stage 0 | RSS vs stage 0 | whole run's peak MiB (final/ saved) |")
+print("|---|---:|---|---:|---:|---:|---:|---:|")
+for s, t, ts, r, e, w in rows:
     rel = lambda x, k: f"{x / base[k]:.3f}" if base else "—"
     print(f"| {s} | {t:.0f} | {' '.join(f'{x:.0f}' for x in ts)} | {r:.0f} | {e:.0f} | "
-          f"{rel(t, 'tps')} | {rel(r, 'rss')} |")
+          f"{rel(t, 'tps')} | {rel(r, 'rss')} | {w:.0f} |")
 PY

@@ -3,6 +3,7 @@
 // files on any layout.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -105,6 +106,9 @@ class Trainer {
     void load_adapter_init(const std::string& dir);
     // The newest checkpoint of the run dir that verifies (collective).
     std::optional<std::string> newest_good_checkpoint();
+    // Tensor by tensor from every rank's backend memory to what world rank 0 writes (`write`
+    // gets the fetches; state_stream.h), the other ranks serving until it is done or has thrown.
+    void stream_out(const std::function<void(const CheckpointSource&)>& write);
     void save_final();
     // World rank 0: final/ from the logical tensors `fetch` gives (collective on the others'
     // side: save_final).

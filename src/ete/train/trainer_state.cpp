@@ -208,6 +208,18 @@ int64_t Trainer::start(const ResumeOptions& resume) {
     return st.step;
 }
 
+void Trainer::stream_out(const std::function<void(const CheckpointSource&)>& write) {
+    StateStream stream(layout_, model_.params(), *opt_, *dist_.world, stream_roles());
+    if (!dist_.main()) return stream.serve();
+    try {
+        write(stream.source());
+    } catch (...) {
+        stream.finish();  // the other ranks stop serving before this rank ends the job
+        throw;
+    }
+    stream.finish();
+}
+
 bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
     auto t0 = Clock::now();
     const CheckpointState st{steps_done, opt_->steps_taken(), data_position(steps_done),
@@ -228,22 +240,10 @@ bool Trainer::checkpoint(int64_t steps_done, bool must_succeed) {
                 steps_done, e.what());
         }
     };
-    // Tensor by tensor from every rank's backend memory, written by world rank 0: no rank holds
-    // the whole model or a whole optimizer state on the host (state_stream.h).
-    StateStream stream(layout_, model_.params(), *opt_, *dist_.world, stream_roles());
-    if (dist_.main()) {
+    stream_out([&](const CheckpointSource& src) {
         const ParamTable table(layout_.global_specs());
-        try {
-            write(
-                [&] { return save_checkpoint(out_, st, table, stream.source(), dump_toml(cfg_)); });
-        } catch (...) {
-            stream.finish();  // the other ranks stop serving before this rank ends the job
-            throw;
-        }
-        stream.finish();
-    } else {
-        stream.serve();
-    }
+        write([&] { return save_checkpoint(out_, st, table, src, dump_toml(cfg_)); });
+    });
     if (dist_.main() && ok) {
         prune_checkpoints(out_, cfg_.keep_checkpoints);
         last_save_s_ = seconds_since(t0);
@@ -298,13 +298,9 @@ void Trainer::write_final(const TensorFetch& fetch) const {
                              final_tokenizer(cfg_, tok_.has_value()), kDefaultMaxShardBytes,
                              save_dtype(cfg_), extra);
     }
-    // The adapters only (the frozen base is not saved): a host copy of them.
-    std::vector<ParamSpec> specs;
-    std::vector<int> from;
-    for (int i = 0; i < table.size(); ++i)
-        if (table.trainable(i)) specs.push_back(table.specs()[size_t(i)]), from.push_back(i);
-    HostParams adapters(std::move(specs));
-    for (int k = 0; k < adapters.size(); ++k) checked(from[size_t(k)], adapters.param(k));
+    // A LoRA run's logical tensors are its adapters (the frozen base is not saved): a host copy.
+    HostParams adapters(table);
+    for (int i = 0; i < adapters.size(); ++i) checked(i, adapters.param(i));
     // At the final rank, with lora_alpha chosen so PEFT's alpha / r is the scale trained with
     // (fixed at alpha / r of the first rank while the rank changes).
     LoraSpec spec = lora_spec(cfg_);
@@ -330,24 +326,15 @@ void Trainer::save_final() {
     // limit needs their memory for what the save holds).
     opt_->release_state();
     model_.params().release_grads();
-    // Tensor by tensor from every rank's backend memory, as checkpoints are: no rank holds the
-    // whole model on the host (280 GB for a 70B model in fp32; at ZeRO-3 every rank did).
-    StateStream stream(layout_, model_.params(), *opt_, *dist_.world, stream_roles());
-    if (dist_.main()) {
-        try {
-            write_final(stream.source().param);
-        } catch (const Error& e) {
-            stream.finish();  // the other ranks stop serving before this rank ends the job
-            const std::optional<std::string> newest = latest_checkpoint(out_);
-            throw_error(fmt::format("{}; final/ was not saved, the newest checkpoint is {}",
-                                    e.what(), newest.value_or("(none)")));
-        } catch (...) {
-            stream.finish();
-            throw;
-        }
-        stream.finish();
-    } else {
-        stream.serve();
+    // As checkpoints are: no rank holds the whole model on the host (280 GB for a 70B model in
+    // fp32; at ZeRO-3 every rank held a whole copy before).
+    try {
+        stream_out([&](const CheckpointSource& src) { write_final(src.param); });
+    } catch (const Error& e) {
+        if (!dist_.main()) throw;
+        const std::optional<std::string> newest = latest_checkpoint(out_);
+        throw_error(fmt::format("{}; final/ was not saved, the newest checkpoint is {}", e.what(),
+                                newest.value_or("(none)")));
     }
     dist_.world->barrier();
 }
