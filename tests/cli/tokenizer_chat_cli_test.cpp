@@ -14,6 +14,7 @@
 
 #include "ete/core/file_util.h"
 #include "shell.h"
+#include "test_build.h"
 
 namespace ete {
 namespace {
@@ -112,6 +113,50 @@ TEST_F(TokenizerChatCli, IdsMatchSpecialTokensAndHfIds) {
     std::string line;
     for (size_t k = 0; k < want.size(); ++k) line += (k ? " " : "") + std::to_string(want[k]);
     EXPECT_EQ(r.out, line + "\n");
+}
+
+// `--ids` end to end for every family whose tokenizer_config.json (and so its own chat template)
+// is shipped: the ids Hugging Face's apply_chat_template(tokenize=True) gives for a multi-turn
+// conversation with a system prompt and the generation prompt on (tests/data/jinja/chat_ids.json,
+// tools/gen_hf_chat_ids.mjs; every other render of tests/data/jinja is checked against it in
+// process by tokenizer_family_test.cpp). date_string fixes the date Llama 3.2's template would
+// take from the clock (the goldens' strftime_now time). Under the sanitizers, where loading a
+// large tokenizer.json takes seconds, two families stand for all.
+TEST_F(TokenizerChatCli, IdsEqualHfApplyChatTemplateForEveryShippedConfig) {
+    const Json ids = Json::parse(read_file(ETE_SOURCE_DIR "/tests/data/jinja/chat_ids.json"));
+    write_file_atomic(path("multi.json"), goldens_["conversations"]["system_multi_turn"].dump());
+    const std::pair<std::string, std::string> families[] = {
+        {"llama3", "llama3"},   {"llama3_1", "llama3_1"},       {"llama3_2", "llama3_2"},
+        {"qwen2_5", "qwen2_5"}, {"deepseek_v3", "deepseek_v3"}, {"gpt4", "chatml"}};
+    for (const auto& [family, tmpl] : families) {
+        if (testing::under_sanitizers() && family != "llama3_2" && family != "deepseek_v3")
+            continue;
+        SCOPED_TRACE(family);
+        const fs::path d = dir_ / family;
+        fs::create_directories(d);
+        ASSERT_EQ(std::system(("xz -dc " + kFamilies + family + ".tokenizer.json.xz > " +
+                               (d / "tokenizer.json").string())
+                                  .c_str()),
+                  0);
+        fs::copy_file(kFamilies + family + ".tokenizer_config.json", d / "tokenizer_config.json",
+                      fs::copy_options::overwrite_existing);
+        std::string want;
+        for (const Json& g : ids["cases"]) {
+            const Json& c = goldens_["cases"][g["case"].get<size_t>()];
+            if (g["template"] != tmpl || c["conversation"] != "system_multi_turn" ||
+                c["add_generation_prompt"] != true || c["tools"] != false || !c["extra"].empty())
+                continue;
+            for (const Json& id : g["ids"]) want += (want.empty() ? "" : " ") + id.dump();
+        }
+        ASSERT_FALSE(want.empty()) << "no golden for " << tmpl;
+        const ShellResult r = run_shell(
+            ete_cmd("tokenizer chat --tokenizer-config " + (d / "tokenizer_config.json").string() +
+                    " --messages " + path("multi.json") +
+                    " --add-generation-prompt --set-var 'date_string=\"01 Jan 2025\"' --ids"));
+        ASSERT_EQ(r.code, 0) << r.out;
+        EXPECT_EQ(r.out, want + "\n");
+        fs::remove_all(d);
+    }
 }
 
 TEST_F(TokenizerChatCli, ListFormPicksToolUseWithTools) {

@@ -1,8 +1,9 @@
 // tests/data/tokenizer_family_test.cpp — every family's real tokenizer.json against Hugging Face's
 // own `tokenizers` 0.23.2: the ids of the shared text set (torture cases included) with and
-// without special tokens, the decoded text, and a slice of each vocabulary (each token's decoded
-// text encoded again). Goldens: tools/gen_hf_tokenizer_goldens.mjs, files in
-// tests/golden/tokenizers/families/ (the tokenizer.json files are stored xz-compressed).
+// without special tokens, the decoded text, a slice of each vocabulary (each token's decoded
+// text encoded again), and the ids of real chat templates' renders (chat_ids.json). Goldens:
+// tools/gen_hf_tokenizer_goldens.mjs, files in tests/golden/tokenizers/families/ (the
+// tokenizer.json files are stored xz-compressed).
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <unistd.h>
@@ -73,6 +74,30 @@ void expect_parallel_equals_serial(const Tokenizer& t, const json& golden,
     EXPECT_TRUE(parallel == serial) << family << ": the parallel encode differs";
 }
 
+// The ids of the real chat templates' renders (tests/data/jinja/real_templates.json, rendered by
+// Jinja2) that Hugging Face's apply_chat_template(tokenize=True) gives with this family's
+// tokenizer: encode(rendered, add_special_tokens=false), what `ete tokenizer chat --ids` prints.
+// Goldens: tools/gen_hf_chat_ids.mjs (tokenizers 0.23.2). Returns how many cases were checked.
+size_t expect_chat_ids(const Tokenizer& t, const std::string& family) {
+    static const json rendered =
+        json::parse(read_file(ETE_SOURCE_DIR "/tests/data/jinja/real_templates.json"));
+    static const json golden =
+        json::parse(read_file(ETE_SOURCE_DIR "/tests/data/jinja/chat_ids.json"));
+    size_t checked = 0;
+    for (const json& g : golden["cases"]) {
+        if (g["tokenizer"] != family) continue;
+        const json& c = rendered["cases"][g["case"].get<size_t>()];
+        EXPECT_EQ(c["template"], g["template"]) << "chat_ids.json is older than the renders";
+        const Ids want = g["ids"];
+        const Ids ids = t.encode(c["expected"].get<std::string>());
+        EXPECT_TRUE(ids == want) << family << ": template " << c["template"] << ", conversation "
+                                 << c["conversation"] << ", case " << g["case"]
+                                 << "\n  ete: " << show(ids) << "\n  hf:  " << show(want);
+        ++checked;
+    }
+    return checked;
+}
+
 class Family : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Family, MatchesHuggingFaceIdForId) {
@@ -111,6 +136,10 @@ TEST_P(Family, MatchesHuggingFaceIdForId) {
     }
     EXPECT_EQ(bad, 0u) << family << ": " << bad << " of " << checked << " checks differ";
     EXPECT_GT(checked, 1000u);
+    // Every family with a chat template among the renders (gpt2, llama2 and gpt4o have none).
+    const size_t chats = expect_chat_ids(t, family);
+    const bool has_template = family != "gpt2" && family != "llama2" && family != "gpt4o";
+    EXPECT_EQ(chats > 0, has_template) << family << ": " << chats << " rendered chats checked";
     // Under the sanitizers (where each check takes seconds), one family per parallel path: piece
     // ranges of a SentencePiece and of a byte-level file, line chunks after NFC and with o200k's
     // pattern. The plain suite checks all.
