@@ -15,6 +15,7 @@
 #include "ete/data/token_shard.h"
 #include "ete/data/tokenizer.h"
 #include "ete/io/checkpoint.h"
+#include "ete/io/hf_model.h"
 #include "ete/model/transformer.h"
 #include "ete/optim/adamw.h"
 #include "ete/optim/loss_scaler.h"
@@ -153,6 +154,20 @@ class Trainer {
         bool stop = false, checkpoint = false;
     };
     Requests agree_requests(StopSignals& signals, Clock::time_point last_checkpoint);
+    // trainer_run.cpp: run()'s parts. A step with its evaluation, metrics and summary; a
+    // checkpoint counted in the gauges (last_checkpoint_ when committed); a stop request's
+    // checkpoint and resumable end; the final save and the closing line.
+    void start_watchdog();
+    StepMetrics train_step(int64_t s, TrainSummary& sum, std::optional<Progress>& progress);
+    void record_checkpoint(int64_t steps, bool must_succeed);
+    void stop_on_request(StopSignals& signals, TrainSummary& sum);
+    void finish_run(TrainSummary& sum, std::vector<double>& tps);
+    Clock::time_point last_checkpoint_{};
+    // step()'s parts: ETE_FAULT's faults at the step's start and on its loss; the pipeline's
+    // and the gradient sync's measurements.
+    void arm_step_faults(int64_t step);
+    double loss_faults(int64_t step, double loss_sum) const;
+    void add_comm_metrics(StepMetrics& m);
 
     // The scheduler's limits (trainer_job.cpp, job_limits.h). Collective: records this start in
     // DIR/.ete/attempts.json and refuses it after train.max_attempts_without_progress failed
