@@ -6,7 +6,10 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "ete/backend/backend.h"
 #include "ete/core/error.h"
@@ -102,10 +105,9 @@ std::string why(const Plan& p) {
     return s;
 }
 
-int cmd_plan(const PlanArgs& a) {
+PlanRequest plan_request(const PlanArgs& a, bool dir) {
     PlanRequest req;
     req.base = default_run_config();
-    const bool dir = std::filesystem::is_directory(a.model);
     if (dir) {
         apply_override(req.base, "model.init_from=" + a.model);
     } else {
@@ -117,59 +119,61 @@ int cmd_plan(const PlanArgs& a) {
     req.global_batch = a.global_batch;
     req.goal = a.goal;
     req.pins = parse_layout_pins(a.layout);
-    std::unique_ptr<Backend> local;
-    ClusterSpec cluster;
-    if (a.cluster == "local") {
-        const LaunchInfo launch = detect_launch();
-        local = make_rank_backend(req.base.backend, launch.rank, launch.local_rank);
-        std::unique_ptr<Communicator> world;  // under mpirun: this job measured, rank 0 plans
-        if (launch.world_size > 1) world = make_world(launch);
-        cluster = world ? measure_job(*world, *local, req.base.parallel_bucket_mb)
-                        : local_cluster(*local);
-        measure_model_gemms(cluster, *local, req.model, req.seq, gemm_points(req, cluster),
-                            world.get());
-        if (world && world->rank() != 0) return 0;
-        req.runtime_bytes = process_rss_bytes();
-        req.threads = omp_get_max_threads();
-    } else {
-        cluster = load_cluster(a.cluster);
-    }
-    const Plan p = make_plan(req, cluster);
-    ETE_CHECK(!p.ranked.empty() || !p.rejected.empty(),
-              "plan: no layout of {} devices matches --layout '{}' (dp x tp x pp uses every "
-              "device, tp within a node unless pinned, pp at most {} layers, micro_batch a "
-              "multiple of dp that divides --global-batch {})",
-              cluster.devices(), a.layout, req.model.num_layers, a.global_batch);
+    return req;
+}
+
+// --cluster local: this machine (or, under mpirun, this job) measured, the model's GEMMs timed;
+// nullopt on the ranks other than 0, which only took part in the measurement.
+std::optional<ClusterSpec> measure_local(PlanRequest& req) {
+    const LaunchInfo launch = detect_launch();
+    std::unique_ptr<Backend> local =
+        make_rank_backend(req.base.backend, launch.rank, launch.local_rank);
+    std::unique_ptr<Communicator> world;  // under mpirun: this job measured, rank 0 plans
+    if (launch.world_size > 1) world = make_world(launch);
+    ClusterSpec cluster =
+        world ? measure_job(*world, *local, req.base.parallel_bucket_mb) : local_cluster(*local);
+    measure_model_gemms(cluster, *local, req.model, req.seq, gemm_points(req, cluster),
+                        world.get());
+    if (world && world->rank() != 0) return std::nullopt;
+    req.runtime_bytes = process_rss_bytes();
+    req.threads = omp_get_max_threads();
+    return cluster;
+}
+
+// The `ete train` (or `ete launch`) line that runs the best layout.
+std::string run_command(const Plan& p, const ClusterSpec& cluster, const PlanArgs& a, bool dir) {
+    if (p.ranked.empty()) return "";
     std::string user_sets;  // the user's own --set keys, before the layout's
     for (const std::string& o : a.overrides) user_sets += "--set '" + o + "' ";
-    const std::string run_line =
-        p.ranked.empty()
-            ? ""
-            : fmt::format("{}{} train {}{}",
-                          cluster.devices() > 1
-                              ? fmt::format("ete launch -n {}{}{} --", cluster.devices(),
+    const std::string launcher =
+        cluster.devices() > 1 ? fmt::format("ete launch -n {}{}{} --", cluster.devices(),
                                             cluster.nodes > 1 ? " --hostfile HOSTS" : "",
                                             cluster.node_gbps.empty() ? "" : " --placement auto")
-                              : "ete",
-                          "", dir ? "" : a.model + " ",
-                          (dir ? "--set model.init_from=" + a.model + " " : "") + user_sets +
-                              layout_sets(p.ranked[0].layout, a.seq));
-    if (a.json) {
-        json cands = json::array(), rejected = json::array();
-        for (const PlanCandidate& c : p.ranked) cands.push_back(candidate_json(c));
-        for (const auto& [l, reason] : p.rejected) {
-            json j = layout_json(l);
-            j["reason"] = reason;
-            rejected.push_back(j);
-        }
-        const json out = {{"best", p.ranked.empty() ? json(nullptr) : candidate_json(p.ranked[0])},
-                          {"candidates", cands},
-                          {"rejected", rejected},
-                          {"command", run_line},
-                          {"cluster", cluster.source}};
-        std::printf("%s\n", out.dump(2).c_str());
-        return p.ranked.empty() ? 1 : 0;
+                              : "ete";
+    return fmt::format("{} train {}{}", launcher, dir ? "" : a.model + " ",
+                       (dir ? "--set model.init_from=" + a.model + " " : "") + user_sets +
+                           layout_sets(p.ranked[0].layout, a.seq));
+}
+
+int print_plan_json(const Plan& p, const ClusterSpec& cluster, const std::string& run_line) {
+    json cands = json::array(), rejected = json::array();
+    for (const PlanCandidate& c : p.ranked) cands.push_back(candidate_json(c));
+    for (const auto& [l, reason] : p.rejected) {
+        json j = layout_json(l);
+        j["reason"] = reason;
+        rejected.push_back(j);
     }
+    const json out = {{"best", p.ranked.empty() ? json(nullptr) : candidate_json(p.ranked[0])},
+                      {"candidates", cands},
+                      {"rejected", rejected},
+                      {"command", run_line},
+                      {"cluster", cluster.source}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return p.ranked.empty() ? 1 : 0;
+}
+
+void print_plan_table(const Plan& p, const PlanRequest& req, const ClusterSpec& cluster,
+                      const PlanArgs& a, const std::string& run_line) {
     std::printf(
         "plan: %s %dL C=%d | seq %d, global batch %lld rows | goal %s | cluster %s: %d x "
         "%d devices of %.1f GiB usable, %.1f bf16 TFLOP/s achieved\n",
@@ -197,6 +201,28 @@ int cmd_plan(const PlanArgs& a) {
     }
     std::printf("\nbest: %s — %s\nrun: %s\n", layout_text(p.ranked[0].layout).c_str(),
                 why(p).c_str(), run_line.c_str());
+}
+
+int cmd_plan(const PlanArgs& a) {
+    const bool dir = std::filesystem::is_directory(a.model);
+    PlanRequest req = plan_request(a, dir);
+    ClusterSpec cluster;
+    if (a.cluster == "local") {
+        std::optional<ClusterSpec> measured = measure_local(req);
+        if (!measured) return 0;
+        cluster = *measured;
+    } else {
+        cluster = load_cluster(a.cluster);
+    }
+    const Plan p = make_plan(req, cluster);
+    ETE_CHECK(!p.ranked.empty() || !p.rejected.empty(),
+              "plan: no layout of {} devices matches --layout '{}' (dp x tp x pp uses every "
+              "device, tp within a node unless pinned, pp at most {} layers, micro_batch a "
+              "multiple of dp that divides --global-batch {})",
+              cluster.devices(), a.layout, req.model.num_layers, a.global_batch);
+    const std::string run_line = run_command(p, cluster, a, dir);
+    if (a.json) return print_plan_json(p, cluster, run_line);
+    print_plan_table(p, req, cluster, a, run_line);
     return 0;
 }
 

@@ -384,6 +384,82 @@ std::vector<GemmPoint> gemm_points(const PlanRequest& req, const ClusterSpec& c)
     return out;
 }
 
+namespace {
+
+// The estimate of every layout in all[i, j) (one build: the same mesh, method and precision) on
+// its largest stage: peak bytes and where, trainable elements, stage 3's whole frozen base, the
+// peak stage's terms; or the error that refuses the build.
+struct BuildEstimate {
+    std::vector<double> peak;
+    std::vector<int> stage_of;
+    std::vector<int64_t> trainable;
+    std::vector<double> frozen;      // stage 3: a rank's whole frozen base, bytes
+    std::vector<std::string> terms;  // the peak stage's estimate, by term
+    std::string error;
+};
+
+BuildEstimate estimate_build(const PlanRequest& req, const std::vector<PlanLayout>& all, size_t i,
+                             size_t j) {
+    const PlanLayout& first = all[i];
+    const MeshShape mesh{first.dp, first.tp, first.pp};
+    BuildEstimate b{std::vector<double>(j - i, 0),   std::vector<int>(j - i, 0),
+                    std::vector<int64_t>(j - i, 0),  std::vector<double>(j - i, 0),
+                    std::vector<std::string>(j - i), ""};
+    try {
+        for (int s = 0; s < mesh.pp; ++s) {
+            const RunConfig bc = layout_config(req.base, req.seq, first);
+            with_planned_model(req.model, bc, mesh, s, 0, [&](Transformer& model) {
+                // Stage 3: the whole frozen base this stage gathers, the same for every layout
+                // of this build (the unsharded estimate's term), computed once.
+                double stage_frozen = -1;
+                for (size_t k = i; k < j; ++k) {
+                    const RunConfig lc = layout_config(req.base, req.seq, all[k]);
+                    const MemoryEstimate e =
+                        estimate_planned(model, lc, mesh, req.runtime_bytes, req.threads);
+                    const double p = double(e.peak());
+                    if (p > b.peak[k - i]) {
+                        b.peak[k - i] = p, b.stage_of[k - i] = s;
+                        b.terms[k - i] = e.line(all[k].method != "full");
+                    }
+                    b.trainable[k - i] =
+                        std::max<int64_t>(b.trainable[k - i], model.params().numel());
+                    if (all[k].zero_stage != 3) continue;
+                    if (stage_frozen < 0) {
+                        RunConfig whole = bc;
+                        whole.parallel_zero_stage = 0;
+                        stage_frozen =
+                            double(estimate_planned(model, whole, mesh, 0, req.threads).frozen);
+                    }
+                    b.frozen[k - i] = std::max(b.frozen[k - i], stage_frozen);
+                }
+            });
+        }
+    } catch (const Error& e) {
+        b.error = e.what();
+    }
+    return b;
+}
+
+// Fastest first; layouts within 0.2% of each other's time (one bucket of the fastest's) are
+// ranked by what is simpler to run, lower ZeRO stage and no recompute, then by the larger
+// micro-batch per replica (the cost model counts FLOPs, and small GEMMs run below the rate it
+// assumes), then by less memory.
+void rank_candidates(std::vector<PlanCandidate>& ranked) {
+    double best = 0;
+    for (const PlanCandidate& c : ranked)
+        best = best == 0 ? c.cost.total() : std::min(best, c.cost.total());
+    auto key = [best](const PlanCandidate& c) {
+        return std::make_tuple(std::llround(c.cost.total() / (0.002 * best)), c.layout.zero_stage,
+                               c.layout.recompute == "full", -c.layout.micro_batch / c.layout.dp,
+                               c.peak_gib);
+    };
+    std::stable_sort(
+        ranked.begin(), ranked.end(),
+        [&](const PlanCandidate& a, const PlanCandidate& b) { return key(a) < key(b); });
+}
+
+}  // namespace
+
 Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
     ETE_CHECK(req.seq > 0 && req.global_batch > 0,
               "plan: --seq {} and --global-batch {}: expected > 0", req.seq, req.global_batch);
@@ -399,54 +475,15 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
     for (size_t i = 0; i < all.size();) {
         size_t j = i;
         while (j < all.size() && build_key(all[j]) == build_key(all[i])) ++j;
-        const PlanLayout& first = all[i];
-        const MeshShape mesh{first.dp, first.tp, first.pp};
-        // Every stage's estimate of each layout of this build: peak and trainable elements.
-        std::vector<double> peak(j - i, 0);
-        std::vector<int> stage_of(j - i, 0);
-        std::vector<int64_t> trainable(j - i, 0);
-        std::vector<double> frozen(j - i, 0);   // stage 3: a rank's whole frozen base, bytes
-        std::vector<std::string> terms(j - i);  // the peak stage's estimate, by term
-        std::string error;
-        try {
-            for (int s = 0; s < mesh.pp; ++s) {
-                const RunConfig bc = layout_config(req.base, req.seq, first);
-                with_planned_model(req.model, bc, mesh, s, 0, [&](Transformer& model) {
-                    // Stage 3: the whole frozen base this stage gathers, the same for every
-                    // layout of this build (the unsharded estimate's term), computed once.
-                    double stage_frozen = -1;
-                    for (size_t k = i; k < j; ++k) {
-                        const RunConfig lc = layout_config(req.base, req.seq, all[k]);
-                        const MemoryEstimate e =
-                            estimate_planned(model, lc, mesh, req.runtime_bytes, req.threads);
-                        const double p = double(e.peak());
-                        if (p > peak[k - i]) {
-                            peak[k - i] = p, stage_of[k - i] = s;
-                            terms[k - i] = e.line(all[k].method != "full");
-                        }
-                        trainable[k - i] =
-                            std::max<int64_t>(trainable[k - i], model.params().numel());
-                        if (all[k].zero_stage != 3) continue;
-                        if (stage_frozen < 0) {
-                            RunConfig whole = bc;
-                            whole.parallel_zero_stage = 0;
-                            stage_frozen =
-                                double(estimate_planned(model, whole, mesh, 0, req.threads).frozen);
-                        }
-                        frozen[k - i] = std::max(frozen[k - i], stage_frozen);
-                    }
-                });
-            }
-        } catch (const Error& e) {
-            error = e.what();
-        }
+        const BuildEstimate b = estimate_build(req, all, i, j);
         const int64_t total =
-            trainable_elements(req.model, layout_config(req.base, req.seq, first));
+            trainable_elements(req.model, layout_config(req.base, req.seq, all[i]));
+        const int ranks = MeshShape{all[i].dp, all[i].tp, all[i].pp}.size();
         for (size_t k = i; k < j; ++k) {
-            std::string bad = error;
+            std::string bad = b.error;
             if (bad.empty()) {
                 try {  // what `ete train` checks before any rank starts (train/job_check.h)
-                    check_job(layout_config(req.base, req.seq, all[k]), mesh.size());
+                    check_job(layout_config(req.base, req.seq, all[k]), ranks);
                 } catch (const Error& e) {
                     bad = e.what();
                 }
@@ -455,41 +492,27 @@ Plan make_plan(const PlanRequest& req, const ClusterSpec& c) {
                 plan.rejected.push_back({all[k], bad});
                 continue;
             }
-            if (peak[k - i] > limit) {
+            if (b.peak[k - i] > limit) {
                 plan.rejected.push_back(
                     {all[k], fmt::format("needs {:.2f} GiB on stage {} (usable: {:.2f} GiB): {}",
-                                         peak[k - i] / double(1 << 30), stage_of[k - i],
-                                         c.device_memory_gib, terms[k - i])});
+                                         b.peak[k - i] / double(1 << 30), b.stage_of[k - i],
+                                         c.device_memory_gib, b.terms[k - i])});
                 continue;
             }
             PlanCandidate cand;
             cand.layout = all[k];
             const Placer::Placed* pl = placer.at(req, all[k], total);
             if (pl) cand.placement = pl->text;
-            cand.cost = step_cost(req, c, all[k], trainable[k - i], frozen[k - i], total,
+            cand.cost = step_cost(req, c, all[k], b.trainable[k - i], b.frozen[k - i], total,
                                   pl ? &pl->placement.cost : nullptr);
-            cand.peak_gib = peak[k - i] / double(1 << 30);
-            cand.peak_stage = stage_of[k - i];
+            cand.peak_gib = b.peak[k - i] / double(1 << 30);
+            cand.peak_stage = b.stage_of[k - i];
             cand.tokens_per_s = double(req.global_batch) * req.seq / cand.cost.total();
             plan.ranked.push_back(cand);
         }
         i = j;
     }
-    // Fastest first; layouts within 0.2% of each other's time (one bucket of the fastest's) are
-    // ranked by what is simpler to run, lower ZeRO stage and no recompute, then by the larger
-    // micro-batch per replica (the cost model counts FLOPs, and small GEMMs run below the rate
-    // it assumes), then by less memory.
-    double best = 0;
-    for (const PlanCandidate& c : plan.ranked)
-        best = best == 0 ? c.cost.total() : std::min(best, c.cost.total());
-    auto key = [best](const PlanCandidate& c) {
-        return std::make_tuple(std::llround(c.cost.total() / (0.002 * best)), c.layout.zero_stage,
-                               c.layout.recompute == "full", -c.layout.micro_batch / c.layout.dp,
-                               c.peak_gib);
-    };
-    std::stable_sort(
-        plan.ranked.begin(), plan.ranked.end(),
-        [&](const PlanCandidate& a, const PlanCandidate& b) { return key(a) < key(b); });
+    rank_candidates(plan.ranked);
     return plan;
 }
 
