@@ -695,6 +695,7 @@ TEST_F(ParallelTrain, QloraAndLoraShardTheirBaseAtZeroStage3) {
 // at all.
 TEST_F(ParallelTrain, ConfigErrorsAreOneLineFromOneRank) {
     const std::string job = (dir_ / "job.toml").string() + " --out " + (dir_ / "bad").string();
+    write_token_shard((dir_ / "toks100.bin").string(), std::vector<int32_t>(64, 99), 100);
     auto errors = [](const std::string& out) {
         size_t n = 0;
         for (size_t at = out.find("ete: error:"); at != std::string::npos;
@@ -712,6 +713,10 @@ TEST_F(ParallelTrain, ConfigErrorsAreOneLineFromOneRank) {
          "model.num_kv_heads = 3 does not fit parallel.tp = 2"},
         {" --set parallel.tpp=2", "--set: unknown config key 'parallel.tpp'"},
         {" --set parallel.pp=2 --set parallel.pp_layers=1,1", "parallel.pp_layers"},
+        // The data, read alike by every rank: a shard of a larger vocabulary, a missing file.
+        {" --set data.train=" + (dir_ / "toks100.bin").string(),
+         "tokens come from a vocabulary of 100, larger than the model's 61"},
+        {" --set data.train=" + (dir_ / "none.bin").string(), "none.bin': file not found"},
         // QLoRA quantizing as it loads: o_proj's tp = 2 shards are 32 columns wide.
         {" --set parallel.tp=2 --set model.hidden_size=64 --set model.intermediate_size=64 "
          "--set lora.enabled=true --set lora.base_format=nf4",
@@ -729,7 +734,8 @@ TEST_F(ParallelTrain, ConfigErrorsAreOneLineFromOneRank) {
         // Plain mpirun: the ranks check it, the node's first rank reports (two of the cases:
         // each mpirun start costs about a second).
         if (c.sets.find("parallel.dp=3") != std::string::npos ||
-            c.sets.find("parallel.pp_layers") != std::string::npos)
+            c.sets.find("parallel.pp_layers") != std::string::npos ||
+            c.sets.find("none.bin") != std::string::npos)
             continue;
         r = run_shell(
             "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 "

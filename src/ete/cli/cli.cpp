@@ -367,7 +367,7 @@ std::optional<RunConfig> launched_train_config(const std::vector<std::string>& a
 
 void check_launched_job(const std::vector<std::string>& args, int ranks) {
     if (const std::optional<RunConfig> cfg = launched_train_config(args))
-        check_job(before_auto_layout(*cfg), ranks);
+        check_train_job(before_auto_layout(*cfg), ranks);
 }
 
 }  // namespace ete

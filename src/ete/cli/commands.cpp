@@ -69,7 +69,7 @@ int cmd_train(const TrainArgs& a) {
     }
     const LaunchInfo launch = detect_launch();
     log_set_rank(launch.rank);  // the checks' notices (a model dir's unread keys): rank 0 alone
-    check_job(before_auto_layout(cfg), launch.world_size);  // before a rank talks to another
+    check_train_job(before_auto_layout(cfg), launch.world_size);  // before a rank talks to another
     if (cfg.parallel_auto) {
         cfg = auto_layout(cfg, launch);
         check_job(cfg, launch.world_size);  // the layout chosen: the plan checked it already

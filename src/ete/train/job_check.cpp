@@ -26,7 +26,7 @@ bool quantized_on_load(const RunConfig& cfg) {
     return !read_json_file(cfg.model_init_from + "/config.json").contains("quantization_config");
 }
 
-void check_job_or_throw(RunConfig cfg, int world_size) {
+void check_job_or_throw(RunConfig cfg, int world_size, bool data) {
     check_tokenizer_path(cfg);
     // The tokenizer itself is read only where it sizes the vocabulary.
     std::optional<Tokenizer> tok;
@@ -70,18 +70,29 @@ void check_job_or_throw(RunConfig cfg, int world_size) {
         }
     }
     replica_rows(cfg.micro_batch, m.dp, 0, cfg.parallel_uneven_batch);
+    if (!data) return;
+    check_data_file(cfg);
+    if (cfg.data_format == "tokens") check_shard_fits(cfg, TokenShard(cfg.data_train), mc);
 }
 
-}  // namespace
-
-void check_job(const RunConfig& cfg, int world_size) {
+void check(const RunConfig& cfg, int world_size, bool data) {
     try {
-        check_job_or_throw(cfg, world_size);
+        check_job_or_throw(cfg, world_size, data);
     } catch (const ConfigError&) {
         throw;
     } catch (const Error& e) {
         throw ConfigError(e.what());
     }
+}
+
+}  // namespace
+
+void check_job(const RunConfig& cfg, int world_size) {
+    check(cfg, world_size, false);
+}
+
+void check_train_job(const RunConfig& cfg, int world_size) {
+    check(cfg, world_size, true);
 }
 
 }  // namespace ete

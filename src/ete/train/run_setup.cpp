@@ -186,12 +186,22 @@ void truncate_metrics(const std::string& path, int64_t step) {
     write_file_atomic(path, kept);
 }
 
-std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& mc,
-                                       const std::optional<Tokenizer>& tok,
-                                       std::optional<TokenShard>& shard) {
+void check_data_file(const RunConfig& cfg) {
     ETE_CHECK(fs::exists(cfg.data_train),
               "data.train '{}': file not found (prepare it with `ete tokenize`, see README)",
               cfg.data_train);
+}
+
+void check_shard_fits(const RunConfig& cfg, const TokenShard& shard, const ModelConfig& mc) {
+    ETE_CHECK(shard.vocab_size() <= uint32_t(mc.vocab_size),
+              "data.train '{}': tokens come from a vocabulary of {}, larger than the model's {}",
+              cfg.data_train, shard.vocab_size(), mc.vocab_size);
+}
+
+std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& mc,
+                                       const std::optional<Tokenizer>& tok,
+                                       std::optional<TokenShard>& shard) {
+    check_data_file(cfg);
     if (cfg.data_format == "sft") {
         SftOptions opt;
         opt.max_bad_fraction = cfg.data_sft_max_bad_fraction;
@@ -206,9 +216,7 @@ std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& 
                                             cfg.data_val_fraction);
     }
     shard.emplace(cfg.data_train);
-    ETE_CHECK(shard->vocab_size() <= uint32_t(mc.vocab_size),
-              "data.train '{}': tokens come from a vocabulary of {}, larger than the model's {}",
-              cfg.data_train, shard->vocab_size(), mc.vocab_size);
+    check_shard_fits(cfg, *shard, mc);
     return std::make_unique<BatchSampler>(*shard, cfg.seq_len, cfg.data_val_fraction, cfg.seed,
                                           cfg.data_shuffle);
 }

@@ -50,6 +50,10 @@ ModelConfig resolve_model(RunConfig& cfg, const std::optional<Tokenizer>& tok);
 std::optional<Tokenizer> load_tokenizer(const RunConfig& cfg);
 // Throws naming data.tokenizer when it is set and names no file.
 void check_tokenizer_path(const RunConfig& cfg);
+// data.train exists; a token shard's vocabulary fits the model's (job_check.h runs both before
+// a rank talks to another, open_data again).
+void check_data_file(const RunConfig& cfg);
+void check_shard_fits(const RunConfig& cfg, const TokenShard& shard, const ModelConfig& mc);
 // The batch source of data.format: a token-shard sampler (over *shard, which it fills and which
 // must outlive it) or an SFT dataset.
 std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& mc,

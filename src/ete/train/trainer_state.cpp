@@ -328,6 +328,7 @@ void Trainer::save_final() {
     model_.params().release_grads();
     // As checkpoints are: no rank holds the whole model on the host (280 GB for a 70B model in
     // fp32; at ZeRO-3 every rank held a whole copy before).
+    const auto t0 = Clock::now();
     try {
         stream_out([&](const CheckpointSource& src) { write_final(src.param); });
     } catch (const Error& e) {
@@ -337,6 +338,7 @@ void Trainer::save_final() {
                                 newest.value_or("(none)")));
     }
     dist_.world->barrier();
+    if (dist_.main()) log_info("final: {}/final ({:.1f}s)", out_, seconds_since(t0));
 }
 
 }  // namespace ete
