@@ -251,6 +251,29 @@ TEST_F(SftTest, MalformedLinesAreSkippedWithLineNumbersAndReasons) {
     EXPECT_EQ(s.first_bad[6].reason, "not a JSON object");
 }
 
+// Every rank of a job reads the same file: with warn = false (the ranks other than world rank 0)
+// the skipped lines are counted alike but not reported again; the error above the allowed share
+// is raised alike.
+TEST_F(SftTest, WarnFalseCountsSkippedLinesWithoutReportingThem) {
+    const std::string path = write(good_line(0) + "{not json\n" + good_line(1));
+    for (bool warn : {true, false}) {
+        SftOptions opt;
+        opt.max_bad_fraction = 1.0;
+        opt.warn = warn;
+        ::testing::internal::CaptureStderr();
+        const SftDataset d(path, byte_tokenizer(), 16, opt, 1, 0.0);
+        const std::string err = ::testing::internal::GetCapturedStderr();
+        EXPECT_EQ(d.stats().num_bad, 1u);
+        EXPECT_EQ(err.find("d.jsonl:2: skipped: invalid JSON") != std::string::npos, warn) << err;
+        EXPECT_EQ(err.find("skipped 1 malformed lines of 3") != std::string::npos, warn) << err;
+        opt.max_bad_fraction = 0.1;
+        EXPECT_NE(error_of([&] {
+                      SftDataset(path, byte_tokenizer(), 16, opt, 1, 0.0);
+                  }).find("has 1 malformed lines of 3"),
+                  std::string::npos);
+    }
+}
+
 TEST_F(SftTest, TooManyMalformedLinesThrowNamingFileCountAndFirstLine) {
     std::string text;
     for (int i = 0; i < 99; ++i) text += good_line(i);

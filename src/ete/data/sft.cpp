@@ -161,8 +161,8 @@ SftDataset::SftDataset(const std::string& path, const Tokenizer& tokenizer, int 
               "'{{instruction}}'");
     pad_id_ = tokenizer.eos_id() >= 0 ? tokenizer.eos_id() : 0;
     read_jsonl(tokenizer, options);
-    check_bad_lines(options.max_bad_fraction);
-    if (stats_.num_truncated > 0 || stats_.num_no_target > 0)
+    check_bad_lines(options);
+    if (options.warn && (stats_.num_truncated > 0 || stats_.num_no_target > 0))
         log_warn(
             "data.sft: '{}': {} examples truncated to seq_len + 1 = {} tokens, {} dropped "
             "with no response token inside it",
@@ -229,7 +229,7 @@ void SftDataset::read_jsonl(const Tokenizer& tokenizer, const SftOptions& option
             ++stats_.num_bad;
             if (stats_.first_bad.size() < kSftKeptBadLines)
                 stats_.first_bad.push_back({line_no, r.error});
-            if (stats_.num_bad <= kWarnedBadLines)
+            if (options.warn && stats_.num_bad <= kWarnedBadLines)
                 log_warn("data.sft: {}:{}: skipped: {}", path_, line_no, r.error);
             continue;
         }
@@ -255,7 +255,8 @@ void SftDataset::read_jsonl(const Tokenizer& tokenizer, const SftOptions& option
     ETE_CHECK(!in.bad(), "data.sft: error reading '{}'", path_);
 }
 
-void SftDataset::check_bad_lines(double max_bad_fraction) const {
+void SftDataset::check_bad_lines(const SftOptions& options) const {
+    const double max_bad_fraction = options.max_bad_fraction;
     if (stats_.num_bad == 0) return;
     const double share =
         static_cast<double>(stats_.num_bad) / static_cast<double>(stats_.num_lines);
@@ -265,8 +266,9 @@ void SftDataset::check_bad_lines(double max_bad_fraction) const {
               "{}); first at line {}: {}",
               path_, stats_.num_bad, stats_.num_lines, 100.0 * share, max_bad_fraction, first.line,
               first.reason);
-    log_warn("data.sft: '{}': skipped {} malformed lines of {}", path_, stats_.num_bad,
-             stats_.num_lines);
+    if (options.warn)
+        log_warn("data.sft: '{}': skipped {} malformed lines of {}", path_, stats_.num_bad,
+                 stats_.num_lines);
 }
 
 void SftDataset::add_example(const std::vector<int32_t>& ids, const std::vector<uint8_t>& trained) {

@@ -59,6 +59,9 @@ struct SftOptions {
     // data.sft_chat_template: chat records rendered with the model's template (sft_chat.h);
     // null = ETE's own "<|role|>" format.
     std::shared_ptr<const SftChatTemplate> chat_template;
+    // false: no warnings about the file's lines (the ranks of a job other than world rank 0 read
+    // the same file and would repeat them); errors are raised alike.
+    bool warn = true;
 };
 
 struct SftBadLine {
@@ -111,7 +114,7 @@ class SftDataset : public BatchSource {
 
   private:
     void read_jsonl(const Tokenizer& tokenizer, const SftOptions& options);
-    void check_bad_lines(double max_bad_fraction) const;  // throws above the allowed share
+    void check_bad_lines(const SftOptions& options) const;  // throws above the allowed share
     void add_example(const std::vector<int32_t>& ids, const std::vector<uint8_t>& trained);
     void pack_rows();  // examples -> rows_, train rows before validation rows
     void fill_row(uint64_t r, int32_t* inputs, int32_t* targets, int32_t* doc_start) const;

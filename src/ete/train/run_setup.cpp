@@ -200,7 +200,7 @@ void check_shard_fits(const RunConfig& cfg, const TokenShard& shard, const Model
 
 std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& mc,
                                        const std::optional<Tokenizer>& tok,
-                                       std::optional<TokenShard>& shard) {
+                                       std::optional<TokenShard>& shard, bool warn) {
     check_data_file(cfg);
     if (cfg.data_format == "sft") {
         SftOptions opt;
@@ -209,6 +209,7 @@ std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& 
         opt.prompt_template = cfg.data_sft_prompt_template;
         opt.prompt_template_no_input = cfg.data_sft_prompt_template_no_input;
         opt.shuffle = cfg.data_shuffle;
+        opt.warn = warn;
         if (cfg.data_sft_chat_template != "ete")
             opt.chat_template =
                 load_sft_chat_template(cfg.data_sft_chat_template, cfg.data_tokenizer, *tok);

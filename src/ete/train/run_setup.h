@@ -55,10 +55,11 @@ void check_tokenizer_path(const RunConfig& cfg);
 void check_data_file(const RunConfig& cfg);
 void check_shard_fits(const RunConfig& cfg, const TokenShard& shard, const ModelConfig& mc);
 // The batch source of data.format: a token-shard sampler (over *shard, which it fills and which
-// must outlive it) or an SFT dataset.
+// must outlive it) or an SFT dataset. warn: whether this process reports the file's skipped
+// lines (world rank 0 alone in a job: every rank reads the same file).
 std::unique_ptr<BatchSource> open_data(const RunConfig& cfg, const ModelConfig& mc,
                                        const std::optional<Tokenizer>& tok,
-                                       std::optional<TokenShard>& shard);
+                                       std::optional<TokenShard>& shard, bool warn = true);
 
 // The settings a resume must find unchanged for the continuation to be bit-exact.
 // lora_base_hash: model_dir_hash of a LoRA run's base dir ("" without LoRA or without a dir).

@@ -49,7 +49,7 @@ Trainer::Trainer(RunConfig cfg, std::string out_dir)
       dp_dev_(zero() > 0 ? device_communicator(*dist_.groups.dp, *backend_) : nullptr),
       rows_(replica_rows(cfg_.micro_batch, dist_.shape().dp, dist_.groups.dp_rank,
                          cfg_.parallel_uneven_batch)),
-      loader_(open_data(cfg_, mc_, tok_, shard_)),
+      loader_(open_data(cfg_, mc_, tok_, shard_, dist_.main())),
       model_(mc_, *backend_, model_parallel(), compute_dtype(cfg_), lora_spec(cfg_),
              qat_spec(cfg_)),
       layout_(model_.params(), param_specs(mc_, {}, lora_spec(cfg_), qat_spec(cfg_))),
