@@ -126,7 +126,11 @@ def main():
     peak = peaks(folder)
     print(f"GEMM peaks (2048^3): " + ", ".join(
         f"{d} {t} thread(s) {v:.0f}" for (d, t), v in sorted(peak.items())) + " GFLOP/s")
-    for model in ("llama-bench", "gpt2-124m"):
+    # Every model the run measured (MODELS): the bench Llama and GPT-2 first, then the others.
+    found = {os.path.basename(f)[len("ete_"):-len("_fp32_r1.json")]
+             for f in glob.glob(os.path.join(folder, "ete_*_fp32_r1.json"))}
+    first = [m for m in ("llama-bench", "gpt2-124m") if m in found]
+    for model in first + sorted(found - set(first)):
         model_table(folder, model, peak)
     gemm_table(json.load(open(os.path.join(folder, "gemm.json"))))
 
