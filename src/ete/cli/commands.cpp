@@ -69,7 +69,9 @@ int cmd_train(const TrainArgs& a) {
     }
     const LaunchInfo launch = detect_launch();
     log_set_rank(launch.rank);  // the checks' notices (a model dir's unread keys): rank 0 alone
-    check_train_job(before_auto_layout(cfg), launch.world_size);  // before a rank talks to another
+    // Before a rank talks to another. Not the data (check_train_job): a node whose data.train is
+    // missing or another file must end the job through MPI_Abort, not leave its peers waiting.
+    check_job(before_auto_layout(cfg), launch.world_size);
     if (cfg.parallel_auto) {
         cfg = auto_layout(cfg, launch);
         check_job(cfg, launch.world_size);  // the layout chosen: the plan checked it already
