@@ -122,12 +122,15 @@ TEST_F(ParallelTrain, ZeroStagesMatchOneProcess) {
     if (!testing::under_sanitizers())  // (stage 3's reduce is the same code as stage 2's)
         expect_same(s1, train(2, mesh(2, 1, 1) + bf16 + " --set parallel.zero_stage=3"),
                     "bf16 dp=2 stage 3", 0.0f, 0.0, 0.0f);
-    RunResult dp4 = train(4, mesh(4, 1, 1) + z2);
-    expect_same(one, dp4, "dp=4 stage 2");
-    // The fixture's Llama has 33,760 trainable elements: 8,440 on each replica (rank 0 logs).
-    EXPECT_NE(dp4.log.find("ZeRO stage 2: gradients and optimizer state of 8440 of 33760 elements"),
-              std::string::npos)
-        << dp4.log;
+    if (!testing::under_sanitizers()) {  // (the windows' code as at dp = 2; CI time)
+        RunResult dp4 = train(4, mesh(4, 1, 1) + z2);
+        expect_same(one, dp4, "dp=4 stage 2");
+        // The fixture's Llama has 33,760 trainable elements: 8,440 on each replica (rank 0 logs).
+        EXPECT_NE(
+            dp4.log.find("ZeRO stage 2: gradients and optimizer state of 8440 of 33760 elements"),
+            std::string::npos)
+            << dp4.log;
+    }
     const std::string gpt2 =
         " --set model.arch=gpt2 --set model.num_kv_heads=4 --set train.adam_eps=1e-4";
     // Within the dp group under tp = 2 and pp = 2 (an untied Llama: windows on both stages).
@@ -543,7 +546,11 @@ TEST_F(ParallelTrain, ASkippedStepEqualsARunWhoseDataLeftItOut) {
 TEST_F(ParallelTrain, KvHeadsReplicatedWhenTpExceedsThem) {
     RunResult one = train(1, "");
     expect_same(one, train(4, "--set parallel.tp=4"), "tp=4, 2 kv heads");
-    expect_same(one, train(8, "--set parallel.dp=2 --set parallel.tp=4"), "dp=2 tp=4, 2 kv heads");
+    // Under the sanitizers (CI time) the 8-rank run and the plain f32 LoRA run are left to the
+    // release build: tp = 4 and the dropout run reach the same code.
+    if (!testing::under_sanitizers())
+        expect_same(one, train(8, "--set parallel.dp=2 --set parallel.tp=4"),
+                    "dp=2 tp=4, 2 kv heads");
     // LoRA on k_proj / v_proj of replicated kv heads: the holders of a head sum their partial B
     // gradients like the base's (f32 base; NF4 on a model wide enough for 32-element blocks).
     // adam_eps = 1e-4, for the reason the GPT-2 QLoRA test gives (at 1e-6 one AdamW-amplified
@@ -557,6 +564,7 @@ TEST_F(ParallelTrain, KvHeadsReplicatedWhenTpExceedsThem) {
           std::string(" --set lora.base_format=f32 --set lora.dropout=0.2"),
           std::string(" --set lora.base_format=nf4 --set lora.nf4_blocksize=32 "
                       "--set model.hidden_size=128 --set model.intermediate_size=128")}) {
+        if (testing::under_sanitizers() && base == " --set lora.base_format=f32") continue;
         RunResult l1 = train(1, lora + base);
         const Parity tol =
             base.find("nf4") != std::string::npos ? parity_tolerance(128, 128) : parity_tolerance();
